@@ -1,0 +1,123 @@
+// Command fencegate runs the fencegate fencing-token service, the PostgreSQL
+// fencing proxy, a one-command development stack and the demos.
+//
+// Every subcommand registers itself (see register) from its own file, so the
+// parts of the binary stay independent:
+//
+//	fencegate token serve|next|status   the Raft token service and its client
+//	fencegate proxy                     the PostgreSQL wire-protocol fencing proxy
+//	fencegate dev                       the whole stack on one machine
+//	fencegate demo ...                  replays of the paused-holder scenario
+//
+// Run "fencegate COMMAND --help" for the flags of each command.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+// command is one top-level subcommand of the fencegate binary.
+type command struct {
+	name    string
+	summary string
+	// run executes the command. args excludes the command name. A returned
+	// error wrapping flag.ErrHelp exits 0; a usageError exits 2; any other
+	// error exits 1 after being printed as "fencegate NAME: ERR".
+	run func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+var commands = map[string]*command{}
+
+// register adds a subcommand; called from init functions.
+func register(c *command) {
+	if _, dup := commands[c.name]; dup {
+		panic("fencegate: duplicate command " + c.name)
+	}
+	commands[c.name] = c
+}
+
+// usageError marks an error as a mistake in the command line (exit status 2).
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// usagef returns a usageError with a formatted message.
+func usagef(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+// parseFlags parses args with fs, whose output goes to stderr, and turns
+// parse failures into usage errors.
+func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	return nil
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run executes the command line args and returns the process exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		printUsage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "fencegate: unknown command %q; run 'fencegate --help' for the list\n", args[0])
+		return 2
+	}
+	err := c.run(ctx, args[1:], stdout, stderr)
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, new(usageError)):
+		fmt.Fprintf(stderr, "fencegate %s: %v\n", c.name, err)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "fencegate %s: %v\n", c.name, err)
+		return 1
+	}
+}
+
+func printUsage(w io.Writer) {
+	fmt.Fprintln(w, "fencegate: fencing tokens from a Raft group, enforced by a PostgreSQL proxy.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Usage: fencegate COMMAND [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Commands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run 'fencegate COMMAND --help' for the flags of a command.")
+}

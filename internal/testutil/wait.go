@@ -1,0 +1,54 @@
+package testutil
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// WaitFor polls cond every 10ms until it returns nil or timeout passes, and
+// then fails the test with what and the last error cond returned.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s: %v", timeout, what, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Eventually is WaitFor with a boolean condition.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	WaitFor(t, timeout, what, func() error {
+		if cond() {
+			return nil
+		}
+		return fmt.Errorf("condition still false")
+	})
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("find free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// FreeAddr returns "127.0.0.1:PORT" for a port that was free a moment ago.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))
+}
