@@ -57,6 +57,18 @@ func (f *frameReader) body(n int) ([]byte, error) {
 // copyTo consumes the message (body length n) and writes it unchanged,
 // header included, to w.
 func (f *frameReader) copyTo(w *bufio.Writer, n int) error {
+	if 5+n <= f.r.Size() {
+		// Whole message at once: a peer that stops mid-message never gets
+		// a partial frame forwarded.
+		b, err := f.r.Peek(5 + n)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		_, _ = f.r.Discard(5 + n)
+		return err
+	}
+	// Larger messages stream through in buffer-sized pieces.
 	left := 5 + n
 	for left > 0 {
 		chunk := left
