@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -424,6 +425,10 @@ type Status struct {
 	LeaderAPI    string
 	LastToken    int64
 	Members      []Member
+	// FirstLogIndex is the oldest entry still in the log (it grows when the
+	// log is compacted); LastSnapshotIndex the index of the last snapshot.
+	FirstLogIndex     uint64
+	LastSnapshotIndex uint64
 }
 
 // Status returns this node's local view (not a linearizable read).
@@ -440,6 +445,10 @@ func (s *Store) Status() Status {
 		LeaderAPI:    lapi,
 		LastToken:    s.fsm.counter(),
 	}
+	if fi, err := s.bolt.FirstIndex(); err == nil {
+		st.FirstLogIndex = fi
+	}
+	st.LastSnapshotIndex, _ = strconv.ParseUint(s.raft.Stats()["last_snapshot_index"], 10, 64)
 	apis := s.fsm.apiAddrs()
 	if f := s.raft.GetConfiguration(); f.Error() == nil {
 		for _, srv := range f.Configuration().Servers {
