@@ -53,9 +53,7 @@ func TestConcurrentTokensDistinctAndOrdered(t *testing.T) {
 	if got := len(history.Succeeded(ops)); got != total {
 		t.Fatalf("got %d tokens, want %d", got, total)
 	}
-	if err := history.CheckRealTime(ops); err != nil {
-		t.Fatal(err)
-	}
+	checkHistory(t, ops)
 	st := c.Node(c.Leader(t)).LocalStatus()
 	t.Logf("%d tokens in %d log entries (last token %d, last index %d)", total, st.LastIndex, st.LastToken, st.LastIndex)
 }
