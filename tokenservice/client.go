@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -198,11 +199,14 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 			}
 		}
 	}
-	errs := []error{ctx.Err()}
+	var errs nodeErrors
+	if err := ctx.Err(); err != nil {
+		errs = append(errs, err)
+	}
 	for _, srv := range order {
 		errs = append(errs, fmt.Errorf("node %s: %w", srv, last[srv]))
 	}
-	return fmt.Errorf("tokenservice: %s: no node answered: %w", what, errors.Join(errs...))
+	return fmt.Errorf("tokenservice: %s: no node answered: %w", what, errs)
 }
 
 // try sends one request to one node.
@@ -284,3 +288,17 @@ func (c *Client) sleep(ctx context.Context, round int) bool {
 		return false
 	}
 }
+
+// nodeErrors is errors.Join on one line: what each node answered, joined
+// by "; ". errors.Is and errors.As see every one of them.
+type nodeErrors []error
+
+func (e nodeErrors) Error() string {
+	parts := make([]string, len(e))
+	for i, err := range e {
+		parts[i] = err.Error()
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (e nodeErrors) Unwrap() []error { return e }
