@@ -228,7 +228,9 @@ func Open(cfg Config) (*Store, error) {
 	}
 	s.bolt, err = raftboltdb.New(raftboltdb.Options{
 		Path:        filepath.Join(cfg.DataDir, "raft.db"),
-		BoltOptions: &bbolt.Options{Timeout: time.Second},
+		// The freelist is rebuilt on open instead of written on every
+		// commit (as Consul runs raft-boltdb): less to write per fsync.
+		BoltOptions: &bbolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
 		NoSync:      false, // every log append is fsynced
 	})
 	if err != nil {
