@@ -275,23 +275,30 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("check raft state: %w", err)
 	}
-	s.raft, err = raft.NewRaft(rc, s.fsm, logs, s.bolt, snaps, s.trans)
-	if err != nil {
-		return nil, fmt.Errorf("start raft: %w", err)
-	}
-	switch {
-	case !existing && len(cfg.Bootstrap) > 0:
+	// Bootstrap before Raft starts: once it runs, a vote request from a
+	// peer that bootstrapped first would store a term and make this node's
+	// state "existing" halfway through.
+	bootstrapped := false
+	if !existing && len(cfg.Bootstrap) > 0 {
 		var conf raft.Configuration
 		for _, p := range cfg.Bootstrap {
 			conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
 		}
-		if err := s.raft.BootstrapCluster(conf).Error(); err != nil {
+		if err := raft.BootstrapCluster(rc, logs, s.bolt, snaps, s.trans, conf); err != nil {
 			return nil, fmt.Errorf("bootstrap cluster: %w", err)
 		}
 		s.ident = identity{ClusterID: ClusterID(cfg.Bootstrap), NodeID: cfg.ID, Peers: cfg.Bootstrap}
 		if err := writeIdentity(cfg.DataDir, s.ident); err != nil {
 			return nil, err
 		}
+		bootstrapped = true
+	}
+	s.raft, err = raft.NewRaft(rc, s.fsm, logs, s.bolt, snaps, s.trans)
+	if err != nil {
+		return nil, fmt.Errorf("start raft: %w", err)
+	}
+	switch {
+	case bootstrapped:
 		s.log.Info("bootstrapped new cluster", "cluster", s.ident.ClusterID, "voters", len(cfg.Bootstrap))
 	case id == nil:
 		s.ident = identity{NodeID: cfg.ID}
