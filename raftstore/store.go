@@ -227,7 +227,7 @@ func Open(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
 	s.bolt, err = raftboltdb.New(raftboltdb.Options{
-		Path:        filepath.Join(cfg.DataDir, "raft.db"),
+		Path: filepath.Join(cfg.DataDir, "raft.db"),
 		// The freelist is rebuilt on open instead of written on every
 		// commit (as Consul runs raft-boltdb): less to write per fsync.
 		BoltOptions: &bbolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
