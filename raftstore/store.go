@@ -1,6 +1,7 @@
 package raftstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -395,7 +396,21 @@ func (s *Store) Leader() (id, apiAddr string) {
 	if lid == "" {
 		return "", ""
 	}
-	return string(lid), s.fsm.apiAddrs()[string(lid)]
+	return string(lid), s.apiAddr(string(lid))
+}
+
+// apiAddr returns a member's API address from the replicated state, or, until
+// that has it, from the bootstrap voters this node was started with.
+func (s *Store) apiAddr(id string) string {
+	if a := s.fsm.apiAddrs()[id]; a != "" {
+		return a
+	}
+	for _, p := range s.ident.Peers {
+		if p.ID == id {
+			return p.APIAddr
+		}
+	}
+	return ""
 }
 
 // LastToken returns the last token this node has applied.
@@ -467,7 +482,7 @@ func (s *Store) Status() Status {
 	if f := s.raft.GetConfiguration(); f.Error() == nil {
 		for _, srv := range f.Configuration().Servers {
 			st.Members = append(st.Members, Member{
-				ID: string(srv.ID), RaftAddr: string(srv.Address), APIAddr: apis[string(srv.ID)],
+				ID: string(srv.ID), RaftAddr: string(srv.Address), APIAddr: cmp.Or(apis[string(srv.ID)], s.apiAddr(string(srv.ID))),
 				Suffrage: srv.Suffrage.String(), Leader: string(srv.ID) == lid,
 			})
 		}

@@ -53,6 +53,7 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // Cluster is a set of in-process token service nodes.
 type Cluster struct {
 	t    testing.TB
+	dir  string
 	opts options
 	log  *slog.Logger
 
@@ -78,7 +79,9 @@ type node struct {
 // leader, and stops them all when the test ends.
 func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t, links: map[[2]int]*netfault.Relay{}, apiLinks: map[[2]int]*netfault.Relay{}}
+	// The temp dir first: its removal then runs after the nodes are stopped
+	// (cleanups run last-registered first).
+	c := &Cluster{t: t, dir: t.TempDir(), links: map[[2]int]*netfault.Relay{}, apiLinks: map[[2]int]*netfault.Relay{}}
 	for _, o := range opts {
 		o(&c.opts)
 	}
@@ -95,7 +98,7 @@ func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	for i := range n {
 		nd := &node{
 			id:       fmt.Sprintf("n%d", i+1),
-			dir:      filepath.Join(t.TempDir(), fmt.Sprintf("n%d", i+1)),
+			dir:      filepath.Join(c.dir, fmt.Sprintf("n%d", i+1)),
 			raftAddr: testutil.FreeAddr(t),
 			apiAddr:  testutil.FreeAddr(t),
 		}
@@ -389,7 +392,7 @@ func (c *Cluster) AddNode(t testing.TB) int {
 	i := len(c.nodes)
 	nd := &node{
 		id:       fmt.Sprintf("n%d", i+1),
-		dir:      filepath.Join(t.TempDir(), fmt.Sprintf("n%d", i+1)),
+		dir:      filepath.Join(c.dir, fmt.Sprintf("n%d", i+1)),
 		raftAddr: testutil.FreeAddr(t),
 		apiAddr:  testutil.FreeAddr(t),
 	}
