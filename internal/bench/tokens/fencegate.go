@@ -19,28 +19,6 @@ import (
 	"github.com/fencegate/fencegate/internal/bench"
 )
 
-// buildFencegate builds ./cmd/fencegate of the module at root into dir and
-// checks that the binary has the token service.
-func buildFencegate(ctx context.Context, root, dir string) (string, error) {
-	bin := filepath.Join(dir, "fencegate")
-	cmd := bench.Command(ctx, "go", "build", "-o", bin, "./cmd/fencegate")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build fencegate: %w\n%s", err, out)
-	}
-	return bin, nil
-}
-
-// checkTokenCommand fails with a clear message when bin has no
-// "token serve" command.
-func checkTokenCommand(ctx context.Context, bin string) error {
-	out, err := bench.Command(ctx, bin, "token", "serve", "--help").CombinedOutput()
-	if err != nil && bytes.Contains(out, []byte("unknown command")) {
-		return fmt.Errorf("%s has no token service ('fencegate token serve' is not in this build); run with --systems etcd to measure etcd alone", bin)
-	}
-	return nil
-}
-
 // fencegateCluster is three "fencegate token serve" processes on loopback.
 type fencegateCluster struct {
 	ids  []string

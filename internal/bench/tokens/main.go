@@ -47,6 +47,9 @@ func main() {
 
 var errUsage = errors.New("usage")
 
+// errNoTokenService means the fencegate binary has no token service.
+var errNoTokenService = errors.New("this fencegate build has no token service ('fencegate token serve'); run with --systems etcd to measure etcd alone")
+
 // minter hands out one fencing token per call.
 type minter interface {
 	Next(ctx context.Context) (int64, error)
@@ -90,15 +93,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
-	var etcdBin, goBin string
+	var etcdBin string
 	var err error
 	if slices.Contains(want, "etcd") {
 		if etcdBin, err = bench.LookPath("etcd", "etcd-server"); err != nil {
-			return err
-		}
-	}
-	if slices.Contains(want, "fencegate") && *binFlag == "" {
-		if goBin, err = bench.LookPath("go", "golang-go"); err != nil {
 			return err
 		}
 	}
@@ -126,7 +124,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		var err error
 		switch name {
 		case "fencegate":
-			s, err = setupFencegate(ctx, g, goBin, *binFlag, dir, *resource, logf)
+			s, err = setupFencegate(ctx, g, *binFlag, dir, *resource, logf)
 		case "etcd":
 			s, err = setupEtcd(ctx, g, etcdBin, dir, *resource, *etcdAll, logf)
 		}
@@ -189,19 +187,17 @@ func measure(ctx context.Context, s system, c int, f bench.Flags) (bench.Result,
 	return res, nil
 }
 
-func setupFencegate(ctx context.Context, g *bench.Group, goBin, bin, dir, resource string, logf func(string, ...any)) (system, error) {
-	root, err := moduleRoot(ctx, goBin)
+func setupFencegate(ctx context.Context, g *bench.Group, bin, dir, resource string, logf func(string, ...any)) (system, error) {
+	version := "prebuilt " + bin
 	if bin == "" {
-		if err != nil {
-			return system{}, err
-		}
 		logf("building fencegate")
-		if bin, err = buildFencegate(ctx, root, dir); err != nil {
+		var err error
+		if bin, version, err = bench.BuildFencegate(ctx, dir); err != nil {
 			return system{}, err
 		}
 	}
-	if err := checkTokenCommand(ctx, bin); err != nil {
-		return system{}, err
+	if !bench.HasCommand(ctx, bin, "token", "serve") {
+		return system{}, errNoTokenService
 	}
 	logf("starting 3 fencegate token nodes")
 	c, err := startFencegate(ctx, g, bin, filepath.Join(dir, "fencegate"))
@@ -210,7 +206,7 @@ func setupFencegate(ctx context.Context, g *bench.Group, goBin, bin, dir, resour
 	}
 	return system{
 		name:    "fencegate",
-		version: fencegateVersion(ctx, root),
+		version: version,
 		newMinter: func(ctx context.Context, conc int) (minter, error) {
 			return newFencegateMinter(c, resource, conc)
 		},
@@ -239,26 +235,4 @@ func setupEtcd(ctx context.Context, g *bench.Group, etcdBin, dir, resource strin
 			return newEtcdMinter(endpoints, resource)
 		},
 	}, nil
-}
-
-// moduleRoot returns the directory of the main module's go.mod.
-func moduleRoot(ctx context.Context, goBin string) (string, error) {
-	if goBin == "" {
-		return "", errors.New("go not found")
-	}
-	out, err := bench.Command(ctx, goBin, "env", "GOMOD").Output()
-	gomod := strings.TrimSpace(string(out))
-	if err != nil || gomod == "" || gomod == os.DevNull {
-		return "", errors.New("run this command inside the fencegate module (go env GOMOD found no go.mod)")
-	}
-	return filepath.Dir(gomod), nil
-}
-
-// fencegateVersion describes the source the binary was built from.
-func fencegateVersion(ctx context.Context, root string) string {
-	if root == "" {
-		return "prebuilt binary"
-	}
-	rev := bench.Version(ctx, "git", "-C", root, "describe", "--always", "--dirty")
-	return "commit " + rev + ", " + bench.Version(ctx, "go", "version")
 }

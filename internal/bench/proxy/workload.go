@@ -1,0 +1,94 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// A workload is one pgbench mode measured on every system.
+type workload struct {
+	name string
+	desc string
+	// args are the pgbench options shared by every system.
+	args []string
+	// fenced workloads run fencedScript through the proxy and twinScript
+	// (the same transaction with the fence's own SQL) on the other paths.
+	fenced bool
+}
+
+var workloads = []workload{
+	{name: "select-simple", desc: "pgbench -S -M simple", args: []string{"-S", "-M", "simple"}},
+	{name: "select-extended", desc: "pgbench -S -M extended", args: []string{"-S", "-M", "extended"}},
+	{name: "fenced-write", desc: "fenced UPDATE, -M extended", args: []string{"-M", "extended"}, fenced: true},
+	{name: "fenced-write-simple", desc: "fenced UPDATE, -M simple", args: []string{"-M", "simple"}, fenced: true},
+}
+
+func findWorkload(name string) (workload, bool) {
+	for _, w := range workloads {
+		if w.name == name {
+			return w, true
+		}
+	}
+	return workload{}, false
+}
+
+// fencedScript is the fenced write a lock holder sends through the proxy.
+//
+// What it models: a fleet of workers, each holding the locks of its own
+// shard of accounts (pgbench client k owns accounts k*100+1 .. k*100+100)
+// under one fencing token, and running many short transactions with it,
+// each fencing the account it touches before it writes. Equal tokens pass
+// (one holder, several transactions), shards do not overlap, so no
+// transaction is rejected (no FG001) and the marks of a shard are updated
+// in place once the warm-up has created them: the steady state of a real
+// fenced workload, where a lock changes hands far less often than its
+// holder writes.
+const fencedScript = `-- Client k holds the locks of accounts k*100+1..k*100+100 with token 1e9+k.
+\set aid 1 + :client_id * 100 + random(0, 99)
+\set delta random(-5000, 5000)
+\set tok 1000000000 + :client_id
+BEGIN;
+SELECT fencegate.fence('acct:' || :aid, :tok);
+UPDATE pgbench_accounts SET abalance = abalance + :delta WHERE aid = :aid;
+COMMIT;
+`
+
+// fenceCall is the statement of fencedScript the twin replaces.
+const fenceCall = "SELECT fencegate.fence('acct:' || :aid, :tok);"
+
+// twinScript is fencedScript with the fence call replaced by stmt, the SQL
+// the proxy runs for it, to be sent straight to PostgreSQL.
+func twinScript(stmt string) string {
+	return strings.Replace(fencedScript, fenceCall, stmt, 1)
+}
+
+// scripts holds the paths of the fenced workload's script files.
+type scripts struct {
+	fenced, twin string
+}
+
+// writeScripts writes the fenced script and its twin into dir.
+func writeScripts(dir, twinStmt string) (scripts, error) {
+	s := scripts{fenced: filepath.Join(dir, "fenced.sql"), twin: filepath.Join(dir, "twin.sql")}
+	if err := os.WriteFile(s.fenced, []byte(fencedScript), 0o644); err != nil {
+		return s, fmt.Errorf("write pgbench script: %w", err)
+	}
+	if err := os.WriteFile(s.twin, []byte(twinScript(twinStmt)), 0o644); err != nil {
+		return s, fmt.Errorf("write pgbench script: %w", err)
+	}
+	return s, nil
+}
+
+// pgbenchArgs returns the pgbench options of w on the given system.
+func (w workload) pgbenchArgs(system string, s scripts) []string {
+	args := append([]string(nil), w.args...)
+	if !w.fenced {
+		return args
+	}
+	if system == "fencegate" {
+		return append(args, "-f", s.fenced)
+	}
+	return append(args, "-f", s.twin)
+}
