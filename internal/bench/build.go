@@ -11,7 +11,7 @@ import (
 )
 
 // BuildFencegate builds ./cmd/fencegate of the module the benchmark runs in
-// into dir. It returns the binary and a description of the source it was
+// into dir/bin. It returns the binary and a description of the source it was
 // built from (commit and Go version).
 func BuildFencegate(ctx context.Context, dir string) (bin, version string, err error) {
 	goBin, err := LookPath("go", "golang-go")
@@ -24,7 +24,10 @@ func BuildFencegate(ctx context.Context, dir string) (bin, version string, err e
 		return "", "", errors.New("run this command inside the fencegate module (go env GOMOD found no go.mod), or pass --fencegate-bin")
 	}
 	root := filepath.Dir(gomod)
-	bin = filepath.Join(dir, "fencegate")
+	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
+		return "", "", fmt.Errorf("build fencegate: %w", err)
+	}
+	bin = filepath.Join(dir, "bin", "fencegate")
 	cmd := Command(ctx, goBin, "build", "-o", bin, "./cmd/fencegate")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {

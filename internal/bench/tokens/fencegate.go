@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/fencegate/fencegate/internal/bench"
@@ -53,7 +49,8 @@ func startFencegate(ctx context.Context, g *bench.Group, bin, dir string) (*fenc
 			"--data-dir", data,
 			"--raft-addr", "127.0.0.1:"+strconv.Itoa(ports[2*i]),
 			"--api-addr", strings.TrimPrefix(c.urls[i], "http://"),
-			"--peers", strings.Join(peers, ","))
+			"--peers", strings.Join(peers, ","),
+			"--log-level", "warn")
 		p, err := g.Start("fencegate-"+id, cmd)
 		if err != nil {
 			return nil, err
@@ -86,80 +83,4 @@ func httpOK(url string) func(context.Context) error {
 		}
 		return nil
 	}
-}
-
-// httpMinter asks the token service for tokens over its HTTP API: POST
-// /v1/tokens to the node it believes leads, following the "leader" field of
-// each answer, moving to the next node on failure. Followers forward, so a
-// stale guess costs a hop, not an error.
-type httpMinter struct {
-	client   *http.Client
-	ids      []string
-	urls     []string
-	cur      atomic.Int32 // index of the node requests go to
-	body     []byte
-	resource string
-}
-
-func newHTTPMinter(c *fencegateCluster, resource string, conc int) *httpMinter {
-	tr := &http.Transport{
-		MaxIdleConnsPerHost: max(conc, 2),
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
-	}
-	body, _ := json.Marshal(map[string]string{"resource": resource})
-	return &httpMinter{
-		client: &http.Client{Transport: tr, Timeout: 10 * time.Second},
-		ids:    c.ids, urls: c.urls, body: body, resource: resource,
-	}
-}
-
-type tokenAnswer struct {
-	Resource string `json:"resource"`
-	Token    int64  `json:"token"`
-	Term     uint64 `json:"term"`
-	Index    uint64 `json:"index"`
-	Leader   string `json:"leader"`
-}
-
-// Next returns a fresh token for the resource.
-func (m *httpMinter) Next(ctx context.Context) (int64, error) {
-	i := int(m.cur.Load())
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.urls[i]+"/v1/tokens", bytes.NewReader(m.body))
-	if err != nil {
-		return 0, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := m.client.Do(req)
-	if err != nil {
-		m.cur.CompareAndSwap(int32(i), int32((i+1)%len(m.urls)))
-		return 0, fmt.Errorf("next token from %s: %w", m.ids[i], err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		m.cur.CompareAndSwap(int32(i), int32((i+1)%len(m.urls)))
-		return 0, fmt.Errorf("next token from %s: %s: %s", m.ids[i], resp.Status, bytes.TrimSpace(msg))
-	}
-	var a tokenAnswer
-	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
-		return 0, fmt.Errorf("next token from %s: decode answer: %w", m.ids[i], err)
-	}
-	if a.Token <= 0 {
-		return 0, errors.New("next token: answer holds no token")
-	}
-	if a.Leader != "" && a.Leader != m.ids[i] {
-		for j, id := range m.ids {
-			if id == a.Leader {
-				m.cur.CompareAndSwap(int32(i), int32(j))
-			}
-		}
-	}
-	return a.Token, nil
-}
-
-// Close releases idle connections.
-func (m *httpMinter) Close() error {
-	m.client.CloseIdleConnections()
-	return nil
 }

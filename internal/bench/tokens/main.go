@@ -60,7 +60,7 @@ type minter interface {
 type system struct {
 	name      string
 	version   string
-	newMinter func(ctx context.Context, conc int) (minter, error)
+	newMinter func(ctx context.Context) (minter, error)
 }
 
 var knownSystems = []string{"fencegate", "etcd"}
@@ -73,7 +73,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	systemsFlag := fs.String("systems", "fencegate,etcd", "comma-separated systems to measure (default fencegate,etcd)")
 	resource := fs.String("resource", "bench", "resource name tokens are asked for (default bench)")
 	binFlag := fs.String("fencegate-bin", "", "fencegate binary to run (default: build ./cmd/fencegate into the temporary directory)")
-	etcdAll := fs.Bool("etcd-all-endpoints", false, "give the etcd client every member, as clientv3 balances them, instead of the leader alone (default false)")
+	leaderFirst := fs.Bool("leader-first", true, "send both clients' requests to the current leader: fencegate's client gets the leader's URL first, etcd's client the leader's endpoint alone; false gives both every node, so fencegate starts at n1 (a follower forwards) and clientv3 balances across members (default true)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -124,9 +124,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		var err error
 		switch name {
 		case "fencegate":
-			s, err = setupFencegate(ctx, g, *binFlag, dir, *resource, logf)
+			s, err = setupFencegate(ctx, g, *binFlag, dir, *resource, *leaderFirst, logf)
 		case "etcd":
-			s, err = setupEtcd(ctx, g, etcdBin, dir, *resource, *etcdAll, logf)
+			s, err = setupEtcd(ctx, g, etcdBin, dir, *resource, *leaderFirst, logf)
 		}
 		if err != nil {
 			return err
@@ -160,7 +160,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // measure warms a fresh client up at concurrency c and then measures one run.
 func measure(ctx context.Context, s system, c int, f bench.Flags) (bench.Result, error) {
-	m, err := s.newMinter(ctx, c)
+	m, err := s.newMinter(ctx)
 	if err != nil {
 		return bench.Result{}, err
 	}
@@ -187,7 +187,7 @@ func measure(ctx context.Context, s system, c int, f bench.Flags) (bench.Result,
 	return res, nil
 }
 
-func setupFencegate(ctx context.Context, g *bench.Group, bin, dir, resource string, logf func(string, ...any)) (system, error) {
+func setupFencegate(ctx context.Context, g *bench.Group, bin, dir, resource string, leaderFirst bool, logf func(string, ...any)) (system, error) {
 	version := "prebuilt " + bin
 	if bin == "" {
 		logf("building fencegate")
@@ -207,13 +207,13 @@ func setupFencegate(ctx context.Context, g *bench.Group, bin, dir, resource stri
 	return system{
 		name:    "fencegate",
 		version: version,
-		newMinter: func(ctx context.Context, conc int) (minter, error) {
-			return newFencegateMinter(c, resource, conc)
+		newMinter: func(ctx context.Context) (minter, error) {
+			return newFencegateMinter(ctx, c, resource, leaderFirst)
 		},
 	}, nil
 }
 
-func setupEtcd(ctx context.Context, g *bench.Group, etcdBin, dir, resource string, all bool, logf func(string, ...any)) (system, error) {
+func setupEtcd(ctx context.Context, g *bench.Group, etcdBin, dir, resource string, leaderFirst bool, logf func(string, ...any)) (system, error) {
 	logf("starting 3 etcd members")
 	c, err := startEtcd(ctx, g, etcdBin, filepath.Join(dir, "etcd"))
 	if err != nil {
@@ -223,9 +223,9 @@ func setupEtcd(ctx context.Context, g *bench.Group, etcdBin, dir, resource strin
 		name: "etcd",
 		version: strings.Replace(bench.Version(ctx, etcdBin, "--version"), "etcd Version: ", "etcd ", 1) +
 			" (server), go.etcd.io/etcd/client/v3 v3.6.12 (client)",
-		newMinter: func(ctx context.Context, conc int) (minter, error) {
+		newMinter: func(ctx context.Context) (minter, error) {
 			endpoints := c.clientURLs
-			if !all {
+			if leaderFirst {
 				leader, err := c.leaderURL(ctx)
 				if err != nil {
 					return nil, err
