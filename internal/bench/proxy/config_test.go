@@ -34,12 +34,15 @@ func TestBouncerIni(t *testing.T) {
 }
 
 func TestTwinScript(t *testing.T) {
-	twin := twinScript("SELECT fencegate.check('acct:' || :aid, :tok);")
-	if strings.Contains(twin, "fencegate.fence(") {
-		t.Errorf("twin still calls the fence:\n%s", twin)
-	}
-	if !strings.Contains(twin, "BEGIN;\nSELECT fencegate.check('acct:' || :aid, :tok);\nUPDATE pgbench_accounts") {
-		t.Errorf("twin lacks the fence SQL in place of the call:\n%s", twin)
+	const sql = "SET TRANSACTION READ WRITE; SELECT fencegate.fence($1, $2)"
+	for _, tc := range []struct{ mode, want string }{
+		{"simple", "BEGIN;\nSET TRANSACTION READ WRITE\\; SELECT fencegate.fence('acct:' || :aid, :tok);\nUPDATE pgbench_accounts"},
+		{"extended", "BEGIN;\n\\startpipeline\nSET TRANSACTION READ WRITE;\nSELECT fencegate.fence('acct:' || :aid, :tok);\n\\endpipeline\nUPDATE pgbench_accounts"},
+	} {
+		twin := twinScript(sql, tc.mode)
+		if !strings.Contains(twin, tc.want) {
+			t.Errorf("%s twin lacks %q:\n%s", tc.mode, tc.want, twin)
+		}
 	}
 	if !strings.Contains(fencedScript, fenceCall) {
 		t.Fatal("fencedScript does not contain fenceCall")
@@ -47,16 +50,16 @@ func TestTwinScript(t *testing.T) {
 }
 
 func TestWorkloadArgs(t *testing.T) {
-	sc := scripts{fenced: "f.sql", twin: "t.sql"}
+	sc := scripts{fenced: "f.sql", twin: map[string]string{"simple": "ts.sql", "extended": "te.sql"}}
 	w, _ := findWorkload("fenced-write")
 	if got, want := w.pgbenchArgs("fencegate", sc), []string{"-M", "extended", "-f", "f.sql"}; !slices.Equal(got, want) {
 		t.Errorf("args on fencegate=%v, want %v", got, want)
 	}
-	if got, want := w.pgbenchArgs("direct", sc), []string{"-M", "extended", "-f", "t.sql"}; !slices.Equal(got, want) {
+	if got, want := w.pgbenchArgs("direct", sc), []string{"-M", "extended", "-f", "te.sql"}; !slices.Equal(got, want) {
 		t.Errorf("args on direct=%v, want %v", got, want)
 	}
 	s, _ := findWorkload("select-simple")
-	if got, want := s.pgbenchArgs("fencegate", sc), []string{"-S", "-M", "simple"}; !slices.Equal(got, want) {
+	if got, want := s.pgbenchArgs("fencegate", sc), []string{"-M", "simple", "-S"}; !slices.Equal(got, want) {
 		t.Errorf("args of select-simple=%v, want %v", got, want)
 	}
 }

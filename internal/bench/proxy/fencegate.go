@@ -34,8 +34,10 @@ func startProxy(ctx context.Context, g *bench.Group, bin string, up pgbenchTarge
 	return ports[0], nil
 }
 
-// fenceTwin returns the statement that stands in for the fence call on the
-// direct paths: the SQL the proxy itself runs for it.
-func fenceTwin() (string, error) {
-	return "", errNoProxy
+// fenceSQL is what the proxy sends upstream for a fence call.
+const fenceSQL = "SET TRANSACTION READ WRITE; SELECT fencegate.fence($1, $2)"
+
+// installSchema installs the fencegate schema in t's database.
+func installSchema(ctx context.Context, t pgbenchTarget) error {
+	return errNoProxy
 }

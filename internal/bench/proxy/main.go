@@ -169,11 +169,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	var sc scripts
 	if o.fenced() {
-		twin, err := fenceTwin()
-		if err != nil {
-			return err
-		}
-		if sc, err = writeScripts(dir, twin); err != nil {
+		if sc, err = writeScripts(dir, fenceSQL); err != nil {
 			return err
 		}
 	}
@@ -190,6 +186,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	logf("creating pgbench tables in %s (scale %d)", up.db, o.scale)
 	if err := initPgbench(ctx, pgbenchBin, up, o.scale); err != nil {
 		return err
+	}
+	if o.fenced() {
+		// The direct twins call the fence function the proxy installs.
+		if err := installSchema(ctx, up); err != nil {
+			return err
+		}
 	}
 
 	targets := map[string]pgbenchTarget{"direct": up}

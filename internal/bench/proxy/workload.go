@@ -11,18 +11,20 @@ import (
 type workload struct {
 	name string
 	desc string
-	// args are the pgbench options shared by every system.
+	// mode is pgbench's query protocol: simple or extended.
+	mode string
+	// args are the pgbench options shared by every system besides -M.
 	args []string
-	// fenced workloads run fencedScript through the proxy and twinScript
+	// fenced workloads run fencedScript through the proxy and its twin
 	// (the same transaction with the fence's own SQL) on the other paths.
 	fenced bool
 }
 
 var workloads = []workload{
-	{name: "select-simple", desc: "pgbench -S -M simple", args: []string{"-S", "-M", "simple"}},
-	{name: "select-extended", desc: "pgbench -S -M extended", args: []string{"-S", "-M", "extended"}},
-	{name: "fenced-write", desc: "fenced UPDATE, -M extended", args: []string{"-M", "extended"}, fenced: true},
-	{name: "fenced-write-simple", desc: "fenced UPDATE, -M simple", args: []string{"-M", "simple"}, fenced: true},
+	{name: "select-simple", desc: "pgbench -S -M simple", mode: "simple", args: []string{"-S"}},
+	{name: "select-extended", desc: "pgbench -S -M extended", mode: "extended", args: []string{"-S"}},
+	{name: "fenced-write", desc: "fenced UPDATE -M extended", mode: "extended", fenced: true},
+	{name: "fenced-write-simple", desc: "fenced UPDATE -M simple", mode: "simple", fenced: true},
 }
 
 func findWorkload(name string) (workload, bool) {
@@ -58,37 +60,56 @@ COMMIT;
 // fenceCall is the statement of fencedScript the twin replaces.
 const fenceCall = "SELECT fencegate.fence('acct:' || :aid, :tok);"
 
-// twinScript is fencedScript with the fence call replaced by stmt, the SQL
-// the proxy runs for it, to be sent straight to PostgreSQL.
-func twinScript(stmt string) string {
-	return strings.Replace(fencedScript, fenceCall, stmt, 1)
+// twinScript is fencedScript with the fence call replaced by the SQL the
+// proxy sends upstream for it (fenceSQL: statements separated by "; ",
+// parameters $1 and $2), the way the proxy sends it: in the same flight.
+// For the simple protocol the statements become one compound Query
+// (pgbench's "\;"); for the extended protocol they are pipelined.
+func twinScript(fenceSQL, mode string) string {
+	stmts := strings.Split(fenceSQL, "; ")
+	for i, st := range stmts {
+		st = strings.ReplaceAll(st, "$1", "'acct:' || :aid")
+		stmts[i] = strings.ReplaceAll(st, "$2", ":tok")
+	}
+	var twin string
+	if mode == "simple" {
+		twin = strings.Join(stmts, "\\; ") + ";"
+	} else {
+		twin = "\\startpipeline\n" + strings.Join(stmts, ";\n") + ";\n\\endpipeline"
+	}
+	return strings.Replace(fencedScript, fenceCall, twin, 1)
 }
 
 // scripts holds the paths of the fenced workload's script files.
 type scripts struct {
-	fenced, twin string
+	fenced string
+	twin   map[string]string // by protocol
 }
 
-// writeScripts writes the fenced script and its twin into dir.
-func writeScripts(dir, twinStmt string) (scripts, error) {
-	s := scripts{fenced: filepath.Join(dir, "fenced.sql"), twin: filepath.Join(dir, "twin.sql")}
-	if err := os.WriteFile(s.fenced, []byte(fencedScript), 0o644); err != nil {
-		return s, fmt.Errorf("write pgbench script: %w", err)
+// writeScripts writes the fenced script and its twins into dir.
+func writeScripts(dir, fenceSQL string) (scripts, error) {
+	s := scripts{fenced: filepath.Join(dir, "fenced.sql"), twin: map[string]string{}}
+	files := map[string]string{s.fenced: fencedScript}
+	for _, mode := range []string{"simple", "extended"} {
+		s.twin[mode] = filepath.Join(dir, "twin-"+mode+".sql")
+		files[s.twin[mode]] = twinScript(fenceSQL, mode)
 	}
-	if err := os.WriteFile(s.twin, []byte(twinScript(twinStmt)), 0o644); err != nil {
-		return s, fmt.Errorf("write pgbench script: %w", err)
+	for path, text := range files {
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			return s, fmt.Errorf("write pgbench script: %w", err)
+		}
 	}
 	return s, nil
 }
 
 // pgbenchArgs returns the pgbench options of w on the given system.
 func (w workload) pgbenchArgs(system string, s scripts) []string {
-	args := append([]string(nil), w.args...)
+	args := append([]string{"-M", w.mode}, w.args...)
 	if !w.fenced {
 		return args
 	}
 	if system == "fencegate" {
 		return append(args, "-f", s.fenced)
 	}
-	return append(args, "-f", s.twin)
+	return append(args, "-f", s.twin[w.mode])
 }
