@@ -15,14 +15,14 @@ var errNoProxy = errors.New("this fencegate build has no 'proxy' command; to mea
 
 // startProxy starts "fencegate proxy" under g in front of up and returns
 // its port once a query goes through it.
-func startProxy(ctx context.Context, g *bench.Group, bin string, up pgbenchTarget, extra ...string) (int, error) {
+func startProxy(ctx context.Context, g *bench.Group, name, bin string, up pgbenchTarget, extra ...string) (int, error) {
 	ports, err := bench.FreePorts(1)
 	if err != nil {
 		return 0, err
 	}
 	listen := "127.0.0.1:" + strconv.Itoa(ports[0])
 	args := append([]string{"proxy", "--listen", listen, "--upstream", up.dsn()}, extra...)
-	p, err := g.Start("fencegate-proxy", exec.Command(bin, args...))
+	p, err := g.Start(name, exec.Command(bin, args...))
 	if err != nil {
 		return 0, err
 	}

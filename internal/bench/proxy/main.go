@@ -49,6 +49,9 @@ var errUsage = errors.New("usage")
 
 var knownSystems = []string{"direct", "pgbouncer", "fencegate"}
 
+// unfencedProxy names the proxy instance that lets unfenced writes through.
+const unfencedProxy = "fencegate-unfenced"
+
 // options are the command's flags.
 type options struct {
 	bench.Flags
@@ -68,7 +71,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		"admin `DSN` of the PostgreSQL server measured (default postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable)")
 	fs.IntVar(&o.scale, "scale", 10, "pgbench scale factor of the benchmark database (default 10)")
 	wl := fs.String("workloads", "select-simple,select-extended,fenced-write",
-		"comma-separated workloads: select-simple, select-extended, fenced-write (extended protocol), fenced-write-simple (default select-simple,select-extended,fenced-write)")
+		"comma-separated workloads: select-simple, select-extended, fenced-write (extended protocol), fenced-write-simple, "+
+			"nobranch-extended (pgbench -N, unfenced writes: through a proxy started with --allow-unfenced-writes) (default select-simple,select-extended,fenced-write)")
 	sys := fs.String("systems", "direct,pgbouncer,fencegate", "comma-separated paths to measure (default direct,pgbouncer,fencegate)")
 	fs.StringVar(&o.bin, "fencegate-bin", "", "fencegate binary to run (default: build ./cmd/fencegate into the temporary directory)")
 	if err := fs.Parse(args); err != nil {
@@ -206,11 +210,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if has("fencegate") {
 		logf("starting fencegate proxy")
-		port, err := startProxy(ctx, g, fgBin, up)
+		port, err := startProxy(ctx, g, "fencegate-proxy", fgBin, up)
 		if err != nil {
 			return err
 		}
 		targets["fencegate"] = pgbenchTarget{host: "127.0.0.1", port: port, user: up.user, db: up.db}
+		if slices.ContainsFunc(o.workloads, func(w workload) bool { return w.unfenced }) {
+			logf("starting fencegate proxy with --allow-unfenced-writes")
+			port, err := startProxy(ctx, g, "fencegate-proxy-unfenced", fgBin, up, "--allow-unfenced-writes")
+			if err != nil {
+				return err
+			}
+			targets[unfencedProxy] = pgbenchTarget{host: "127.0.0.1", port: port, user: up.user, db: up.db}
+		}
 	}
 
 	rep := newReport(o, versions)
@@ -219,13 +231,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		for _, w := range o.workloads {
 			for _, c := range o.Concurrency {
 				for _, s := range order {
-					args := w.pgbenchArgs(s, sc)
+					args, target := w.pgbenchArgs(s, sc), targets[s]
+					if w.unfenced && s == "fencegate" {
+						target = targets[unfencedProxy]
+					}
 					if o.Warmup > 0 {
-						if _, err := runPgbench(ctx, pgbenchBin, targets[s], c, o.Warmup, args); err != nil {
+						if _, err := runPgbench(ctx, pgbenchBin, target, c, o.Warmup, args); err != nil {
 							return fmt.Errorf("warm up %s on %s at %d clients: %w", w.name, s, c, err)
 						}
 					}
-					st, err := runPgbench(ctx, pgbenchBin, targets[s], c, o.Duration, args)
+					st, err := runPgbench(ctx, pgbenchBin, target, c, o.Duration, args)
 					if err != nil {
 						return fmt.Errorf("run %d, %s on %s at %d clients: %w", r+1, w.name, s, c, err)
 					}

@@ -93,8 +93,11 @@ func (r *report) finish() {
 	r.Ratios = nil
 	for _, w := range r.workloads {
 		goal := 0.9
-		if w.fenced {
+		switch {
+		case w.fenced:
 			goal = 0.85
+		case w.unfenced:
+			goal = 0 // no goal for writes without fences
 		}
 		for _, c := range r.Concurrency {
 			for _, p := range []struct {
@@ -105,8 +108,8 @@ func (r *report) finish() {
 				if a == nil || b == nil {
 					continue
 				}
-				if w.fenced && p.of == "fencegate" && p.over == "pgbouncer" {
-					p.goal = 0 // no goal was set for the fenced write against PgBouncer
+				if (w.fenced || w.unfenced) && p.of == "fencegate" && p.over == "pgbouncer" {
+					p.goal = 0 // no goal for writes against PgBouncer
 				}
 				r.Ratios = append(r.Ratios, ratio{Workload: w.name, Concurrency: c, Of: p.of, Over: p.over,
 					Ratio: bench.Ratio(a.TPS, b.TPS), Goal: p.goal})
@@ -147,8 +150,11 @@ func (r *report) writeText(w io.Writer) error {
 					continue
 				}
 				name := s
-				if wl.fenced && s != "fencegate" {
+				switch {
+				case wl.fenced && s != "fencegate":
 					name += " (twin)"
+				case wl.unfenced && s == "fencegate":
+					name += " (unfenced)"
 				}
 				var per []float64
 				for _, run := range e.Runs {

@@ -18,6 +18,9 @@ type workload struct {
 	// fenced workloads run fencedScript through the proxy and its twin
 	// (the same transaction with the fence's own SQL) on the other paths.
 	fenced bool
+	// unfenced workloads write without fences; through the proxy they run
+	// on a second instance started with --allow-unfenced-writes.
+	unfenced bool
 }
 
 var workloads = []workload{
@@ -25,6 +28,7 @@ var workloads = []workload{
 	{name: "select-extended", desc: "pgbench -S -M extended", mode: "extended", args: []string{"-S"}},
 	{name: "fenced-write", desc: "fenced UPDATE -M extended", mode: "extended", fenced: true},
 	{name: "fenced-write-simple", desc: "fenced UPDATE -M simple", mode: "simple", fenced: true},
+	{name: "nobranch-extended", desc: "pgbench -N -M extended", mode: "extended", args: []string{"-N"}, unfenced: true},
 }
 
 func findWorkload(name string) (workload, bool) {
