@@ -10,6 +10,8 @@
 //	go run ./internal/bench/tokens   fencegate token cluster vs a 3-node etcd cluster
 //	go run ./internal/bench/proxy    pgbench direct vs PgBouncer vs the fencegate proxy
 //
+// DESIGN.md explains how both commands give every side the same treatment.
+//
 // Benchmarks measure; they assert nothing. Figures taken on a machine that
 // is busy with other work are only good for ratios measured in the same run.
 package bench
