@@ -3,15 +3,19 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/fencegate/fencegate/internal/bench"
+	"github.com/fencegate/fencegate/proxy"
 )
 
 // errNoProxy means the fencegate binary has no proxy command.
-var errNoProxy = errors.New("this fencegate build has no 'proxy' command; to measure the other paths run with --systems direct,pgbouncer --workloads select-simple,select-extended")
+var errNoProxy = errors.New("this fencegate binary has no 'proxy' command; build one that has, or run with --systems direct,pgbouncer to measure the other paths")
 
 // startProxy starts "fencegate proxy" under g in front of up and returns
 // its port once a query goes through it.
@@ -35,9 +39,15 @@ func startProxy(ctx context.Context, g *bench.Group, name, bin string, up pgbenc
 }
 
 // fenceSQL is what the proxy sends upstream for a fence call.
-const fenceSQL = "SET TRANSACTION READ WRITE; SELECT fencegate.fence($1, $2)"
+const fenceSQL = proxy.FenceSQL
 
-// installSchema installs the fencegate schema in t's database.
+// installSchema installs the fencegate schema in t's database, as the proxy
+// does on its first session, so that the direct twins find the function.
 func installSchema(ctx context.Context, t pgbenchTarget) error {
-	return errNoProxy
+	conn, err := pgx.Connect(ctx, t.dsn())
+	if err != nil {
+		return fmt.Errorf("install fencegate schema: %w", err)
+	}
+	defer conn.Close(context.Background())
+	return proxy.EnsureSchema(ctx, conn)
 }
