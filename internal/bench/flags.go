@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -30,10 +31,10 @@ type Flags struct {
 // concurrency list.
 func (f *Flags) Register(fs *flag.FlagSet, conc []int) {
 	f.Concurrency = append(IntList(nil), conc...)
-	fs.IntVar(&f.Runs, "runs", 3, "measured `N` runs per figure; the table shows their median (default 3)")
-	fs.DurationVar(&f.Duration, "duration", 5*time.Second, "length of one measured run (default 5s)")
-	fs.DurationVar(&f.Warmup, "warmup", time.Second, "load applied before each measured run and not counted (default 1s; 0 turns it off)")
-	fs.Var(&f.Concurrency, "concurrency", "comma-separated `LIST` of client counts (default "+f.Concurrency.String()+")")
+	fs.IntVar(&f.Runs, "runs", 3, "measured `N` runs per figure; the table shows their median")
+	fs.DurationVar(&f.Duration, "duration", 5*time.Second, "length of one measured run")
+	fs.DurationVar(&f.Warmup, "warmup", time.Second, "load applied before each measured run and not counted (0 turns it off)")
+	fs.Var(&f.Concurrency, "concurrency", "comma-separated `LIST` of client counts")
 	fs.BoolVar(&f.JSON, "json", false, "print the results as JSON on stdout instead of a table (default false)")
 	fs.BoolVar(&f.Keep, "keep", false, "keep the temporary directories (data, logs, configs) for debugging (default false)")
 }
@@ -51,6 +52,32 @@ func (f *Flags) Validate() error {
 		return errors.New("--concurrency needs at least one client count, e.g. 1,64")
 	}
 	return nil
+}
+
+// UsageError marks a mistake in the command line (exit status 2).
+type UsageError struct{ Err error }
+
+func (e UsageError) Error() string { return e.Err.Error() }
+func (e UsageError) Unwrap() error { return e.Err }
+
+// Usagef returns a UsageError with a formatted message.
+func Usagef(format string, a ...any) error {
+	return UsageError{fmt.Errorf(format, a...)}
+}
+
+// ExitCode prints err, if any, as "NAME: ERR" on stderr and returns the
+// exit status: 0 for success or --help, 2 for a UsageError, else 1.
+func ExitCode(name string, err error, stderr io.Writer) int {
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, new(UsageError)):
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 1
+	}
 }
 
 // IntList is a flag.Value holding a comma-separated list of positive integers.

@@ -17,7 +17,7 @@ import (
 
 // ErrMissingBinary is returned by LookPath when a program the benchmark
 // drives is not installed.
-var ErrMissingBinary = errors.New("bench: required program not installed")
+var ErrMissingBinary = errors.New("bench: program not installed")
 
 // LookPath finds program on PATH, or says which Debian package provides it.
 func LookPath(program, debianPackage string) (string, error) {

@@ -34,18 +34,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-	case errors.Is(err, errUsage):
-		fmt.Fprintf(os.Stderr, "bench proxy: %v\n", err)
-		os.Exit(2)
-	default:
-		fmt.Fprintf(os.Stderr, "bench proxy: %v\n", err)
-		os.Exit(1)
-	}
+	os.Exit(bench.ExitCode("bench proxy", err, os.Stderr))
 }
-
-var errUsage = errors.New("usage")
 
 var knownSystems = []string{"direct", "pgbouncer", "fencegate"}
 
@@ -68,41 +58,41 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	o.Register(fs, []int{1, 8})
 	fs.StringVar(&o.pg, "pg", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable",
-		"admin `DSN` of the PostgreSQL server measured (default postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable)")
-	fs.IntVar(&o.scale, "scale", 10, "pgbench scale factor of the benchmark database (default 10)")
+		"admin `DSN` of the PostgreSQL server measured")
+	fs.IntVar(&o.scale, "scale", 10, "pgbench scale factor of the benchmark database")
 	wl := fs.String("workloads", "select-simple,select-extended,fenced-write",
 		"comma-separated workloads: select-simple, select-extended, fenced-write (extended protocol), fenced-write-simple, "+
-			"nobranch-extended (pgbench -N, unfenced writes: through a proxy started with --allow-unfenced-writes) (default select-simple,select-extended,fenced-write)")
-	sys := fs.String("systems", "direct,pgbouncer,fencegate", "comma-separated paths to measure (default direct,pgbouncer,fencegate)")
+			"nobranch-extended (pgbench -N, unfenced writes: through a proxy started with --allow-unfenced-writes)")
+	sys := fs.String("systems", "direct,pgbouncer,fencegate", "comma-separated paths to measure")
 	fs.StringVar(&o.bin, "fencegate-bin", "", "fencegate binary to run (default: build ./cmd/fencegate into the temporary directory)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return o, err
 		}
-		return o, fmt.Errorf("%w: %v", errUsage, err)
+		return o, bench.UsageError{Err: err}
 	}
 	if fs.NArg() > 0 {
-		return o, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+		return o, bench.Usagef("unexpected argument %q", fs.Arg(0))
 	}
 	if err := o.Validate(); err != nil {
-		return o, fmt.Errorf("%w: %v", errUsage, err)
+		return o, bench.UsageError{Err: err}
 	}
 	if o.scale < 1 {
-		return o, fmt.Errorf("%w: --scale must be at least 1", errUsage)
+		return o, bench.Usagef("--scale must be at least 1")
 	}
 	if slices.Max(o.Concurrency)*100 > o.scale*100_000 {
-		return o, fmt.Errorf("%w: --scale %d has too few accounts for %d clients of 100 accounts each", errUsage, o.scale, slices.Max(o.Concurrency))
+		return o, bench.Usagef("--scale %d has too few accounts for %d clients of 100 accounts each", o.scale, slices.Max(o.Concurrency))
 	}
 	for _, name := range strings.Split(*wl, ",") {
 		w, ok := findWorkload(name)
 		if !ok {
-			return o, fmt.Errorf("%w: unknown workload %q in --workloads", errUsage, name)
+			return o, bench.Usagef("unknown workload %q in --workloads", name)
 		}
 		o.workloads = append(o.workloads, w)
 	}
 	for _, s := range strings.Split(*sys, ",") {
 		if !slices.Contains(knownSystems, s) {
-			return o, fmt.Errorf("%w: unknown system %q in --systems; choose from %s", errUsage, s, strings.Join(knownSystems, ","))
+			return o, bench.Usagef("unknown system %q in --systems; choose from %s", s, strings.Join(knownSystems, ","))
 		}
 		o.systems = append(o.systems, s)
 	}
@@ -134,7 +124,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	up, err := upstreamTarget(o.pg, "")
 	if err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return bench.UsageError{Err: err}
 	}
 
 	dir, err := os.MkdirTemp("", "fencegate-bench-proxy-")

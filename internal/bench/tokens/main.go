@@ -34,18 +34,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-	case errors.Is(err, errUsage):
-		fmt.Fprintf(os.Stderr, "bench tokens: %v\n", err)
-		os.Exit(2)
-	default:
-		fmt.Fprintf(os.Stderr, "bench tokens: %v\n", err)
-		os.Exit(1)
-	}
+	os.Exit(bench.ExitCode("bench tokens", err, os.Stderr))
 }
-
-var errUsage = errors.New("usage")
 
 // errNoTokenService means the fencegate binary has no token service.
 var errNoTokenService = errors.New("this fencegate build has no token service ('fencegate token serve'); run with --systems etcd to measure etcd alone")
@@ -70,26 +60,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var f bench.Flags
 	f.Register(fs, []int{1, 64})
-	systemsFlag := fs.String("systems", "fencegate,etcd", "comma-separated systems to measure (default fencegate,etcd)")
-	resource := fs.String("resource", "bench", "resource name tokens are asked for (default bench)")
+	systemsFlag := fs.String("systems", "fencegate,etcd", "comma-separated systems to measure")
+	resource := fs.String("resource", "bench", "resource name tokens are asked for")
 	binFlag := fs.String("fencegate-bin", "", "fencegate binary to run (default: build ./cmd/fencegate into the temporary directory)")
-	leaderFirst := fs.Bool("leader-first", true, "send both clients' requests to the current leader: fencegate's client gets the leader's URL first, etcd's client the leader's endpoint alone; false gives both every node, so fencegate starts at n1 (a follower forwards) and clientv3 balances across members (default true)")
+	leaderFirst := fs.Bool("leader-first", true, "send both clients' requests to the current leader: fencegate's client gets the leader's URL first, etcd's client the leader's endpoint alone; false gives both every node, so fencegate starts at n1 (a follower forwards) and clientv3 balances across members")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return bench.UsageError{Err: err}
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+		return bench.Usagef("unexpected argument %q", fs.Arg(0))
 	}
 	if err := f.Validate(); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return bench.UsageError{Err: err}
 	}
 	want := strings.Split(*systemsFlag, ",")
 	for _, s := range want {
 		if !slices.Contains(knownSystems, s) {
-			return fmt.Errorf("%w: unknown system %q in --systems; choose from %s", errUsage, s, strings.Join(knownSystems, ","))
+			return bench.Usagef("unknown system %q in --systems; choose from %s", s, strings.Join(knownSystems, ","))
 		}
 	}
 
