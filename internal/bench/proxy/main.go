@@ -188,34 +188,61 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
+	targets, err := startPaths(ctx, o, g, dir, up, fgBin, bouncerBin, versions, logf)
+	if err != nil {
+		return err
+	}
+	rep := newReport(o, versions)
+	if err := measureAll(ctx, o, pgbenchBin, targets, sc, rep, logf); err != nil {
+		return err
+	}
+	if o.JSON {
+		return rep.writeJSON(stdout)
+	}
+	return rep.writeText(stdout)
+}
+
+// startPaths starts PgBouncer and the proxies the options ask for and
+// returns where pgbench connects for each path.
+func startPaths(ctx context.Context, o options, g *bench.Group, dir string, up pgbenchTarget, fgBin, bouncerBin string,
+	versions map[string]string, logf func(string, ...any)) (map[string]pgbenchTarget, error) {
+	local := func(port int) pgbenchTarget {
+		return pgbenchTarget{host: "127.0.0.1", port: port, user: up.user, db: up.db}
+	}
 	targets := map[string]pgbenchTarget{"direct": up}
-	if has("pgbouncer") {
+	if slices.Contains(o.systems, "pgbouncer") {
 		logf("starting pgbouncer")
 		port, err := startBouncer(ctx, g, bouncerBin, filepath.Join(dir, "pgbouncer"), up, slices.Max(o.Concurrency))
 		if err != nil {
-			return err
+			return nil, err
 		}
-		targets["pgbouncer"] = pgbenchTarget{host: "127.0.0.1", port: port, user: up.user, db: up.db}
+		targets["pgbouncer"] = local(port)
 		versions["pgbouncer"] = bench.Version(ctx, bouncerBin, "--version")
 	}
-	if has("fencegate") {
-		logf("starting fencegate proxy")
-		port, err := startProxy(ctx, g, "fencegate-proxy", fgBin, up)
-		if err != nil {
-			return err
-		}
-		targets["fencegate"] = pgbenchTarget{host: "127.0.0.1", port: port, user: up.user, db: up.db}
-		if slices.ContainsFunc(o.workloads, func(w workload) bool { return w.unfenced }) {
-			logf("starting fencegate proxy with --allow-unfenced-writes")
-			port, err := startProxy(ctx, g, "fencegate-proxy-unfenced", fgBin, up, "--allow-unfenced-writes")
-			if err != nil {
-				return err
-			}
-			targets[unfencedProxy] = pgbenchTarget{host: "127.0.0.1", port: port, user: up.user, db: up.db}
-		}
+	if !slices.Contains(o.systems, "fencegate") {
+		return targets, nil
 	}
+	logf("starting fencegate proxy")
+	port, err := startProxy(ctx, g, "fencegate-proxy", fgBin, up)
+	if err != nil {
+		return nil, err
+	}
+	targets["fencegate"] = local(port)
+	if slices.ContainsFunc(o.workloads, func(w workload) bool { return w.unfenced }) {
+		logf("starting fencegate proxy with --allow-unfenced-writes")
+		port, err := startProxy(ctx, g, "fencegate-proxy-unfenced", fgBin, up, "--allow-unfenced-writes")
+		if err != nil {
+			return nil, err
+		}
+		targets[unfencedProxy] = local(port)
+	}
+	return targets, nil
+}
 
-	rep := newReport(o, versions)
+// measureAll runs every workload on every path at every concurrency,
+// --runs times, rotating the order of the paths from run to run.
+func measureAll(ctx context.Context, o options, pgbenchBin string, targets map[string]pgbenchTarget, sc scripts,
+	rep *report, logf func(string, ...any)) error {
 	for r := range o.Runs {
 		order := rotate(o.systems, r)
 		for _, w := range o.workloads {
@@ -241,10 +268,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	}
-	if o.JSON {
-		return rep.writeJSON(stdout)
-	}
-	return rep.writeText(stdout)
+	return nil
 }
 
 // rotate returns xs started at index r (mod len), so that each system goes
