@@ -78,7 +78,8 @@ func New(nodes []redis.UniversalClient, tokens TokenSource, opts ...Option) (*Cl
 // Dial connects to the Redis servers at addrs ("host:port"; one for
 // single-node mode, N for Redlock) and returns a client that owns the
 // connections: Close closes them. Connections honour the node timeout and
-// are not retried by go-redis (a lock attempt is retried as a whole).
+// are neither retried nor re-dialled by go-redis (a lock attempt is retried
+// as a whole), so a master that is down fails at once.
 func Dial(addrs []string, tokens TokenSource, opts ...Option) (*Client, error) {
 	o := defaultOptions()
 	for _, opt := range opts {
@@ -90,6 +91,7 @@ func Dial(addrs []string, tokens TokenSource, opts ...Option) (*Client, error) {
 			Addr:                  a,
 			DialTimeout:           o.nodeTimeout,
 			MaxRetries:            -1,
+			DialerRetries:         1,
 			ContextTimeoutEnabled: true,
 			PoolSize:              max(16, 4*runtime.GOMAXPROCS(0)),
 			PipelinePoolSize:      4,

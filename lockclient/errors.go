@@ -62,6 +62,9 @@ type NotAcquiredError struct {
 	// time spent acquiring (and, with a token, minting it) used up the
 	// validity.
 	Expired bool
+	// Nodes is the number of nodes; those in none of the lists above had
+	// not answered when the attempt ended.
+	Nodes int
 	// Quorum is the number of grants needed.
 	Quorum int
 	// NodeErrs joins the errors of the failed nodes and, when the attempt
@@ -73,7 +76,7 @@ type NotAcquiredError struct {
 func (e *NotAcquiredError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "lockclient: lock %q not acquired: %d of %d nodes granted, %d needed",
-		e.Resource, len(e.Granted), len(e.Granted)+len(e.Taken)+len(e.Failed), e.Quorum)
+		e.Resource, len(e.Granted), e.Nodes, e.Quorum)
 	if e.Expired {
 		b.WriteString(", validity used up before the grant completed")
 	}

@@ -28,7 +28,7 @@ type tally struct {
 func (t *tally) names(c *Client, s uint8) []string {
 	var out []string
 	for i, st := range t.state {
-		if st == s || (s == stateFailed && st == statePending) {
+		if st == s {
 			out = append(out, c.nodes[i].name)
 		}
 	}
@@ -117,6 +117,7 @@ func (c *Client) notAcquired(resource string, t *tally, expired bool) error {
 		Taken:    t.names(c, stateRefused),
 		Failed:   t.names(c, stateFailed),
 		Expired:  expired,
+		Nodes:    len(c.nodes),
 		Quorum:   c.quorum,
 		NodeErrs: errors.Join(t.errs...),
 	}
