@@ -18,6 +18,7 @@ import (
 	"github.com/fencegate/fencegate/internal/tokentest"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 )
 
 // childEnv makes the test binary run as the lock holder of
@@ -28,8 +29,13 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "paused-holder" {
 		os.Exit(pausedHolder())
 	}
+	redis.SetLogger(quietRedisLog{}) // dial errors of killed masters are expected
 	testutil.Main(m)
 }
+
+type quietRedisLog struct{}
+
+func (quietRedisLog) Printf(context.Context, string, ...any) {}
 
 // pausedHolder is the child process: it takes the lock, reports its token,
 // and waits for a line on stdin (it is SIGSTOPped meanwhile). Once resumed
