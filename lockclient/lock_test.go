@@ -178,12 +178,12 @@ func TestRefreshLostLock(t *testing.T) {
 // loss through Done when the key disappears.
 func TestWatchdog(t *testing.T) {
 	tr := sharedRedis(t)
-	const ttl = 300 * time.Millisecond
-	c := tr.client(t, nil, WithTTL(ttl), WithAutoRefresh(0), WithNodeTimeout(100*time.Millisecond))
+	const ttl = time.Second
+	c := tr.client(t, nil, WithTTL(ttl), WithAutoRefresh(0), WithNodeTimeout(200*time.Millisecond))
 	l := mustAcquire(t, c, "wd")
 	first := l.ValidUntil()
-	testutil.Eventually(t, 30*time.Second, "the watchdog to extend the lock past 3 TTLs", func() bool {
-		return l.ValidUntil().Sub(first) > 3*ttl
+	testutil.Eventually(t, 30*time.Second, "the watchdog to extend the lock past 2 TTLs", func() bool {
+		return l.ValidUntil().Sub(first) > 2*ttl
 	})
 	select {
 	case <-l.Done():
