@@ -89,9 +89,13 @@ func TestTryAcquireHeld(t *testing.T) {
 		t.Fatalf("Taken=%v, want %d node", nae.Taken, want)
 	}
 
+	// The retry strategy cancels the context: Acquire is between attempts.
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { time.Sleep(20 * time.Millisecond); cancel() }()
-	_, err = c.Acquire(ctx, "held")
+	cancelling := tr.client(t, nil, WithRetry(retryFunc(func(int) (time.Duration, bool) {
+		cancel()
+		return time.Millisecond, true
+	})))
+	_, err = cancelling.Acquire(ctx, "held")
 	if !errors.Is(err, context.Canceled) || !errors.Is(err, ErrNotAcquired) {
 		t.Fatalf("Acquire with a cancelled ctx: %v, want context.Canceled and ErrNotAcquired", err)
 	}
