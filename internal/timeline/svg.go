@@ -19,7 +19,7 @@ const (
 	svgAxisH     = 34
 	svgPanelGap  = 18
 	svgLegendH   = 56
-	maxMarkLabel = 30 // lanes with more marks than this draw them unlabelled
+	maxMarkLabel = 12 // lanes with more labelled marks than this draw them unlabelled
 )
 
 // Colours of the picture.
@@ -124,7 +124,12 @@ func drawLane(p func(string, ...any), l Lane, ly int, x func(time.Duration) floa
 			p(`<text x="%.1f" y="%d" font-size="11" font-weight="bold" fill="#17324d" %s>%s</text>`+"\n", x0+4, ly+27, halo, esc(s.Label))
 		}
 	}
-	labelled := len(l.Marks) <= maxMarkLabel
+	labelled := 0
+	for _, m := range l.Marks {
+		if m.Label != "" {
+			labelled++
+		}
+	}
 	for i, m := range l.Marks {
 		mx := x(m.At)
 		cy := float64(ly) + 23
@@ -132,8 +137,8 @@ func drawLane(p func(string, ...any), l Lane, ly int, x func(time.Duration) floa
 		switch m.Kind {
 		case Accepted:
 			r := 5.0
-			if !labelled {
-				r = 2.5
+			if len(l.Marks) > maxMarkLabel {
+				r = 3
 			}
 			p(`<circle cx="%.1f" cy="%.1f" r="%.1f" fill="%s" stroke="white" stroke-width="1"><title>%s</title></circle>`+"\n", mx, cy, r, colAccepted, t)
 		case Rejected:
@@ -149,7 +154,7 @@ func drawLane(p func(string, ...any), l Lane, ly int, x func(time.Duration) floa
 			p(`<path d="M%.1f %.1f L%.1f %.1f L%.1f %.1f L%.1f %.1f Z" fill="%s"><title>%s</title></path>`+"\n",
 				mx, cy-5, mx+5, cy, mx, cy+5, mx-5, cy, colNote, t)
 		}
-		if labelled && m.Label != "" {
+		if labelled <= maxMarkLabel && m.Label != "" {
 			// Alternate above and below so neighbouring labels do not collide.
 			ty := ly + 10
 			if i%2 == 1 {
