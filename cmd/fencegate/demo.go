@@ -46,7 +46,7 @@ func runPausedHolder(ctx context.Context, args []string, stdout, stderr io.Write
 	fs.StringVar(&cfg.Postgres, "postgres", "", "PostgreSQL DSN (default: DATABASE_URL or PG* variables, else 127.0.0.1:5432, else a throwaway server)")
 	fs.StringVar(&cfg.Redis, "redis", "", "Redis host:port or redis:// URL (default: REDIS_URL, else 127.0.0.1:6379, else a throwaway server)")
 	fs.StringVar(&cfg.Picture, "picture", "paused-holder.svg", "SVG timeline to write (default paused-holder.svg)")
-	verbose := fs.Bool("v", false, "log progress to stderr (default false)")
+	verbose := fs.Bool("v", false, "log progress, and the token nodes' and proxy's logs, to stderr (default false)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
@@ -61,6 +61,9 @@ func runPausedHolder(ctx context.Context, args []string, stdout, stderr io.Write
 		level = slog.LevelInfo
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if *verbose {
+		cfg.ServiceLogger = cfg.Logger
+	}
 	cfg.Out = stdout
 	_, err := demo.PausedHolder(ctx, cfg)
 	return err

@@ -8,20 +8,26 @@ import (
 	"encoding/hex"
 	"time"
 
+	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )
 
 type scaffoldLocks struct {
 	rdb *redis.Client
+	tc  *tokenservice.Client
 	ttl time.Duration
 }
 
 func newLocks(cfg workerConfig) (*scaffoldLocks, error) {
-	return &scaffoldLocks{rdb: redis.NewClient(&redis.Options{Addr: cfg.Redis[0]}), ttl: cfg.TTL}, nil
+	tc, err := tokenservice.NewClient(cfg.Tokens)
+	if err != nil {
+		return nil, err
+	}
+	return &scaffoldLocks{rdb: redis.NewClient(&redis.Options{Addr: cfg.Redis[0]}), tc: tc, ttl: cfg.TTL}, nil
 }
 
-func (l *scaffoldLocks) Close() error { return l.rdb.Close() }
+func (l *scaffoldLocks) Close() error { l.tc.Close(); return l.rdb.Close() }
 
 func (l *scaffoldLocks) Acquire(ctx context.Context, resource string) (*scaffoldLock, error) {
 	b := make([]byte, 8)
@@ -33,7 +39,7 @@ func (l *scaffoldLocks) Acquire(ctx context.Context, resource string) (*scaffold
 			return nil, err
 		}
 		if ok {
-			tok, err := l.rdb.Incr(ctx, "scaffold-token").Result()
+			tok, err := l.tc.NextToken(ctx, resource)
 			if err != nil {
 				return nil, err
 			}

@@ -39,6 +39,9 @@ type Config struct {
 	Out io.Writer
 	// Logger gets progress logs. The default is slog.Default().
 	Logger *slog.Logger
+	// ServiceLogger gets the logs of the token nodes and the proxy the demo
+	// runs. The default discards them.
+	ServiceLogger *slog.Logger
 }
 
 // Order is the demo's order 42 as found in the database after a run.
@@ -101,6 +104,9 @@ func PausedHolder(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default().With("component", "demo")
+	}
+	if cfg.ServiceLogger == nil {
+		cfg.ServiceLogger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Binary == "" {
 		exe, err := os.Executable()

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )
@@ -27,14 +28,19 @@ type demoLock interface {
 
 type scaffoldLocker struct {
 	rdb *redis.Client
+	tc  *tokenservice.Client
 	ttl time.Duration
 }
 
 func newLocker(c *ClientConfig) (demoLocker, error) {
-	return &scaffoldLocker{rdb: redis.NewClient(&redis.Options{Addr: c.Redis[0]}), ttl: c.TTL}, nil
+	tc, err := tokenservice.NewClient(c.Tokens)
+	if err != nil {
+		return nil, err
+	}
+	return &scaffoldLocker{rdb: redis.NewClient(&redis.Options{Addr: c.Redis[0]}), tc: tc, ttl: c.TTL}, nil
 }
 
-func (l *scaffoldLocker) Close() error { return l.rdb.Close() }
+func (l *scaffoldLocker) Close() error { l.tc.Close(); return l.rdb.Close() }
 
 func (l *scaffoldLocker) Acquire(ctx context.Context, resource string) (demoLock, error) {
 	b := make([]byte, 8)
@@ -46,7 +52,7 @@ func (l *scaffoldLocker) Acquire(ctx context.Context, resource string) (demoLock
 			return nil, err
 		}
 		if ok {
-			tok, err := l.rdb.Incr(ctx, "scaffold-token").Result()
+			tok, err := l.tc.NextToken(ctx, resource)
 			if err != nil {
 				return nil, err
 			}
@@ -98,11 +104,6 @@ BEGIN
   RETURN t;
 END $$;`)
 	return err
-}
-
-func (s *stack) startTokens(ctx context.Context) error {
-	s.tokenURLs = []string{"http://scaffold"}
-	return nil
 }
 
 func (s *stack) startProxy(ctx context.Context) error {

@@ -15,6 +15,7 @@ import (
 // (one server, or five masters for Redlock), the token cluster and the proxy.
 type stack struct {
 	log       *slog.Logger
+	svcLog    *slog.Logger
 	tmp       string
 	pg        *devstack.Postgres
 	redis     *devstack.Redis   // single-node mode
@@ -27,7 +28,7 @@ type stack struct {
 }
 
 func startStack(ctx context.Context, cfg *Config) (_ *stack, err error) {
-	s := &stack{log: cfg.Logger}
+	s := &stack{log: cfg.Logger, svcLog: cfg.ServiceLogger}
 	defer func() {
 		if err != nil {
 			s.close()
@@ -135,6 +136,26 @@ func (s *stack) redisAddrs() []string {
 		out = append(out, m.Addr)
 	}
 	return out
+}
+
+// startTokens starts the 3-node Raft token group in this process, on the dev
+// addresses when they are free, else on free ports.
+func (s *stack) startTokens(ctx context.Context) error {
+	api, err := devstack.PreferAddrs(devstack.DevTokenAPIAddrs...)
+	if err != nil {
+		return err
+	}
+	raft, err := devstack.PreferAddrs(devstack.DevTokenRaftAddrs...)
+	if err != nil {
+		return err
+	}
+	t, err := devstack.StartTokens(ctx, s.tmp, api, raft, s.svcLog.With("component", "tokenservice"))
+	if err != nil {
+		return err
+	}
+	s.closers = append(s.closers, func() { t.Close() })
+	s.tokenURLs = t.URLs
+	return nil
 }
 
 func (s *stack) close() {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )
@@ -188,3 +189,33 @@ func TestDataDir(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { testutil.Main(m) }
+
+func TestStartTokens(t *testing.T) {
+	ctx := context.Background()
+	api, err := PreferAddrs(testutil.FreeAddr(t), testutil.FreeAddr(t), testutil.FreeAddr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raft, err := PreferAddrs(testutil.FreeAddr(t), testutil.FreeAddr(t), testutil.FreeAddr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks, err := StartTokens(ctx, t.TempDir(), api, raft, testutil.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer toks.Close()
+	c, err := tokenservice.NewClient(toks.URLs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	a, err := c.NextToken(ctx, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.NextToken(ctx, "r")
+	if err != nil || b <= a {
+		t.Fatalf("NextToken after %d = %d, %v; want larger", a, b, err)
+	}
+}
