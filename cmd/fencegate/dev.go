@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 
 	"github.com/fencegate/fencegate/internal/devstack"
 )
@@ -48,9 +49,11 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	svcLog := log
+	gate := &quietAfter{Handler: slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}), off: new(atomic.Bool)}
 	if !*verbose {
-		// Raft chatter during start and stop is expected; keep errors only.
-		svcLog = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+		// Errors only, and none once stopping: nodes that lose their peers
+		// while the stack shuts down complain, as they should, but not to us.
+		svcLog = slog.New(gate)
 	}
 	fmt.Fprintln(stdout, "fencegate dev: starting PostgreSQL/Redis (if needed), 3 token nodes and the proxy...")
 	st, err := devstack.Start(ctx, devstack.StackConfig{
@@ -75,6 +78,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fmt.Fprintln(stdout, "Ctrl-C stops everything.")
 
 	<-ctx.Done()
+	gate.off.Store(true)
 	fmt.Fprintln(stdout, "\nfencegate dev: stopping...")
 	err = st.Close()
 	if *clean {
@@ -108,6 +112,24 @@ func exampleFlags(st *devstack.Stack, proxyListen string, api []string) string {
 		fmt.Fprintf(&b, " -tokens %s", strings.Join(st.Tokens.URLs, ","))
 	}
 	return b.String()
+}
+
+// quietAfter passes records to Handler until off is set.
+type quietAfter struct {
+	slog.Handler
+	off *atomic.Bool
+}
+
+func (q *quietAfter) Enabled(ctx context.Context, l slog.Level) bool {
+	return !q.off.Load() && q.Handler.Enabled(ctx, l)
+}
+
+func (q *quietAfter) WithAttrs(a []slog.Attr) slog.Handler {
+	return &quietAfter{Handler: q.Handler.WithAttrs(a), off: q.off}
+}
+
+func (q *quietAfter) WithGroup(name string) slog.Handler {
+	return &quietAfter{Handler: q.Handler.WithGroup(name), off: q.off}
 }
 
 func splitAddrs(s string) []string {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -82,7 +83,17 @@ func TestDevCommand(t *testing.T) {
 
 	// A fenced transaction through the proxy, and a stale one.
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, psql)
+	// A database of the test's own, through the proxy the psql line names.
+	db, err := url.Parse(testutil.PostgresDB(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pu, err := url.Parse(psql)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Host = pu.Host
+	conn, err := pgx.Connect(ctx, db.String())
 	if err != nil {
 		t.Fatalf("connect through the proxy: %v", err)
 	}
