@@ -42,10 +42,10 @@ func runPausedHolder(ctx context.Context, args []string, stdout, stderr io.Write
 	fs := flag.NewFlagSet("demo paused-holder", flag.ContinueOnError)
 	var cfg demo.Config
 	fs.BoolVar(&cfg.Redlock, "redlock", false, "lock on five Redis masters (Redlock) the demo starts; the double grant comes from restarting one without persistence (default false: one Redis and a SIGSTOP)")
-	fs.DurationVar(&cfg.TTL, "ttl", time.Second, "lock TTL (default 1s)")
+	fs.DurationVar(&cfg.TTL, "ttl", 0, "lock TTL (default 1s, 5s with --redlock)")
 	fs.StringVar(&cfg.Postgres, "postgres", "", "PostgreSQL DSN (default: DATABASE_URL or PG* variables, else 127.0.0.1:5432, else a throwaway server)")
 	fs.StringVar(&cfg.Redis, "redis", "", "Redis host:port or redis:// URL (default: REDIS_URL, else 127.0.0.1:6379, else a throwaway server)")
-	fs.StringVar(&cfg.Picture, "picture", "paused-holder.svg", "SVG timeline to write (default paused-holder.svg)")
+	fs.StringVar(&cfg.Picture, "picture", demo.DefaultPicture, "SVG timeline to write (default "+demo.DefaultPicture+")")
 	verbose := fs.Bool("v", false, "log progress, and the token nodes' and proxy's logs, to stderr (default false)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
@@ -53,7 +53,7 @@ func runPausedHolder(ctx context.Context, args []string, stdout, stderr io.Write
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
-	if cfg.TTL < 100*time.Millisecond {
+	if cfg.TTL != 0 && cfg.TTL < 100*time.Millisecond {
 		return usagef("--ttl %v is too short to watch; use 100ms or more", cfg.TTL)
 	}
 	level := slog.LevelWarn

@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -62,6 +63,7 @@ type config struct {
 	N          int
 	TTL        time.Duration
 	Duration   time.Duration
+	Prep       time.Duration
 	Work       time.Duration
 	Pause      time.Duration
 	ChaosEvery time.Duration
@@ -81,6 +83,7 @@ func defaultConfig() config {
 		N:          1000,
 		TTL:        200 * time.Millisecond,
 		Duration:   10 * time.Second,
+		Prep:       2 * time.Millisecond,
 		Work:       2 * time.Millisecond,
 		ChaosEvery: 300 * time.Millisecond,
 		Mode:       "both",
@@ -88,7 +91,7 @@ func defaultConfig() config {
 		Proxy:      "127.0.0.1:6432",
 		Redis:      "127.0.0.1:6379",
 		Tokens:     "http://127.0.0.1:7101,http://127.0.0.1:7102,http://127.0.0.1:7103",
-		Chart:      "lost-updates.svg",
+		Chart:      filepath.Join("fencegate-data", "lost-updates.svg"),
 	}
 }
 
@@ -97,7 +100,8 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.N, "n", c.N, "N: increments each worker makes, unless -duration ends the run first (default 1000)")
 	fs.DurationVar(&c.TTL, "ttl", c.TTL, "lock TTL (default 200ms)")
 	fs.DurationVar(&c.Duration, "duration", c.Duration, "run length of each mode (default 10s)")
-	fs.DurationVar(&c.Work, "work", c.Work, "time between a worker's read and its write (default 2ms)")
+	fs.DurationVar(&c.Prep, "prep", c.Prep, "time between taking the lock and starting the transaction (default 2ms)")
+	fs.DurationVar(&c.Work, "work", c.Work, "time between a worker's read and its write, inside the transaction (default 2ms)")
 	fs.DurationVar(&c.Pause, "pause", 0, "how long the chaos loop freezes a worker (default 2×TTL)")
 	fs.DurationVar(&c.ChaosEvery, "chaos-every", c.ChaosEvery, "mean time between two freezes (default 300ms)")
 	fs.Int64Var(&c.Seed, "seed", 0, "seed of the chaos schedule (default: from the clock; printed)")
@@ -106,7 +110,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Proxy, "proxy", c.Proxy, "fencegate proxy host:port in front of that PostgreSQL (default "+c.Proxy+")")
 	fs.StringVar(&c.Redis, "redis", c.Redis, "Redis host:port, or five comma-separated masters for Redlock (default "+c.Redis+")")
 	fs.StringVar(&c.Tokens, "tokens", c.Tokens, "token service URLs, comma-separated (default the fencegate dev cluster)")
-	fs.StringVar(&c.Chart, "chart", c.Chart, "SVG chart to write (default lost-updates.svg)")
+	fs.StringVar(&c.Chart, "chart", c.Chart, "SVG chart to write (default "+c.Chart+")")
 	fs.BoolVar(&c.Keep, "keep", false, "keep the run's database instead of dropping it (default false)")
 }
 

@@ -63,6 +63,9 @@ func run(ctx context.Context, cfg config, out io.Writer) (*report, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", filepath.Dir(path), err)
+	}
 	if err := rep.writeChart(path); err != nil {
 		return nil, err
 	}
@@ -81,10 +84,7 @@ func runMode(ctx context.Context, cfg config, fenced bool) (*modeRun, error) {
 	defer drop()
 	dsn := db
 	if fenced {
-		if dsn, err = fencedDSN(db, cfg.Proxy); err != nil {
-			return nil, err
-		}
-		if err := prepareFence(ctx, db); err != nil {
+		if dsn, err = proxyDSN(db, cfg.Proxy); err != nil {
 			return nil, err
 		}
 	}
@@ -105,7 +105,7 @@ func runMode(ctx context.Context, cfg config, fenced bool) (*modeRun, error) {
 	)
 	for id := 1; id <= cfg.Workers; id++ {
 		wc := workerConfig{ID: id, N: cfg.N, Deadline: deadline, DB: dsn, Fenced: fenced, Redis: splitList(cfg.Redis),
-			Tokens: splitList(cfg.Tokens), Resource: resource, TTL: cfg.TTL, Work: cfg.Work}
+			Tokens: splitList(cfg.Tokens), Resource: resource, TTL: cfg.TTL, Prep: cfg.Prep, Work: cfg.Work}
 		raw, _ := json.Marshal(wc)
 		cmd := exec.Command(exe)
 		cmd.Env = append(os.Environ(), workerEnv+"="+string(raw))

@@ -25,6 +25,7 @@ type workerConfig struct {
 	Tokens   []string      `json:"tokens"`
 	Resource string        `json:"resource"`
 	TTL      time.Duration `json:"ttl"`
+	Prep     time.Duration `json:"prep"` // between taking the lock and the transaction
 	Work     time.Duration `json:"work"` // between the read and the write
 }
 
@@ -43,8 +44,8 @@ type record struct {
 }
 
 // runWorker increments the counter cfg.N times, each time under the lock:
-// take the lock (and its fencing token), read the counter, work a little,
-// write counter+1, release. It is a read-modify-write that is only correct
+// take the lock (and its fencing token), prepare a little, then in one
+// transaction read the counter, work a little, write counter+1; release. It is a read-modify-write that is only correct
 // if no one else writes between the read and the write.
 func runWorker(ctx context.Context, cfg workerConfig, out io.Writer) error {
 	enc := json.NewEncoder(out)
@@ -74,6 +75,7 @@ func runWorker(ctx context.Context, cfg workerConfig, out io.Writer) error {
 		}
 		emit(record{Ev: "acq", Token: lock.Token()})
 		attempt++
+		time.Sleep(cfg.Prep)
 		var value int64
 		inc := func(tx pgx.Tx) error {
 			if err := tx.QueryRow(ctx, "SELECT v FROM counter WHERE id = 1").Scan(&value); err != nil {

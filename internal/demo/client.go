@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencegate/fencegate/lockclient"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -91,7 +92,7 @@ func runClient(ctx context.Context, c *ClientConfig, stdin *bufio.Reader, ev *ev
 	}
 	defer conn.Close(context.Background())
 
-	locks, err := newLocker(c)
+	locks, err := newLocks(c)
 	if err != nil {
 		return err
 	}
@@ -121,7 +122,7 @@ func runClient(ctx context.Context, c *ClientConfig, stdin *bufio.Reader, ev *ev
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	ev.send(event{Event: evChecked, Held: lock.Held()})
+	ev.send(event{Event: evChecked, Held: held(lock)})
 	// The go-ahead. The demo may SIGSTOP this process before sending it:
 	// this wait is where the "GC pause" lands.
 	line, err := stdin.ReadString('\n')
@@ -156,10 +157,11 @@ func runClient(ctx context.Context, c *ClientConfig, stdin *bufio.Reader, ev *ev
 	return nil
 }
 
-// tx runs fn in a transaction, fenced with the lock's token when c.Fenced.
-func (c *ClientConfig) tx(ctx context.Context, conn *pgx.Conn, lock demoLock, fn func(pgx.Tx) error) error {
+// tx runs fn in a transaction, fenced with the lock's token when c.Fenced:
+// lockclient's InTx runs SELECT fencegate.fence(resource, token) first.
+func (c *ClientConfig) tx(ctx context.Context, conn *pgx.Conn, lock *lockclient.Lock, fn func(pgx.Tx) error) error {
 	if c.Fenced {
-		return lock.FencedTx(ctx, conn, fn)
+		return lock.InTx(ctx, conn, fn)
 	}
 	return pgx.BeginFunc(ctx, conn, fn)
 }

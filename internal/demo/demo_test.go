@@ -23,7 +23,6 @@ func runDemo(t *testing.T, redlock bool) *Result {
 	res, err := PausedHolder(ctx, Config{
 		Binary:   testutil.Binary(t),
 		Redlock:  redlock,
-		TTL:      time.Second,
 		Postgres: testutil.PostgresAdminDSN(),
 		Redis:    addr,
 		Picture:  pic,
@@ -79,6 +78,11 @@ func TestPausedHolder(t *testing.T) {
 func TestPausedHolderRedlock(t *testing.T) {
 	res := runDemo(t, true)
 	checkVerdicts(t, res)
+	for _, r := range []Run{res.Direct, res.Proxied} {
+		if !r.DoubleGrant() {
+			t.Errorf("fenced=%v: masters %q after client 2's grant; want client 1's key on a minority and client 2's on a majority", r.Fenced, r.Masters)
+		}
+	}
 }
 
 func checkSVG(t *testing.T, path string) {

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/devstack"
 	"github.com/fencegate/fencegate/internal/netfault"
 	"github.com/fencegate/fencegate/internal/timeline"
 	"github.com/jackc/pgx/v5"
@@ -24,7 +25,7 @@ type Config struct {
 	// double grant by restarting one of them without persistence. The default
 	// is false: one Redis, and a SIGSTOP past the TTL.
 	Redlock bool
-	// TTL is the lock's time to live. The default is 1s.
+	// TTL is the lock's time to live. The default is 1s, 5s with Redlock.
 	TTL time.Duration
 	// Postgres is a DSN of a PostgreSQL server to use (a role that may create
 	// databases). The default is to find one as "fencegate dev" does.
@@ -32,8 +33,8 @@ type Config struct {
 	// Redis is host:port or redis:// URL of the Redis server to use in
 	// single-node mode. The default is to find one as "fencegate dev" does.
 	Redis string
-	// Picture is the SVG file written. The default is "paused-holder.svg" in
-	// the current directory.
+	// Picture is the SVG file written. The default is
+	// "fencegate-data/paused-holder.svg" (DefaultPicture).
 	Picture string
 	// Out receives the terminal timeline and the verdict. The default is io.Discard.
 	Out io.Writer
@@ -62,12 +63,15 @@ type Write struct {
 
 // Run is one pass of the scenario.
 type Run struct {
-	Fenced   bool  // through the proxy, with fencegate.fence
-	Token1   int64 // client 1's token
-	Token2   int64 // client 2's token
-	Write1   Write // client 1's (stale) write
-	Write2   Write // client 2's write
-	Held1    bool  // client 1 believed its lease valid just before writing
+	Fenced bool  // through the proxy, with fencegate.fence
+	Token1 int64 // client 1's token
+	Token2 int64 // client 2's token
+	Write1 Write // client 1's (stale) write
+	Write2 Write // client 2's write
+	Held1  bool  // client 1 believed its lease valid just before writing
+	// Masters is, for Redlock, the value of the lock key on each master
+	// right after client 2's grant ("" where absent).
+	Masters  []string
 	Order    Order
 	Timeline *timeline.Timeline
 }
@@ -77,6 +81,27 @@ type Result struct {
 	Direct  Run    // (a) straight to PostgreSQL
 	Proxied Run    // (b) through the proxy
 	Picture string // absolute path of the SVG written
+}
+
+// DoubleGrant reports, for Redlock, whether the masters showed two holders
+// at once right after client 2's grant: a majority with client 2's value
+// and client 1's value still on others.
+func (r *Run) DoubleGrant() bool {
+	count := map[string]int{}
+	for _, v := range r.Masters {
+		if v != "" {
+			count[v]++
+		}
+	}
+	if len(count) != 2 {
+		return false
+	}
+	for _, n := range count {
+		if n >= len(r.Masters)/2+1 {
+			return true
+		}
+	}
+	return false
 }
 
 // StaleWriteRejected reports the demo's verdict: through the proxy, client 1's
@@ -89,15 +114,23 @@ func (r *Result) StaleWriteRejected() bool {
 
 const orderID = 42
 
+// DefaultPicture is where the demo draws its timeline unless told otherwise:
+// in the dev data directory, which "fencegate dev --reset" removes.
+var DefaultPicture = filepath.Join(devstack.DefaultDataDir, "paused-holder.svg")
+
 // PausedHolder runs the scenario directly and through the proxy, prints the
 // timelines and writes the picture. The error is ErrStaleWriteAccepted when
 // the fenced run did not reject the stale write.
 func PausedHolder(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.TTL <= 0 {
 		cfg.TTL = time.Second
+		if cfg.Redlock {
+			// Room for a process start and a master restart inside one lease.
+			cfg.TTL = 5 * time.Second
+		}
 	}
 	if cfg.Picture == "" {
-		cfg.Picture = "paused-holder.svg"
+		cfg.Picture = DefaultPicture
 	}
 	if cfg.Out == nil {
 		cfg.Out = io.Discard
@@ -135,6 +168,11 @@ func PausedHolder(ctx context.Context, cfg Config) (*Result, error) {
 	if res.Picture, err = filepath.Abs(cfg.Picture); err != nil {
 		return nil, err
 	}
+	if filepath.Dir(res.Picture) == mustAbs(devstack.DefaultDataDir) {
+		if _, err := devstack.PrepareDataDir(devstack.DefaultDataDir); err != nil {
+			return nil, err
+		}
+	}
 	if err := writePicture(res, &cfg); err != nil {
 		return nil, err
 	}
@@ -143,6 +181,14 @@ func PausedHolder(ctx context.Context, cfg Config) (*Result, error) {
 		return res, ErrStaleWriteAccepted
 	}
 	return res, nil
+}
+
+func mustAbs(p string) string {
+	a, err := filepath.Abs(p)
+	if err != nil {
+		return p
+	}
+	return a
 }
 
 func resetTables(ctx context.Context, dsn string) error {
@@ -185,9 +231,6 @@ func runOnce(ctx context.Context, cfg *Config, st *stack, fenced bool) (Run, err
 	if err := resetTables(ctx, st.directDSN()); err != nil {
 		return run, err
 	}
-	if err := st.prepareFenced(ctx, fenced); err != nil {
-		return run, err
-	}
 	title := "(a) clients write straight to PostgreSQL"
 	db := st.directDSN()
 	if fenced {
@@ -204,7 +247,7 @@ func runOnce(ctx context.Context, cfg *Config, st *stack, fenced bool) (Run, err
 
 	resource := "order:42:" + randomName("")[:6]
 	base := ClientConfig{Tokens: st.tokenURLs, DB: db, Fenced: fenced, Resource: resource, OrderID: orderID,
-		TTL: cfg.TTL, Wait: 30 * time.Second, Work: cfg.TTL / 5}
+		TTL: cfg.TTL, Wait: 30 * time.Second, Work: min(cfg.TTL/5, 200*time.Millisecond)}
 	c1cfg, c2cfg := base, base
 	c1cfg.Name, c2cfg.Name = "client 1", "client 2"
 	c1cfg.Redis, c2cfg.Redis = st.redisAddrs(), st.redisAddrs()
@@ -260,6 +303,7 @@ func runOnce(ctx context.Context, cfg *Config, st *stack, fenced bool) (Run, err
 		if err := st.masters[2].Restart(ctx); err != nil {
 			return run, fmt.Errorf("restart Redis master 3: %w", err)
 		}
+
 		tl.Mark("Redis masters", timeline.Note, crash, "master 3 restarted without persistence")
 	} else {
 		// The pause: client 1 is frozen right before its write and stays
@@ -283,6 +327,11 @@ func runOnce(ctx context.Context, cfg *Config, st *stack, fenced bool) (Run, err
 		return run, err
 	}
 	run.Token2 = acq2.Token
+	if cfg.Redlock {
+		if run.Masters, err = st.lockHolders(ctx, resource); err != nil {
+			return run, err
+		}
+	}
 	if _, err := c2.next(ctx, step, evRead); err != nil {
 		return run, err
 	}
@@ -337,8 +386,11 @@ func runOnce(ctx context.Context, cfg *Config, st *stack, fenced bool) (Run, err
 	tl.Span("client 2", timeline.Hold, acq2.at, rel2.at, fmt.Sprintf("token %d", run.Token2))
 	tl.Span("client 2", timeline.Lease, acq2.at, rel2.at, "")
 	if cfg.Redlock {
+		if leaseEnd1.After(rel1.at) {
+			leaseEnd1 = rel1.at
+		}
 		tl.Span("client 1", timeline.Lease, acq1.at, leaseEnd1, "")
-		tl.Mark("client 2", timeline.Note, acq2.at, fmt.Sprintf("granted by masters 3-5 while client 1 holds 1-2: token %d", run.Token2))
+		tl.Mark("client 2", timeline.Note, acq2.at, fmt.Sprintf("granted by masters 3-5 while client 1's key is on %s", holdersText(run.Masters, run.Masters[0])))
 	} else {
 		if leaseEnd1.After(acq2.at) {
 			leaseEnd1 = acq2.at

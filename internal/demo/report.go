@@ -67,8 +67,26 @@ func printRun(w io.Writer, r *Run) {
 	if r.Write1.Attempted && !r.Write1.OK {
 		fmt.Fprintf(w, "  client 1's write failed: SQLSTATE %s: %s\n", r.Write1.SQLState, r.Write1.Message)
 	}
-	fmt.Fprintf(w, "  client 1 checked its lease just before the pause: %s\n", heldText(r.Held1))
+	fmt.Fprintf(w, "  client 1's last lease check before its write: %s\n", heldText(r.Held1))
+	if len(r.Masters) > 0 {
+		fmt.Fprintf(w, "  when client 2 got the lock: client 1's key on %s, client 2's on %s (double grant: %v)\n",
+			holdersText(r.Masters, r.Masters[0]), holdersText(r.Masters, r.Masters[len(r.Masters)-1]), r.DoubleGrant())
+	}
 	fmt.Fprintf(w, "  in the database: order 42 is %s, %d charge(s), %s charged\n\n", r.Order.State, r.Order.Charges, money(r.Order.ChargedCents))
+}
+
+// holdersText lists the masters (1-based) whose value is v.
+func holdersText(values []string, v string) string {
+	var ms []string
+	for i, x := range values {
+		if x == v && v != "" {
+			ms = append(ms, fmt.Sprint(i+1))
+		}
+	}
+	if len(ms) == 0 {
+		return "no master"
+	}
+	return "masters " + strings.Join(ms, ",")
 }
 
 func heldText(held bool) string {

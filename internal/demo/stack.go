@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/devstack"
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 )
 
 // stack is what a demo run needs: PostgreSQL with a fresh database, Redis
@@ -156,6 +158,40 @@ func (s *stack) startTokens(ctx context.Context) error {
 	s.closers = append(s.closers, func() { t.Close() })
 	s.tokenURLs = t.URLs
 	return nil
+}
+
+// startProxy starts the fencing proxy in this process, in front of the
+// PostgreSQL in use, on the dev address when it is free.
+func (s *stack) startProxy(ctx context.Context) error {
+	listen := devstack.DevProxyAddr
+	if !devstack.PortFree(listen) {
+		listen = "127.0.0.1:0"
+	}
+	addr, stop, err := devstack.StartProxy(listen, s.adminDSN, s.svcLog.With("component", "proxy"))
+	if err != nil {
+		return err
+	}
+	s.closers = append(s.closers, func() { stop() })
+	s.proxyAddr = addr
+	return nil
+}
+
+// lockHolders reads the lock key of resource on every Redlock master.
+func (s *stack) lockHolders(ctx context.Context, resource string) ([]string, error) {
+	out := make([]string, len(s.masters))
+	for i, m := range s.masters {
+		c := redis.NewClient(m.Options)
+		v, err := c.Get(ctx, keyPrefix+resource).Result()
+		c.Close()
+		switch {
+		case errors.Is(err, redis.Nil):
+		case err != nil:
+			return nil, fmt.Errorf("read lock on Redis master %d: %w", i+1, err)
+		default:
+			out[i] = v
+		}
+	}
+	return out, nil
 }
 
 func (s *stack) close() {
