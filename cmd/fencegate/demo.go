@@ -66,6 +66,9 @@ func runPausedHolder(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	cfg.Out = stdout
 	_, err := demo.PausedHolder(ctx, cfg)
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("interrupted; the clients, servers and database it started are gone: %w", ctx.Err())
+	}
 	return err
 }
 
