@@ -207,10 +207,15 @@ func drawLegend(p func(string, ...any), y int) {
 }
 
 // tickStep picks 1, 2 or 5 times a power of ten so that span has 5-12 ticks.
-func tickStep(span time.Duration) time.Duration {
+func tickStep(span time.Duration) time.Duration { return tickStepMax(span, 12) }
+
+// tickStepMax picks the smallest 1, 2 or 5 times a power of ten that gives
+// span at most maxTicks ticks.
+func tickStepMax(span time.Duration, maxTicks int) time.Duration {
+	maxTicks = max(maxTicks, 1)
 	for base := time.Millisecond; ; base *= 10 {
 		for _, m := range []time.Duration{1, 2, 5} {
-			if s := base * m; span/s <= 12 {
+			if s := base * m; int(span/s) <= maxTicks {
 				return s
 			}
 		}

@@ -53,7 +53,7 @@ func (t *Timeline) WriteText(w io.Writer, width int, span time.Duration, events 
 	}
 	// Axis labels: the tick value printed at its column.
 	axis := []byte(strings.Repeat(" ", width+12))
-	step := tickStep(span)
+	step := tickStepMax(span, width/7)
 	for d := time.Duration(0); d < span; d += step {
 		lbl := fmtOffset(d)
 		c := col(d)
