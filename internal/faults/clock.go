@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 )
 
@@ -73,12 +72,4 @@ func (c *Clock) Set(d time.Duration) error {
 		return fmt.Errorf("write clock file: %w", err)
 	}
 	return f.Close()
-}
-
-// redisArgs is the command line of a Redis master without persistence on
-// addr (HOST:PORT).
-func redisArgs(addr string) []string {
-	host, port, _ := strings.Cut(addr, ":")
-	return []string{"--bind", host, "--port", port, "--save", "", "--appendonly", "no",
-		"--daemonize", "no", "--logfile", "", "--protected-mode", "no"}
 }

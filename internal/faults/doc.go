@@ -37,6 +37,8 @@ var (
 	ErrStuck = errors.New("faults: process did not exit")
 	// ErrUnknownFault is returned for a fault name the nemesis does not know.
 	ErrUnknownFault = errors.New("faults: unknown fault")
+	// ErrNoLeader is returned when no token node leads.
+	ErrNoLeader = errors.New("faults: no token leader")
 	// ErrCheckFailed is returned when a run's history violates a checked property.
 	ErrCheckFailed = errors.New("faults: check failed")
 	// ErrNoClockShim is returned when the clock shim cannot be built (no C compiler).
