@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/fencegate/fencegate/internal/history"
 )
 
 // tokenCheckTimeout bounds porcupine's search on one run's tokens.
@@ -27,9 +28,9 @@ func clientIndex(name string) int {
 // tokenOperations pairs every token request with its answer. Requests that
 // failed are left out: a token minted but never seen constrains nothing.
 // Requests that never returned (the client was stopped) are left out too.
-func tokenOperations(evs []Event) []porcupine.Operation {
+func tokenOperations(evs []Event) []history.Op {
 	pending := map[string]Event{}
-	var ops []porcupine.Operation
+	var ops []history.Op
 	for _, e := range evs {
 		switch e.Kind {
 		case KindTokenCall:
@@ -40,7 +41,8 @@ func tokenOperations(evs []Event) []porcupine.Operation {
 				continue
 			}
 			delete(pending, e.Client)
-			ops = append(ops, tokenOperation(clientIndex(e.Client), e.Resource, call.Time, e.Time, e.Token))
+			ops = append(ops, history.Op{Client: clientIndex(e.Client), Resource: e.Resource,
+				Token: e.Token, Call: call.Time, Return: e.Time})
 		case KindTokenFail:
 			delete(pending, e.Client)
 		}
@@ -79,19 +81,21 @@ func annotations(evs []Event) []porcupine.Annotation {
 	return out
 }
 
-// CheckTokenOrder is checker (1): porcupine checks that the tokens the
-// clients received increase strictly in the real-time order in which they
-// were issued. It writes the visualization, with the fault windows
-// annotated, to htmlPath, and reports whether the history is linearizable.
+// CheckTokenOrder is checker (1): porcupine, with the token service's own
+// model (history.TokenModel), checks that the tokens the clients received
+// increase strictly in the real-time order in which they were issued; the
+// direct real-time check of package history must agree. It writes
+// porcupine's visualization, with the fault windows annotated, to htmlPath
+// whatever the verdict, and reports whether the history is linearizable.
 func CheckTokenOrder(evs []Event, htmlPath string) (bool, error) {
 	ops := tokenOperations(evs)
-	model := tokenModel()
-	res, info := porcupine.CheckOperationsVerbose(model, ops, tokenCheckTimeout)
+	res, info := porcupine.CheckOperationsVerbose(history.TokenModel, history.Operations(ops), tokenCheckTimeout)
 	info.AddAnnotations(annotations(evs))
-	if err := porcupine.VisualizePath(model, info, htmlPath); err != nil {
+	if err := porcupine.VisualizePath(history.TokenModel, info, htmlPath); err != nil {
 		return false, fmt.Errorf("write token visualization: %w", err)
 	}
-	return res == porcupine.Ok, nil
+	direct := history.CheckRealTime(ops) == nil
+	return res == porcupine.Ok && direct, nil
 }
 
 // writeRunReport writes result.txt: the run's summary line, its failures
