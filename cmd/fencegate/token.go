@@ -109,10 +109,9 @@ func runTokenServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("node", *id)
 	srv, err := tokenservice.Start(ctx, tokenservice.Config{
-		Dial: dial,
-		ID:   *id, DataDir: *dataDir, RaftAddr: *raftAddr, APIAddr: *apiAddr, Peers: peerList, Logger: logger,
+		ID: *id, DataDir: *dataDir, RaftAddr: *raftAddr, APIAddr: *apiAddr, Peers: peerList, Logger: logger,
 		HeartbeatTimeout: *heartbeat, ElectionTimeout: *election, LeaderLeaseTimeout: *lease,
-		SnapshotThreshold: *snapThreshold, TrailingLogs: *trailing,
+		SnapshotThreshold: *snapThreshold, TrailingLogs: *trailing, Dial: dial,
 	})
 	if err != nil {
 		return err
