@@ -123,7 +123,7 @@ type Summary struct {
 	// TokenViolations counts runs whose token history porcupine rejected.
 	TokenViolations int
 	// Failed lists "run N: failure" for every failed check.
-	Failed []string
+	Failed  []string
 	Reports []RunReport
 }
 

@@ -301,7 +301,10 @@ func (n *Nemesis) killProxy(ctx context.Context) error {
 
 // cut cuts (or heals) the links between a and b in both directions.
 func cut(a, b *TokenNode, on bool) {
-	for _, r := range []interface{ Cut(); Heal() }{a.Out[b.ID], b.Out[a.ID]} {
+	for _, r := range []interface {
+		Cut()
+		Heal()
+	}{a.Out[b.ID], b.Out[a.ID]} {
 		if on {
 			r.Cut()
 		} else {
