@@ -344,13 +344,19 @@ func (s *Stack) WaitLeader(ctx context.Context, timeout time.Duration) (*TokenNo
 }
 
 func (s *Stack) startProxies(ctx context.Context) error {
+	// The proxy takes user, database and password from each client.
+	u, err := url.Parse(s.dbDSN)
+	if err != nil {
+		return fmt.Errorf("parse database DSN: %w", err)
+	}
+	upstream := (&url.URL{Scheme: u.Scheme, Host: u.Host, RawQuery: u.RawQuery}).String()
 	for i := range 2 {
 		addr, err := freeAddr()
 		if err != nil {
 			return err
 		}
 		p := &ProxyNode{Name: fmt.Sprintf("proxy%d", i+1), Addr: addr}
-		p.Proc = s.Sup.Add(p.Name, s.cfg.Binary, []string{"proxy", "--listen", addr, "--upstream", s.dbDSN})
+		p.Proc = s.Sup.Add(p.Name, s.cfg.Binary, []string{"proxy", "--listen", addr, "--upstream", upstream})
 		if err := p.Proc.Start(); err != nil {
 			return err
 		}
