@@ -28,7 +28,7 @@ func runFaults(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	reportDir := fs.String("report-dir", "faults-report", "directory for the reports: run-NNN/{history.jsonl,tokens.html,result.txt,logs/} and summary.txt (default faults-report)")
 	redlock := fs.Bool("redlock", false, "lock with Redlock on five Redis masters instead of one Redis (default false)")
 	faultList := fs.String("faults", "all", "comma-separated faults to draw from: "+strings.Join(faults.AllFaults, ",")+" (default all)")
-	scenario := fs.String("scenario", "", "inject exactly these faults, in order, instead of a random schedule (default empty: random)")
+	scenario := fs.String("scenario", "", "a named scenario ("+strings.Join(faults.ScenarioNames(), ", ")+") or a fault list, injected once, in order, instead of a random schedule (default empty: random)")
 	clients := fs.Int("clients", 4, "workload client processes per run (default 4)")
 	ttl := fs.Duration("ttl", time.Second, "lock TTL (default 1s)")
 	pg := fs.String("pg", faults.DefaultPostgresDSN, "admin DSN of the PostgreSQL server runs create their databases on (default "+faults.DefaultPostgresDSN+")")
@@ -48,7 +48,7 @@ func runFaults(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	var scen []string
 	if *scenario != "" {
-		if scen, err = faults.ParseFaults(*scenario); err != nil {
+		if scen, err = faults.ParseScenario(*scenario); err != nil {
 			return usagef("--scenario: %v", err)
 		}
 	}

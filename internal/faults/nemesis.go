@@ -13,18 +13,17 @@ import (
 
 // Fault names, as the --faults flag takes them.
 const (
-	FaultPauseClient        = "pause-client"        // SIGSTOP a lock holder for longer than the TTL
-	FaultPauseLeader        = "pause-leader"        // SIGSTOP the Raft leader past the election timeout
-	FaultPauseRedis         = "pause-redis"         // SIGSTOP a Redis master for longer than the TTL
-	FaultKillToken          = "kill-token"          // kill -9 one token node, restart it
-	FaultKillTokenMajority  = "kill-token-majority" // kill -9 two token nodes, restart them
-	FaultKillTokenAll       = "kill-token-all"      // kill -9 every token node, restart them
-	FaultKillRedis          = "kill-redis"          // kill -9 a Redis master, restart it at once without its keys
-	FaultKillProxy          = "kill-proxy"          // kill -9 a proxy, restart it
-	FaultPartitionLeader    = "partition-leader"    // cut the Raft leader off from its peers
-	FaultPartitionRing      = "partition-ring"      // majority ring: a-b and b-c connected, a-c cut
-	FaultClockRedis         = "clock-redis"         // jump a Redis master's clock forward past the TTL
-	faultsWithoutRedisClock = "clock-redis needs the clock shim (a C compiler)"
+	FaultPauseClient       = "pause-client"        // SIGSTOP a lock holder for longer than the TTL
+	FaultPauseLeader       = "pause-leader"        // SIGSTOP the Raft leader past the election timeout
+	FaultPauseRedis        = "pause-redis"         // SIGSTOP a Redis master for longer than the TTL
+	FaultKillToken         = "kill-token"          // kill -9 one token node, restart it
+	FaultKillTokenMajority = "kill-token-majority" // kill -9 two token nodes, restart them
+	FaultKillTokenAll      = "kill-token-all"      // kill -9 every token node, restart them
+	FaultKillRedis         = "kill-redis"          // kill -9 a Redis master (Redlock: a majority), restart at once without keys
+	FaultKillProxy         = "kill-proxy"          // kill -9 a proxy, restart it
+	FaultPartitionLeader   = "partition-leader"    // cut the Raft leader off from its peers
+	FaultPartitionRing     = "partition-ring"      // majority ring: a-b and b-c connected, a-c cut
+	FaultClockRedis        = "clock-redis"         // jump a Redis master's (Redlock: a majority's) clock past the TTL
 )
 
 // AllFaults lists every fault the nemesis can inject, in a stable order.
@@ -65,15 +64,41 @@ type ClientProc struct {
 	Name string
 	Proc *Proc
 
-	mu   sync.Mutex
-	last string
+	mu       sync.Mutex
+	last     string
+	acquired int
+	commits  int
 }
 
 // Observe records the kind of the client's latest event.
 func (c *ClientProc) Observe(kind string) {
 	c.mu.Lock()
 	c.last = kind
+	switch kind {
+	case KindAcquireOK:
+		c.acquired++
+	case KindTxnOK:
+		c.commits++
+	}
 	c.mu.Unlock()
+}
+
+func (c *ClientProc) counts() (acquired, commits int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.acquired, c.commits
+}
+
+// progress sums the lock grants and commits of the clients other than skip.
+func progress(clients []*ClientProc, skip *ClientProc) (acquired, commits int) {
+	for _, c := range clients {
+		if c != skip {
+			a, m := c.counts()
+			acquired += a
+			commits += m
+		}
+	}
+	return acquired, commits
 }
 
 // Holding reports whether the client holds the lock and has not yet begun
@@ -148,10 +173,18 @@ func (n *Nemesis) RunRandom(ctx context.Context, faults []string) error {
 	return nil
 }
 
-// RunList injects the faults in order, with a fixed gap of one TTL between
-// them: the form of a named regression scenario.
+// RunList injects the faults in order: the form of a named regression
+// scenario. Before each fault it waits until the system has recovered from
+// the previous one (a client committed since), then one TTL more.
 func (n *Nemesis) RunList(ctx context.Context, faults []string) error {
 	for _, f := range faults {
+		_, before := progress(n.clients, nil)
+		_ = poll(ctx, 30*time.Second, "a commit", func(context.Context) error {
+			if _, now := progress(n.clients, nil); now > before {
+				return nil
+			}
+			return fmt.Errorf("no client committed since the last fault")
+		})
 		if !sleepCtx(ctx, n.ttl) {
 			return ctx.Err()
 		}
@@ -207,14 +240,19 @@ func (n *Nemesis) jitter(d time.Duration) time.Duration {
 
 // window records fault on target from now until heal returns.
 func (n *Nemesis) window(ctx context.Context, fault, target, detail string, inject func() error, hold time.Duration, heal func() error) error {
+	return n.windowUntil(ctx, fault, target, detail, inject, func() { sleepCtx(ctx, hold) }, heal)
+}
+
+// windowUntil is window with a hold that lasts until wait returns.
+func (n *Nemesis) windowUntil(ctx context.Context, fault, target, detail string, inject func() error, wait func(), heal func() error) error {
 	n.countMu.Lock()
 	n.counts[fault]++
 	n.countMu.Unlock()
-	n.log.Info("fault", "fault", fault, "target", target, "hold", hold, "detail", detail)
+	n.log.Info("fault", "fault", fault, "target", target, "detail", detail)
 	_ = n.rec.Record(Event{Client: "nemesis", Kind: KindFaultStart, Fault: fault, Target: target, Detail: detail})
 	ierr := inject()
 	// A fault is always healed, even when the run is ending.
-	sleepCtx(ctx, hold)
+	wait()
 	herr := heal()
 	_ = n.rec.Record(Event{Client: "nemesis", Kind: KindFaultEnd, Fault: fault, Target: target})
 	if ierr != nil {
@@ -227,15 +265,15 @@ func (n *Nemesis) pause(ctx context.Context, fault, target string, p *Proc, hold
 	return n.window(ctx, fault, target, "", p.Pause, hold, p.Resume)
 }
 
-func (n *Nemesis) pauseClient(ctx context.Context) error {
-	hold := n.ttl*2 + n.jitter(n.ttl)
+// holder waits up to 3s for a client that holds the lock (starting the
+// search at a random client) and returns it, or a random client.
+func (n *Nemesis) holder(ctx context.Context) *ClientProc {
 	pick := n.rng.IntN(len(n.clients))
-	// Prefer a client that holds the lock right now; wait a little for one.
 	var target *ClientProc
 	_ = poll(ctx, 3*time.Second, "a lock holder", func(context.Context) error {
 		for i := range n.clients {
 			c := n.clients[(pick+i)%len(n.clients)]
-			if c.Holding() && c.Proc.Running() {
+			if c.Holding() && c.Proc.Running() && !c.Proc.Paused() {
 				target = c
 				return nil
 			}
@@ -245,7 +283,48 @@ func (n *Nemesis) pauseClient(ctx context.Context) error {
 	if target == nil {
 		target = n.clients[pick]
 	}
-	return n.pause(ctx, FaultPauseClient, target.Name, target.Proc, hold)
+	return target
+}
+
+// pauseClient pauses a lock holder for at least twice the TTL and then
+// until another client has been granted the lock (at most maxClientPause):
+// a pause that long outlives the lease however slowly the rest of the
+// system recovers from earlier faults.
+func (n *Nemesis) pauseClient(ctx context.Context) error {
+	hold := n.ttl*2 + n.jitter(n.ttl)
+	target := n.holder(ctx)
+	before, _ := progress(n.clients, target)
+	wait := func() {
+		sleepCtx(ctx, hold)
+		_ = poll(ctx, maxClientPause-hold, "another lock holder", func(context.Context) error {
+			if now, _ := progress(n.clients, target); now > before {
+				return nil
+			}
+			return fmt.Errorf("no other client took the lock yet")
+		})
+	}
+	return n.windowUntil(ctx, FaultPauseClient, target.Name, "", target.Proc.Pause, wait, target.Proc.Resume)
+}
+
+// maxClientPause caps a client's pause.
+const maxClientPause = 15 * time.Second
+
+// redisVictims picks the masters a Redis fault hits: the only one, or a
+// majority of Redlock's masters (a fault on a minority cannot grant the
+// lock twice). It waits for a lock holder first, so that the fault hits a
+// held lock.
+func (n *Nemesis) redisVictims(ctx context.Context) ([]*RedisNode, string) {
+	n.holder(ctx)
+	k := len(n.stack.Redis)/2 + 1
+	var out []*RedisNode
+	var names []string
+	perm := n.rng.Perm(len(n.stack.Redis))[:k]
+	sort.Ints(perm)
+	for _, i := range perm {
+		out = append(out, n.stack.Redis[i])
+		names = append(names, n.stack.Redis[i].Name)
+	}
+	return out, strings.Join(names, ",")
 }
 
 func (n *Nemesis) pauseLeader(ctx context.Context) error {
@@ -285,11 +364,23 @@ func (n *Nemesis) killTokens(ctx context.Context, fault string, k int) error {
 }
 
 func (n *Nemesis) killRedis(ctx context.Context) error {
-	r := n.stack.Redis[n.rng.IntN(len(n.stack.Redis))]
+	rs, names := n.redisVictims(ctx)
 	// Restarted at once, without persistence: the keys, and the locks,
 	// are gone although their holders still believe in them.
-	return n.window(ctx, FaultKillRedis, r.Name, "restart without persistence", r.Proc.Restart, 0, func() error {
-		return r.WaitReady(context.WithoutCancel(ctx))
+	return n.window(ctx, FaultKillRedis, names, "restart without persistence", func() error {
+		for _, r := range rs {
+			if err := r.Proc.Restart(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, 0, func() error {
+		for _, r := range rs {
+			if err := r.WaitReady(context.WithoutCancel(ctx)); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 
@@ -343,16 +434,23 @@ func (n *Nemesis) partitionRing(ctx context.Context) error {
 }
 
 func (n *Nemesis) clockRedis(ctx context.Context) error {
-	r := n.stack.Redis[n.rng.IntN(len(n.stack.Redis))]
-	if r.Clock == nil {
-		return fmt.Errorf("%s: %s", faultsWithoutRedisClock, ErrNoClockShim)
+	rs, names := n.redisVictims(ctx)
+	for _, r := range rs {
+		if r.Clock == nil {
+			return fmt.Errorf("%w: %s runs without it", ErrNoClockShim, r.Name)
+		}
 	}
 	jump := n.ttl*3 + n.jitter(n.ttl)
 	// The clock stays ahead after the window: real clocks that jump forward
 	// rarely jump back, and a backward jump would only lengthen leases.
-	return n.window(ctx, FaultClockRedis, r.Name, "+"+jump.String(), func() error {
-		r.skew += jump
-		return r.Clock.Set(r.skew)
+	return n.window(ctx, FaultClockRedis, names, "+"+jump.String(), func() error {
+		for _, r := range rs {
+			r.skew += jump
+			if err := r.Clock.Set(r.skew); err != nil {
+				return err
+			}
+		}
+		return nil
 	}, n.ttl, func() error { return nil })
 }
 
