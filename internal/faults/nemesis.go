@@ -106,7 +106,7 @@ func progress(clients []*ClientProc, skip *ClientProc) (acquired, commits int) {
 func (c *ClientProc) Holding() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.last == KindAcquireOK || c.last == KindTokenOK
+	return c.last == KindAcquireOK
 }
 
 // Nemesis injects faults into a running stack and records each one as a
