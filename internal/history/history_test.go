@@ -66,6 +66,52 @@ func TestCheckViolations(t *testing.T) {
 	}
 }
 
+// TestModelsAgree checks on many small random histories (linearizable or
+// not) that TokenModelFor gives the same verdict as the plain TokenModel.
+func TestModelsAgree(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	verdicts := map[bool]int{}
+	for i := 0; i < 2000; i++ {
+		n := rng.IntN(7) + 1
+		ops := make([]Op, n)
+		for j := range ops {
+			call := int64(rng.IntN(20))
+			ops[j] = Op{Client: j, Resource: "r", Token: int64(rng.IntN(8) + 1), Call: call, Return: call + int64(rng.IntN(10))}
+		}
+		plain := porcupine.CheckOperations(TokenModel, Operations(ops))
+		res, _ := CheckTokens(ops)
+		if plain != (res == porcupine.Ok) {
+			t.Fatalf("history %+v: TokenModel says %v, TokenModelFor says %v", ops, plain, res)
+		}
+		if (CheckRealTime(ops) == nil) != plain {
+			t.Fatalf("history %+v: TokenModel says %v, CheckRealTime disagrees", ops, plain)
+		}
+		verdicts[plain]++
+	}
+	if verdicts[true] == 0 || verdicts[false] == 0 {
+		t.Fatalf("verdicts %v: want both kinds", verdicts)
+	}
+}
+
+// TestCheckManyOverlapping is the shape group commit produces: 64 clients,
+// each batch's tokens handed out in an order unrelated to call order.
+func TestCheckManyOverlapping(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	var ops []Op
+	var tok int64
+	for batch := 0; batch < 100; batch++ {
+		start := int64(batch * 100)
+		perm := rng.Perm(64)
+		for c := 0; c < 64; c++ {
+			ops = append(ops, Op{Client: c, Resource: "r", Token: tok + int64(perm[c]) + 1, Call: start + int64(rng.IntN(90)), Return: start + 100 + int64(rng.IntN(90))})
+		}
+		tok += 64
+	}
+	if res, err := CheckTokens(ops); res != porcupine.Ok {
+		t.Fatalf("CheckTokens = %v, %v; want Ok", res, err)
+	}
+}
+
 func TestRecorderConcurrent(t *testing.T) {
 	r := NewRecorder()
 	done := make(chan struct{})
