@@ -82,16 +82,17 @@ func annotations(evs []Event) []porcupine.Annotation {
 }
 
 // CheckTokenOrder is checker (1): porcupine, with the token service's own
-// model (history.TokenModel), checks that the tokens the clients received
+// model (history.TokenModelFor), checks that the tokens the clients received
 // increase strictly in the real-time order in which they were issued; the
 // direct real-time check of package history must agree. It writes
 // porcupine's visualization, with the fault windows annotated, to htmlPath
 // whatever the verdict, and reports whether the history is linearizable.
 func CheckTokenOrder(evs []Event, htmlPath string) (bool, error) {
 	ops := tokenOperations(evs)
-	res, info := porcupine.CheckOperationsVerbose(history.TokenModel, history.Operations(ops), tokenCheckTimeout)
+	model := history.TokenModelFor(ops)
+	res, info := porcupine.CheckOperationsVerbose(model, history.Operations(ops), tokenCheckTimeout)
 	info.AddAnnotations(annotations(evs))
-	if err := porcupine.VisualizePath(history.TokenModel, info, htmlPath); err != nil {
+	if err := porcupine.VisualizePath(model, info, htmlPath); err != nil {
 		return false, fmt.Errorf("write token visualization: %w", err)
 	}
 	direct := history.CheckRealTime(ops) == nil
