@@ -119,6 +119,7 @@ func (p *Proc) Start() error {
 		f.Close()
 		return fmt.Errorf("start %s: %w", p.name, err)
 	}
+	fmt.Fprintf(f, "=== pid %d\n", cmd.Process.Pid)
 	done := make(chan struct{})
 	p.cmd, p.done, p.paused, p.logFile = cmd, done, false, f
 	go func() {
