@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -167,11 +168,23 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		cfg.Logger.Warn("Redis clock jumps disabled", "err", shimErr)
 		cfg.Faults = without(cfg.Faults, FaultClockRedis)
 	}
+	slowDisk := slices.Contains(cfg.Faults, FaultSlowDisk) || slices.Contains(cfg.Scenario, FaultSlowDisk)
+	if slowDisk {
+		d, err := NewDiskThrottle(filepath.Join(cfg.ReportDir, "disk-check"))
+		if err != nil {
+			cfg.Logger.Warn("slow disks disabled", "err", err)
+			cfg.Faults = without(cfg.Faults, FaultSlowDisk)
+			slowDisk = false
+		} else {
+			d.Close()
+		}
+		os.Remove(filepath.Join(cfg.ReportDir, "disk-check"))
+	}
 	sum := &Summary{}
 	var runErr error
 	for i := range cfg.Runs {
 		seed := cfg.Seed + int64(i)
-		rep, err := runOne(ctx, cfg, i+1, seed, shim)
+		rep, err := runOne(ctx, cfg, i+1, seed, shim, slowDisk)
 		if err != nil {
 			runErr = fmt.Errorf("run %d (seed %d): %w", i+1, seed, err)
 			break
@@ -222,7 +235,7 @@ func without(list []string, drop string) []string {
 }
 
 // runOne carries out one run and writes its report directory.
-func runOne(ctx context.Context, cfg Config, index int, seed int64, shim string) (RunReport, error) {
+func runOne(ctx context.Context, cfg Config, index int, seed int64, shim string, slowDisk bool) (RunReport, error) {
 	dir, err := filepath.Abs(filepath.Join(cfg.ReportDir, fmt.Sprintf("run-%03d", index)))
 	if err != nil {
 		return RunReport{}, err
@@ -240,7 +253,7 @@ func runOne(ctx context.Context, cfg Config, index int, seed int64, shim string)
 		redisN = 5
 	}
 	stack, err := StartStack(ctx, StackConfig{Binary: cfg.Binary, Dir: dir, PostgreSQL: cfg.PostgreSQL,
-		Redis: redisN, ClockShim: shim, Logger: log})
+		Redis: redisN, ClockShim: shim, SlowDisk: slowDisk, Logger: log})
 	if err != nil {
 		return rep, fmt.Errorf("start stack: %w", err)
 	}

@@ -10,7 +10,8 @@
 // on a seeded schedule, pauses clients past the lock's TTL, pauses the Raft
 // leader and Redis masters, kills and restarts token nodes (one, a majority,
 // all), Redis masters (which lose their keys) and proxies, partitions the
-// Raft nodes and jumps a Redis master's clock past the TTL.
+// Raft nodes, jumps a Redis master's clock past the TTL and stalls a token
+// node's fsyncs.
 //
 // Every operation lands in a history (JSON lines, one Event per line, with
 // timestamps from the machine-wide monotonic clock). The checkers then
@@ -41,6 +42,9 @@ var (
 	ErrNoLeader = errors.New("faults: no token leader")
 	// ErrCheckFailed is returned when a run's history violates a checked property.
 	ErrCheckFailed = errors.New("faults: check failed")
+	// ErrNoDiskThrottle is returned when writes cannot be throttled (no
+	// cgroup v1 blkio controller, not root, or no block device).
+	ErrNoDiskThrottle = errors.New("faults: cannot throttle disk writes")
 	// ErrNoClockShim is returned when the clock shim cannot be built (no C compiler).
 	ErrNoClockShim = errors.New("faults: cannot build clock shim")
 )

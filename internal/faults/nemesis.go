@@ -24,6 +24,7 @@ const (
 	FaultPartitionLeader   = "partition-leader"    // cut the Raft leader off from its peers
 	FaultPartitionRing     = "partition-ring"      // majority ring: a-b and b-c connected, a-c cut
 	FaultClockRedis        = "clock-redis"         // jump a Redis master's (Redlock: a majority's) clock past the TTL
+	FaultSlowDisk          = "slow-disk"           // throttle the Raft leader's disk writes: every fsync stalls
 )
 
 // AllFaults lists every fault the nemesis can inject, in a stable order.
@@ -31,7 +32,7 @@ var AllFaults = []string{
 	FaultPauseClient, FaultPauseLeader, FaultPauseRedis,
 	FaultKillToken, FaultKillTokenMajority, FaultKillTokenAll,
 	FaultKillRedis, FaultKillProxy,
-	FaultPartitionLeader, FaultPartitionRing, FaultClockRedis,
+	FaultPartitionLeader, FaultPartitionRing, FaultClockRedis, FaultSlowDisk,
 }
 
 // biting faults can by themselves make two clients hold the lock at once.
@@ -222,6 +223,8 @@ func (n *Nemesis) Inject(ctx context.Context, fault string) error {
 		err = n.partitionRing(ctx)
 	case FaultClockRedis:
 		err = n.clockRedis(ctx)
+	case FaultSlowDisk:
+		err = n.slowDisk(ctx)
 	default:
 		return fmt.Errorf("%w %q", ErrUnknownFault, fault)
 	}
@@ -452,6 +455,21 @@ func (n *Nemesis) clockRedis(ctx context.Context) error {
 		}
 		return nil
 	}, n.ttl, func() error { return nil })
+}
+
+func (n *Nemesis) slowDisk(ctx context.Context) error {
+	if n.stack.Disk == nil {
+		return ErrNoDiskThrottle
+	}
+	hold := 2*time.Second + n.jitter(2*time.Second)
+	l, err := n.stack.WaitLeader(ctx, 20*time.Second)
+	if err != nil {
+		return nil
+	}
+	pid := l.Proc.Pid()
+	return n.window(ctx, FaultSlowDisk, l.ID, fmt.Sprintf("%d writes/s", slowDiskIOPS),
+		func() error { return n.stack.Disk.Slow(pid) }, hold,
+		func() error { return n.stack.Disk.Restore(pid) })
 }
 
 // sleepCtx sleeps d or until ctx ends; it reports whether the full time passed.

@@ -33,6 +33,9 @@ var Scenarios = map[string][]string{
 	// Every token node killed with -9 and restarted: tokens must resume
 	// above every token handed out; then a holder is paused.
 	"token-cluster-crash": {FaultKillTokenAll, FaultPauseClient},
+	// The Raft leader's fsyncs stall (its disk takes two writes a second):
+	// commits slow down or the leader is replaced; then a holder is paused.
+	"slow-leader-disk": {FaultSlowDisk, FaultPauseClient},
 	// A proxy killed and restarted: the fences live in PostgreSQL, so the
 	// restarted proxy still rejects the paused holder's stale write.
 	"proxy-crash": {FaultKillProxy, FaultPauseClient},

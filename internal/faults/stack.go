@@ -41,6 +41,7 @@ type StackConfig struct {
 	PostgreSQL string // admin DSN of the PostgreSQL server
 	Redis      int    // number of Redis masters: 1, or 5 for Redlock
 	ClockShim  string // path of the clock shim, or "" to run Redis without it
+	SlowDisk   bool   // prepare the disk throttle for the slow-disk fault
 	Logger     *slog.Logger
 }
 
@@ -81,7 +82,9 @@ type Stack struct {
 	Proxies []*ProxyNode
 	DBName  string
 	dbDSN   string
-	relays  []*netfault.Relay
+	// Disk throttles a token node's writes; nil when the machine cannot.
+	Disk   *DiskThrottle
+	relays []*netfault.Relay
 }
 
 // freeAddr returns a loopback HOST:PORT that was free a moment ago.
@@ -119,6 +122,11 @@ func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 	}
 	if err := s.startRedis(ctx); err != nil {
 		return nil, err
+	}
+	if cfg.SlowDisk {
+		if s.Disk, err = NewDiskThrottle(filepath.Join(cfg.Dir, "data")); err != nil {
+			return nil, err
+		}
 	}
 	if err := s.startTokens(ctx); err != nil {
 		return nil, err
@@ -412,6 +420,9 @@ func (s *Stack) ReadState(ctx context.Context) (DBState, error) {
 // Close kills every process, closes the relays and drops the database.
 func (s *Stack) Close() error {
 	errs := []error{s.Sup.Close()}
+	if s.Disk != nil {
+		errs = append(errs, s.Disk.Close())
+	}
 	for _, r := range s.relays {
 		r.Close()
 	}
