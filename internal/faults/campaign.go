@@ -154,8 +154,8 @@ func (s *Summary) add(r RunReport) {
 
 // Run runs a campaign: cfg.Runs runs, each on a fresh stack, each checked
 // and reported under cfg.ReportDir. It returns an error wrapping
-// ErrCheckFailed when a check failed, and stops at the first run that could
-// not be carried out (a process that would not start).
+// ErrCheckFailed when a check failed or a run could not be carried out (a
+// process that would not start), after the remaining runs.
 func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
@@ -186,8 +186,15 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		seed := cfg.Seed + int64(i)
 		rep, err := runOne(ctx, cfg, i+1, seed, shim, slowDisk)
 		if err != nil {
-			runErr = fmt.Errorf("run %d (seed %d): %w", i+1, seed, err)
-			break
+			if ctx.Err() != nil {
+				runErr = fmt.Errorf("run %d (seed %d): %w", i+1, seed, err)
+				break
+			}
+			// A run that could not be carried out (a process that would
+			// not start) fails, and the campaign goes on.
+			rep.Result.failf("run not carried out: %v", err)
+			rep.TokensOK = true
+			_ = writeRunReport(rep.Dir, rep, DBState{})
 		}
 		sum.add(rep)
 		status := "ok"
