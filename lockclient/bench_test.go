@@ -3,24 +3,32 @@ package lockclient
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/internal/tokentest"
 	"github.com/redis/go-redis/v9"
 )
 
-// BenchmarkAcquireRelease measures one TryAcquire+Release cycle without a
-// token, each goroutine on its own resource, on the shared Redis (single)
-// and on five redis-server masters (redlock5). See internal/bench/locks for
-// the side-by-side comparison with bsm/redislock and redsync.
+// BenchmarkAcquireRelease measures one TryAcquire+Release cycle, each
+// goroutine on its own resource, on the shared Redis (single) and on five
+// redis-server masters (redlock5), without a token and with tokens from an
+// in-process 3-node token cluster (the full cycle). See internal/bench/locks
+// for the side-by-side comparison with bsm/redislock and redsync.
 func BenchmarkAcquireRelease(b *testing.B) {
-	for _, mode := range []string{"single", "redlock5"} {
+	for _, mode := range []string{"single", "redlock5", "single+token", "redlock5+token"} {
 		b.Run(mode, func(b *testing.B) {
 			var clients []redis.UniversalClient
+			var tokens TokenSource
+			if strings.HasSuffix(mode, "+token") {
+				tokens = tokentest.StartCluster(b, 3, tokentest.WithLogger(slog.New(slog.DiscardHandler))).Client(b)
+			}
 			prefix := "lock:"
-			if mode == "single" {
+			if strings.HasPrefix(mode, "single") {
 				addr, p := testutil.Redis(b)
 				prefix = p + prefix
 				clients = append(clients, benchRedisClient(b, addr))
@@ -29,7 +37,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 					clients = append(clients, benchRedisClient(b, testutil.StartRedis(b).Addr()))
 				}
 			}
-			c, err := New(clients, nil, WithKeyPrefix(prefix), WithRetry(NoRetry()), WithNodeTimeout(time.Second))
+			c, err := New(clients, tokens, WithKeyPrefix(prefix), WithRetry(NoRetry()), WithNodeTimeout(time.Second))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -154,8 +154,14 @@ func (c *Client) Acquire(ctx context.Context, resource string) (*Lock, error) {
 	var timer *time.Timer
 	for attempt := 1; ; attempt++ {
 		l, err := c.TryAcquire(ctx, resource)
-		if err == nil || !errors.Is(err, ErrNotAcquired) || ctx.Err() != nil {
+		if err == nil || !errors.Is(err, ErrNotAcquired) {
 			return l, err
+		}
+		if ctx.Err() != nil {
+			if !errors.Is(err, ctx.Err()) {
+				err = errors.Join(err, ctx.Err())
+			}
+			return nil, err
 		}
 		d, ok := c.opts.retry.Delay(attempt)
 		if !ok {

@@ -9,21 +9,20 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-func TestMain(m *testing.M) { testutil.Main(m) }
-
 // testRedis is a set of Redis masters for one test and plain clients to
 // inspect them.
 type testRedis struct {
 	servers []*testutil.RedisServer // nil for the shared Redis
 	clients []redis.UniversalClient
 	prefix  string
+	addr    string // the shared Redis's address (sharedRedis only)
 }
 
 // sharedRedis uses the shared Redis with this test's key prefix.
 func sharedRedis(t *testing.T) *testRedis {
 	t.Helper()
 	addr, prefix := testutil.Redis(t)
-	return &testRedis{clients: []redis.UniversalClient{newRedisClient(t, addr)}, prefix: prefix + "lock:"}
+	return &testRedis{clients: []redis.UniversalClient{newRedisClient(t, addr)}, prefix: prefix + "lock:", addr: addr}
 }
 
 // startMasters starts n redis-server processes.

@@ -118,6 +118,7 @@ func TestReleaseNeverDeletesAnothersLock(t *testing.T) {
 			b := mustAcquire(t, long, "r") // waits until A's keys expire
 			defer b.Release(context.Background())
 
+			before := tr.values(t, "r")
 			if err := a.Refresh(ctxT(t)); !errors.Is(err, ErrLockLost) {
 				t.Fatalf("A.Refresh: %v, want ErrLockLost", err)
 			}
@@ -127,10 +128,17 @@ func TestReleaseNeverDeletesAnothersLock(t *testing.T) {
 			if err2 := a.Release(ctxT(t)); !errors.Is(err2, ErrLockLost) {
 				t.Fatalf("second A.Release: %v, want the first result", err2)
 			}
+			held := 0
 			for i, v := range tr.values(t, "r") {
-				if v != b.value {
-					t.Fatalf("node %d holds %q after A's release, want B's value %q", i, v, b.value)
+				if before[i] == b.value {
+					held++
+					if v != b.value {
+						t.Fatalf("node %d holds %q after A's release, want B's value %q", i, v, b.value)
+					}
 				}
+			}
+			if held < short.Quorum() {
+				t.Fatalf("B's value on %d nodes before A's release, want at least %d", held, short.Quorum())
 			}
 			select {
 			case <-b.Done():

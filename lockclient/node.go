@@ -134,7 +134,7 @@ func (n *node) flushLoop() {
 // exec sends a batch as one pipeline and delivers every reply.
 func (n *node) exec(batch []*op) {
 	now := time.Now()
-	live := batch[:0:0]
+	live := batch[:0] // filtered in place: the batch belongs to this flusher
 	for _, o := range batch {
 		// An acquisition whose caller has stopped waiting would only leave
 		// a key behind; releases and extensions are sent regardless.

@@ -47,12 +47,14 @@ func (c *Client) fanout(ctx context.Context, kind opKind, key, value string, ski
 	out := make(chan reply, n)
 	deadline := time.Now().Add(c.opts.nodeTimeout)
 	sent := 0
+	ops := make([]op, n)
 	for i, nd := range c.nodes {
 		if skip != nil && skip[i] {
 			t.state[i] = stateSkipped
 			continue
 		}
-		o := &op{kind: kind, key: key, value: value, ttl: c.opts.ttl, deadline: deadline, node: i, out: out}
+		o := &ops[i]
+		*o = op{kind: kind, key: key, value: value, ttl: c.opts.ttl, deadline: deadline, node: i, out: out}
 		if n == 1 {
 			nd.do(o)
 		} else {
