@@ -51,18 +51,24 @@ func campaign(t *testing.T, cfg Config) *Summary {
 // TestCampaign is the short campaign CI runs: random schedules from every
 // fault, fixed seeds, one Redis master.
 func TestCampaign(t *testing.T) {
+	t.Parallel()
 	campaign(t, Config{Runs: 2, Seed: 1, Duration: 6 * time.Second})
 }
 
 // TestCampaignRedlock is the same with Redlock on five Redis masters.
 func TestCampaignRedlock(t *testing.T) {
+	t.Parallel()
 	campaign(t, Config{Runs: 1, Seed: 11, Duration: 6 * time.Second, Redlock: true})
 }
 
-// TestScenarios replays every named regression scenario once.
+// TestScenarios replays every named regression scenario once. The runs are
+// independent stacks, mostly idle, so they run in parallel (-parallel, by
+// default GOMAXPROCS, at a time).
 func TestScenarios(t *testing.T) {
+	t.Parallel()
 	for _, name := range ScenarioNames() {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			campaign(t, Config{Runs: 1, Seed: 1, Scenario: Scenarios[name]})
 		})
 	}

@@ -17,6 +17,7 @@ import (
 // TestFaultsInterruptLeavesNothing interrupts a campaign (Ctrl-C) while its
 // stack runs and checks that every process it started is gone.
 func TestFaultsInterruptLeavesNothing(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cmd := exec.Command(testutil.Binary(t), "faults", "--runs", "1", "--duration", "1m", "--report-dir", dir,
 		"--pg", testutil.PostgresAdminDSN())
