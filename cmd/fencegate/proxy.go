@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/fencegate/fencegate/proxy"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+func init() {
+	register(&command{
+		name:    "proxy",
+		summary: "run the PostgreSQL wire-protocol fencing proxy",
+		run:     runProxy,
+	})
+}
+
+func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
+	listen := fs.String("listen", proxy.DefaultListen, "address to accept PostgreSQL clients on")
+	upstream := fs.String("upstream", "postgres://127.0.0.1:5432?sslmode=disable",
+		"upstream PostgreSQL server as postgres://host:port?sslmode=MODE; user, database and password come from each client")
+	upSSLMode := fs.String("upstream-sslmode", "", "TLS to the upstream: disable, allow, prefer, require, verify-ca or verify-full; overrides sslmode in --upstream (default: the --upstream sslmode, else prefer)")
+	upCA := fs.String("upstream-ca", "", "PEM file of the CA that signed the upstream's certificate, for verify-ca and verify-full (default none: the system roots)")
+	tlsCert := fs.String("tls-cert", "", "PEM certificate the proxy presents to clients that ask for TLS (default none: clients' SSLRequest is declined)")
+	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert (default none)")
+	requireTLS := fs.Bool("require-client-tls", false, "refuse clients that do not use TLS; needs --tls-cert (default false)")
+	allowUnfenced := fs.Bool("allow-unfenced-writes", false, "let transactions that took no fence write instead of failing them with SQLSTATE FG002 (default false)")
+	metricsAddr := fs.String("metrics-addr", "", "address to serve Prometheus metrics on at /metrics, e.g. 127.0.0.1:9187 (default none: no metrics server)")
+	drain := fs.Duration("drain-timeout", 10*time.Second, "on SIGINT/SIGTERM, how long open sessions may finish their transaction before they are closed")
+	maxMsg := fs.Int("max-message-size", proxy.DefaultMaxMessageSize, "largest frontend message accepted, in bytes")
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q; every setting is a flag (see --help)", fs.Arg(0))
+	}
+	up, err := upstreamURL(*upstream, *upSSLMode, *upCA)
+	if err != nil {
+		return err
+	}
+	if (*tlsCert == "") != (*tlsKey == "") {
+		return usagef("--tls-cert and --tls-key go together; give both or neither")
+	}
+	if *requireTLS && *tlsCert == "" {
+		return usagef("--require-client-tls needs --tls-cert and --tls-key")
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil)).With("component", "proxy")
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg := proxy.Config{
+		Listen:              *listen,
+		Upstream:            up,
+		RequireClientTLS:    *requireTLS,
+		AllowUnfencedWrites: *allowUnfenced,
+		Logger:              log,
+		Registerer:          reg,
+		MaxMessageSize:      *maxMsg,
+	}
+	if *tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(*tlsCert, *tlsKey)
+		if err != nil {
+			return fmt.Errorf("load --tls-cert/--tls-key: %w", err)
+		}
+		cfg.ClientTLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	p, err := proxy.New(cfg)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	if err := p.Start(); err != nil {
+		return err
+	}
+	var srv *http.Server
+	if *metricsAddr != "" {
+		ln, err := net.Listen("tcp", *metricsAddr)
+		if err != nil {
+			p.Close()
+			return fmt.Errorf("listen --metrics-addr %s: %w", *metricsAddr, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		log.Info("metrics listening", "addr", ln.Addr().String())
+	}
+	fmt.Fprintf(stdout, "fencegate proxy listening on %s, upstream %s\n", p.Addr(), cfg.Upstream)
+	<-ctx.Done()
+	log.Info("shutting down", "drain_timeout", drain.String())
+	sctx, cancel := context.WithTimeout(context.Background(), *drain)
+	defer cancel()
+	err = p.Shutdown(sctx)
+	if srv != nil {
+		_ = srv.Close()
+	}
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}
+
+// upstreamURL applies --upstream-sslmode and --upstream-ca to --upstream.
+func upstreamURL(raw, mode, ca string) (string, error) {
+	if mode == "" && ca == "" {
+		return raw, nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" {
+		return "", usagef("--upstream-sslmode and --upstream-ca need --upstream as a postgres:// URL, got %q", raw)
+	}
+	q := u.Query()
+	if mode != "" {
+		q.Set("sslmode", mode)
+	}
+	if ca != "" {
+		q.Set("sslrootcert", ca)
+	}
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}

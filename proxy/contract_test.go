@@ -1,0 +1,290 @@
+package proxy_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// modes are the pgx query modes the contract is checked with: the simple
+// protocol (arguments inlined as literals), the extended protocol with
+// cached prepared statements, and the extended protocol with the unnamed
+// statement described on every execution.
+var modes = []struct {
+	name string
+	mode pgx.QueryExecMode
+}{
+	{"simple", pgx.QueryExecModeSimpleProtocol},
+	{"prepared", pgx.QueryExecModeCacheStatement},
+	{"describe", pgx.QueryExecModeDescribeExec},
+}
+
+func mark(t testing.TB, dsn, resource string) int64 {
+	t.Helper()
+	c := connect(t, dsn)
+	var tok int64 = -1
+	err := c.QueryRow(context.Background(), "SELECT token FROM fencegate.marks WHERE resource = $1", resource).Scan(&tok)
+	if err != nil && err != pgx.ErrNoRows {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func TestContractPgx(t *testing.T) {
+	fx := newFixture(t)
+	ctx := context.Background()
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			c := connect(t, fx.proxied)
+			res := "order:" + m.name
+			fence := func(tx pgx.Tx, tok any) (int64, error) {
+				var got int64
+				err := tx.QueryRow(ctx, "SELECT fencegate.fence($1, $2)", m.mode, res, tok).Scan(&got)
+				return got, err
+			}
+			setState := func(tok int64, st string) error {
+				tx, err := c.Begin(ctx)
+				if err != nil {
+					return err
+				}
+				defer tx.Rollback(ctx)
+				if got, err := fence(tx, tok); err != nil {
+					return err
+				} else if got != tok {
+					t.Fatalf("fence(%d) = %d", tok, got)
+				}
+				if _, err := tx.Exec(ctx, "UPDATE orders SET state = $1 WHERE id = 42", m.mode, st); err != nil {
+					return err
+				}
+				return tx.Commit(ctx)
+			}
+			if _, err := connect(t, fx.direct).Exec(ctx, "UPDATE orders SET state = 'new' WHERE id = 42"); err != nil {
+				t.Fatal(err)
+			}
+			// Accepted, then equal token accepted again.
+			if err := setState(34, "paid"); err != nil {
+				t.Fatalf("fenced write: %v", err)
+			}
+			if err := setState(34, "shipped"); err != nil {
+				t.Fatalf("fenced write, equal token: %v", err)
+			}
+			if got, want := state(t, fx.direct, 42), "shipped"; got != want {
+				t.Fatalf("state = %q, want %q", got, want)
+			}
+			// Stale token: FG001 naming resource, offered and current token; nothing commits.
+			err := setState(33, "stale")
+			if got, want := sqlstate(err), "FG001"; got != want {
+				t.Fatalf("stale: %v, want SQLSTATE %s", err, want)
+			}
+			for _, part := range []string{res, "33", "34"} {
+				if !strings.Contains(err.Error(), part) {
+					t.Errorf("stale error %q does not name %q", err, part)
+				}
+			}
+			if got, want := state(t, fx.direct, 42), "shipped"; got != want {
+				t.Fatalf("after stale: state = %q, want %q", got, want)
+			}
+			if got, want := mark(t, fx.direct, res), int64(34); got != want {
+				t.Fatalf("mark = %d, want %d", got, want)
+			}
+			// Unfenced writes: autocommit, explicit transaction, function, writable CTE, COPY FROM.
+			if _, err := connect(t, fx.direct).Exec(ctx, `CREATE OR REPLACE FUNCTION set_state(s text) RETURNS int LANGUAGE sql AS $$ UPDATE orders SET state = s WHERE id = 42 RETURNING 1 $$`); err != nil {
+				t.Fatal(err)
+			}
+			for _, q := range []string{
+				"UPDATE orders SET state = 'x' WHERE id = 42",
+				"SELECT set_state('x')",
+				"WITH u AS (UPDATE orders SET state = 'x' WHERE id = 42 RETURNING id) SELECT count(*) FROM u",
+				"INSERT INTO orders VALUES (99, 'x')",
+				"CREATE TABLE sneaky (a int)",
+			} {
+				_, err := c.Exec(ctx, q, m.mode)
+				if got, want := sqlstate(err), "FG002"; got != want {
+					t.Errorf("autocommit %q: %v, want SQLSTATE %s", q, err, want)
+				}
+				tx, err := c.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, err = tx.Exec(ctx, q, m.mode)
+				if got, want := sqlstate(err), "FG002"; got != want {
+					t.Errorf("in transaction %q: %v, want SQLSTATE %s", q, err, want)
+				}
+				_ = tx.Commit(ctx)
+			}
+			if _, err := c.PgConn().CopyFrom(ctx, strings.NewReader("77\tcopied\n"), "COPY orders FROM STDIN"); sqlstate(err) != "FG002" {
+				t.Errorf("COPY FROM: %v, want SQLSTATE FG002", err)
+			}
+			if got, want := state(t, fx.direct, 42), "shipped"; got != want {
+				t.Fatalf("after unfenced writes: state = %q, want %q", got, want)
+			}
+			var n int
+			if err := connect(t, fx.direct).QueryRow(ctx, "SELECT count(*) FROM orders").Scan(&n); err != nil || n != 2 {
+				t.Fatalf("orders rows = %d, %v; want 2", n, err)
+			}
+			// Reads need no fence.
+			var s string
+			if err := c.QueryRow(ctx, "SELECT state FROM orders WHERE id = 43", m.mode).Scan(&s); err != nil {
+				t.Fatalf("autocommit read: %v", err)
+			}
+			// Misuse: alone in autocommit, NULL/negative token, empty resource, not first.
+			var got int64
+			err = c.QueryRow(ctx, "SELECT fencegate.fence($1, $2)", m.mode, res, 50).Scan(&got)
+			if sqlstate(err) != "FG003" {
+				t.Errorf("fence alone in autocommit: %v, want SQLSTATE FG003", err)
+			}
+			if got, want := mark(t, fx.direct, res), int64(34); got != want {
+				t.Fatalf("mark after fence alone = %d, want %d", got, want)
+			}
+			for _, args := range [][]any{{res, nil}, {res, -1}, {"", 5}} {
+				tx, err := c.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				err = tx.QueryRow(ctx, "SELECT fencegate.fence($1, $2)", m.mode, args[0], args[1]).Scan(&got)
+				if sqlstate(err) != "FG003" {
+					t.Errorf("fence%v: %v, want SQLSTATE FG003", args, err)
+				}
+				tx.Rollback(ctx)
+			}
+			tx, err := c.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.QueryRow(ctx, "SELECT state FROM orders WHERE id = 42", m.mode).Scan(&s); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := fence(tx, 40); sqlstate(err) != "FG003" {
+				t.Errorf("fence after a read: %v, want SQLSTATE FG003", err)
+			}
+			tx.Rollback(ctx)
+			// Two fences (two resources) in one transaction.
+			tx, err = c.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := fence(tx, 35); err != nil {
+				t.Fatalf("first fence: %v", err)
+			}
+			if err := tx.QueryRow(ctx, "SELECT fencegate.fence($1, $2)", m.mode, res+":b", 1).Scan(&got); err != nil {
+				t.Fatalf("second fence: %v", err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestContractSimpleMultiStatement(t *testing.T) {
+	fx := newFixture(t)
+	ctx := context.Background()
+	c := connect(t, fx.proxied)
+	pc := c.PgConn()
+	run := func(sql string) error {
+		_, err := pc.Exec(ctx, sql).ReadAll()
+		return err
+	}
+	// The README session in one Query message, and the implicit transaction form.
+	if err := run("BEGIN; SELECT fencegate.fence('order:42', 34); UPDATE orders SET state = 'paid' WHERE id = 42; COMMIT;"); err != nil {
+		t.Fatalf("explicit block in one query: %v", err)
+	}
+	if err := run("SELECT fencegate.fence('order:42', 35); UPDATE orders SET state = 'shipped' WHERE id = 42"); err != nil {
+		t.Fatalf("implicit transaction: %v", err)
+	}
+	if got, want := state(t, fx.direct, 42), "shipped"; got != want {
+		t.Fatalf("state = %q, want %q", got, want)
+	}
+	results, err := pc.Exec(ctx, "SELECT 1; SELECT fencegate.fence('order:42', 36); SELECT 2").ReadAll()
+	if sqlstate(err) != "FG003" || len(results) < 1 || string(results[0].Rows[0][0]) != "1" {
+		t.Fatalf("fence after a read: results = %+v, %v; want FG003 after one result", results, err)
+	}
+	results, err = pc.Exec(ctx, "SELECT fencegate.fence('order:42', 36); SELECT 2").ReadAll()
+	if err != nil || len(results) != 2 || string(results[0].Rows[0][0]) != "36" || string(results[1].Rows[0][0]) != "2" {
+		t.Fatalf("results = %+v, %v", results, err)
+	}
+	if err := run("SELECT fencegate.fence('order:42', 30); UPDATE orders SET state = 'stale' WHERE id = 42"); sqlstate(err) != "FG001" {
+		t.Fatalf("stale in implicit transaction: %v", err)
+	}
+	if err := run("UPDATE orders SET state = 'x' WHERE id = 42; SELECT fencegate.fence('order:42', 40)"); sqlstate(err) != "FG002" {
+		t.Fatalf("write before fence: %v", err)
+	}
+	if err := run("SELECT fencegate.fence('order:42', 40)"); sqlstate(err) != "FG003" {
+		t.Fatalf("alone: %v", err)
+	}
+	for _, q := range []string{"BEGIN READ WRITE", "SET default_transaction_read_only = off",
+		"SELECT set_config('default_transaction_read_only', 'off', false)", "SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE"} {
+		if err := run(q); sqlstate(err) != "FG002" {
+			t.Errorf("%q: %v, want SQLSTATE FG002", q, err)
+		}
+		_ = run("ROLLBACK")
+	}
+	if got, want := state(t, fx.direct, 42), "shipped"; got != want {
+		t.Fatalf("state = %q, want %q", got, want)
+	}
+	if got, want := mark(t, fx.direct, "order:42"), int64(36); got != want {
+		t.Fatalf("mark = %d, want %d", got, want)
+	}
+}
+
+func TestContractBatchAndPrepared(t *testing.T) {
+	fx := newFixture(t)
+	ctx := context.Background()
+	c := connect(t, fx.proxied)
+	// A pipeline in autocommit is one implicit transaction.
+	b := &pgx.Batch{}
+	b.Queue("SELECT fencegate.fence($1, $2)", "order:42", 7)
+	b.Queue("UPDATE orders SET state = $1 WHERE id = 42", "batched")
+	if err := c.SendBatch(ctx, b).Close(); err != nil {
+		t.Fatalf("batch: %v", err)
+	}
+	b = &pgx.Batch{}
+	b.Queue("SELECT fencegate.fence($1, $2)", "order:42", 6)
+	b.Queue("UPDATE orders SET state = $1 WHERE id = 42", "stale")
+	if err := c.SendBatch(ctx, b).Close(); sqlstate(err) != "FG001" {
+		t.Fatalf("stale batch: %v", err)
+	}
+	// A batch inside a transaction.
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = &pgx.Batch{}
+	b.Queue("SELECT fencegate.fence($1, $2)", "order:42", 8)
+	b.Queue("UPDATE orders SET state = $1 WHERE id = 42", "batched-tx")
+	b.Queue("SELECT state FROM orders WHERE id = 42")
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		t.Fatalf("batch in tx: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// An explicitly prepared statement, used in two transactions.
+	if _, err := c.Prepare(ctx, "fence", "SELECT fencegate.fence($1, $2)"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range []int64{9, 10} {
+		tx, err := c.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got int64
+		if err := tx.QueryRow(ctx, "fence", "order:42", tok).Scan(&got); err != nil || got != tok {
+			t.Fatalf("prepared fence(%d) = %d, %v", tok, got, err)
+		}
+		if _, err := tx.Exec(ctx, "UPDATE orders SET state = 'prepared' WHERE id = 42"); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := state(t, fx.direct, 42), "prepared"; got != want {
+		t.Fatalf("state = %q, want %q", got, want)
+	}
+	if got, want := mark(t, fx.direct, "order:42"), int64(10); got != want {
+		t.Fatalf("mark = %d, want %d", got, want)
+	}
+}

@@ -1,0 +1,265 @@
+package proxy
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Proxy is a PostgreSQL wire-protocol proxy that enforces fencing tokens.
+// Create it with New, run it with Start or Serve, stop it with Shutdown or
+// Close.
+type Proxy struct {
+	cfg     Config
+	up      upstream
+	log     *slog.Logger
+	metrics *Metrics
+
+	mu       sync.Mutex
+	ln       net.Listener
+	closed   bool
+	draining atomic.Bool
+	sessions map[*session]struct{}
+	keys     map[uint64]*session // proxy-issued cancel key -> session
+	wg       sync.WaitGroup      // sessions and the accept loop
+	done     chan struct{}       // closed by Close
+
+	schemaOK sync.Map // database name -> true once the schema is known installed
+	nextID   atomic.Uint64
+}
+
+// New checks cfg and returns a Proxy that is not yet listening.
+func New(cfg Config) (*Proxy, error) {
+	up, err := parseUpstream(cfg.Upstream, cfg.UpstreamTLS)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = DefaultListen
+	}
+	if cfg.MaxMessageSize <= 0 {
+		cfg.MaxMessageSize = DefaultMaxMessageSize
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 10 * time.Second
+	}
+	if cfg.RequireClientTLS && cfg.ClientTLS == nil {
+		return nil, fmt.Errorf("proxy: RequireClientTLS needs ClientTLS (a certificate and key)")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default().With("component", "proxy")
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Proxy{
+		cfg: cfg, up: up, log: log, metrics: m,
+		sessions: map[*session]struct{}{},
+		keys:     map[uint64]*session{},
+		done:     make(chan struct{}),
+	}, nil
+}
+
+// Metrics returns the proxy's Prometheus collectors.
+func (p *Proxy) Metrics() *Metrics { return p.metrics }
+
+// Start binds the listen address and serves clients in the background
+// until Shutdown or Close.
+func (p *Proxy) Start() error {
+	ln, err := net.Listen("tcp", p.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", p.cfg.Listen, err)
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		ln.Close()
+		return ErrClosed
+	}
+	p.ln = ln
+	p.wg.Add(1)
+	p.mu.Unlock()
+	go p.acceptLoop(ln)
+	p.log.Info("proxy listening", "addr", ln.Addr().String(), "upstream", p.up.addr,
+		"upstream_sslmode", p.up.sslmode, "client_tls", p.cfg.ClientTLS != nil,
+		"fences_required", !p.cfg.AllowUnfencedWrites)
+	return nil
+}
+
+// Serve starts the proxy and blocks until ctx is done, then shuts down
+// gracefully with no drain limit other than ctx's own (already done) state:
+// sessions get one second to finish. Use Start and Shutdown for control
+// over the drain time. It returns ctx.Err() after a shutdown caused by ctx.
+func (p *Proxy) Serve(ctx context.Context) error {
+	if err := p.Start(); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-p.done:
+		return ErrClosed
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = p.Shutdown(sctx)
+	return ctx.Err()
+}
+
+// Addr returns the address the proxy listens on, or "" before Start.
+func (p *Proxy) Addr() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln == nil {
+		return ""
+	}
+	return p.ln.Addr().String()
+}
+
+func (p *Proxy) acceptLoop(ln net.Listener) {
+	defer p.wg.Done()
+	var delay time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if p.isClosing() {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || isTemporary(err) {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				time.Sleep(delay)
+				continue
+			}
+			p.log.Error("accept failed; proxy stops accepting", "err", err)
+			return
+		}
+		delay = 0
+		s := p.newSession(c)
+		if s == nil {
+			c.Close()
+			return
+		}
+		go s.run()
+	}
+}
+
+func isTemporary(err error) bool {
+	var t interface{ Temporary() bool }
+	return errors.As(err, &t) && t.Temporary()
+}
+
+func (p *Proxy) isClosing() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed || p.draining.Load()
+}
+
+// newSession registers a session for c, or returns nil when closing.
+func (p *Proxy) newSession(c net.Conn) *session {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.draining.Load() {
+		return nil
+	}
+	s := newSession(p, c)
+	p.sessions[s] = struct{}{}
+	p.wg.Add(1)
+	return s
+}
+
+func (p *Proxy) removeSession(s *session) {
+	p.mu.Lock()
+	delete(p.sessions, s)
+	if s.keySet {
+		delete(p.keys, s.key)
+	}
+	p.mu.Unlock()
+	p.wg.Done()
+}
+
+// registerKey gives s a fresh cancel key that no other session holds.
+func (p *Proxy) registerKey(s *session) uint64 {
+	var b [8]byte
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for {
+		_, _ = rand.Read(b[:])
+		b[0] &= 0x7f // keep the process id positive, as PostgreSQL's are
+		k := binary.BigEndian.Uint64(b[:])
+		if _, dup := p.keys[k]; !dup && k>>32 != 0 {
+			p.keys[k] = s
+			s.key, s.keySet = k, true
+			return k
+		}
+	}
+}
+
+func (p *Proxy) sessionByKey(k uint64) *session {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.keys[k]
+}
+
+// Shutdown stops accepting clients, lets open sessions finish the
+// transaction they are in (each session closes when it next becomes idle),
+// and closes what is left when ctx is done. It returns ctx.Err() when
+// sessions had to be cut.
+func (p *Proxy) Shutdown(ctx context.Context) error {
+	p.mu.Lock()
+	p.draining.Store(true)
+	if p.ln != nil {
+		p.ln.Close()
+	}
+	open := make([]*session, 0, len(p.sessions))
+	for s := range p.sessions {
+		open = append(open, s)
+	}
+	p.mu.Unlock()
+	for _, s := range open {
+		s.drainIfIdle()
+	}
+	finished := make(chan struct{})
+	go func() { p.wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+		p.Close()
+		return nil
+	case <-ctx.Done():
+		p.Close()
+		<-finished
+		return ctx.Err()
+	}
+}
+
+// Close stops accepting and closes every session at once.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	close(p.done)
+	if p.ln != nil {
+		p.ln.Close()
+	}
+	open := make([]*session, 0, len(p.sessions))
+	for s := range p.sessions {
+		open = append(open, s)
+	}
+	p.mu.Unlock()
+	for _, s := range open {
+		s.kill()
+	}
+	p.wg.Wait()
+	return nil
+}

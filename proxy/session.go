@@ -1,0 +1,298 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// errUpstreamRefused: the upstream sent an ErrorResponse during startup
+// (bad password, unknown database, ...); it was relayed to the client.
+var errUpstreamRefused = errors.New("proxy: upstream refused the session")
+
+// session is one client connection and its upstream connection. After the
+// startup phase two goroutines pump messages: the frontend pump (client to
+// upstream, this session's own goroutine) and the backend pump (upstream
+// to client). The frontend pump alone writes upstream; the backend pump
+// alone writes to the client, except for a final error written after the
+// backend pump ended.
+type session struct {
+	p        *Proxy
+	id       uint64
+	log      *slog.Logger
+	required bool // fences required (not AllowUnfencedWrites)
+
+	client    net.Conn
+	up        net.Conn
+	clientTLS bool
+	cw, uw    *bufio.Writer
+	cf, uf    frameReader
+
+	user, database string
+	key            uint64
+	keySet         bool
+	upPID          uint32
+	upSecret       []byte
+	readyBody      byte
+
+	status   atomic.Uint32 // last ReadyForQuery status: 'I', 'T' or 'E'
+	sent     atomic.Uint64 // batches (Sync, Query, FunctionCall) forwarded
+	answered atomic.Uint64 // ReadyForQuery messages forwarded
+
+	injections injections
+	front      frontState
+	back       backState
+
+	closeMu     sync.Mutex
+	closeReason error // first reason the session is closing
+	backendDone chan struct{}
+}
+
+func newSession(p *Proxy, c net.Conn) *session {
+	id := p.nextID.Add(1)
+	return &session{
+		p: p, id: id, client: c,
+		required:    !p.cfg.AllowUnfencedWrites,
+		log:         p.log.With("session", id, "client", c.RemoteAddr().String()),
+		backendDone: make(chan struct{}),
+	}
+}
+
+// setClosing records why the session ends and closes both connections. The
+// first reason wins. It reports whether this call set the reason.
+func (s *session) setClosing(reason error) bool {
+	s.closeMu.Lock()
+	first := s.closeReason == nil
+	if first {
+		s.closeReason = reason
+	}
+	s.closeMu.Unlock()
+	return first
+}
+
+func (s *session) reason() error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	return s.closeReason
+}
+
+var (
+	errKilled     = errors.New("proxy: session closed by the proxy")
+	errDraining   = errors.New("proxy: shutting down")
+	errClientGone = errors.New("proxy: client went away")
+)
+
+// kill closes the session's connections at once.
+func (s *session) kill() {
+	s.setClosing(errKilled)
+	s.client.Close()
+	if s.up != nil {
+		s.up.Close()
+	}
+}
+
+// drainIfIdle closes the session if no transaction or batch is in flight.
+// The backend pump then tells the client the proxy is shutting down.
+func (s *session) drainIfIdle() {
+	if s.up == nil || s.status.Load() != 'I' || s.sent.Load() != s.answered.Load() {
+		return
+	}
+	if s.setClosing(errDraining) {
+		s.up.Close()
+	}
+}
+
+func (s *session) run() {
+	m := s.p.metrics
+	m.Connections.Inc()
+	m.ConnectionsTotal.Inc()
+	defer func() {
+		s.client.Close()
+		if s.up != nil {
+			s.up.Close()
+		}
+		m.Connections.Dec()
+		s.p.removeSession(s)
+	}()
+	_ = s.client.SetDeadline(time.Now().Add(startupTimeout))
+	c, sp, err := s.negotiate()
+	s.client = c
+	if err != nil {
+		s.startupFailed(err)
+		return
+	}
+	if sp == nil { // cancel request
+		return
+	}
+	if s.p.cfg.RequireClientTLS && !s.clientTLS {
+		s.startupFailed(fmt.Errorf("%w: this proxy accepts TLS connections only (use sslmode=require)", errTLSRequired))
+		return
+	}
+	s.user, s.database = sp.get("user"), sp.get("database")
+	if s.database == "" {
+		s.database = s.user
+	}
+	s.log = s.log.With("user", s.user, "database", s.database)
+	max := s.p.cfg.MaxMessageSize
+	s.cw, s.cf = newBuffered(c, max)
+	up, err := s.p.dialUpstream(context.Background())
+	if err != nil {
+		s.log.Warn("upstream unavailable", "err", err)
+		s.writeFatal("08006", "fencegate: cannot reach the upstream PostgreSQL server: "+err.Error())
+		return
+	}
+	s.closeMu.Lock()
+	s.up = up
+	killed := s.closeReason != nil
+	s.closeMu.Unlock()
+	if killed {
+		return
+	}
+	_ = up.SetDeadline(time.Now().Add(startupTimeout))
+	s.uw, s.uf = newBuffered(up, 1<<30)
+	if err := s.upstreamStartup(sp); err != nil {
+		if !errors.Is(err, errUpstreamRefused) {
+			s.startupFailed(err)
+		}
+		return
+	}
+	s.ensureSchema()
+	if err := writeMsg(s.cw, 'Z', []byte{byte(s.status.Load())}); err != nil {
+		return
+	}
+	if err := s.cw.Flush(); err != nil {
+		return
+	}
+	_ = s.client.SetDeadline(time.Time{})
+	_ = up.SetDeadline(time.Time{})
+	s.front.init()
+	go s.backendPump()
+	err = s.frontendPump()
+	s.endFrontend(err)
+}
+
+var errTLSRequired = errors.New("proxy: TLS required")
+
+// startupFailed answers a failed startup with an ErrorResponse when the
+// connection still works.
+func (s *session) startupFailed(err error) {
+	switch {
+	case errors.Is(err, errProtocol):
+		s.p.metrics.ProtocolErrors.Inc()
+		s.log.Warn("protocol violation during startup", "err", err)
+		s.writeFatalRaw(CodeProtocolViolation, "fencegate: invalid startup: "+err.Error())
+	case errors.Is(err, errTLSRequired):
+		s.writeFatalRaw("28000", "fencegate: "+err.Error())
+	case errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed):
+		s.log.Debug("client left during startup", "err", err)
+	default:
+		s.log.Info("startup failed", "err", err)
+		s.writeFatalRaw("08006", "fencegate: startup failed: "+err.Error())
+	}
+}
+
+// writeFatalRaw writes a FATAL ErrorResponse straight to the client
+// connection (before the buffered writer exists, or after the pumps ended).
+func (s *session) writeFatalRaw(code, msg string) {
+	_ = s.client.SetWriteDeadline(time.Now().Add(time.Second))
+	_, _ = s.client.Write(appendMsg(nil, 'E', errorBody("FATAL", code, msg, "")))
+}
+
+// writeFatal writes a FATAL ErrorResponse through the buffered writer.
+func (s *session) writeFatal(code, msg string) {
+	_ = s.client.SetWriteDeadline(time.Now().Add(time.Second))
+	_ = writeMsg(s.cw, 'E', errorBody("FATAL", code, msg, ""))
+	_ = s.cw.Flush()
+}
+
+// endFrontend runs when the frontend pump returns: it stops the backend
+// pump and, for a protocol violation, tells the client why.
+func (s *session) endFrontend(err error) {
+	var reason error
+	switch {
+	case err == nil:
+		reason = errClientGone // Terminate
+	case errors.Is(err, errProtocol):
+		reason = err
+	default:
+		reason = errClientGone
+	}
+	if s.setClosing(reason) {
+		s.up.Close()
+	}
+	<-s.backendDone
+	if errors.Is(s.reason(), errProtocol) {
+		s.p.metrics.ProtocolErrors.Inc()
+		s.log.Warn("protocol violation; closing the connection", "err", err)
+		s.writeFatal(CodeProtocolViolation, "fencegate: "+err.Error())
+	}
+}
+
+// checkParameter watches ParameterStatus messages: when fences are
+// required, the session must stay read-only by default.
+func (s *session) checkParameter(body []byte) error {
+	if !s.required {
+		return nil
+	}
+	name, rest, ok := cstring(body)
+	if !ok || string(name) != "default_transaction_read_only" {
+		return nil
+	}
+	val, _, _ := cstring(rest)
+	if string(val) == "on" {
+		return nil
+	}
+	return errReadWriteSession
+}
+
+var errReadWriteSession = errors.New("proxy: session switched to read-write by default")
+
+// endBackend closes the session from the backend pump's side.
+func (s *session) endBackend(err error) {
+	defer close(s.backendDone)
+	first := s.setClosing(err)
+	if !first {
+		switch r := s.reason(); {
+		case errors.Is(r, errProtocol):
+			// The frontend pump writes the error and closes.
+			return
+		case r == errDraining:
+			s.writeFatal("57P01", "fencegate: the proxy is shutting down")
+		}
+		s.client.Close()
+		return
+	}
+	switch {
+	case errors.Is(err, errReadWriteSession):
+		s.reject(CodeUnfenced, "default_transaction_read_only turned off")
+		s.writeFatal(CodeUnfenced, "fencegate: the session turned default_transaction_read_only off; transactions become read-write only by taking a fence")
+	case err != nil:
+		s.log.Warn("upstream connection lost", "err", err)
+		s.writeFatal("08006", "fencegate: lost the connection to the upstream PostgreSQL server: "+err.Error())
+	}
+	s.client.Close()
+}
+
+// reject counts and logs one rejection sent to the client.
+func (s *session) reject(code, msg string) {
+	s.p.metrics.Rejections.WithLabelValues(code).Inc()
+	s.log.Info("rejected", "sqlstate", code, "message", msg)
+}
+
+// decodeError decodes an ErrorResponse body.
+func decodeError(body []byte) (*pgproto3.ErrorResponse, error) {
+	e := &pgproto3.ErrorResponse{}
+	if err := e.Decode(body); err != nil {
+		return nil, err
+	}
+	return e, nil
+}

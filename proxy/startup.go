@@ -1,0 +1,393 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// Codes of the untyped startup-phase packets.
+const (
+	codeCancel     = 80877102
+	codeSSL        = 80877103
+	codeGSSEnc     = 80877104
+	maxStartupSize = 10000 // as PostgreSQL's MAX_STARTUP_PACKET_LENGTH
+	startupTimeout = 30 * time.Second
+	bufSize        = 32 << 10
+)
+
+// startupParams is a decoded StartupMessage.
+type startupParams struct {
+	version uint32
+	keys    []string
+	values  []string
+}
+
+func (sp *startupParams) get(k string) string {
+	for i, key := range sp.keys {
+		if key == k {
+			return sp.values[i]
+		}
+	}
+	return ""
+}
+
+// readStartupPacket reads one untyped packet straight from c (no
+// buffering, so bytes a client pipelines after an SSLRequest stay in the
+// socket and are fed to the TLS handshake, which rejects them).
+func readStartupPacket(c net.Conn) (code uint32, body []byte, err error) {
+	var h [8]byte
+	if _, err := io.ReadFull(c, h[:4]); err != nil {
+		return 0, nil, err
+	}
+	n := int32(binary.BigEndian.Uint32(h[:4]))
+	if n < 8 || n > maxStartupSize {
+		return 0, nil, fmt.Errorf("%w: startup packet length %d (allowed 8..%d)", errProtocol, n, maxStartupSize)
+	}
+	body = make([]byte, n-4)
+	if _, err := io.ReadFull(c, body); err != nil {
+		return 0, nil, err
+	}
+	return binary.BigEndian.Uint32(body[:4]), body[4:], nil
+}
+
+// negotiate runs the client's startup phase: SSL and GSS encryption
+// requests, cancel requests, and the StartupMessage. It returns the
+// (possibly TLS-wrapped) connection and the startup parameters, or nil
+// params when the connection carried a cancel request.
+func (s *session) negotiate() (net.Conn, *startupParams, error) {
+	c := s.client
+	tlsDone, gssDone := false, false
+	for {
+		code, body, err := readStartupPacket(c)
+		if err != nil {
+			return c, nil, err
+		}
+		switch {
+		case code == codeSSL && len(body) == 0:
+			if tlsDone {
+				return c, nil, fmt.Errorf("%w: SSLRequest after TLS was set up", errProtocol)
+			}
+			if s.p.cfg.ClientTLS == nil {
+				if _, err := c.Write([]byte{'N'}); err != nil {
+					return c, nil, err
+				}
+				tlsDone = true
+				continue
+			}
+			if _, err := c.Write([]byte{'S'}); err != nil {
+				return c, nil, err
+			}
+			tc := tls.Server(c, s.p.cfg.ClientTLS)
+			if err := tc.Handshake(); err != nil {
+				return c, nil, fmt.Errorf("client TLS handshake: %w", err)
+			}
+			c, tlsDone, s.clientTLS = tc, true, true
+		case code == codeGSSEnc && len(body) == 0:
+			if gssDone || s.clientTLS {
+				return c, nil, fmt.Errorf("%w: unexpected GSSENCRequest", errProtocol)
+			}
+			gssDone = true
+			if _, err := c.Write([]byte{'N'}); err != nil {
+				return c, nil, err
+			}
+		case code == codeCancel && len(body) >= 8:
+			s.p.forwardCancel(binary.BigEndian.Uint64(body[:8]))
+			return c, nil, nil
+		case code>>16 == 3:
+			sp, err := parseStartup(code, body)
+			if err != nil {
+				return c, nil, err
+			}
+			return c, sp, nil
+		default:
+			return c, nil, fmt.Errorf("%w: unsupported startup packet code %d (fencegate speaks protocol 3)", errProtocol, code)
+		}
+	}
+}
+
+func parseStartup(version uint32, b []byte) (*startupParams, error) {
+	sp := &startupParams{version: version}
+	for {
+		k, rest, ok := cstring(b)
+		if !ok {
+			return nil, fmt.Errorf("%w: startup packet not NUL-terminated", errProtocol)
+		}
+		if len(k) == 0 {
+			if len(rest) != 0 {
+				return nil, fmt.Errorf("%w: bytes after the startup parameters", errProtocol)
+			}
+			break
+		}
+		v, rest2, ok := cstring(rest)
+		if !ok {
+			return nil, fmt.Errorf("%w: startup parameter %q has no value", errProtocol, k)
+		}
+		sp.keys = append(sp.keys, string(k))
+		sp.values = append(sp.values, string(v))
+		b = rest2
+	}
+	if sp.get("user") == "" {
+		return nil, fmt.Errorf("%w: no user name in the startup packet", errProtocol)
+	}
+	return sp, nil
+}
+
+// dialUpstream connects to the upstream server and sets up TLS as its
+// sslmode says.
+func (p *Proxy) dialUpstream(ctx context.Context) (net.Conn, error) {
+	d := net.Dialer{Timeout: p.cfg.DialTimeout, KeepAlive: 30 * time.Second}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
+	defer cancel()
+	c, err := d.DialContext(ctx, "tcp", p.up.addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial upstream %s: %w", p.up.addr, err)
+	}
+	if p.up.sslmode == "disable" {
+		return c, nil
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	var req [8]byte
+	binary.BigEndian.PutUint32(req[:4], 8)
+	binary.BigEndian.PutUint32(req[4:], codeSSL)
+	if _, err := c.Write(req[:]); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("upstream SSLRequest: %w", err)
+	}
+	var ans [1]byte
+	if _, err := io.ReadFull(c, ans[:]); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("upstream SSLRequest: %w", err)
+	}
+	switch ans[0] {
+	case 'S':
+		tc := tls.Client(c, p.up.tls)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("upstream TLS handshake: %w", err)
+		}
+		_ = tc.SetDeadline(time.Time{})
+		return tc, nil
+	case 'N':
+		switch p.up.sslmode {
+		case "allow", "prefer":
+			_ = c.SetDeadline(time.Time{})
+			return c, nil
+		}
+		c.Close()
+		return nil, fmt.Errorf("%w (sslmode=%s)", ErrUpstreamTLS, p.up.sslmode)
+	default:
+		c.Close()
+		return nil, fmt.Errorf("upstream answered SSLRequest with %q", ans[0])
+	}
+}
+
+// forwardCancel sends a CancelRequest for the session holding key k to its
+// upstream backend. Unknown keys are ignored, as PostgreSQL does.
+func (p *Proxy) forwardCancel(k uint64) {
+	s := p.sessionByKey(k)
+	if s == nil || s.upSecret == nil {
+		p.log.Debug("cancel request for unknown key ignored")
+		return
+	}
+	c, err := p.dialUpstream(context.Background())
+	if err != nil {
+		p.log.Warn("forward cancel request", "session", s.id, "err", err)
+		return
+	}
+	defer c.Close()
+	b := make([]byte, 12, 12+len(s.upSecret))
+	binary.BigEndian.PutUint32(b[0:], uint32(12+len(s.upSecret)))
+	binary.BigEndian.PutUint32(b[4:], codeCancel)
+	binary.BigEndian.PutUint32(b[8:], s.upPID)
+	b = append(b, s.upSecret...)
+	if _, err := c.Write(b); err != nil {
+		p.log.Warn("forward cancel request", "session", s.id, "err", err)
+		return
+	}
+	// PostgreSQL closes the connection after reading the request; wait for
+	// that so the cancel is in flight before the client hears back.
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, _ = c.Read(make([]byte, 1))
+	p.log.Debug("cancel request forwarded", "session", s.id)
+}
+
+// upstreamStartup sends the StartupMessage to the upstream, relays the
+// authentication exchange and the startup parameters to the client, and
+// returns when the upstream is ready for queries (its ReadyForQuery is not
+// yet forwarded).
+func (s *session) upstreamStartup(sp *startupParams) error {
+	msg := make([]byte, 8, 256)
+	binary.BigEndian.PutUint32(msg[4:], sp.version)
+	for i, k := range sp.keys {
+		if k == "default_transaction_read_only" && s.required {
+			continue
+		}
+		msg = append(append(append(append(msg, k...), 0), sp.values[i]...), 0)
+	}
+	if s.required {
+		msg = append(msg, "default_transaction_read_only\x00on\x00"...)
+	}
+	msg = append(msg, 0)
+	binary.BigEndian.PutUint32(msg[:4], uint32(len(msg)))
+	if _, err := s.uw.Write(msg); err != nil {
+		return err
+	}
+	if err := s.uw.Flush(); err != nil {
+		return err
+	}
+	for {
+		typ, n, err := s.uf.peekHeader()
+		if err != nil {
+			return fmt.Errorf("read upstream startup: %w", err)
+		}
+		body, err := s.uf.body(n)
+		if err != nil {
+			return fmt.Errorf("read upstream startup: %w", err)
+		}
+		switch typ {
+		case 'R':
+			if len(body) < 4 {
+				return fmt.Errorf("upstream sent a short authentication message")
+			}
+			if err := writeMsg(s.cw, typ, body); err != nil {
+				return err
+			}
+			switch binary.BigEndian.Uint32(body) {
+			case 3, 5, 7, 9, 10, 11: // a password, GSS, SSPI or SASL answer is due
+				if err := s.cw.Flush(); err != nil {
+					return err
+				}
+				if err := s.relayAuthAnswer(); err != nil {
+					return err
+				}
+			}
+		case 'K':
+			var k pgproto3.BackendKeyData
+			if err := k.Decode(body); err != nil {
+				return fmt.Errorf("decode upstream BackendKeyData: %w", err)
+			}
+			s.upPID, s.upSecret = k.ProcessID, k.SecretKey
+			key := s.p.registerKey(s)
+			var kb [8]byte
+			binary.BigEndian.PutUint64(kb[:], key)
+			if err := writeMsg(s.cw, 'K', kb[:]); err != nil {
+				return err
+			}
+		case 'E':
+			_ = writeMsg(s.cw, typ, body)
+			_ = s.cw.Flush()
+			return errUpstreamRefused
+		case 'S':
+			if err := s.checkParameter(body); err != nil {
+				return err
+			}
+			if err := writeMsg(s.cw, typ, body); err != nil {
+				return err
+			}
+		case 'Z':
+			if len(body) != 1 {
+				return fmt.Errorf("upstream sent a bad ReadyForQuery")
+			}
+			s.status.Store(uint32(body[0]))
+			s.readyBody = body[0]
+			return nil
+		default: // NoticeResponse, NegotiateProtocolVersion, ...
+			if err := writeMsg(s.cw, typ, body); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// relayAuthAnswer forwards the client's one authentication message.
+func (s *session) relayAuthAnswer() error {
+	typ, n, err := s.cf.peekHeader()
+	if err != nil {
+		return err
+	}
+	if typ != 'p' {
+		return fmt.Errorf("%w: message type %q during authentication (expected 'p')", errProtocol, typ)
+	}
+	if err := s.cf.copyTo(s.uw, n); err != nil {
+		return err
+	}
+	return s.uw.Flush()
+}
+
+// ensureSchema makes sure the fencegate schema exists in the session's
+// database, installing it through the session when absent. It runs before
+// the client sees ReadyForQuery; its messages are not forwarded.
+func (s *session) ensureSchema() {
+	if _, ok := s.p.schemaOK.Load(s.database); ok {
+		return
+	}
+	ok, err := s.internalQuery(checkSchemaSQL)
+	if err == nil && !ok {
+		_, err = s.internalQuery(setReadWriteSQL + ";\n" + SchemaSQL)
+		if err == nil {
+			s.log.Info("installed fencegate schema", "database", s.database)
+		}
+	}
+	if err != nil {
+		s.log.Warn("fencegate schema not installed; fence calls will fail until it is (run EnsureSchema as a role that may create schemas)",
+			"database", s.database, "user", s.user, "err", err)
+		return
+	}
+	s.p.schemaOK.Store(s.database, true)
+}
+
+// internalQuery runs sql as a simple query on the upstream and consumes the
+// answer. It returns whether the first column of the first row is "t".
+func (s *session) internalQuery(sql string) (bool, error) {
+	if _, err := s.uw.Write(queryMsg(nil, sql)); err != nil {
+		return false, err
+	}
+	if err := s.uw.Flush(); err != nil {
+		return false, err
+	}
+	var result bool
+	var qerr error
+	for {
+		typ, n, err := s.uf.peekHeader()
+		if err != nil {
+			return false, err
+		}
+		body, err := s.uf.body(n)
+		if err != nil {
+			return false, err
+		}
+		switch typ {
+		case 'D':
+			var d pgproto3.DataRow
+			if d.Decode(body) == nil && len(d.Values) > 0 && string(d.Values[0]) == "t" {
+				result = true
+			}
+		case 'E':
+			var e pgproto3.ErrorResponse
+			_ = e.Decode(body)
+			qerr = fmt.Errorf("%s (SQLSTATE %s)", e.Message, e.Code)
+		case 'S':
+			if err := writeMsg(s.cw, typ, body); err != nil {
+				return false, err
+			}
+		case 'Z':
+			s.status.Store(uint32(body[0]))
+			return result, qerr
+		}
+	}
+}
+
+// newBuffered wraps a connection in the session's buffered reader and writer.
+func newBuffered(c net.Conn, max int) (*bufio.Writer, frameReader) {
+	return bufio.NewWriterSize(c, bufSize), frameReader{r: bufio.NewReaderSize(c, bufSize), max: max}
+}
