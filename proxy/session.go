@@ -261,8 +261,11 @@ func (s *session) endBackend(err error) {
 	defer close(s.backendDone)
 	first := s.setClosing(err)
 	if !first {
-		switch s.reason() {
-		case errDraining:
+		switch r := s.reason(); {
+		case errors.Is(r, errProtocol):
+			// The frontend pump writes the error and closes.
+			return
+		case r == errDraining:
 			s.writeFatal("57P01", "fencegate: the proxy is shutting down")
 		}
 		s.client.Close()
