@@ -1,6 +1,7 @@
 package lockclient
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -131,5 +132,32 @@ func TestConcurrentCycles(t *testing.T) {
 				t.Fatalf("w%d left on master %d", w, i)
 			}
 		}
+	}
+}
+
+// TestRefreshWithMastersDown: when a majority of masters cannot be reached
+// (rather than refusing), Refresh fails without declaring the lock lost:
+// it stays held until its validity passes, and then Done closes.
+func TestRefreshWithMastersDown(t *testing.T) {
+	tr := startMasters(t, 5)
+	c := tr.client(t, nil, WithTTL(time.Second), WithNodeTimeout(200*time.Millisecond))
+	l := mustAcquire(t, c, "r")
+	for _, s := range tr.servers[:3] {
+		s.Kill()
+	}
+	err := l.Refresh(ctxT(t))
+	if err == nil || errors.Is(err, ErrLockLost) {
+		t.Fatalf("Refresh with 3 of 5 masters down: %v, want node errors without ErrLockLost", err)
+	}
+	if time.Now().Before(l.ValidUntil()) {
+		select {
+		case <-l.Done():
+			t.Fatalf("Done closed before the validity passed: %v", context.Cause(l.Context()))
+		default:
+		}
+	}
+	waitDone(t, l, "the validity to pass")
+	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) {
+		t.Fatalf("cause=%v, want ErrLockLost", cause)
 	}
 }
