@@ -186,7 +186,7 @@ func runMode(ctx context.Context, cfg config, fenced bool) (*modeRun, error) {
 	}
 
 	// The chaos loop: freeze a worker that holds the lock (any worker when
-	// none does) for cfg.Pause, then let it go.
+	// none does within 100ms) for cfg.Pause, then let it go.
 	chaosDone := make(chan struct{})
 	stopChaos := make(chan struct{})
 	go func() {
@@ -208,14 +208,20 @@ func runMode(ctx context.Context, cfg config, fenced bool) (*modeRun, error) {
 			if time.Now().Add(cfg.Pause).After(deadline) {
 				return
 			}
-			mu.Lock()
+			// Aim at a holder: wait up to 100ms for one to show up.
 			var holders []int
-			for id := 1; id <= cfg.Workers; id++ {
-				if holding[id] {
-					holders = append(holders, id)
+			for tries := 0; tries < 100 && len(holders) == 0; tries++ {
+				mu.Lock()
+				for id := 1; id <= cfg.Workers; id++ {
+					if holding[id] {
+						holders = append(holders, id)
+					}
+				}
+				mu.Unlock()
+				if len(holders) == 0 {
+					time.Sleep(time.Millisecond)
 				}
 			}
-			mu.Unlock()
 			victim := 1 + rng.IntN(cfg.Workers)
 			if len(holders) > 0 {
 				victim = holders[rng.IntN(len(holders))]
