@@ -84,6 +84,7 @@ func runTokenServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 	snapThreshold := fs.Uint64("snapshot-threshold", 8192, "log entries between snapshots")
 	trailing := fs.Uint64("trailing-logs", 10240, "log entries kept after a snapshot")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	via := fs.String("dial-via", "", "reach these peer addresses through others, as ADDR=VIA,... (fault injection: relays between nodes; default empty: dial peers directly)")
 	pos, err := parseInterspersed(fs, args, stderr)
 	if err != nil {
 		return err
@@ -102,11 +103,15 @@ func runTokenServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return usagef("--peers: %v", err)
 	}
+	dial, err := dialVia(*via)
+	if err != nil {
+		return usagef("--dial-via: %v", err)
+	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("node", *id)
 	srv, err := tokenservice.Start(ctx, tokenservice.Config{
 		ID: *id, DataDir: *dataDir, RaftAddr: *raftAddr, APIAddr: *apiAddr, Peers: peerList, Logger: logger,
 		HeartbeatTimeout: *heartbeat, ElectionTimeout: *election, LeaderLeaseTimeout: *lease,
-		SnapshotThreshold: *snapThreshold, TrailingLogs: *trailing,
+		SnapshotThreshold: *snapThreshold, TrailingLogs: *trailing, Dial: dial,
 	})
 	if err != nil {
 		return err
