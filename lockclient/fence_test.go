@@ -61,11 +61,10 @@ func ledger(t *testing.T, direct *pgx.Conn) []string {
 	return out
 }
 
-// TestInTx: a fenced transaction commits; an error from fn rolls it back; a
+// testInTx: a fenced transaction commits; an error from fn rolls it back; a
 // write without a fence is refused with ErrUnfenced; a lock without a token
 // is refused.
-func TestInTx(t *testing.T) {
-	cluster := tokentest.StartCluster(t, 3)
+func testInTx(t *testing.T, cluster *tokentest.Cluster) {
 	proxyDSN, direct := fencedDB(t)
 	db := connect(t, proxyDSN)
 	tr := sharedRedis(t)
@@ -103,33 +102,13 @@ func TestInTx(t *testing.T) {
 	}
 }
 
-// TestPausedHolderFenced: the paused holder (a SIGSTOPped process) resumes
-// after B took the lock and wrote; its write fails with ErrStaleToken and
-// commits nothing, and its Done closes.
-func TestPausedHolderFenced(t *testing.T) {
-	proxyDSN, direct := fencedDB(t)
-	db := connect(t, proxyDSN)
-	_, _, h := pausedHolderScenario(t, proxyDSN, func(b *Lock) {
-		if err := b.InTx(ctxT(t), db, insertAs("B", b)); err != nil {
-			t.Fatalf("B's fenced write: %v", err)
-		}
-	})
-	if got := h.expect(t, "WRITE"); len(got) == 0 || got[0] != "stale" {
-		t.Fatalf("resumed holder's write: %v, want stale (ErrStaleToken)", got)
-	}
-	if got := h.expect(t, "DONE"); len(got) != 1 || got[0] != "true" {
-		t.Fatalf("resumed holder: DONE %v, want true", got)
-	}
-	if got := ledger(t, direct); len(got) != 1 || got[0] != "B" {
-		t.Fatalf("ledger=%v, want only B's row", got)
-	}
-}
-
-// TestRedlockRestartDoubleGrantFenced: after three of five masters restart
-// without persistence, A and B both hold the lock; once B has written, A's
-// fenced write is rejected with ErrStaleToken (FG001) and commits nothing.
-func TestRedlockRestartDoubleGrantFenced(t *testing.T) {
-	cluster := tokentest.StartCluster(t, 3)
+// testRedlockRestartDoubleGrant: after three of five masters restart
+// without persistence while A holds the lock, B is granted it too (the
+// double grant Redlock's restart caveat warns of), with a larger token, and
+// A does not know. Once B has written, A's fenced write is rejected with
+// ErrStaleToken (FG001) and commits nothing; A's next refresh finds the
+// lock lost.
+func testRedlockRestartDoubleGrant(t *testing.T, cluster *tokentest.Cluster) {
 	proxyDSN, direct := fencedDB(t)
 	tr := startMasters(t, 5)
 	c := tr.client(t, cluster.Client(t), WithTTL(30*time.Second), WithRetry(NoRetry()))
@@ -146,6 +125,14 @@ func TestRedlockRestartDoubleGrantFenced(t *testing.T) {
 		t.Fatalf("B's TryAcquire after the restarts: %v", err)
 	}
 	defer b.Release(context.Background())
+	if b.Token() <= a.Token() {
+		t.Fatalf("B's token %d <= A's %d", b.Token(), a.Token())
+	}
+	select {
+	case <-a.Done():
+		t.Fatal("A already knows it lost the lock; the double grant is invisible to it until it refreshes")
+	default:
+	}
 	if err := b.InTx(ctxT(t), connect(t, proxyDSN), insertAs("B", b)); err != nil {
 		t.Fatalf("B's write: %v", err)
 	}
@@ -159,5 +146,30 @@ func TestRedlockRestartDoubleGrantFenced(t *testing.T) {
 	}
 	if got := ledger(t, direct); len(got) != 2 || got[0] != "A1" || got[1] != "B" {
 		t.Fatalf("ledger=%v, want [A1 B]", got)
+	}
+	if err := a.Refresh(ctxT(t)); !errors.Is(err, ErrLockLost) {
+		t.Fatalf("A.Refresh after the double grant: %v, want ErrLockLost", err)
+	}
+}
+
+// testPausedHolder: a holder process SIGSTOPped past its TTL, resumed after
+// B took the lock and wrote, writes at once: the write fails with
+// ErrStaleToken and commits nothing, and its Done closes with ErrLockLost.
+func testPausedHolder(t *testing.T, cluster *tokentest.Cluster) {
+	proxyDSN, direct := fencedDB(t)
+	db := connect(t, proxyDSN)
+	h := pausedHolderScenario(t, cluster, proxyDSN, func(b *Lock) {
+		if err := b.InTx(ctxT(t), db, insertAs("B", b)); err != nil {
+			t.Fatalf("B's fenced write: %v", err)
+		}
+	})
+	if got := h.expect(t, "WRITE"); len(got) == 0 || got[0] != "stale" {
+		t.Fatalf("resumed holder's write: %v, want stale (ErrStaleToken)", got)
+	}
+	if got := h.expect(t, "DONE"); len(got) != 1 || got[0] != "true" {
+		t.Fatalf("resumed holder: DONE %v, want true (Done closed with ErrLockLost)", got)
+	}
+	if got := ledger(t, direct); len(got) != 1 || got[0] != "B" {
+		t.Fatalf("ledger=%v, want only B's row", got)
 	}
 }

@@ -89,9 +89,13 @@ func TestTryAcquireHeld(t *testing.T) {
 		t.Fatalf("Taken=%v, want %d node", nae.Taken, want)
 	}
 
+	// The retry strategy cancels the context: Acquire is between attempts.
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { time.Sleep(20 * time.Millisecond); cancel() }()
-	_, err = c.Acquire(ctx, "held")
+	cancelling := tr.client(t, nil, WithRetry(retryFunc(func(int) (time.Duration, bool) {
+		cancel()
+		return time.Millisecond, true
+	})))
+	_, err = cancelling.Acquire(ctx, "held")
 	if !errors.Is(err, context.Canceled) || !errors.Is(err, ErrNotAcquired) {
 		t.Fatalf("Acquire with a cancelled ctx: %v, want context.Canceled and ErrNotAcquired", err)
 	}
@@ -178,12 +182,12 @@ func TestRefreshLostLock(t *testing.T) {
 // loss through Done when the key disappears.
 func TestWatchdog(t *testing.T) {
 	tr := sharedRedis(t)
-	const ttl = 300 * time.Millisecond
-	c := tr.client(t, nil, WithTTL(ttl), WithAutoRefresh(0), WithNodeTimeout(100*time.Millisecond))
+	const ttl = time.Second
+	c := tr.client(t, nil, WithTTL(ttl), WithAutoRefresh(0), WithNodeTimeout(200*time.Millisecond))
 	l := mustAcquire(t, c, "wd")
 	first := l.ValidUntil()
-	testutil.Eventually(t, 30*time.Second, "the watchdog to extend the lock past 3 TTLs", func() bool {
-		return l.ValidUntil().Sub(first) > 3*ttl
+	testutil.Eventually(t, 30*time.Second, "the watchdog to extend the lock past 2 TTLs", func() bool {
+		return l.ValidUntil().Sub(first) > 2*ttl
 	})
 	select {
 	case <-l.Done():

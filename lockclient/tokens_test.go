@@ -9,11 +9,29 @@ import (
 	"github.com/fencegate/fencegate/internal/tokentest"
 )
 
-// TestMutualExclusionTokens: 50 goroutines contend for one resource with
-// real tokens from a 3-node token cluster; never two inside at once, and
-// the tokens strictly increase in the order the lock was held.
-func TestMutualExclusionTokens(t *testing.T) {
+// TestWithTokens runs the tests that need real fencing tokens against one
+// 3-node token cluster (in-process, real Raft over TCP): starting a cluster
+// for each would cost seconds apiece.
+func TestWithTokens(t *testing.T) {
 	cluster := tokentest.StartCluster(t, 3)
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T, *tokentest.Cluster)
+	}{
+		{"MutualExclusion", testMutualExclusionTokens},
+		{"TokenDiscardedWhenLostBeforeConfirm", testTokenDiscardedWhenLost},
+		{"InTx", testInTx},
+		{"PausedHolder", testPausedHolder},
+		{"RedlockRestartDoubleGrant", testRedlockRestartDoubleGrant},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.test(t, cluster) })
+	}
+}
+
+// testMutualExclusionTokens: 50 goroutines contend for one resource with
+// real tokens; never two inside at once, and the tokens strictly increase
+// in the order the lock was held.
+func testMutualExclusionTokens(t *testing.T, cluster *tokentest.Cluster) {
 	tokens := cluster.Client(t)
 	for _, tc := range []struct {
 		name  string
@@ -39,11 +57,10 @@ func TestMutualExclusionTokens(t *testing.T) {
 	}
 }
 
-// TestTokenAfterGrantThenConfirm: a holder whose lock is lost between the
+// testTokenDiscardedWhenLost: a holder whose lock is lost between the
 // grant and the confirmation never gets a Lock (the token it minted is
 // discarded), so the next holder's token is the larger one.
-func TestTokenAfterGrantThenConfirm(t *testing.T) {
-	cluster := tokentest.StartCluster(t, 3)
+func testTokenDiscardedWhenLost(t *testing.T, cluster *tokentest.Cluster) {
 	tr := sharedRedis(t)
 	// The token source deletes the key while the token is being minted,
 	// as an expiry during a long pause there would.
@@ -79,36 +96,4 @@ func (s *stealingSource) NextToken(ctx context.Context, resource string) (int64,
 		err = s.del(ctx)
 	}
 	return tok, err
-}
-
-// TestRedlockRestartDoubleGrant: three of five masters restart without
-// persistence while A holds the lock; B is granted the same lock (the double
-// grant Redlock's restart caveat warns of) with a larger token, and A's
-// refresh finds the lock lost.
-func TestRedlockRestartDoubleGrant(t *testing.T) {
-	cluster := tokentest.StartCluster(t, 3)
-	tokens := cluster.Client(t)
-	tr := startMasters(t, 5)
-	c := tr.client(t, tokens, WithTTL(30*time.Second), WithRetry(NoRetry()))
-	a := mustAcquire(t, c, "acct")
-	for _, s := range tr.servers[:3] {
-		s.Kill()
-		s.Start()
-	}
-	b, err := c.TryAcquire(ctxT(t), "acct")
-	if err != nil {
-		t.Fatalf("B's TryAcquire after 3 masters restarted: %v", err)
-	}
-	defer b.Release(context.Background())
-	select {
-	case <-a.Done():
-		t.Fatal("A already knows it lost the lock; the double grant is invisible to it until it refreshes")
-	default:
-	}
-	if b.Token() <= a.Token() {
-		t.Fatalf("B's token %d <= A's %d", b.Token(), a.Token())
-	}
-	if err := a.Refresh(ctxT(t)); !errors.Is(err, ErrLockLost) {
-		t.Fatalf("A.Refresh after the double grant: %v, want ErrLockLost", err)
-	}
 }

@@ -3,6 +3,8 @@ package raftstore
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -28,6 +30,10 @@ type Batcher struct {
 	ctx         context.Context
 	cancel      context.CancelFunc
 	loopStopped chan struct{}
+	running     sync.WaitGroup // batches in flight
+	closed      chan struct{}  // closed when every request has its answer
+	closeOnce   sync.Once
+	received    atomic.Int64 // requests taken by loop, for tests
 }
 
 type batchReq struct {
@@ -66,6 +72,7 @@ func NewBatcher(alloc AllocFunc, opts ...BatcherOption) *Batcher {
 		sem:         make(chan struct{}, 2),
 		done:        make(chan struct{}),
 		loopStopped: make(chan struct{}),
+		closed:      make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(b)
@@ -80,6 +87,11 @@ func NewBatcher(alloc AllocFunc, opts ...BatcherOption) *Batcher {
 func (b *Batcher) Next(ctx context.Context, n int) (Range, error) {
 	req := &batchReq{ctx: ctx, n: max(1, n), res: make(chan batchRes, 1)}
 	select {
+	case <-b.done:
+		return Range{}, ErrBatcherClosed
+	default:
+	}
+	select {
 	case b.reqs <- req:
 	case <-b.done:
 		return Range{}, ErrBatcherClosed
@@ -91,20 +103,27 @@ func (b *Batcher) Next(ctx context.Context, n int) (Range, error) {
 		return res.r, res.err
 	case <-ctx.Done():
 		return Range{}, ctx.Err()
+	case <-b.closed:
+		select {
+		case res := <-req.res:
+			return res.r, res.err
+		default:
+			return Range{}, ErrBatcherClosed
+		}
 	}
 }
 
 // Close stops the batcher; pending and later calls fail with ErrBatcherClosed
 // (in-flight allocations are cancelled).
 func (b *Batcher) Close() {
-	select {
-	case <-b.done:
-		return
-	default:
-	}
-	close(b.done)
-	b.cancel()
-	<-b.loopStopped
+	b.closeOnce.Do(func() {
+		close(b.done)
+		b.cancel()
+		<-b.loopStopped
+		b.running.Wait()
+		b.failPending()
+		close(b.closed)
+	})
 }
 
 func (b *Batcher) loop() {
@@ -113,6 +132,7 @@ func (b *Batcher) loop() {
 		var first *batchReq
 		select {
 		case first = <-b.reqs:
+			b.received.Add(1)
 		case <-b.done:
 			b.failPending()
 			return
@@ -125,6 +145,7 @@ func (b *Batcher) loop() {
 			case b.sem <- struct{}{}:
 				break gather
 			case r := <-b.reqs:
+				b.received.Add(1)
 				batch, total = append(batch, r), total+r.n
 			case <-b.done:
 				fail(batch, ErrBatcherClosed)
@@ -137,17 +158,20 @@ func (b *Batcher) loop() {
 		for total < b.maxBatch {
 			select {
 			case r := <-b.reqs:
+				b.received.Add(1)
 				batch, total = append(batch, r), total+r.n
 			default:
 				break drain
 			}
 		}
+		b.running.Add(1)
 		go b.run(batch)
 	}
 }
 
 // run allocates one range for batch and hands each caller its part.
 func (b *Batcher) run(batch []*batchReq) {
+	defer b.running.Done()
 	defer func() { <-b.sem }()
 	live, total := batch[:0], 0
 	for _, r := range batch {

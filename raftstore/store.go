@@ -180,6 +180,7 @@ type Store struct {
 	fsm    *fsm
 	bolt   *raftboltdb.BoltStore
 	trans  *raft.NetworkTransport
+	ln     net.Listener // until the transport owns it
 	ident  identity
 	notify chan bool
 
@@ -198,9 +199,6 @@ func Open(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	cfg.setDefaults()
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("create data dir: %w", err)
-	}
 	id, err := readIdentity(cfg.DataDir)
 	if err != nil {
 		return nil, err
@@ -219,9 +217,20 @@ func Open(cfg Config) (*Store, error) {
 		}
 	}()
 
+	// Listen first: a taken port fails before anything is written.
+	ln, err := listen("raft", cfg.RaftAddr, "--raft-addr")
+	if err != nil {
+		return nil, err
+	}
+	s.ln = ln
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
 	s.bolt, err = raftboltdb.New(raftboltdb.Options{
 		Path:        filepath.Join(cfg.DataDir, "raft.db"),
-		BoltOptions: &bbolt.Options{Timeout: time.Second},
+		// The freelist is rebuilt on open instead of written on every
+		// commit (as Consul runs raft-boltdb): less to write per fsync.
+		BoltOptions: &bbolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
 		NoSync:      false, // every log append is fsynced
 	})
 	if err != nil {
@@ -234,10 +243,6 @@ func Open(cfg Config) (*Store, error) {
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, cfg.RetainSnapshots, hcl)
 	if err != nil {
 		return nil, fmt.Errorf("open snapshot store: %w", err)
-	}
-	ln, err := listen("raft", cfg.RaftAddr, "--raft-addr")
-	if err != nil {
-		return nil, err
 	}
 	s.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  &streamLayer{Listener: ln, advertise: ln.Addr(), dial: cfg.Dial},
@@ -313,6 +318,8 @@ func (s *Store) closeResources() error {
 	}
 	if s.trans != nil {
 		errs = append(errs, s.trans.Close())
+	} else if s.ln != nil {
+		errs = append(errs, s.ln.Close())
 	}
 	if s.bolt != nil {
 		errs = append(errs, s.bolt.Close())

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -29,6 +30,7 @@ type Client struct {
 	maxWait        time.Duration
 	backoffBase    time.Duration
 	backoffMax     time.Duration
+	followLeader   bool
 
 	mu        sync.Mutex
 	preferred int
@@ -57,6 +59,12 @@ func WithBackoff(base, max time.Duration) ClientOption {
 	return func(c *Client) { c.backoffBase, c.backoffMax = base, max }
 }
 
+// WithFollowLeader makes the client send later calls straight to the leader
+// a node names in its answer, skipping the forwarding hop (a URL not given to
+// NewClient is then added). The default is true; false keeps each call on the
+// given nodes, which tests use to spread load over followers.
+func WithFollowLeader(on bool) ClientOption { return func(c *Client) { c.followLeader = on } }
+
 // WithLogger sets the client's logger. The default is
 // slog.Default().With("component", "tokenservice-client").
 func WithLogger(l *slog.Logger) ClientOption { return func(c *Client) { c.log = l } }
@@ -69,6 +77,7 @@ func NewClient(servers []string, opts ...ClientOption) (*Client, error) {
 		maxWait:        30 * time.Second,
 		backoffBase:    20 * time.Millisecond,
 		backoffMax:     time.Second,
+		followLeader:   true,
 	}
 	for _, s := range servers {
 		u, err := NormalizeURL(s)
@@ -170,8 +179,13 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 	var order []string
 	for attempt := 0; ; attempt++ {
 		srv := c.pick()
-		err := c.try(ctx, srv, method, path, body, out)
+		leader, err := c.try(ctx, srv, method, path, body, out)
 		if err == nil {
+			if c.followLeader && leader != "" {
+				if u, err := NormalizeURL(leader); err == nil {
+					srv = u
+				}
+			}
 			c.prefer(srv)
 			return nil
 		}
@@ -198,15 +212,19 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 			}
 		}
 	}
-	errs := []error{ctx.Err()}
+	var errs nodeErrors
+	if err := ctx.Err(); err != nil {
+		errs = append(errs, err)
+	}
 	for _, srv := range order {
 		errs = append(errs, fmt.Errorf("node %s: %w", srv, last[srv]))
 	}
-	return fmt.Errorf("tokenservice: %s: no node answered: %w", what, errors.Join(errs...))
+	return fmt.Errorf("tokenservice: %s: no node answered: %w", what, errs)
 }
 
-// try sends one request to one node.
-func (c *Client) try(ctx context.Context, srv, method, path string, body []byte, out any) error {
+// try sends one request to one node; on success it returns the leader API
+// URL the node named, if any.
+func (c *Client) try(ctx context.Context, srv, method, path string, body []byte, out any) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.attemptTimeout)
 	defer cancel()
 	var rd io.Reader
@@ -215,30 +233,31 @@ func (c *Client) try(ctx context.Context, srv, method, path string, body []byte,
 	}
 	req, err := http.NewRequestWithContext(ctx, method, srv+path, rd)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return "", fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return fmt.Errorf("%w: read answer: %w", ErrUnavailable, err)
+		return "", fmt.Errorf("%w: read answer: %w", ErrUnavailable, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return decodeError(resp.StatusCode, data)
+		return "", decodeError(resp.StatusCode, data)
 	}
+	leader := resp.Header.Get(leaderHeader)
 	if out == nil {
-		return nil
+		return leader, nil
 	}
 	if err := json.Unmarshal(data, out); err != nil {
-		return fmt.Errorf("%w: decode answer %.200q: %v", ErrInternal, data, err)
+		return "", fmt.Errorf("%w: decode answer %.200q: %v", ErrInternal, data, err)
 	}
-	return nil
+	return leader, nil
 }
 
 func (c *Client) pick() string {
@@ -284,3 +303,17 @@ func (c *Client) sleep(ctx context.Context, round int) bool {
 		return false
 	}
 }
+
+// nodeErrors is errors.Join on one line: what each node answered, joined
+// by "; ". errors.Is and errors.As see every one of them.
+type nodeErrors []error
+
+func (e nodeErrors) Error() string {
+	parts := make([]string, len(e))
+	for i, err := range e {
+		parts[i] = err.Error()
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (e nodeErrors) Unwrap() []error { return e }

@@ -20,7 +20,8 @@ func TestConcurrentTokensDistinctAndOrdered(t *testing.T) {
 	c := tokentest.StartCluster(t, 3)
 	var clients []*tokenservice.Client
 	for _, u := range c.APIURLs() {
-		clients = append(clients, c.ClientFor(t, []string{u}))
+		// Pinned to its node, so followers forward to the leader.
+		clients = append(clients, c.ClientFor(t, []string{u}, tokenservice.WithFollowLeader(false)))
 	}
 	const total, workers = 10000, 64
 	rec := history.NewRecorder()

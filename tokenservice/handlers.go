@@ -49,6 +49,9 @@ func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
+	if _, api := s.store.Leader(); api != "" {
+		w.Header().Set(leaderHeader, api)
+	}
 	writeJSON(w, http.StatusOK, tokenResponse{Resource: req.Resource, Token: rng.First, Term: rng.Term, Index: rng.Index, Leader: rng.Leader})
 }
 

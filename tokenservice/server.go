@@ -19,6 +19,10 @@ const maxHops = 2
 // hopsHeader counts the forwards a request has been through.
 const hopsHeader = "X-Fencegate-Hops"
 
+// leaderHeader carries, on a successful token answer, the API URL of the
+// leader, so clients can skip the forwarding hop next time.
+const leaderHeader = "X-Fencegate-Leader-Api"
+
 // Server is one node of the token service: a raftstore.Store and the HTTP
 // API in front of it.
 type Server struct {
@@ -73,7 +77,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.store, err = raftstore.Open(cfg.storeConfig(apiURL))
+	if _, port, _ := net.SplitHostPort(hostPort); port == "0" {
+		s.apiURL = "http://" + s.ln.Addr().String()
+	}
+	s.store, err = raftstore.Open(cfg.storeConfig(s.apiURL))
 	if err != nil {
 		s.ln.Close()
 		return nil, err
@@ -92,7 +99,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			s.log.Error("serve api", "err", err)
 		}
 	}()
-	s.log.Info("serving", "id", cfg.ID, "api", apiURL, "raft", s.store.RaftAddr())
+	s.log.Info("serving", "id", cfg.ID, "api", s.apiURL, "raft", s.store.RaftAddr())
 	return s, nil
 }
 
