@@ -344,7 +344,7 @@ func startClients(stack *Stack, cfg Config, seed int64, rec *Recorder) ([]*Clien
 			if err := json.Unmarshal(line, &e); err != nil {
 				return
 			}
-			cp.Observe(e.Kind)
+			cp.Observe(e)
 			_ = rec.Record(e)
 			if e.Kind == KindTxnOK {
 				once.Do(func() { close(firstOK) })

@@ -5,16 +5,23 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testutil"
 )
 
-// campaign runs cfg with the test's binary, report dir and logger, and
-// fails the test unless every check of every run passed.
-func campaign(t *testing.T, cfg Config) *Summary {
-	t.Helper()
+// campaignResult is what a campaign run by a test produced.
+type campaignResult struct {
+	sum *Summary
+	out string
+	err error
+}
+
+// runCampaign runs cfg with the test's binary, report dir and logger. It
+// makes no assertion, so it may run on any goroutine.
+func runCampaign(t *testing.T, cfg Config) campaignResult {
 	cfg.Binary = testutil.Binary(t)
 	cfg.ReportDir = t.TempDir()
 	cfg.PostgreSQL = testutil.PostgresAdminDSN()
@@ -24,28 +31,37 @@ func campaign(t *testing.T, cfg Config) *Summary {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	sum, err := Run(ctx, cfg)
-	t.Log("\n" + out.String())
-	if sum != nil {
-		t.Log(sum.Line())
-	}
-	if err != nil {
-		if sum != nil && len(sum.Reports) > 0 {
-			b, _ := os.ReadFile(filepath.Join(sum.Reports[len(sum.Reports)-1].Dir, "result.txt"))
+	return campaignResult{sum, out.String(), err}
+}
+
+// check fails the test unless every check of every run passed and every
+// run wrote its report.
+func (r campaignResult) check(t *testing.T) {
+	t.Helper()
+	t.Log("\n" + r.out)
+	if r.err != nil {
+		if r.sum != nil && len(r.sum.Reports) > 0 {
+			b, _ := os.ReadFile(filepath.Join(r.sum.Reports[len(r.sum.Reports)-1].Dir, "result.txt"))
 			t.Logf("last run's result.txt:\n%s", b)
 		}
-		t.Fatalf("campaign: %v", err)
+		t.Fatalf("campaign: %v", r.err)
 	}
-	if sum.StaleAccepted != 0 || sum.TokenViolations != 0 || sum.DoubleHolds == 0 {
-		t.Fatalf("campaign summary %q, token violations %d", sum.Line(), sum.TokenViolations)
+	t.Log(r.sum.Line())
+	if r.sum.StaleAccepted != 0 || r.sum.TokenViolations != 0 || r.sum.DoubleHolds == 0 {
+		t.Fatalf("campaign summary %q, token violations %d", r.sum.Line(), r.sum.TokenViolations)
 	}
-	for _, r := range sum.Reports {
+	for _, rep := range r.sum.Reports {
 		for _, f := range []string{"history.jsonl", "tokens.html", "result.txt", "logs/token-n1.log", "logs/client-c1.log"} {
-			if _, err := os.Stat(filepath.Join(r.Dir, f)); err != nil {
-				t.Errorf("run %d report lacks %s: %v", r.Index, f, err)
+			if _, err := os.Stat(filepath.Join(rep.Dir, f)); err != nil {
+				t.Errorf("run %d report lacks %s: %v", rep.Index, f, err)
 			}
 		}
 	}
-	return sum
+}
+
+func campaign(t *testing.T, cfg Config) {
+	t.Helper()
+	runCampaign(t, cfg).check(t)
 }
 
 // TestCampaign is the short campaign CI runs: random schedules from every
@@ -61,15 +77,29 @@ func TestCampaignRedlock(t *testing.T) {
 	campaign(t, Config{Runs: 1, Seed: 11, Duration: 6 * time.Second, Redlock: true})
 }
 
-// TestScenarios replays every named regression scenario once. The runs are
-// independent stacks, mostly idle, so they run in parallel (-parallel, by
-// default GOMAXPROCS, at a time).
+// scenarioConcurrency is how many scenario stacks TestScenarios runs at
+// once: they are mostly idle processes, so a few share the machine well.
+const scenarioConcurrency = 3
+
+// TestScenarios replays every named regression scenario once, a few at a
+// time, each on its own stack.
 func TestScenarios(t *testing.T) {
 	t.Parallel()
-	for _, name := range ScenarioNames() {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			campaign(t, Config{Runs: 1, Seed: 1, Scenario: Scenarios[name]})
-		})
+	names := ScenarioNames()
+	results := make([]campaignResult, len(names))
+	sem := make(chan struct{}, scenarioConcurrency)
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			results[i] = runCampaign(t, Config{Runs: 1, Seed: 1, Scenario: Scenarios[name]})
+		}()
+	}
+	wg.Wait()
+	for i, name := range names {
+		t.Run(name, func(t *testing.T) { results[i].check(t) })
 	}
 }

@@ -117,16 +117,19 @@ func (c *client) once(ctx context.Context, lc *lockclient.Client) {
 		sleepCtx(ctx, c.cfg.TTL/10)
 		return
 	}
-	c.record(Event{Kind: KindAcquireOK, Token: lock.Token(), Detail: "valid " + time.Until(lock.ValidUntil()).Round(time.Millisecond).String()})
+	var work time.Duration
+	if c.cfg.Work > 0 {
+		work = time.Duration(c.rng.Int64N(int64(c.cfg.Work)))
+	}
+	c.record(Event{Kind: KindAcquireOK, Token: lock.Token(), Work: int64(work),
+		Detail: "valid " + time.Until(lock.ValidUntil()).Round(time.Millisecond).String()})
 	defer func() {
 		c.record(Event{Kind: KindRelease})
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		_ = lock.Release(rctx)
 		cancel()
 	}()
-	if c.cfg.Work > 0 {
-		sleepCtx(ctx, time.Duration(c.rng.Int64N(int64(c.cfg.Work))))
-	}
+	sleepCtx(ctx, work)
 	c.txn(ctx, lock)
 }
 

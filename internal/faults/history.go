@@ -50,10 +50,13 @@ type Event struct {
 	Resource string `json:"resource,omitempty"`
 	Token    int64  `json:"token,omitempty"`
 	Value    int64  `json:"value,omitempty"`
-	Fault    string `json:"fault,omitempty"`
-	Target   string `json:"target,omitempty"`
-	Detail   string `json:"detail,omitempty"`
-	Err      string `json:"err,omitempty"`
+	// Work is, on acquire-ok, how long (ns) the client will work before
+	// its transaction begins.
+	Work   int64  `json:"work,omitempty"`
+	Fault  string `json:"fault,omitempty"`
+	Target string `json:"target,omitempty"`
+	Detail string `json:"detail,omitempty"`
+	Err    string `json:"err,omitempty"`
 }
 
 // MonoNow returns CLOCK_MONOTONIC in nanoseconds.

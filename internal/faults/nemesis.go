@@ -67,17 +67,19 @@ type ClientProc struct {
 
 	mu       sync.Mutex
 	last     string
+	writeAt  time.Time
 	acquired int
 	commits  int
 }
 
-// Observe records the kind of the client's latest event.
-func (c *ClientProc) Observe(kind string) {
+// Observe records the client's latest event.
+func (c *ClientProc) Observe(e Event) {
 	c.mu.Lock()
-	c.last = kind
-	switch kind {
+	c.last = e.Kind
+	switch e.Kind {
 	case KindAcquireOK:
 		c.acquired++
+		c.writeAt = time.Now().Add(time.Duration(e.Work))
 	case KindTxnOK:
 		c.commits++
 	}
@@ -104,10 +106,14 @@ func progress(clients []*ClientProc, skip *ClientProc) (acquired, commits int) {
 
 // Holding reports whether the client holds the lock and has not yet begun
 // its transaction: the moment a pause hurts most.
-func (c *ClientProc) Holding() bool {
+func (c *ClientProc) Holding() bool { return c.HoldingFor(0) }
+
+// HoldingFor reports whether the client holds the lock and will not begin
+// its transaction for at least d.
+func (c *ClientProc) HoldingFor(d time.Duration) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.last == KindAcquireOK
+	return c.last == KindAcquireOK && time.Until(c.writeAt) >= d
 }
 
 // Nemesis injects faults into a running stack and records each one as a
@@ -268,15 +274,16 @@ func (n *Nemesis) pause(ctx context.Context, fault, target string, p *Proc, hold
 	return n.window(ctx, fault, target, "", p.Pause, hold, p.Resume)
 }
 
-// holder waits up to 3s for a client that holds the lock (starting the
-// search at a random client) and returns it, or a random client.
-func (n *Nemesis) holder(ctx context.Context) *ClientProc {
+// holder waits up to 5s for a client that holds the lock and will not
+// write for at least ahead (starting the search at a random client) and
+// returns it, or a random client.
+func (n *Nemesis) holder(ctx context.Context, ahead time.Duration) *ClientProc {
 	pick := n.rng.IntN(len(n.clients))
 	var target *ClientProc
-	_ = poll(ctx, 3*time.Second, "a lock holder", func(context.Context) error {
+	_ = poll(ctx, 5*time.Second, "a lock holder", func(context.Context) error {
 		for i := range n.clients {
 			c := n.clients[(pick+i)%len(n.clients)]
-			if c.Holding() && c.Proc.Running() && !c.Proc.Paused() {
+			if c.HoldingFor(ahead) && c.Proc.Running() && !c.Proc.Paused() {
 				target = c
 				return nil
 			}
@@ -295,7 +302,7 @@ func (n *Nemesis) holder(ctx context.Context) *ClientProc {
 // system recovers from earlier faults.
 func (n *Nemesis) pauseClient(ctx context.Context) error {
 	hold := n.ttl*2 + n.jitter(n.ttl)
-	target := n.holder(ctx)
+	target := n.holder(ctx, 0)
 	before, _ := progress(n.clients, target)
 	wait := func() {
 		sleepCtx(ctx, hold)
@@ -314,10 +321,11 @@ const maxClientPause = 15 * time.Second
 
 // redisVictims picks the masters a Redis fault hits: the only one, or a
 // majority of Redlock's masters (a fault on a minority cannot grant the
-// lock twice). It waits for a lock holder first, so that the fault hits a
-// held lock.
+// lock twice). It first waits for a holder that will keep working for a
+// while, so that the fault hits a held lock and another client can be
+// granted it before the holder writes.
 func (n *Nemesis) redisVictims(ctx context.Context) ([]*RedisNode, string) {
-	n.holder(ctx)
+	n.holder(ctx, n.ttl/8)
 	k := len(n.stack.Redis)/2 + 1
 	var out []*RedisNode
 	var names []string
