@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/fencegate/fencegate/internal/demo"
+)
+
+func init() {
+	register(&command{name: "demo", summary: "replay the paused lock holder with and without fencing", run: runDemo})
+}
+
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprintln(stderr, "Usage: fencegate demo paused-holder [--redlock] [flags]")
+		fmt.Fprintln(stderr)
+		fmt.Fprintln(stderr, "  paused-holder   Kleppmann's paused lock holder with real processes: once straight")
+		fmt.Fprintln(stderr, "                  to PostgreSQL (the stale write lands), once through the proxy")
+		fmt.Fprintln(stderr, "                  (it is rejected with FG001). Exits 0 only when it was rejected.")
+		if len(args) == 0 {
+			return usagef("name a demo: paused-holder")
+		}
+		return flag.ErrHelp
+	}
+	switch args[0] {
+	case "paused-holder":
+		return runPausedHolder(ctx, args[1:], stdout, stderr)
+	case "client": // hidden: one client process of the demo
+		return runDemoClient(ctx, args[1:], stderr)
+	}
+	return usagef("unknown demo %q; the demo is paused-holder", args[0])
+}
+
+func runPausedHolder(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("demo paused-holder", flag.ContinueOnError)
+	var cfg demo.Config
+	fs.BoolVar(&cfg.Redlock, "redlock", false, "lock on five Redis masters (Redlock) the demo starts; the double grant comes from restarting one without persistence (default false: one Redis and a SIGSTOP)")
+	fs.DurationVar(&cfg.TTL, "ttl", 0, "lock TTL (default 1s, 5s with --redlock)")
+	fs.StringVar(&cfg.Postgres, "postgres", "", "PostgreSQL DSN (default: DATABASE_URL or PG* variables, else 127.0.0.1:5432, else a throwaway server)")
+	fs.StringVar(&cfg.Redis, "redis", "", "Redis host:port or redis:// URL (default: REDIS_URL, else 127.0.0.1:6379, else a throwaway server)")
+	fs.StringVar(&cfg.Picture, "picture", demo.DefaultPicture, "SVG timeline to write (default "+demo.DefaultPicture+")")
+	verbose := fs.Bool("v", false, "log progress, and the token nodes' and proxy's logs, to stderr (default false)")
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	if cfg.TTL != 0 && cfg.TTL < 100*time.Millisecond {
+		return usagef("--ttl %v is too short to watch; use 100ms or more", cfg.TTL)
+	}
+	level := slog.LevelWarn
+	if *verbose {
+		level = slog.LevelInfo
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if *verbose {
+		cfg.ServiceLogger = cfg.Logger
+	}
+	cfg.Out = stdout
+	_, err := demo.PausedHolder(ctx, cfg)
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("interrupted; the clients, servers and database it started are gone: %w", ctx.Err())
+	}
+	return err
+}
+
+func runDemoClient(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("demo client", flag.ContinueOnError)
+	var c demo.ClientConfig
+	demo.ClientFlags(fs, &c)
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
+	}
+	err := demo.RunClient(ctx, &c, os.Stdin, os.Stdout)
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}

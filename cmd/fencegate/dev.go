@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+
+	"github.com/fencegate/fencegate/internal/devstack"
+)
+
+func init() {
+	register(&command{name: "dev", summary: "run the whole stack on this machine (3 token nodes, proxy) until Ctrl-C", run: runDev})
+}
+
+func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	dataDir := fs.String("data-dir", devstack.DefaultDataDir, "directory for the token nodes' data and any PostgreSQL/Redis the stack starts (default "+devstack.DefaultDataDir+")")
+	reset := fs.Bool("reset", false, "remove the data directory before starting, for a fresh stack (default false)")
+	clean := fs.Bool("clean", false, "remove the data directory when the stack stops (default false)")
+	pg := fs.String("postgres", "", "PostgreSQL DSN of a role that may create databases (default: DATABASE_URL or the PG* variables, else 127.0.0.1:5432 when it answers, else a throwaway server started from the PostgreSQL binaries)")
+	rd := fs.String("redis", "", "Redis host:port or redis:// URL (default: REDIS_URL, else 127.0.0.1:6379 when it answers, else a throwaway redis-server)")
+	proxyListen := fs.String("proxy-listen", devstack.DevProxyAddr, "address of the fencing proxy (default "+devstack.DevProxyAddr+")")
+	tokenAPI := fs.String("token-api", strings.Join(devstack.DevTokenAPIAddrs, ","), "API addresses of the three token nodes (default "+strings.Join(devstack.DevTokenAPIAddrs, ",")+")")
+	tokenRaft := fs.String("token-raft", strings.Join(devstack.DevTokenRaftAddrs, ","), "Raft addresses of the three token nodes (default "+strings.Join(devstack.DevTokenRaftAddrs, ",")+")")
+	verbose := fs.Bool("v", false, "show the token nodes' and the proxy's logs (default false: warnings only)")
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	api, raft := splitAddrs(*tokenAPI), splitAddrs(*tokenRaft)
+	if len(api) != 3 || len(raft) != 3 {
+		return usagef("--token-api and --token-raft each take three HOST:PORT addresses, comma-separated")
+	}
+	if *reset {
+		if err := devstack.RemoveDataDir(*dataDir); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "removed %s\n", *dataDir)
+	}
+	level := slog.LevelWarn
+	if *verbose {
+		level = slog.LevelInfo
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	svcLog := log
+	gate := &quietAfter{Handler: slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError}), off: new(atomic.Bool)}
+	if !*verbose {
+		// Errors only, and none once stopping: nodes that lose their peers
+		// while the stack shuts down complain, as they should, but not to us.
+		svcLog = slog.New(gate)
+	}
+	fmt.Fprintln(stdout, "fencegate dev: starting PostgreSQL/Redis (if needed), 3 token nodes and the proxy...")
+	st, err := devstack.Start(ctx, devstack.StackConfig{
+		DataDir: *dataDir, Postgres: *pg, Redis: *rd, ProxyListen: *proxyListen,
+		TokenAPI: api, TokenRaft: raft, Logger: log, ServiceLogger: svcLog,
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout)
+	fmt.Fprint(stdout, st.Describe())
+	fmt.Fprintln(stdout)
+	fmt.Fprintln(stdout, "Try it:")
+	fmt.Fprintf(stdout, "  psql '%s'\n", st.ProxyDSN())
+	fmt.Fprintln(stdout, "    BEGIN; SELECT fencegate.fence('order:42', 34); ... COMMIT;")
+	fmt.Fprintf(stdout, "  fencegate token next order:42 --servers %s\n", strings.Join(st.Tokens.URLs, ","))
+	extra := exampleFlags(st, *proxyListen, api)
+	fmt.Fprintf(stdout, "  go run ./examples/lost-updates%s\n", extra)
+	fmt.Fprintf(stdout, "  go run ./examples/fenced-transfer%s\n", extra)
+	fmt.Fprintf(stdout, "  go run ./examples/paused-holder%s\n", extra)
+	fmt.Fprintln(stdout)
+	fmt.Fprintln(stdout, "Ctrl-C stops everything.")
+
+	<-ctx.Done()
+	gate.off.Store(true)
+	fmt.Fprintln(stdout, "\nfencegate dev: stopping...")
+	err = st.Close()
+	if *clean {
+		if rerr := devstack.RemoveDataDir(st.DataDir); rerr != nil && err == nil {
+			err = rerr
+		} else if rerr == nil {
+			fmt.Fprintf(stdout, "removed %s\n", st.DataDir)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "fencegate dev: stopped")
+	return nil
+}
+
+// exampleFlags returns the flags the examples need when the stack is not on
+// their default addresses.
+func exampleFlags(st *devstack.Stack, proxyListen string, api []string) string {
+	var b strings.Builder
+	if st.Postgres.DSN != devstack.DefaultPostgresDSN {
+		fmt.Fprintf(&b, " -postgres '%s'", st.Postgres.DSN)
+	}
+	if st.Redis.Addr != devstack.DefaultRedisAddr {
+		fmt.Fprintf(&b, " -redis %s", st.Redis.Addr)
+	}
+	if proxyListen != devstack.DevProxyAddr {
+		fmt.Fprintf(&b, " -proxy %s", st.ProxyAddr)
+	}
+	if strings.Join(api, ",") != strings.Join(devstack.DevTokenAPIAddrs, ",") {
+		fmt.Fprintf(&b, " -tokens %s", strings.Join(st.Tokens.URLs, ","))
+	}
+	return b.String()
+}
+
+// quietAfter passes records to Handler until off is set.
+type quietAfter struct {
+	slog.Handler
+	off *atomic.Bool
+}
+
+func (q *quietAfter) Enabled(ctx context.Context, l slog.Level) bool {
+	return !q.off.Load() && q.Handler.Enabled(ctx, l)
+}
+
+func (q *quietAfter) WithAttrs(a []slog.Attr) slog.Handler {
+	return &quietAfter{Handler: q.Handler.WithAttrs(a), off: q.off}
+}
+
+func (q *quietAfter) WithGroup(name string) slog.Handler {
+	return &quietAfter{Handler: q.Handler.WithGroup(name), off: q.off}
+}
+
+func splitAddrs(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

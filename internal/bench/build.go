@@ -1,0 +1,47 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// BuildFencegate builds ./cmd/fencegate of the module the benchmark runs in
+// into dir/bin. It returns the binary and a description of the source it was
+// built from (commit and Go version).
+func BuildFencegate(ctx context.Context, dir string) (bin, version string, err error) {
+	goBin, err := LookPath("go", "golang-go")
+	if err != nil {
+		return "", "", err
+	}
+	out, err := Command(ctx, goBin, "env", "GOMOD").Output()
+	gomod := strings.TrimSpace(string(out))
+	if err != nil || gomod == "" || gomod == os.DevNull {
+		return "", "", errors.New("run this command inside the fencegate module (go env GOMOD found no go.mod), or pass --fencegate-bin")
+	}
+	root := filepath.Dir(gomod)
+	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
+		return "", "", fmt.Errorf("build fencegate: %w", err)
+	}
+	bin = filepath.Join(dir, "bin", "fencegate")
+	cmd := Command(ctx, goBin, "build", "-o", bin, "./cmd/fencegate")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", "", fmt.Errorf("build fencegate: %w\n%s", err, out)
+	}
+	version = "commit " + Version(ctx, "git", "-C", root, "describe", "--always", "--dirty") +
+		", " + Version(ctx, goBin, "version")
+	return bin, version, nil
+}
+
+// HasCommand reports whether the fencegate binary bin knows the subcommand
+// (for example "token", "serve"): it runs "bin WORDS... --help" and looks
+// for the dispatcher's "unknown command" answer.
+func HasCommand(ctx context.Context, bin string, words ...string) bool {
+	out, err := Command(ctx, bin, append(words, "--help")...).CombinedOutput()
+	return err == nil || !bytes.Contains(out, []byte("unknown command"))
+}

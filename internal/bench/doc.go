@@ -1,0 +1,17 @@
+// Package bench holds what the side-by-side benchmark commands share:
+// statistics over runs and latency samples (Median, Summarize), aligned
+// ratio tables (Table), the common command-line flags (Flags), and a
+// supervisor for the server processes a benchmark starts (Group), which
+// puts every child in its own process group and kills them all on exit,
+// error or Ctrl-C.
+//
+// The commands themselves live in the subpackages:
+//
+//	go run ./internal/bench/tokens   fencegate token cluster vs a 3-node etcd cluster
+//	go run ./internal/bench/proxy    pgbench direct vs PgBouncer vs the fencegate proxy
+//
+// DESIGN.md explains how both commands give every side the same treatment.
+//
+// Benchmarks measure; they assert nothing. Figures taken on a machine that
+// is busy with other work are only good for ratios measured in the same run.
+package bench

@@ -1,0 +1,286 @@
+// Command locks measures lock acquire+release cycles side by side:
+// bsm/redislock against lockclient on one Redis, go-redsync/redsync against
+// lockclient Redlock on N redis-server masters it starts, and lockclient
+// with fencing tokens from a 3-node token cluster (the full cycle: grant,
+// token, confirm, release). Each worker locks its own resource, so the
+// figures measure the cost of a cycle, not contention.
+//
+//	go run ./internal/bench/locks [-runs 3] [-duration 3s] [-c 1,64]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/fencegate/fencegate/lockclient"
+	"github.com/redis/go-redis/v9"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench locks: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	redisAddr string
+	masters   int
+	runs      int
+	duration  time.Duration
+	conc      []int
+	tokens    bool
+	tokenURLs []string
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("locks", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg config
+	var concFlag, tokenURLs string
+	fs.StringVar(&cfg.redisAddr, "redis", "127.0.0.1:6379", "the single Redis for the one-node comparison (default 127.0.0.1:6379)")
+	fs.IntVar(&cfg.masters, "masters", 5, "number of redis-server masters started for Redlock (default 5)")
+	fs.IntVar(&cfg.runs, "runs", 3, "runs per measurement; the table shows medians (default 3)")
+	fs.DurationVar(&cfg.duration, "duration", 3*time.Second, "length of one run (default 3s)")
+	fs.StringVar(&concFlag, "c", "1,64", "comma-separated concurrency levels (default 1,64)")
+	fs.BoolVar(&cfg.tokens, "tokens", true, "also measure the full cycle with fencing tokens (default true)")
+	fs.StringVar(&tokenURLs, "token-servers", "", "token service URLs to use instead of starting 3 nodes in-process (default none)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	for _, s := range strings.Split(concFlag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return fmt.Errorf("-c %q: want comma-separated positive integers such as 1,64", concFlag)
+		}
+		cfg.conc = append(cfg.conc, n)
+	}
+	if cfg.runs < 1 || cfg.masters < 1 || cfg.duration <= 0 {
+		return errors.New("-runs, -masters and -duration must be positive")
+	}
+	if tokenURLs != "" {
+		cfg.tokenURLs = strings.Split(tokenURLs, ",")
+	}
+	return bench(ctx, cfg, stdout, stderr)
+}
+
+func bench(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
+	redis.SetLogger(quietLogger{})
+	maxC := slices.Max(cfg.conc)
+	fmt.Fprintf(stderr, "starting %d redis-server masters\n", cfg.masters)
+	procs, err := startRedis(ctx, cfg.masters)
+	if err != nil {
+		return err
+	}
+	defer stopRedis(procs)
+	var masterAddrs []string
+	for _, p := range procs {
+		masterAddrs = append(masterAddrs, p.addr)
+	}
+	single := newClients([]string{cfg.redisAddr}, maxC)
+	masters := newClients(masterAddrs, maxC)
+	defer closeAll(single)
+	defer closeAll(masters)
+	if err := waitPing(ctx, cfg.redisAddr); err != nil {
+		return fmt.Errorf("the single Redis: %w (start it, or pass -redis)", err)
+	}
+
+	scenarios := []scenario{bsmScenario(single[0])}
+	add := func(name, peer string, rdbs []redis.UniversalClient, tokens lockclient.TokenSource) error {
+		s, err := lockclientScenario(name, peer, rdbs, tokens)
+		if err != nil {
+			return err
+		}
+		scenarios = append(scenarios, s)
+		return nil
+	}
+	if err := add("lockclient 1 node, no token", scenarios[0].name, single, nil); err != nil {
+		return err
+	}
+	rs := redsyncScenario(masters)
+	scenarios = append(scenarios, rs)
+	if err := add(fmt.Sprintf("lockclient Redlock %d, no token", cfg.masters), rs.name, masters, nil); err != nil {
+		return err
+	}
+	if cfg.tokens {
+		tokens, stopTokens, err := tokenSource(ctx, cfg, stderr)
+		if err != nil {
+			return err
+		}
+		defer stopTokens()
+		if err := add("lockclient 1 node + token", "", single, tokens); err != nil {
+			return err
+		}
+		if err := add(fmt.Sprintf("lockclient Redlock %d + token", cfg.masters), "", masters, tokens); err != nil {
+			return err
+		}
+	}
+
+	// results[scenario][c] holds one result per run.
+	results := make([]map[int][]result, len(scenarios))
+	for i := range results {
+		results[i] = map[int][]result{}
+	}
+	for r := 1; r <= cfg.runs; r++ {
+		for _, c := range cfg.conc {
+			for i, s := range scenarios {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				res := measure(ctx, s, c, cfg.duration, r)
+				fmt.Fprintf(stderr, "run %d  c=%-3d %-32s %9.0f cycles/s  p50 %-9v p99 %-9v errors %d\n",
+					r, c, s.name, res.rate, res.p50, res.p99, res.errs)
+				if res.firstErr != nil {
+					fmt.Fprintf(stderr, "        first error: %v\n", res.firstErr)
+				}
+				results[i][c] = append(results[i][c], res)
+			}
+		}
+	}
+	printTable(stdout, cfg, scenarios, results)
+	return nil
+}
+
+func closeAll(cs []redis.UniversalClient) {
+	for _, c := range cs {
+		c.Close()
+	}
+}
+
+type result struct {
+	rate     float64
+	p50, p99 time.Duration
+	errs     int
+	firstErr error
+}
+
+// measure runs c workers doing cycles for d; each worker locks its own
+// resource.
+func measure(ctx context.Context, s scenario, c int, d time.Duration, run int) result {
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		lat      []time.Duration
+		errs     int
+		firstErr error
+	)
+	// Warm up connections and scripts without timing.
+	for i := range c {
+		_ = s.cycle(ctx, fmt.Sprintf("warm:%d", i))
+	}
+	start := time.Now()
+	end := start.Add(d)
+	for w := range c {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := fmt.Sprintf("r%d:c%d:w%d", run, c, w)
+			local := make([]time.Duration, 0, 4096)
+			var nerr int
+			var ferr error
+			for time.Now().Before(end) && ctx.Err() == nil {
+				t0 := time.Now()
+				if err := s.cycle(ctx, res); err != nil {
+					nerr++
+					if ferr == nil {
+						ferr = err
+					}
+					continue
+				}
+				local = append(local, time.Since(t0))
+			}
+			mu.Lock()
+			lat = append(lat, local...)
+			errs += nerr
+			if firstErr == nil {
+				firstErr = ferr
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	slices.Sort(lat)
+	res := result{rate: float64(len(lat)) / elapsed.Seconds(), errs: errs, firstErr: firstErr}
+	if len(lat) > 0 {
+		res.p50 = lat[len(lat)*50/100]
+		res.p99 = lat[min(len(lat)-1, len(lat)*99/100)]
+	}
+	return res
+}
+
+func median[T any](rs []result, f func(result) T, less func(a, b T) int) T {
+	vals := make([]T, len(rs))
+	for i, r := range rs {
+		vals[i] = f(r)
+	}
+	slices.SortFunc(vals, less)
+	return vals[len(vals)/2]
+}
+
+func printTable(w io.Writer, cfg config, scenarios []scenario, results []map[int][]result) {
+	fmt.Fprintf(w, "\nlock acquire+release cycles, medians of %d runs of %v, each worker on its own resource\n\n", cfg.runs, cfg.duration)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "implementation\tc\tcycles/s\tp50\tp99\tvs peer\t")
+	byName := map[string]int{}
+	for i, s := range scenarios {
+		byName[s.name] = i
+	}
+	cmpF := func(a, b float64) int { return cmpOrdered(a, b) }
+	cmpD := func(a, b time.Duration) int { return cmpOrdered(a, b) }
+	for _, c := range cfg.conc {
+		for i, s := range scenarios {
+			rs := results[i][c]
+			rate := median(rs, func(r result) float64 { return r.rate }, cmpF)
+			p50 := median(rs, func(r result) time.Duration { return r.p50 }, cmpD)
+			p99 := median(rs, func(r result) time.Duration { return r.p99 }, cmpD)
+			ratio := ""
+			if j, ok := byName[s.peer]; ok && s.peer != "" {
+				peer := median(results[j][c], func(r result) float64 { return r.rate }, cmpF)
+				if peer > 0 {
+					ratio = fmt.Sprintf("%.2fx", rate/peer)
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%v\t%v\t%s\t\n", s.name, c, rate, round(p50), round(p99), ratio)
+		}
+	}
+	tw.Flush()
+}
+
+func cmpOrdered[T float64 | time.Duration](a, b T) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func round(d time.Duration) time.Duration {
+	switch {
+	case d >= 10*time.Millisecond:
+		return d.Round(100 * time.Microsecond)
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond)
+	}
+	return d.Round(time.Microsecond)
+}

@@ -1,0 +1,283 @@
+// Command proxy measures what the fencegate PostgreSQL proxy costs: pgbench
+// straight to PostgreSQL, through PgBouncer (session pooling) and through
+// "fencegate proxy", side by side in one run.
+//
+//	go run ./internal/bench/proxy [--runs 3] [--duration 5s] [--concurrency 1,8] [--json] [--keep]
+//
+// Workloads: read-only pgbench (-S) in the simple and the extended query
+// protocol, and a fenced write (see fencedScript) sent through the proxy
+// versus its twin sent direct and through PgBouncer, where the fence call is
+// replaced by the SQL the proxy runs for it. Every figure is the median of
+// --runs runs; the order of the systems rotates from run to run. The
+// command creates its own database (pgbench -i) and PgBouncer and proxy
+// processes, and removes all of them when it ends, also on error or Ctrl-C.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fencegate/fencegate/internal/bench"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(bench.ExitCode("bench proxy", err, os.Stderr))
+}
+
+var knownSystems = []string{"direct", "pgbouncer", "fencegate"}
+
+// unfencedProxy names the proxy instance that lets unfenced writes through.
+const unfencedProxy = "fencegate-unfenced"
+
+// options are the command's flags.
+type options struct {
+	bench.Flags
+	pg        string
+	scale     int
+	workloads []workload
+	systems   []string
+	bin       string
+}
+
+func parseOptions(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o.Register(fs, []int{1, 8})
+	fs.StringVar(&o.pg, "pg", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable",
+		"admin `DSN` of the PostgreSQL server measured")
+	fs.IntVar(&o.scale, "scale", 10, "pgbench scale factor of the benchmark database")
+	wl := fs.String("workloads", "select-simple,select-extended,fenced-write",
+		"comma-separated workloads: select-simple, select-extended, fenced-write (extended protocol), fenced-write-simple, "+
+			"nobranch-extended (pgbench -N, unfenced writes: through a proxy started with --allow-unfenced-writes)")
+	sys := fs.String("systems", "direct,pgbouncer,fencegate", "comma-separated paths to measure")
+	fs.StringVar(&o.bin, "fencegate-bin", "", "fencegate binary to run (default: build ./cmd/fencegate into the temporary directory)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return o, err
+		}
+		return o, bench.UsageError{Err: err}
+	}
+	if fs.NArg() > 0 {
+		return o, bench.Usagef("unexpected argument %q", fs.Arg(0))
+	}
+	if err := o.Validate(); err != nil {
+		return o, bench.UsageError{Err: err}
+	}
+	if o.scale < 1 {
+		return o, bench.Usagef("--scale must be at least 1")
+	}
+	if slices.Max(o.Concurrency)*100 > o.scale*100_000 {
+		return o, bench.Usagef("--scale %d has too few accounts for %d clients of 100 accounts each", o.scale, slices.Max(o.Concurrency))
+	}
+	for _, name := range strings.Split(*wl, ",") {
+		w, ok := findWorkload(name)
+		if !ok {
+			return o, bench.Usagef("unknown workload %q in --workloads", name)
+		}
+		o.workloads = append(o.workloads, w)
+	}
+	for _, s := range strings.Split(*sys, ",") {
+		if !slices.Contains(knownSystems, s) {
+			return o, bench.Usagef("unknown system %q in --systems; choose from %s", s, strings.Join(knownSystems, ","))
+		}
+		o.systems = append(o.systems, s)
+	}
+	return o, nil
+}
+
+func (o options) fenced() bool {
+	return slices.ContainsFunc(o.workloads, func(w workload) bool { return w.fenced })
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseOptions(args, stderr)
+	if err != nil {
+		return err
+	}
+	logf := func(format string, a ...any) { fmt.Fprintf(stderr, format+"\n", a...) }
+	has := func(s string) bool { return slices.Contains(o.systems, s) }
+
+	// Refuse before creating anything when a part is missing.
+	pgbenchBin, err := bench.LookPath("pgbench", "postgresql-client")
+	if err != nil {
+		return err
+	}
+	var bouncerBin string
+	if has("pgbouncer") {
+		if bouncerBin, err = bench.LookPath("pgbouncer", "pgbouncer"); err != nil {
+			return err
+		}
+	}
+	up, err := upstreamTarget(o.pg, "")
+	if err != nil {
+		return bench.UsageError{Err: err}
+	}
+
+	dir, err := os.MkdirTemp("", "fencegate-bench-proxy-")
+	if err != nil {
+		return fmt.Errorf("create temporary directory: %w", err)
+	}
+	var cl bench.Cleanup
+	defer cl.Run()
+	cl.Add(func() {
+		if o.Keep {
+			fmt.Fprintf(stderr, "kept %s (configs, scripts, logs)\n", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	})
+	// PgBouncer runs as another user and reads its config from here.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return fmt.Errorf("open up temporary directory: %w", err)
+	}
+	g := bench.NewGroup(dir)
+	cl.Add(func() { g.StopAll(10 * time.Second) })
+
+	versions := map[string]string{"pgbench": bench.Version(ctx, pgbenchBin, "--version")}
+	fgBin := o.bin
+	if has("fencegate") {
+		versions["fencegate"] = "prebuilt " + fgBin
+		if fgBin == "" {
+			logf("building fencegate")
+			if fgBin, versions["fencegate"], err = bench.BuildFencegate(ctx, dir); err != nil {
+				return err
+			}
+		}
+		if !bench.HasCommand(ctx, fgBin, "proxy") {
+			return errNoProxy
+		}
+	}
+	var sc scripts
+	if o.fenced() {
+		if sc, err = writeScripts(dir, fenceSQL); err != nil {
+			return err
+		}
+	}
+
+	if up.db, err = createDatabase(ctx, o.pg); err != nil {
+		return err
+	}
+	cl.Add(func() {
+		if err := dropDatabase(o.pg, up.db); err != nil {
+			logf("%v", err)
+		}
+	})
+	versions["postgresql"] = serverVersion(ctx, up)
+	logf("creating pgbench tables in %s (scale %d)", up.db, o.scale)
+	if err := initPgbench(ctx, pgbenchBin, up, o.scale); err != nil {
+		return err
+	}
+	if o.fenced() {
+		// The direct twins call the fence function the proxy installs.
+		if err := installSchema(ctx, up); err != nil {
+			return err
+		}
+	}
+
+	targets, err := startPaths(ctx, o, g, dir, up, fgBin, bouncerBin, versions, logf)
+	if err != nil {
+		return err
+	}
+	rep := newReport(o, versions)
+	if err := measureAll(ctx, o, pgbenchBin, targets, sc, rep, logf); err != nil {
+		return err
+	}
+	if o.JSON {
+		return rep.writeJSON(stdout)
+	}
+	return rep.writeText(stdout)
+}
+
+// startPaths starts PgBouncer and the proxies the options ask for and
+// returns where pgbench connects for each path.
+func startPaths(ctx context.Context, o options, g *bench.Group, dir string, up pgbenchTarget, fgBin, bouncerBin string,
+	versions map[string]string, logf func(string, ...any)) (map[string]pgbenchTarget, error) {
+	local := func(port int) pgbenchTarget {
+		return pgbenchTarget{host: "127.0.0.1", port: port, user: up.user, db: up.db}
+	}
+	targets := map[string]pgbenchTarget{"direct": up}
+	if slices.Contains(o.systems, "pgbouncer") {
+		logf("starting pgbouncer")
+		port, err := startBouncer(ctx, g, bouncerBin, filepath.Join(dir, "pgbouncer"), up, slices.Max(o.Concurrency))
+		if err != nil {
+			return nil, err
+		}
+		targets["pgbouncer"] = local(port)
+		versions["pgbouncer"] = bench.Version(ctx, bouncerBin, "--version")
+	}
+	if !slices.Contains(o.systems, "fencegate") {
+		return targets, nil
+	}
+	logf("starting fencegate proxy")
+	port, err := startProxy(ctx, g, "fencegate-proxy", fgBin, up)
+	if err != nil {
+		return nil, err
+	}
+	targets["fencegate"] = local(port)
+	if slices.ContainsFunc(o.workloads, func(w workload) bool { return w.unfenced }) {
+		logf("starting fencegate proxy with --allow-unfenced-writes")
+		port, err := startProxy(ctx, g, "fencegate-proxy-unfenced", fgBin, up, "--allow-unfenced-writes")
+		if err != nil {
+			return nil, err
+		}
+		targets[unfencedProxy] = local(port)
+	}
+	return targets, nil
+}
+
+// measureAll runs every workload on every path at every concurrency,
+// --runs times, rotating the order of the paths from run to run.
+func measureAll(ctx context.Context, o options, pgbenchBin string, targets map[string]pgbenchTarget, sc scripts,
+	rep *report, logf func(string, ...any)) error {
+	for r := range o.Runs {
+		order := rotate(o.systems, r)
+		for _, w := range o.workloads {
+			for _, c := range o.Concurrency {
+				for _, s := range order {
+					args, target := w.pgbenchArgs(s, sc), targets[s]
+					if w.unfenced && s == "fencegate" {
+						target = targets[unfencedProxy]
+					}
+					if o.Warmup > 0 {
+						if _, err := runPgbench(ctx, pgbenchBin, target, c, o.Warmup, args); err != nil {
+							return fmt.Errorf("warm up %s on %s at %d clients: %w", w.name, s, c, err)
+						}
+					}
+					st, err := runPgbench(ctx, pgbenchBin, target, c, o.Duration, args)
+					if err != nil {
+						return fmt.Errorf("run %d, %s on %s at %d clients: %w", r+1, w.name, s, c, err)
+					}
+					logf("run %d/%d  %-19s c=%-2d %-9s %8s tps  latency %s ms", r+1, o.Runs, w.name, c, s,
+						bench.FormatRate(st.TPS), bench.FormatMillis(st.LatencyAvg))
+					rep.add(w.name, s, c, st)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// rotate returns xs started at index r (mod len), so that each system goes
+// first in turn.
+func rotate(xs []string, r int) []string {
+	n := len(xs)
+	out := make([]string, n)
+	for i := range xs {
+		out[i] = xs[(i+r)%n]
+	}
+	return out
+}

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/fencegate/fencegate/internal/bench"
+)
+
+// report collects the pgbench runs of every workload, system and
+// concurrency.
+type report struct {
+	Benchmark   string            `json:"benchmark"`
+	Versions    map[string]string `json:"versions"`
+	Runs        int               `json:"runs"`
+	Duration    string            `json:"duration"`
+	Warmup      string            `json:"warmup"`
+	Scale       int               `json:"scale"`
+	Concurrency []int             `json:"concurrency"`
+	Results     []*entry          `json:"results"`
+	Ratios      []ratio           `json:"ratios,omitempty"`
+
+	workloads []workload
+	systems   []string
+}
+
+// entry is one workload on one system at one concurrency.
+type entry struct {
+	Workload    string         `json:"workload"`
+	System      string         `json:"system"`
+	Concurrency int            `json:"concurrency"`
+	TPS         float64        `json:"median_tps"`
+	LatencyAvg  time.Duration  `json:"median_latency_avg_ns"`
+	Runs        []pgbenchStats `json:"runs"`
+}
+
+// ratio is the median TPS of one system over another's.
+type ratio struct {
+	Workload    string  `json:"workload"`
+	Concurrency int     `json:"concurrency"`
+	Of          string  `json:"of"`
+	Over        string  `json:"over"`
+	Ratio       float64 `json:"ratio"`
+	// Goal is the ratio the project aims at (0 when there is none).
+	Goal float64 `json:"goal,omitempty"`
+}
+
+func newReport(o options, versions map[string]string) *report {
+	return &report{
+		Benchmark:   "pgbench: direct vs PgBouncer (session) vs fencegate proxy, all on 127.0.0.1, no TLS",
+		Versions:    versions,
+		Runs:        o.Runs,
+		Duration:    o.Duration.String(),
+		Warmup:      o.Warmup.String(),
+		Scale:       o.scale,
+		Concurrency: o.Concurrency,
+		workloads:   o.workloads,
+		systems:     o.systems,
+	}
+}
+
+func (r *report) find(w, s string, c int) *entry {
+	for _, e := range r.Results {
+		if e.Workload == w && e.System == s && e.Concurrency == c {
+			return e
+		}
+	}
+	return nil
+}
+
+func (r *report) add(w, s string, c int, st pgbenchStats) {
+	e := r.find(w, s, c)
+	if e == nil {
+		e = &entry{Workload: w, System: s, Concurrency: c}
+		r.Results = append(r.Results, e)
+	}
+	e.Runs = append(e.Runs, st)
+	var tps []float64
+	var lat []time.Duration
+	for _, run := range e.Runs {
+		tps = append(tps, run.TPS)
+		lat = append(lat, run.LatencyAvg)
+	}
+	e.TPS, e.LatencyAvg = bench.Median(tps), bench.MedianDuration(lat)
+}
+
+// finish computes the ratios: the proxy against direct and PgBouncer, and
+// PgBouncer against direct, with the goals the project set.
+func (r *report) finish() {
+	r.Ratios = nil
+	for _, w := range r.workloads {
+		goal := 0.9
+		switch {
+		case w.fenced:
+			goal = 0.85
+		case w.unfenced:
+			goal = 0 // no goal for writes without fences
+		}
+		for _, c := range r.Concurrency {
+			for _, p := range []struct {
+				of, over string
+				goal     float64
+			}{{"fencegate", "direct", goal}, {"fencegate", "pgbouncer", 1}, {"pgbouncer", "direct", 0}} {
+				a, b := r.find(w.name, p.of, c), r.find(w.name, p.over, c)
+				if a == nil || b == nil {
+					continue
+				}
+				if (w.fenced || w.unfenced) && p.of == "fencegate" && p.over == "pgbouncer" {
+					p.goal = 0 // no goal for writes against PgBouncer
+				}
+				r.Ratios = append(r.Ratios, ratio{Workload: w.name, Concurrency: c, Of: p.of, Over: p.over,
+					Ratio: bench.Ratio(a.TPS, b.TPS), Goal: p.goal})
+			}
+		}
+	}
+}
+
+func (r *report) writeJSON(w io.Writer) error {
+	r.finish()
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+func (r *report) writeText(w io.Writer) error {
+	r.finish()
+	fmt.Fprintf(w, "pgbench on 127.0.0.1 without TLS, scale %d. Median of %d runs of %s (warm-up %s).\n",
+		r.Scale, r.Runs, r.Duration, r.Warmup)
+	for _, k := range []string{"postgresql", "pgbench", "pgbouncer", "fencegate"} {
+		if v, ok := r.Versions[k]; ok {
+			fmt.Fprintf(w, "  %-10s %s\n", k, v)
+		}
+	}
+	fmt.Fprintln(w)
+	t := bench.NewTable("workload", "clients", "system", "tps", "latency ms", "tps of each run", "goal").Labels(3)
+	first := true
+	for _, wl := range r.workloads {
+		for _, c := range r.Concurrency {
+			if !first {
+				t.Separator()
+			}
+			first = false
+			label, clients := wl.desc, fmt.Sprint(c)
+			for _, s := range r.systems {
+				e := r.find(wl.name, s, c)
+				if e == nil {
+					continue
+				}
+				name := s
+				switch {
+				case wl.fenced && s != "fencegate":
+					name += " (twin)"
+				case wl.unfenced && s == "fencegate":
+					name += " (unfenced)"
+				}
+				var per []float64
+				for _, run := range e.Runs {
+					per = append(per, run.TPS)
+				}
+				t.Row(label, clients, name, bench.FormatRate(e.TPS), bench.FormatMillis(e.LatencyAvg), bench.JoinRates(per))
+				label, clients = "", ""
+			}
+			for _, q := range r.Ratios {
+				if q.Workload == wl.name && q.Concurrency == c {
+					t.Row("", "", q.Of+"/"+q.Over, bench.FormatRatio(q.Ratio), "", "", goalNote(q))
+				}
+			}
+		}
+	}
+	if _, err := t.WriteTo(w); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\nGoals: through the proxy >= 0.90x direct and ahead of PgBouncer for pass-through;")
+	fmt.Fprintln(w, ">= 0.85x the direct twin for the fenced write (twin: same transaction, fence SQL sent direct).")
+	return nil
+}
+
+func goalNote(q ratio) string {
+	if q.Goal == 0 {
+		return ""
+	}
+	verdict := "met"
+	if q.Ratio < q.Goal || (q.Goal == 1 && q.Ratio == 1) {
+		verdict = "missed"
+	}
+	op := ">="
+	if q.Goal == 1 {
+		op = ">"
+	}
+	return strings.Join([]string{op, bench.FormatRatio(q.Goal), verdict}, " ")
+}

@@ -1,0 +1,81 @@
+package bench
+
+import (
+	"flag"
+	"io"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestTable(t *testing.T) {
+	tab := NewTable("clients", "system", "tokens/s").Labels(2)
+	tab.Row("1", "fencegate", "1,234")
+	tab.Row("1", "etcd", "352")
+	tab.Separator()
+	tab.Row("64", "fencegate/etcd", "10.00x")
+	want := "" +
+		"clients  system          tokens/s\n" +
+		"---------------------------------\n" +
+		"1        fencegate          1,234\n" +
+		"1        etcd                 352\n" +
+		"---------------------------------\n" +
+		"64       fencegate/etcd    10.00x\n"
+	if got := tab.String(); got != want {
+		t.Errorf("table:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestTableShortRows(t *testing.T) {
+	tab := NewTable("a", "b")
+	tab.Row("x")
+	tab.Row("y", "1", "extra")
+	want := "" +
+		"a  b\n" +
+		"-----------\n" +
+		"x\n" +
+		"y  1  extra\n"
+	if got := tab.String(); got != want {
+		t.Errorf("table:\n%q\nwant:\n%q", got, want)
+	}
+}
+
+func TestIntList(t *testing.T) {
+	var l IntList
+	if err := l.Set("1, 64"); err != nil {
+		t.Fatalf("Set(1, 64): %v", err)
+	}
+	if got, want := []int(l), []int{1, 64}; !slices.Equal(got, want) {
+		t.Errorf("IntList=%v, want %v", got, want)
+	}
+	if got, want := l.String(), "1,64"; got != want {
+		t.Errorf("String()=%q, want %q", got, want)
+	}
+	for _, bad := range []string{"", "1,,2", "0", "-3", "x"} {
+		if err := l.Set(bad); err == nil {
+			t.Errorf("Set(%q) accepted", bad)
+		}
+	}
+}
+
+func TestFlags(t *testing.T) {
+	var f Flags
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	f.Register(fs, []int{1, 8})
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if f.Runs != 3 || f.Duration != 5*time.Second || !slices.Equal(f.Concurrency, IntList{1, 8}) || f.JSON || f.Keep {
+		t.Errorf("defaults = %+v", f)
+	}
+	if err := f.Validate(); err != nil {
+		t.Errorf("Validate(defaults): %v", err)
+	}
+	if err := fs.Parse([]string{"--runs", "0"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Validate(); err == nil {
+		t.Error("Validate accepted --runs 0")
+	}
+}

@@ -1,0 +1,167 @@
+package demo
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/fencegate/fencegate/lockclient"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// ClientConfig is what one client process needs.
+type ClientConfig struct {
+	Name     string        // "client 1"
+	Redis    []string      // one address, or five for Redlock
+	Tokens   []string      // token service API URLs
+	DB       string        // DSN: PostgreSQL directly, or the proxy
+	Fenced   bool          // take fencegate.fence in each transaction
+	Resource string        // the lock and fence resource, e.g. "order:42"
+	OrderID  int           // the order to charge
+	TTL      time.Duration // lock TTL
+	Wait     time.Duration // how long Acquire may keep retrying
+	Work     time.Duration // time spent between reading and writing
+}
+
+// ClientFlags registers the client's flags on fs, filling c.
+func ClientFlags(fs *flag.FlagSet, c *ClientConfig) {
+	fs.StringVar(&c.Name, "name", "client", "name shown in the timeline (default client)")
+	fs.Func("redis", "Redis address(es), comma-separated; five means Redlock (required)", func(s string) error {
+		c.Redis = splitList(s)
+		return nil
+	})
+	fs.Func("tokens", "token service URLs, comma-separated (required)", func(s string) error {
+		c.Tokens = splitList(s)
+		return nil
+	})
+	fs.StringVar(&c.DB, "db", "", "PostgreSQL or proxy DSN (required)")
+	fs.BoolVar(&c.Fenced, "fenced", false, "fence every transaction with the lock's token (default false)")
+	fs.StringVar(&c.Resource, "resource", "order:42", "lock and fence resource (default order:42)")
+	fs.IntVar(&c.OrderID, "order", 42, "order id to charge (default 42)")
+	fs.DurationVar(&c.TTL, "ttl", time.Second, "lock TTL (default 1s)")
+	fs.DurationVar(&c.Wait, "wait", 30*time.Second, "how long to keep trying for the lock (default 30s)")
+	fs.DurationVar(&c.Work, "work", 0, "time spent working between the read and the write (default 0)")
+}
+
+// args renders c as the command line ClientFlags parses.
+func (c *ClientConfig) args() []string {
+	a := []string{"--name", c.Name, "--redis", strings.Join(c.Redis, ","), "--tokens", strings.Join(c.Tokens, ","),
+		"--db", c.DB, "--resource", c.Resource, "--order", fmt.Sprint(c.OrderID), "--ttl", c.TTL.String(), "--wait", c.Wait.String(), "--work", c.Work.String()}
+	if c.Fenced {
+		a = append(a, "--fenced")
+	}
+	return a
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// RunClient is the body of "fencegate demo client": take the lock and a
+// token, read the order, wait for the demo's go-ahead on stdin (the demo may
+// freeze this process meanwhile), check the lease once more, charge the order
+// if it looked unpaid, release. Progress goes to stdout as JSON lines.
+func RunClient(ctx context.Context, c *ClientConfig, stdin io.Reader, stdout io.Writer) error {
+	ev := newEventWriter(stdout)
+	err := runClient(ctx, c, bufio.NewReader(stdin), ev)
+	if err != nil {
+		ev.send(event{Event: evFailed, Error: err.Error()})
+	}
+	return err
+}
+
+func runClient(ctx context.Context, c *ClientConfig, stdin *bufio.Reader, ev *eventWriter) error {
+	if len(c.Redis) == 0 || len(c.Tokens) == 0 || c.DB == "" {
+		return errors.New("demo client: --redis, --tokens and --db are required")
+	}
+	conn, err := pgx.Connect(ctx, c.DB)
+	if err != nil {
+		return fmt.Errorf("connect %s: %w", c.DB, err)
+	}
+	defer conn.Close(context.Background())
+
+	locks, err := newLocks(c)
+	if err != nil {
+		return err
+	}
+	defer locks.Close()
+	actx, cancel := context.WithTimeout(ctx, c.Wait)
+	lock, err := locks.Acquire(actx, c.Resource)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("acquire %s: %w", c.Resource, err)
+	}
+	ev.send(event{Event: evAcquired, Token: lock.Token(), TTLMillis: c.TTL.Milliseconds()})
+
+	var state string
+	err = c.tx(ctx, conn, lock, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, "SELECT state FROM orders WHERE id = $1", c.OrderID).Scan(&state)
+	})
+	if err != nil {
+		return fmt.Errorf("read order %d: %w", c.OrderID, err)
+	}
+	ev.send(event{Event: evRead, State: state})
+
+	// Work on it (call the card processor, say), then, as a careful client
+	// does, check the lease right before writing. It does not help: the
+	// pause can fall between this check and the write.
+	select {
+	case <-time.After(c.Work):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	ev.send(event{Event: evChecked, Held: held(lock)})
+	// The go-ahead. The demo may SIGSTOP this process before sending it:
+	// this wait is where the "GC pause" lands.
+	line, err := stdin.ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != cmdWrite {
+		return fmt.Errorf("wait for go-ahead: got %q, %v", line, err)
+	}
+	if state != "unpaid" {
+		ev.send(event{Event: evSkipped, State: state})
+	} else {
+		err = c.tx(ctx, conn, lock, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO charges(order_id, amount_cents, by_client, token)
+				SELECT id, amount_cents, $2, $3 FROM orders WHERE id = $1`, c.OrderID, c.Name, lock.Token()); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "UPDATE orders SET state = 'paid' WHERE id = $1", c.OrderID)
+			return err
+		})
+		var pgErr *pgconn.PgError
+		switch {
+		case err == nil:
+			ev.send(event{Event: evWrote, OK: true})
+		case errors.As(err, &pgErr):
+			ev.send(event{Event: evWrote, SQLState: pgErr.Code, Error: pgErr.Message})
+		default:
+			return fmt.Errorf("charge order %d: %w", c.OrderID, err)
+		}
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = lock.Release(rctx)
+	ev.send(event{Event: evReleased})
+	return nil
+}
+
+// tx runs fn in a transaction, fenced with the lock's token when c.Fenced:
+// lockclient's InTx runs SELECT fencegate.fence(resource, token) first.
+func (c *ClientConfig) tx(ctx context.Context, conn *pgx.Conn, lock *lockclient.Lock, fn func(pgx.Tx) error) error {
+	if c.Fenced {
+		return lock.InTx(ctx, conn, fn)
+	}
+	return pgx.BeginFunc(ctx, conn, fn)
+}

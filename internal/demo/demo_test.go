@@ -1,0 +1,112 @@
+package demo
+
+import (
+	"context"
+	"encoding/xml"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/internal/testutil"
+)
+
+func TestMain(m *testing.M) { testutil.Main(m) }
+
+func runDemo(t *testing.T, redlock bool) *Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	addr, _ := testutil.Redis(t)
+	pic := filepath.Join(t.TempDir(), "demo.svg")
+	res, err := PausedHolder(ctx, Config{
+		Binary:   testutil.Binary(t),
+		Redlock:  redlock,
+		Postgres: testutil.PostgresAdminDSN(),
+		Redis:    addr,
+		Picture:  pic,
+		Out:      testWriter{t},
+		Logger:   testutil.Logger(t),
+	})
+	if err != nil {
+		t.Fatalf("PausedHolder: %v", err)
+	}
+	checkSVG(t, pic)
+	return res
+}
+
+// The verdicts below come from the rows the demo read back from PostgreSQL and
+// the SQLSTATEs the client processes received, not from printed text.
+func checkVerdicts(t *testing.T, res *Result) {
+	t.Helper()
+	d, p := res.Direct, res.Proxied
+	if !(d.Token2 > d.Token1 && p.Token1 > d.Token2 && p.Token2 > p.Token1) {
+		t.Errorf("tokens not increasing across grants: direct %d,%d proxied %d,%d", d.Token1, d.Token2, p.Token1, p.Token2)
+	}
+	if got, want := d.Order.Charges, 2; got != want {
+		t.Errorf("direct run: %d charges, want %d (the stale write lands)", got, want)
+	}
+	if !d.Write1.OK || !d.Write2.OK {
+		t.Errorf("direct run: writes %+v, %+v; want both committed", d.Write1, d.Write2)
+	}
+	if got, want := p.Write1.SQLState, "FG001"; got != want || p.Write1.OK {
+		t.Errorf("proxied run: client 1's write = %+v, want SQLSTATE %s", p.Write1, want)
+	}
+	if !p.Write2.OK {
+		t.Errorf("proxied run: client 2's write = %+v, want committed", p.Write2)
+	}
+	if got, want := p.Order.Charges, 1; got != want {
+		t.Errorf("proxied run: %d charges, want %d", got, want)
+	}
+	if p.Order.ChargedCents != p.Order.AmountCents || p.Order.State != "paid" {
+		t.Errorf("proxied run: order %+v, want paid once", p.Order)
+	}
+	if !res.StaleWriteRejected() {
+		t.Errorf("StaleWriteRejected()=false for %+v", p)
+	}
+}
+
+func TestPausedHolder(t *testing.T) {
+	res := runDemo(t, false)
+	checkVerdicts(t, res)
+	if !res.Direct.Held1 || !res.Proxied.Held1 {
+		t.Errorf("client 1 should have seen its lease valid just before the pause: %v, %v", res.Direct.Held1, res.Proxied.Held1)
+	}
+}
+
+func TestPausedHolderRedlock(t *testing.T) {
+	res := runDemo(t, true)
+	checkVerdicts(t, res)
+	for _, r := range []Run{res.Direct, res.Proxied} {
+		if !r.DoubleGrant() {
+			t.Errorf("fenced=%v: masters %q after client 2's grant; want client 1's key on a minority and client 2's on a majority", r.Fenced, r.Masters)
+		}
+	}
+}
+
+func checkSVG(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("picture: %v", err)
+	}
+	defer f.Close()
+	d := xml.NewDecoder(f)
+	for {
+		_, err := d.Token()
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			t.Fatalf("picture %s is not well-formed: %v", path, err)
+		}
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p))
+	return len(p), nil
+}

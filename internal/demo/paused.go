@@ -1,0 +1,437 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/fencegate/fencegate/internal/devstack"
+	"github.com/fencegate/fencegate/internal/netfault"
+	"github.com/fencegate/fencegate/internal/timeline"
+	"github.com/jackc/pgx/v5"
+)
+
+// Config configures a paused-holder demo.
+type Config struct {
+	// Binary is the fencegate executable run for the clients. The default is
+	// this process's own executable.
+	Binary string
+	// Redlock locks on five Redis masters the demo starts, and makes the
+	// double grant by restarting one of them without persistence. The default
+	// is false: one Redis, and a SIGSTOP past the TTL.
+	Redlock bool
+	// TTL is the lock's time to live. The default is 1s, 5s with Redlock.
+	TTL time.Duration
+	// Postgres is a DSN of a PostgreSQL server to use (a role that may create
+	// databases). The default is to find one as "fencegate dev" does.
+	Postgres string
+	// Redis is host:port or redis:// URL of the Redis server to use in
+	// single-node mode. The default is to find one as "fencegate dev" does.
+	Redis string
+	// Picture is the SVG file written. The default is
+	// "fencegate-data/paused-holder.svg" (DefaultPicture).
+	Picture string
+	// Out receives the terminal timeline and the verdict. The default is io.Discard.
+	Out io.Writer
+	// Logger gets progress logs. The default is slog.Default().
+	Logger *slog.Logger
+	// ServiceLogger gets the logs of the token nodes and the proxy the demo
+	// runs. The default discards them.
+	ServiceLogger *slog.Logger
+}
+
+// Order is the demo's order 42 as found in the database after a run.
+type Order struct {
+	State        string
+	Charges      int   // rows in charges for the order
+	ChargedCents int64 // their sum
+	AmountCents  int64 // what the order costs
+}
+
+// Write is the outcome of one client's charge.
+type Write struct {
+	Attempted bool
+	OK        bool
+	SQLState  string // of the error, when it failed
+	Message   string
+}
+
+// Run is one pass of the scenario.
+type Run struct {
+	Fenced bool  // through the proxy, with fencegate.fence
+	Token1 int64 // client 1's token
+	Token2 int64 // client 2's token
+	Write1 Write // client 1's (stale) write
+	Write2 Write // client 2's write
+	Held1  bool  // client 1 believed its lease valid just before writing
+	// Masters is, for Redlock, the value of the lock key on each master
+	// right after client 2's grant ("" where absent).
+	Masters  []string
+	Order    Order
+	Timeline *timeline.Timeline
+}
+
+// Result is what the demo observed.
+type Result struct {
+	Direct  Run    // (a) straight to PostgreSQL
+	Proxied Run    // (b) through the proxy
+	Picture string // absolute path of the SVG written
+}
+
+// DoubleGrant reports, for Redlock, whether the masters showed two holders
+// at once right after client 2's grant: a majority with client 2's value
+// and client 1's value still on others.
+func (r *Run) DoubleGrant() bool {
+	count := map[string]int{}
+	for _, v := range r.Masters {
+		if v != "" {
+			count[v]++
+		}
+	}
+	if len(count) != 2 {
+		return false
+	}
+	for _, n := range count {
+		if n >= len(r.Masters)/2+1 {
+			return true
+		}
+	}
+	return false
+}
+
+// StaleWriteRejected reports the demo's verdict: through the proxy, client 1's
+// stale write failed with FG001 and the order was charged exactly once.
+func (r *Result) StaleWriteRejected() bool {
+	p := r.Proxied
+	return p.Write1.Attempted && !p.Write1.OK && p.Write1.SQLState == "FG001" &&
+		p.Order.Charges == 1 && p.Order.ChargedCents == p.Order.AmountCents
+}
+
+const orderID = 42
+
+// DefaultPicture is where the demo draws its timeline unless told otherwise:
+// in the dev data directory, which "fencegate dev --reset" removes.
+var DefaultPicture = filepath.Join(devstack.DefaultDataDir, "paused-holder.svg")
+
+// PausedHolder runs the scenario directly and through the proxy, prints the
+// timelines and writes the picture. The error is ErrStaleWriteAccepted when
+// the fenced run did not reject the stale write.
+func PausedHolder(ctx context.Context, cfg Config) (*Result, error) {
+	if cfg.TTL <= 0 {
+		cfg.TTL = time.Second
+		if cfg.Redlock {
+			// Room for a process start and a master restart inside one lease.
+			cfg.TTL = 5 * time.Second
+		}
+	}
+	if cfg.Picture == "" {
+		cfg.Picture = DefaultPicture
+	}
+	if cfg.Out == nil {
+		cfg.Out = io.Discard
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default().With("component", "demo")
+	}
+	if cfg.ServiceLogger == nil {
+		cfg.ServiceLogger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("find own executable: %w", err)
+		}
+		cfg.Binary = exe
+	}
+	st, err := startStack(ctx, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer st.close()
+	printIntro(cfg.Out, &cfg, st)
+
+	res := &Result{}
+	if res.Direct, err = runOnce(ctx, &cfg, st, false); err != nil {
+		return nil, fmt.Errorf("run (a) direct: %w", err)
+	}
+	printRun(cfg.Out, &res.Direct)
+	if res.Proxied, err = runOnce(ctx, &cfg, st, true); err != nil {
+		return nil, fmt.Errorf("run (b) through the proxy: %w", err)
+	}
+	printRun(cfg.Out, &res.Proxied)
+
+	if res.Picture, err = filepath.Abs(cfg.Picture); err != nil {
+		return nil, err
+	}
+	if filepath.Dir(res.Picture) == mustAbs(devstack.DefaultDataDir) {
+		if _, err := devstack.PrepareDataDir(devstack.DefaultDataDir); err != nil {
+			return nil, err
+		}
+	}
+	if err := writePicture(res, &cfg); err != nil {
+		return nil, err
+	}
+	printVerdict(cfg.Out, res)
+	if !res.StaleWriteRejected() {
+		return res, ErrStaleWriteAccepted
+	}
+	return res, nil
+}
+
+func mustAbs(p string) string {
+	a, err := filepath.Abs(p)
+	if err != nil {
+		return p
+	}
+	return a
+}
+
+func resetTables(ctx context.Context, dsn string) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return fmt.Errorf("connect demo database: %w", err)
+	}
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, `
+DROP TABLE IF EXISTS charges, orders;
+CREATE TABLE orders (id int PRIMARY KEY, customer text NOT NULL, amount_cents bigint NOT NULL, state text NOT NULL);
+CREATE TABLE charges (id serial PRIMARY KEY, order_id int NOT NULL REFERENCES orders, amount_cents bigint NOT NULL,
+  by_client text NOT NULL, token bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
+INSERT INTO orders VALUES (42, 'Alice', 4999, 'unpaid');`)
+	if err != nil {
+		return fmt.Errorf("create demo tables: %w", err)
+	}
+	return nil
+}
+
+func readOrder(ctx context.Context, dsn string) (Order, error) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return Order{}, fmt.Errorf("connect demo database: %w", err)
+	}
+	defer conn.Close(context.Background())
+	var o Order
+	err = conn.QueryRow(ctx, `SELECT o.state, o.amount_cents, count(c.id), coalesce(sum(c.amount_cents), 0)
+		FROM orders o LEFT JOIN charges c ON c.order_id = o.id WHERE o.id = $1 GROUP BY o.id`, orderID).
+		Scan(&o.State, &o.AmountCents, &o.Charges, &o.ChargedCents)
+	if err != nil {
+		return Order{}, fmt.Errorf("read order %d: %w", orderID, err)
+	}
+	return o, nil
+}
+
+// runOnce plays the scenario once, fenced or not.
+func runOnce(ctx context.Context, cfg *Config, st *stack, fenced bool) (Run, error) {
+	run := Run{Fenced: fenced}
+	if err := resetTables(ctx, st.directDSN()); err != nil {
+		return run, err
+	}
+	title := "(a) clients write straight to PostgreSQL"
+	db := st.directDSN()
+	if fenced {
+		title = "(b) clients write through the fencegate proxy, fenced by token"
+		db = st.proxyDSN()
+	}
+	start := time.Now()
+	tl := timeline.New(title, start)
+	run.Timeline = tl
+	tl.AddLane("client 1", "client 2")
+	if cfg.Redlock {
+		tl.AddLane("Redis masters")
+	}
+
+	resource := "order:42:" + randomName("")[:6]
+	base := ClientConfig{Tokens: st.tokenURLs, DB: db, Fenced: fenced, Resource: resource, OrderID: orderID,
+		TTL: cfg.TTL, Wait: 30 * time.Second, Work: min(cfg.TTL/5, 200*time.Millisecond)}
+	c1cfg, c2cfg := base, base
+	c1cfg.Name, c2cfg.Name = "client 1", "client 2"
+	c1cfg.Redis, c2cfg.Redis = st.redisAddrs(), st.redisAddrs()
+
+	// Redlock: client 1 reaches masters 4 and 5 through relays that are cut
+	// while it locks, so it holds masters 1-3 only, as in antirez's example.
+	var relays []*netfault.Relay
+	if cfg.Redlock {
+		for i := 3; i < 5; i++ {
+			r, err := netfault.NewRelay("127.0.0.1:0", st.masters[i].Addr)
+			if err != nil {
+				return run, err
+			}
+			defer r.Close()
+			r.Cut()
+			relays = append(relays, r)
+			c1cfg.Redis = append([]string(nil), c1cfg.Redis...)
+			c1cfg.Redis[i] = r.Addr()
+		}
+	}
+
+	c1, err := startClient(cfg.Binary, &c1cfg)
+	if err != nil {
+		return run, err
+	}
+	defer c1.kill()
+	step := 30 * time.Second
+	acq1, err := c1.next(ctx, step, evAcquired)
+	if err != nil {
+		return run, err
+	}
+	run.Token1 = acq1.Token
+	leaseEnd1 := acq1.at.Add(cfg.TTL)
+	if _, err := c1.next(ctx, step, evRead); err != nil {
+		return run, err
+	}
+	chk1, err := c1.next(ctx, step, evChecked)
+	if err != nil {
+		return run, err
+	}
+	run.Held1 = chk1.Held
+
+	var pausedAt time.Time
+	if cfg.Redlock {
+		for _, r := range relays {
+			r.Heal()
+		}
+		// Master 3 crashes and comes back empty: client 1's key on it is gone.
+		crash := time.Now()
+		if err := st.masters[2].Kill(); err != nil {
+			return run, err
+		}
+		if err := st.masters[2].Restart(ctx); err != nil {
+			return run, fmt.Errorf("restart Redis master 3: %w", err)
+		}
+
+		tl.Mark("Redis masters", timeline.Note, crash, "master 3 restarted without persistence")
+	} else {
+		// The pause: client 1 is frozen right before its write and stays
+		// frozen while its lease expires and client 2 does its work.
+		if err := c1.signal(syscall.SIGSTOP); err != nil {
+			return run, fmt.Errorf("stop client 1: %w", err)
+		}
+		pausedAt = time.Now()
+		if err := c1.send(cmdWrite); err != nil {
+			return run, err
+		}
+	}
+
+	c2, err := startClient(cfg.Binary, &c2cfg)
+	if err != nil {
+		return run, err
+	}
+	defer c2.kill()
+	acq2, err := c2.next(ctx, step, evAcquired)
+	if err != nil {
+		return run, err
+	}
+	run.Token2 = acq2.Token
+	if cfg.Redlock {
+		if run.Masters, err = st.lockHolders(ctx, resource); err != nil {
+			return run, err
+		}
+	}
+	if _, err := c2.next(ctx, step, evRead); err != nil {
+		return run, err
+	}
+	if err := c2.send(cmdWrite); err != nil {
+		return run, err
+	}
+	if _, err := c2.next(ctx, step, evChecked); err != nil {
+		return run, err
+	}
+	w2, err := c2.next(ctx, step, evWrote, evSkipped)
+	if err != nil {
+		return run, err
+	}
+	run.Write2 = writeOf(w2)
+	rel2, err := c2.next(ctx, step, evReleased)
+	if err != nil {
+		return run, err
+	}
+	if err := c2.wait(ctx, step); err != nil {
+		return run, err
+	}
+
+	var resumedAt time.Time
+	if cfg.Redlock {
+		if err := c1.send(cmdWrite); err != nil {
+			return run, err
+		}
+	} else {
+		resumedAt = time.Now()
+		if err := c1.signal(syscall.SIGCONT); err != nil {
+			return run, fmt.Errorf("continue client 1: %w", err)
+		}
+	}
+	w1, err := c1.next(ctx, step, evWrote, evSkipped)
+	if err != nil {
+		return run, err
+	}
+	run.Write1 = writeOf(w1)
+	rel1, err := c1.next(ctx, step, evReleased)
+	if err != nil {
+		return run, err
+	}
+	if err := c1.wait(ctx, step); err != nil {
+		return run, err
+	}
+	if run.Order, err = readOrder(ctx, st.directDSN()); err != nil {
+		return run, err
+	}
+
+	// The picture.
+	tl.Span("client 1", timeline.Hold, acq1.at, rel1.at, fmt.Sprintf("token %d", run.Token1))
+	tl.Span("client 2", timeline.Hold, acq2.at, rel2.at, fmt.Sprintf("token %d", run.Token2))
+	tl.Span("client 2", timeline.Lease, acq2.at, rel2.at, "")
+	if cfg.Redlock {
+		if leaseEnd1.After(rel1.at) {
+			leaseEnd1 = rel1.at
+		}
+		tl.Span("client 1", timeline.Lease, acq1.at, leaseEnd1, "")
+		tl.Mark("client 2", timeline.Note, acq2.at, fmt.Sprintf("granted by masters 3-5 while client 1's key is on %s", holdersText(run.Masters, run.Masters[0])))
+	} else {
+		if leaseEnd1.After(acq2.at) {
+			leaseEnd1 = acq2.at
+		}
+		tl.Span("client 1", timeline.Lease, acq1.at, leaseEnd1, "")
+		tl.Mark("client 1", timeline.Expiry, leaseEnd1, fmt.Sprintf("lease expired (TTL %v)", cfg.TTL))
+		tl.Span("client 1", timeline.Pause, pausedAt, resumedAt, "SIGSTOP")
+	}
+	tl.Mark("client 1", timeline.Note, chk1.at, "checks its lease: valid")
+	tl.Mark("client 2", writeKind(run.Write2, false), w2.at, writeLabel(run.Write2, run.Token2))
+	tl.Mark("client 1", writeKind(run.Write1, true), w1.at, writeLabel(run.Write1, run.Token1))
+	tl.Extend(rel1.at)
+	tl.SetCaption(runCaption(&run))
+	return run, nil
+}
+
+func writeOf(e stamped) Write {
+	if e.Event == evSkipped {
+		return Write{}
+	}
+	return Write{Attempted: true, OK: e.OK, SQLState: e.SQLState, Message: e.Error}
+}
+
+func writeKind(w Write, stale bool) timeline.MarkKind {
+	switch {
+	case !w.Attempted:
+		return timeline.Note
+	case w.OK && stale:
+		return timeline.Stale
+	case w.OK:
+		return timeline.Accepted
+	}
+	return timeline.Rejected
+}
+
+func writeLabel(w Write, token int64) string {
+	switch {
+	case !w.Attempted:
+		return "saw the order paid; no charge"
+	case w.OK:
+		return fmt.Sprintf("charge with token %d committed", token)
+	}
+	return fmt.Sprintf("charge with token %d rejected: %s", token, w.SQLState)
+}

@@ -1,0 +1,126 @@
+package demo
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// clientProc is a running client process and the events it reported, each
+// stamped with the time the demo received it.
+type clientProc struct {
+	name   string
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	events chan stamped
+	stderr *bytes.Buffer
+	done   chan struct{}
+	err    error
+	mu     sync.Mutex
+}
+
+type stamped struct {
+	event
+	at time.Time
+}
+
+func startClient(binary string, c *ClientConfig) (*clientProc, error) {
+	cmd := exec.Command(binary, append([]string{"demo", "client"}, c.args()...)...)
+	// Killed with us; in its own process group, so a Ctrl-C reaches only the
+	// demo, which then stops it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	p := &clientProc{name: c.Name, cmd: cmd, stdin: stdin, events: make(chan stamped, 16), stderr: &bytes.Buffer{}, done: make(chan struct{})}
+	cmd.Stderr = p.stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", c.Name, err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			var e event
+			if json.Unmarshal(sc.Bytes(), &e) == nil {
+				p.events <- stamped{e, time.Now()}
+			}
+		}
+		p.err = cmd.Wait()
+		close(p.events)
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// next waits for the client's next event; it must be one of want.
+func (p *clientProc) next(ctx context.Context, timeout time.Duration, want ...string) (stamped, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case e, ok := <-p.events:
+		if !ok {
+			<-p.done
+			return stamped{}, fmt.Errorf("%w: %s exited (%v) before %v: %s", ErrClient, p.name, p.err, want, p.stderr.String())
+		}
+		for _, w := range want {
+			if e.Event == w {
+				return e, nil
+			}
+		}
+		if e.Event == evFailed {
+			return e, fmt.Errorf("%w: %s: %s", ErrClient, p.name, e.Error)
+		}
+		return e, fmt.Errorf("%w: %s reported %q, want one of %v", ErrClient, p.name, e.Event, want)
+	case <-t.C:
+		return stamped{}, fmt.Errorf("%w: %s: no %v within %v", ErrClient, p.name, want, timeout)
+	case <-ctx.Done():
+		return stamped{}, ctx.Err()
+	}
+}
+
+func (p *clientProc) send(cmd string) error {
+	_, err := io.WriteString(p.stdin, cmd+"\n")
+	return err
+}
+
+func (p *clientProc) signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
+
+// kill ends the process if it still runs (a stopped one too) and waits.
+func (p *clientProc) kill() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	for range p.events {
+	}
+	<-p.done
+}
+
+// wait waits for a normal exit.
+func (p *clientProc) wait(ctx context.Context, timeout time.Duration) error {
+	select {
+	case <-p.done:
+		if p.err != nil {
+			return fmt.Errorf("%w: %s: %v: %s", ErrClient, p.name, p.err, p.stderr.String())
+		}
+		return nil
+	case <-time.After(timeout):
+		return fmt.Errorf("%w: %s did not exit within %v", ErrClient, p.name, timeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

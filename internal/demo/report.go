@@ -1,0 +1,131 @@
+package demo
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/fencegate/fencegate/internal/timeline"
+)
+
+func printIntro(w io.Writer, cfg *Config, st *stack) {
+	fmt.Fprintln(w, "The paused lock holder (Kleppmann, \"How to do distributed locking\"), replayed with real processes.")
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "  PostgreSQL   %s (%s), database %s, dropped at the end\n", hostOf(st.adminDSN), st.pg.Source, st.dbName)
+	if cfg.Redlock {
+		fmt.Fprintf(w, "  Redis        five masters for Redlock: %s\n", strings.Join(st.redisAddrs(), " "))
+	} else {
+		fmt.Fprintf(w, "  Redis        %s (%s)\n", st.redis.Addr, st.redis.Source)
+	}
+	fmt.Fprintf(w, "  tokens       3-node Raft group: %s\n", strings.Join(st.tokenURLs, " "))
+	fmt.Fprintf(w, "  proxy        %s -> PostgreSQL\n", st.proxyAddr)
+	fmt.Fprintf(w, "  lock TTL     %v\n", cfg.TTL)
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Alice's order 42 ($49.99) must be charged once. Two client processes each take the lock")
+	fmt.Fprintln(w, "on it, read the order, and charge it if it is unpaid.")
+	if cfg.Redlock {
+		fmt.Fprintln(w, "Client 1 locks masters 1-3 (4 and 5 are cut off from it); master 3 restarts without")
+		fmt.Fprintln(w, "persistence; client 2 then locks masters 3-5: both hold a valid Redlock at once.")
+	} else {
+		fmt.Fprintln(w, "Client 1 reads, then is frozen (SIGSTOP) past its TTL; client 2 takes the lock, charges;")
+		fmt.Fprintln(w, "client 1 resumes and charges from what it read before the pause.")
+	}
+	fmt.Fprintln(w)
+}
+
+func hostOf(dsn string) string {
+	if i := strings.Index(dsn, "@"); i >= 0 {
+		dsn = dsn[i+1:]
+	}
+	if i := strings.IndexAny(dsn, "/?"); i >= 0 {
+		dsn = dsn[:i]
+	}
+	return dsn
+}
+
+func runCaption(r *Run) string {
+	o := r.Order
+	switch {
+	case o.Charges > 1:
+		return fmt.Sprintf("Order 42 charged %d times: %s taken for a %s order. The stale write landed.",
+			o.Charges, money(o.ChargedCents), money(o.AmountCents))
+	case o.Charges == 1 && r.Write1.SQLState == "FG001":
+		return fmt.Sprintf("Order 42 charged once (%s). Client 1's stale write (token %d < %d) was rejected with FG001.",
+			money(o.ChargedCents), r.Token1, r.Token2)
+	case o.Charges == 1:
+		return fmt.Sprintf("Order 42 charged once (%s).", money(o.ChargedCents))
+	}
+	return fmt.Sprintf("Order 42 charged %d times.", o.Charges)
+}
+
+func money(cents int64) string { return fmt.Sprintf("$%d.%02d", cents/100, cents%100) }
+
+func printRun(w io.Writer, r *Run) {
+	_ = r.Timeline.WriteText(w, 72, 0, true)
+	fmt.Fprintln(w)
+	if r.Write1.Attempted && !r.Write1.OK {
+		fmt.Fprintf(w, "  client 1's write failed: SQLSTATE %s: %s\n", r.Write1.SQLState, r.Write1.Message)
+	}
+	fmt.Fprintf(w, "  client 1's last lease check before its write: %s\n", heldText(r.Held1))
+	if len(r.Masters) > 0 {
+		fmt.Fprintf(w, "  when client 2 got the lock: client 1's key on %s, client 2's on %s (double grant: %v)\n",
+			holdersText(r.Masters, r.Masters[0]), holdersText(r.Masters, r.Masters[len(r.Masters)-1]), r.DoubleGrant())
+	}
+	fmt.Fprintf(w, "  in the database: order 42 is %s, %d charge(s), %s charged\n\n", r.Order.State, r.Order.Charges, money(r.Order.ChargedCents))
+}
+
+// holdersText lists the masters (1-based) whose value is v.
+func holdersText(values []string, v string) string {
+	var ms []string
+	for i, x := range values {
+		if x == v && v != "" {
+			ms = append(ms, fmt.Sprint(i+1))
+		}
+	}
+	if len(ms) == 0 {
+		return "no master"
+	}
+	return "masters " + strings.Join(ms, ",")
+}
+
+func heldText(held bool) string {
+	if held {
+		return "still valid (so checking did not help)"
+	}
+	return "expired"
+}
+
+func writePicture(res *Result, cfg *Config) error {
+	f, err := os.Create(res.Picture)
+	if err != nil {
+		return fmt.Errorf("write picture: %w", err)
+	}
+	title := "The paused lock holder, with and without fencing"
+	if cfg.Redlock {
+		title = "Redlock double grant after a master restart, with and without fencing"
+	}
+	if err := timeline.WriteSVG(f, title, res.Direct.Timeline, res.Proxied.Timeline); err != nil {
+		f.Close()
+		return fmt.Errorf("write picture: %w", err)
+	}
+	return f.Close()
+}
+
+func printVerdict(w io.Writer, res *Result) {
+	d, p := res.Direct, res.Proxied
+	fmt.Fprintln(w, "Verdict")
+	if d.Order.Charges > 1 {
+		fmt.Fprintf(w, "  (a) direct:        the stale write landed; Alice paid %s for a %s order.\n", money(d.Order.ChargedCents), money(d.Order.AmountCents))
+	} else {
+		fmt.Fprintf(w, "  (a) direct:        %d charge(s); this time the stale write did no damage.\n", d.Order.Charges)
+	}
+	if res.StaleWriteRejected() {
+		fmt.Fprintf(w, "  (b) through proxy: the stale write (token %d) was rejected with FG001; Alice paid %s once.\n", p.Token1, money(p.Order.ChargedCents))
+		fmt.Fprintln(w, "  PASS: fencing made the paused holder harmless.")
+	} else {
+		fmt.Fprintf(w, "  (b) through proxy: the stale write was NOT rejected (%d charge(s), client 1: %+v).\n", p.Order.Charges, p.Write1)
+		fmt.Fprintln(w, "  FAIL")
+	}
+	fmt.Fprintf(w, "  picture: %s\n", res.Picture)
+}

@@ -1,0 +1,202 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+
+	"github.com/fencegate/fencegate/internal/devstack"
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+)
+
+// stack is what a demo run needs: PostgreSQL with a fresh database, Redis
+// (one server, or five masters for Redlock), the token cluster and the proxy.
+type stack struct {
+	log       *slog.Logger
+	svcLog    *slog.Logger
+	tmp       string
+	pg        *devstack.Postgres
+	redis     *devstack.Redis   // single-node mode
+	masters   []*devstack.Redis // Redlock mode
+	tokenURLs []string          // token service API URLs
+	proxyAddr string            // fencegate proxy, host:port
+	adminDSN  string
+	dbName    string
+	closers   []func() // run in reverse order by close
+}
+
+func startStack(ctx context.Context, cfg *Config) (_ *stack, err error) {
+	s := &stack{log: cfg.Logger, svcLog: cfg.ServiceLogger}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	// World-traversable, so that a throwaway PostgreSQL running as an
+	// unprivileged user can use it.
+	if s.tmp, err = os.MkdirTemp("", "fencegate-demo-"); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(s.tmp, 0o755); err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, func() { os.RemoveAll(s.tmp) })
+
+	if s.pg, err = devstack.FindPostgres(ctx, devstack.PostgresOptions{DSN: cfg.Postgres, DataDir: s.tmp, Logger: s.log}); err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, func() { s.pg.Close() })
+	if cfg.Redlock {
+		for i := 0; i < 5; i++ {
+			addr, err := devstack.FreeAddr()
+			if err != nil {
+				return nil, err
+			}
+			r, err := devstack.StartRedis(ctx, addr, "")
+			if err != nil {
+				return nil, fmt.Errorf("%w: start Redis master %d of 5 for Redlock: %v; install Redis (apt-get install redis-server)", devstack.ErrNoRedis, i+1, err)
+			}
+			s.masters = append(s.masters, r)
+			s.closers = append(s.closers, func() { r.Close() })
+		}
+	} else {
+		if s.redis, err = devstack.FindRedis(ctx, devstack.RedisOptions{URL: cfg.Redis, DataDir: s.tmp, Logger: s.log}); err != nil {
+			return nil, err
+		}
+		s.closers = append(s.closers, func() { s.redis.Close() })
+	}
+
+	if err := s.createDatabase(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.startTokens(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.startProxy(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// createDatabase makes a database of the demo's own, dropped by close.
+func (s *stack) createDatabase(ctx context.Context) error {
+	s.adminDSN = s.pg.DSN
+	conn, err := pgx.Connect(ctx, s.adminDSN)
+	if err != nil {
+		return fmt.Errorf("connect %s: %w", s.pg.Source, err)
+	}
+	defer conn.Close(context.Background())
+	s.dbName = randomName("fencegate_demo_")
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+s.dbName); err != nil {
+		return fmt.Errorf("create database %s: %w", s.dbName, err)
+	}
+	s.closers = append(s.closers, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20e9)
+		defer cancel()
+		c, err := pgx.Connect(ctx, s.adminDSN)
+		if err != nil {
+			s.log.Warn("drop demo database", "db", s.dbName, "err", err)
+			return
+		}
+		defer c.Close(ctx)
+		if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+s.dbName+" WITH (FORCE)"); err != nil {
+			s.log.Warn("drop demo database", "db", s.dbName, "err", err)
+		}
+	})
+	return nil
+}
+
+// directDSN connects straight to the demo database.
+func (s *stack) directDSN() string { return withDB(s.adminDSN, s.dbName, "") }
+
+// proxyDSN connects to the demo database through the proxy.
+func (s *stack) proxyDSN() string { return withDB(s.adminDSN, s.dbName, s.proxyAddr) }
+
+func withDB(dsn, db, host string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return dsn
+	}
+	u.Path = "/" + db
+	if host != "" {
+		u.Host = host
+	}
+	return u.String()
+}
+
+// redisAddrs returns the Redis address(es) clients lock on.
+func (s *stack) redisAddrs() []string {
+	if s.redis != nil {
+		return []string{s.redis.Addr}
+	}
+	var out []string
+	for _, m := range s.masters {
+		out = append(out, m.Addr)
+	}
+	return out
+}
+
+// startTokens starts the 3-node Raft token group in this process, on the dev
+// addresses when they are free, else on free ports.
+func (s *stack) startTokens(ctx context.Context) error {
+	api, err := devstack.PreferAddrs(devstack.DevTokenAPIAddrs...)
+	if err != nil {
+		return err
+	}
+	raft, err := devstack.PreferAddrs(devstack.DevTokenRaftAddrs...)
+	if err != nil {
+		return err
+	}
+	t, err := devstack.StartTokens(ctx, s.tmp, api, raft, s.svcLog.With("component", "tokenservice"))
+	if err != nil {
+		return err
+	}
+	s.closers = append(s.closers, func() { t.Close() })
+	s.tokenURLs = t.URLs
+	return nil
+}
+
+// startProxy starts the fencing proxy in this process, in front of the
+// PostgreSQL in use, on the dev address when it is free.
+func (s *stack) startProxy(ctx context.Context) error {
+	listen := devstack.DevProxyAddr
+	if !devstack.PortFree(listen) {
+		listen = "127.0.0.1:0"
+	}
+	addr, stop, err := devstack.StartProxy(listen, s.adminDSN, s.svcLog.With("component", "proxy"))
+	if err != nil {
+		return err
+	}
+	s.closers = append(s.closers, func() { stop() })
+	s.proxyAddr = addr
+	return nil
+}
+
+// lockHolders reads the lock key of resource on every Redlock master.
+func (s *stack) lockHolders(ctx context.Context, resource string) ([]string, error) {
+	out := make([]string, len(s.masters))
+	for i, m := range s.masters {
+		c := redis.NewClient(m.Options)
+		v, err := c.Get(ctx, keyPrefix+resource).Result()
+		c.Close()
+		switch {
+		case errors.Is(err, redis.Nil):
+		case err != nil:
+			return nil, fmt.Errorf("read lock on Redis master %d: %w", i+1, err)
+		default:
+			out[i] = v
+		}
+	}
+	return out, nil
+}
+
+func (s *stack) close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	s.closers = nil
+}

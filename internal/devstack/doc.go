@@ -1,0 +1,32 @@
+// Package devstack finds or starts what fencegate needs on a developer's
+// machine: a PostgreSQL server, a Redis server, and free loopback ports for
+// the token nodes and the proxy. It backs "fencegate dev" and the demos.
+//
+// PostgreSQL is looked for, in order: the DSN given by the caller (the
+// --postgres flag), the environment (DATABASE_URL, then the libpq variables
+// PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE), the local default
+// 127.0.0.1:5432 when it answers, and last a throwaway server started from
+// the initdb and postgres binaries found on PATH or in
+// /usr/lib/postgresql/*/bin, with its data in the dev data directory. When
+// running as root, that server runs as the unprivileged user "postgres" (or
+// "nobody"), as PostgreSQL refuses to run as root.
+//
+// Redis is looked for the same way: the caller's address (--redis), REDIS_URL,
+// 127.0.0.1:6379 when it answers PING, and last a redis-server from PATH
+// without persistence.
+//
+// When nothing is found, the error names what to install or which flag to set.
+// Started servers are children of the calling process: Close stops them, and
+// they are killed if the process dies.
+package devstack
+
+import "errors"
+
+var (
+	// ErrNoPostgres means no PostgreSQL server answered and none could be started.
+	ErrNoPostgres = errors.New("devstack: no PostgreSQL")
+	// ErrNoRedis means no Redis server answered and none could be started.
+	ErrNoRedis = errors.New("devstack: no Redis")
+	// ErrPortInUse means a port the stack needs is taken by another program.
+	ErrPortInUse = errors.New("devstack: port in use")
+)

@@ -1,0 +1,77 @@
+package devstack
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"syscall"
+)
+
+// Port is an address the stack wants to listen on and the flag that moves it.
+type Port struct {
+	Addr string // host:port
+	What string // e.g. "proxy"
+	Flag string // e.g. "--proxy-listen"
+}
+
+// CheckPorts tries to listen on each address and returns an error naming
+// every one that is taken, what wanted it and the flag that moves it.
+func CheckPorts(ports ...Port) error {
+	var errs []error
+	for _, p := range ports {
+		if err := checkPort(p.Addr); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %s (%s) is taken; stop what listens there or move it with %s", ErrPortInUse, p.Addr, p.What, p.Flag))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func checkPort(addr string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	return l.Close()
+}
+
+// PortFree reports whether addr can be listened on now.
+func PortFree(addr string) bool { return checkPort(addr) == nil }
+
+// FreeAddr returns 127.0.0.1:PORT for a port that was free a moment ago.
+func FreeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("find free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// PreferAddrs returns preferred when every address in it is free, else the
+// same number of free loopback addresses.
+func PreferAddrs(preferred ...string) ([]string, error) {
+	all := true
+	for _, a := range preferred {
+		if !PortFree(a) {
+			all = false
+			break
+		}
+	}
+	if all {
+		return preferred, nil
+	}
+	// Hold every listener until all are chosen, so no port is picked twice.
+	out := make([]string, len(preferred))
+	for i := range out {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find free port: %w", err)
+		}
+		defer l.Close()
+		out[i] = l.Addr().String()
+	}
+	return out, nil
+}
+
+// IsAddrInUse reports whether err is a listen failure because the address is taken.
+func IsAddrInUse(err error) bool { return errors.Is(err, syscall.EADDRINUSE) }

@@ -1,0 +1,315 @@
+package devstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DefaultPostgresDSN is the local server tried when neither a flag nor the
+// environment names one.
+const DefaultPostgresDSN = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+// Postgres is a PostgreSQL server the stack uses.
+type Postgres struct {
+	// DSN connects as a user allowed to create databases.
+	DSN string
+	// Source says where it came from, for the user ("--postgres", "DATABASE_URL",
+	// "local server", "started by fencegate in DIR").
+	Source string
+	proc   *process
+}
+
+// Started reports whether the server was started by FindPostgres.
+func (p *Postgres) Started() bool { return p.proc != nil }
+
+// Close stops a server FindPostgres started (fast shutdown); it does nothing
+// for a server that was already running.
+func (p *Postgres) Close() error {
+	if p == nil || p.proc == nil {
+		return nil
+	}
+	return p.proc.stop(syscall.SIGINT, 15*time.Second)
+}
+
+// PostgresOptions says where to look for PostgreSQL.
+type PostgresOptions struct {
+	// DSN, when set, is used as is (the --postgres flag).
+	DSN string
+	// Flag is the flag name mentioned in error messages. The default is "--postgres".
+	Flag string
+	// DataDir is where a started server keeps its data (DataDir/postgres).
+	// Required only when a server has to be started.
+	DataDir string
+	// Getenv reads the environment. The default is os.Getenv.
+	Getenv func(string) string
+	// Logger gets progress messages. The default is slog.Default().
+	Logger *slog.Logger
+}
+
+// FindPostgres returns the PostgreSQL server to use, starting one when none
+// answers (see the package documentation for the order).
+func FindPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
+	if o.Flag == "" {
+		o.Flag = "--postgres"
+	}
+	if o.Getenv == nil {
+		o.Getenv = os.Getenv
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default().With("component", "devstack")
+	}
+	if o.DSN != "" {
+		if err := pingPostgres(ctx, o.DSN); err != nil {
+			return nil, fmt.Errorf("%w: %s %s does not answer: %v", ErrNoPostgres, o.Flag, redact(o.DSN), err)
+		}
+		return &Postgres{DSN: o.DSN, Source: o.Flag}, nil
+	}
+	if dsn, from := postgresFromEnv(o.Getenv); dsn != "" {
+		if err := pingPostgres(ctx, dsn); err != nil {
+			return nil, fmt.Errorf("%w: %s names %s, which does not answer: %v (fix it, unset it, or pass %s)", ErrNoPostgres, from, redact(dsn), err, o.Flag)
+		}
+		return &Postgres{DSN: dsn, Source: from}, nil
+	}
+	err := pingPostgres(ctx, DefaultPostgresDSN)
+	if err == nil {
+		return &Postgres{DSN: DefaultPostgresDSN, Source: "local server"}, nil
+	}
+	if !refused(err) {
+		// Something listens on 5432 but will not let us in: starting another
+		// server would not help.
+		return nil, fmt.Errorf("%w: 127.0.0.1:5432 answers but refuses user postgres without a password (%v); pass %s DSN or set DATABASE_URL", ErrNoPostgres, err, o.Flag)
+	}
+	return StartPostgres(ctx, o)
+}
+
+// StartPostgres starts a throwaway PostgreSQL server with its data in
+// o.DataDir/postgres (reused when it already holds a cluster), on
+// 127.0.0.1:5432 or, when that port is taken, a free one.
+func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
+	if o.Flag == "" {
+		o.Flag = "--postgres"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default().With("component", "devstack")
+	}
+	bin, err := postgresBinDir()
+	if err != nil {
+		return nil, fmt.Errorf("%w: nothing answers at 127.0.0.1:5432 and %v; install PostgreSQL (Debian/Ubuntu: apt-get install postgresql) or pass %s DSN", ErrNoPostgres, err, o.Flag)
+	}
+	if o.DataDir == "" {
+		return nil, fmt.Errorf("%w: nothing answers at 127.0.0.1:5432 and no data directory to start one in; pass %s DSN", ErrNoPostgres, o.Flag)
+	}
+	return startPostgres(ctx, bin, o)
+}
+
+// postgresFromEnv builds a DSN from DATABASE_URL or the libpq PG* variables.
+func postgresFromEnv(getenv func(string) string) (dsn, from string) {
+	if v := getenv("DATABASE_URL"); v != "" {
+		return v, "DATABASE_URL"
+	}
+	vars := []string{"PGHOST", "PGPORT", "PGUSER", "PGPASSWORD", "PGDATABASE"}
+	var set []string
+	for _, v := range vars {
+		if getenv(v) != "" {
+			set = append(set, v)
+		}
+	}
+	if len(set) == 0 {
+		return "", ""
+	}
+	host, port := getenv("PGHOST"), getenv("PGPORT")
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	if port == "" {
+		port = "5432"
+	}
+	u := url.URL{Scheme: "postgres", Host: net.JoinHostPort(host, port), Path: "/" + firstNonEmpty(getenv("PGDATABASE"), "postgres")}
+	if strings.HasPrefix(host, "/") { // a Unix socket directory
+		u.Host = ""
+		q := url.Values{"host": {host}, "port": {port}}
+		u.RawQuery = q.Encode()
+	}
+	usr := firstNonEmpty(getenv("PGUSER"), "postgres")
+	if pw := getenv("PGPASSWORD"); pw != "" {
+		u.User = url.UserPassword(usr, pw)
+	} else {
+		u.User = url.User(usr)
+	}
+	if u.RawQuery == "" {
+		u.RawQuery = "sslmode=" + firstNonEmpty(getenv("PGSSLMODE"), "disable")
+	}
+	return u.String(), strings.Join(set, "/")
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+func pingPostgres(ctx context.Context, dsn string) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.Background())
+	return c.Ping(ctx)
+}
+
+// refused reports whether err means nothing listens (as opposed to a server
+// that answered and said no).
+func refused(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED) || strings.Contains(err.Error(), "connection refused")
+}
+
+// postgresBinGlob is where distributions put the server binaries.
+var postgresBinGlob = "/usr/lib/postgresql/*/bin"
+
+// postgresBinDir finds a directory holding both initdb and postgres.
+func postgresBinDir() (string, error) {
+	if p, err := exec.LookPath("postgres"); err == nil {
+		dir := filepath.Dir(p)
+		if _, err := os.Stat(filepath.Join(dir, "initdb")); err == nil {
+			return dir, nil
+		}
+	}
+	dirs, _ := filepath.Glob(postgresBinGlob)
+	sort.Slice(dirs, func(i, j int) bool { return pgVersion(dirs[i]) > pgVersion(dirs[j]) })
+	for _, d := range dirs {
+		_, e1 := os.Stat(filepath.Join(d, "postgres"))
+		_, e2 := os.Stat(filepath.Join(d, "initdb"))
+		if e1 == nil && e2 == nil {
+			return d, nil
+		}
+	}
+	return "", errors.New("no PostgreSQL server binaries (postgres, initdb) on PATH or in /usr/lib/postgresql/*/bin")
+}
+
+func pgVersion(binDir string) int {
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return v
+}
+
+// startPostgres initializes DataDir/postgres when needed and starts a server
+// on 127.0.0.1:5432 (or a free port when 5432 is taken).
+func startPostgres(ctx context.Context, bin string, o PostgresOptions) (*Postgres, error) {
+	dir, err := filepath.Abs(filepath.Join(o.DataDir, "postgres"))
+	if err != nil {
+		return nil, err
+	}
+	cred, owner, err := postgresCredential()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoPostgres, err)
+	}
+	if cred != nil && !traversable(filepath.Dir(dir), cred) {
+		return nil, fmt.Errorf("%w: user %s cannot reach %s to run PostgreSQL there; use a data directory outside home directories (--data-dir) or pass %s DSN", ErrNoPostgres, owner, dir, o.Flag)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "PG_VERSION")); err != nil {
+		o.Logger.Info("initializing a throwaway PostgreSQL", "dir", dir, "bin", bin)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("create %s: %w", dir, err)
+		}
+		if cred != nil {
+			if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+				return nil, fmt.Errorf("chown %s: %w", dir, err)
+			}
+		}
+		cmd := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), "-D", dir, "-U", "postgres",
+			"--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("%w: initdb %s: %v\n%s", ErrNoPostgres, dir, err, tail(string(out), 2000))
+		}
+	}
+	addr := "127.0.0.1:5432"
+	if !PortFree(addr) {
+		if addr, err = FreeAddr(); err != nil {
+			return nil, err
+		}
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", dir, "-p", port,
+		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=",
+		"-c", "fsync=off", "-c", "max_connections=200")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	proc, err := startProcess("postgres", cmd)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoPostgres, err)
+	}
+	dsn := "postgres://postgres@" + addr + "/postgres?sslmode=disable"
+	if err := proc.waitReady(ctx, 60*time.Second, func(ctx context.Context) error { return pingPostgres(ctx, dsn) }); err != nil {
+		_ = proc.stop(syscall.SIGINT, 5*time.Second)
+		return nil, fmt.Errorf("%w: %v", ErrNoPostgres, err)
+	}
+	o.Logger.Info("started PostgreSQL", "addr", addr, "dir", dir)
+	return &Postgres{DSN: dsn, Source: "started by fencegate in " + dir, proc: proc}, nil
+}
+
+// postgresCredential returns the user to run PostgreSQL as: nil (ourselves)
+// unless we are root, then "postgres" or else "nobody".
+func postgresCredential() (*syscall.Credential, string, error) {
+	if os.Geteuid() != 0 {
+		return nil, "", nil
+	}
+	for _, name := range []string{"postgres", "nobody"} {
+		u, err := user.Lookup(name)
+		if err != nil {
+			continue
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, name, nil
+	}
+	return nil, "", errors.New("running as root and neither user postgres nor nobody exists to run PostgreSQL as; create user postgres")
+}
+
+// traversable reports whether every directory from dir up to / can be
+// entered by the user (world- or group-executable, or owned by it).
+func traversable(dir string, c *syscall.Credential) bool {
+	for d := dir; ; d = filepath.Dir(d) {
+		var st syscall.Stat_t
+		if err := syscall.Stat(d, &st); err == nil {
+			ok := st.Mode&0o001 != 0 || (st.Gid == c.Gid && st.Mode&0o010 != 0) || (st.Uid == c.Uid && st.Mode&0o100 != 0)
+			if !ok {
+				return false
+			}
+		}
+		if d == "/" || d == "." {
+			return true
+		}
+	}
+}
+
+// redact hides a DSN's password.
+func redact(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil || u.User == nil {
+		return dsn
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}

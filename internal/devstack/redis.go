@@ -1,0 +1,179 @@
+package devstack
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultRedisAddr is the local Redis tried when neither a flag nor the
+// environment names one.
+const DefaultRedisAddr = "127.0.0.1:6379"
+
+// Redis is a Redis server the stack uses.
+type Redis struct {
+	// Addr is host:port.
+	Addr string
+	// Options connect to it (password and database included).
+	Options *redis.Options
+	// Source says where it came from, as Postgres.Source does.
+	Source string
+	proc   *process
+}
+
+// Started reports whether the server was started by FindRedis or StartRedis.
+func (r *Redis) Started() bool { return r.proc != nil }
+
+// Close stops a server this package started; it does nothing otherwise.
+func (r *Redis) Close() error {
+	if r == nil || r.proc == nil {
+		return nil
+	}
+	return r.proc.stop(syscall.SIGTERM, 5*time.Second)
+}
+
+// Kill stops a started server with SIGKILL, losing every key (a master
+// restarted without persistence); Restart brings it back on the same port.
+func (r *Redis) Kill() error {
+	if r.proc == nil {
+		return fmt.Errorf("kill redis %s: not started by fencegate", r.Addr)
+	}
+	return r.proc.stop(syscall.SIGKILL, 5*time.Second)
+}
+
+// Restart starts a killed server again on its address, empty.
+func (r *Redis) Restart(ctx context.Context) error {
+	nr, err := StartRedis(ctx, r.Addr, "")
+	if err != nil {
+		return err
+	}
+	r.proc = nr.proc
+	return nil
+}
+
+// RedisOptions says where to look for Redis.
+type RedisOptions struct {
+	// URL, when set, is used as is (the --redis flag): host:port or redis://...
+	URL string
+	// Flag is the flag name mentioned in error messages. The default is "--redis".
+	Flag string
+	// DataDir is the working directory of a started server (DataDir/redis).
+	DataDir string
+	// Getenv reads the environment. The default is os.Getenv.
+	Getenv func(string) string
+	// Logger gets progress messages. The default is slog.Default().
+	Logger *slog.Logger
+}
+
+// FindRedis returns the Redis server to use, starting one when none answers.
+func FindRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
+	if o.Flag == "" {
+		o.Flag = "--redis"
+	}
+	if o.Getenv == nil {
+		o.Getenv = os.Getenv
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default().With("component", "devstack")
+	}
+	try := func(url, from string) (*Redis, error) {
+		opts, err := ParseRedis(url)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", ErrNoRedis, from, err)
+		}
+		if err := pingRedis(ctx, opts); err != nil {
+			return nil, err
+		}
+		return &Redis{Addr: opts.Addr, Options: opts, Source: from}, nil
+	}
+	if o.URL != "" {
+		r, err := try(o.URL, o.Flag)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s %s does not answer: %v", ErrNoRedis, o.Flag, o.URL, err)
+		}
+		return r, nil
+	}
+	if v := o.Getenv("REDIS_URL"); v != "" {
+		r, err := try(v, "REDIS_URL")
+		if err != nil {
+			return nil, fmt.Errorf("%w: REDIS_URL names %s, which does not answer: %v (fix it, unset it, or pass %s)", ErrNoRedis, v, err, o.Flag)
+		}
+		return r, nil
+	}
+	if r, err := try(DefaultRedisAddr, "local server"); err == nil {
+		return r, nil
+	}
+	addr := DefaultRedisAddr
+	if !PortFree(addr) {
+		var err error
+		if addr, err = FreeAddr(); err != nil {
+			return nil, err
+		}
+	}
+	r, err := StartRedis(ctx, addr, o.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: nothing answers at %s and %v; install Redis (Debian/Ubuntu: apt-get install redis-server) or pass %s host:port", ErrNoRedis, DefaultRedisAddr, err, o.Flag)
+	}
+	o.Logger.Info("started Redis", "addr", r.Addr)
+	return r, nil
+}
+
+// StartRedis starts a redis-server from PATH on addr without persistence
+// (dir, when set, is its working directory) and waits until it answers.
+func StartRedis(ctx context.Context, addr, dir string) (*Redis, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("no redis-server on PATH")
+	}
+	host, port, _ := strings.Cut(addr, ":")
+	args := []string{"--port", port, "--bind", host, "--save", "", "--appendonly", "no",
+		"--daemonize", "no", "--logfile", ""}
+	cmd := exec.Command(bin, args...)
+	if dir != "" {
+		d := filepath.Join(dir, "redis")
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("create %s: %w", d, err)
+		}
+		cmd.Dir = d
+	}
+	proc, err := startProcess("redis-server "+addr, cmd)
+	if err != nil {
+		return nil, err
+	}
+	opts := &redis.Options{Addr: addr}
+	if err := proc.waitReady(ctx, 15*time.Second, func(ctx context.Context) error { return pingRedis(ctx, opts) }); err != nil {
+		_ = proc.stop(syscall.SIGKILL, time.Second)
+		return nil, err
+	}
+	return &Redis{Addr: addr, Options: opts, Source: "started by fencegate", proc: proc}, nil
+}
+
+// ParseRedis accepts host:port or a redis:// URL.
+func ParseRedis(s string) (*redis.Options, error) {
+	if strings.Contains(s, "://") {
+		return redis.ParseURL(s)
+	}
+	if !strings.Contains(s, ":") {
+		return nil, fmt.Errorf("redis address %q: want host:port or redis://host:port", s)
+	}
+	return &redis.Options{Addr: s}, nil
+}
+
+func pingRedis(ctx context.Context, opts *redis.Options) error {
+	o := *opts
+	o.MaxRetries = -1
+	o.DialTimeout = 2 * time.Second
+	c := redis.NewClient(&o)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	return c.Ping(ctx).Err()
+}

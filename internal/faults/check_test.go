@@ -1,0 +1,59 @@
+package faults
+
+import (
+	"strings"
+	"testing"
+)
+
+// paused is the history of the article's scenario: c1 takes the lock with
+// token 1 and stalls; c2 takes it with token 2 and writes; c1 wakes and its
+// write is rejected.
+func paused() []Event {
+	return []Event{
+		{Time: 10, Client: "c1", Kind: KindAcquireOK, Op: 1, Token: 1},
+		{Time: 20, Client: "nemesis", Kind: KindFaultStart, Fault: "pause-client", Target: "c1"},
+		{Time: 30, Client: "c2", Kind: KindAcquireOK, Op: 1, Token: 2},
+		{Time: 40, Client: "c2", Kind: KindTxnCall, Op: 1, Token: 2},
+		{Time: 50, Client: "c2", Kind: KindTxnOK, Op: 1, Token: 2, Value: 0},
+		{Time: 60, Client: "c2", Kind: KindRelease, Op: 1},
+		{Time: 70, Client: "nemesis", Kind: KindFaultEnd, Fault: "pause-client", Target: "c1"},
+		{Time: 80, Client: "c1", Kind: KindTxnCall, Op: 1, Token: 1},
+		{Time: 90, Client: "c1", Kind: KindTxnStale, Op: 1, Token: 1},
+		{Time: 95, Client: "c1", Kind: KindRelease, Op: 1},
+	}
+}
+
+func TestCheck(t *testing.T) {
+	good := DBState{Counter: 1, Rows: []Row{{Client: "c2", Op: 1, Token: 2, Prev: 0}}}
+	tests := []struct {
+		name string
+		evs  []Event
+		db   DBState
+		want string // substring of a failure; "" means the run passes
+	}{
+		{"stale write rejected", paused(), good, ""},
+		{"stale write accepted", paused(), DBState{Counter: 2, Rows: []Row{
+			{Client: "c2", Op: 1, Token: 2, Prev: 0}, {Client: "c1", Op: 1, Token: 1, Prev: 1}}}, "stale: c1/1 committed token 1"},
+		{"lost update", paused(), DBState{Counter: 1, Rows: []Row{
+			{Client: "c2", Op: 1, Token: 2, Prev: 0}, {Client: "c1", Op: 1, Token: 1, Prev: 0}}}, "lost update"},
+		{"counter drift", paused(), DBState{Counter: 5, Rows: good.Rows}, "counter = 5"},
+		{"acknowledged but missing", paused(), DBState{}, "not in the database"},
+		{"no double hold", paused()[3:], good, "did not bite"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := Check(tt.evs, tt.db)
+			got := strings.Join(r.Failures, "\n")
+			if tt.want == "" && got != "" {
+				t.Fatalf("Check() failures:\n%s", got)
+			}
+			if !strings.Contains(got, tt.want) {
+				t.Fatalf("Check() failures = %q, want one containing %q", got, tt.want)
+			}
+		})
+	}
+	r := Check(paused(), good)
+	if r.Faults != 1 || r.DoubleHolds != 1 || r.StaleRejected != 1 || r.StaleAccepted != 0 || r.Committed != 1 {
+		t.Fatalf("Check() = %+v", r)
+	}
+}

@@ -1,0 +1,50 @@
+// Package faults is fencegate's fault campaign: evidence, in the manner of
+// Jepsen, that no stale write is ever accepted.
+//
+// A run starts the whole stack as real processes on loopback (three token
+// nodes whose Raft traffic passes through relays the harness controls, one or
+// five Redis masters, two fencing proxies, a fresh PostgreSQL database) and
+// several workload clients, each its own process so that SIGSTOP is real.
+// The clients take the lock through lockclient and do fenced
+// read-modify-write transactions through the proxies. Meanwhile a nemesis,
+// on a seeded schedule, pauses clients past the lock's TTL, pauses the Raft
+// leader and Redis masters, kills and restarts token nodes (one, a majority,
+// all), Redis masters (which lose their keys) and proxies, partitions the
+// Raft nodes, jumps a Redis master's clock past the TTL and stalls a token
+// node's fsyncs.
+//
+// Every operation lands in a history (JSON lines, one Event per line, with
+// timestamps from the machine-wide monotonic clock). The checkers then
+// require: (1) tokens strictly increasing in real-time order (porcupine);
+// (2) the data invariant, counter = committed increments, without lost
+// updates; (3) no trace of any rejected transaction; (4) at least one double
+// hold of the lock (otherwise the faults did not bite and the run fails).
+// And, the point of it all, no accepted write whose token is below one
+// accepted before it.
+//
+// See DESIGN.md for the choices behind the harness.
+package faults
+
+import "errors"
+
+var (
+	// ErrRunning is returned when starting a process that already runs.
+	ErrRunning = errors.New("faults: process already running")
+	// ErrNotRunning is returned when signalling a process that is not running.
+	ErrNotRunning = errors.New("faults: process not running")
+	// ErrClosed is returned when starting a process after the supervisor closed.
+	ErrClosed = errors.New("faults: supervisor closed")
+	// ErrStuck is returned when a killed process did not exit.
+	ErrStuck = errors.New("faults: process did not exit")
+	// ErrUnknownFault is returned for a fault name the nemesis does not know.
+	ErrUnknownFault = errors.New("faults: unknown fault")
+	// ErrNoLeader is returned when no token node leads.
+	ErrNoLeader = errors.New("faults: no token leader")
+	// ErrCheckFailed is returned when a run's history violates a checked property.
+	ErrCheckFailed = errors.New("faults: check failed")
+	// ErrNoDiskThrottle is returned when writes cannot be throttled (no
+	// cgroup v1 blkio controller, not root, or no block device).
+	ErrNoDiskThrottle = errors.New("faults: cannot throttle disk writes")
+	// ErrNoClockShim is returned when the clock shim cannot be built (no C compiler).
+	ErrNoClockShim = errors.New("faults: cannot build clock shim")
+)

@@ -1,0 +1,472 @@
+package faults
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/fencegate/fencegate/internal/netfault"
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultPostgresDSN is the PostgreSQL server a campaign creates its
+// databases on unless told otherwise.
+const DefaultPostgresDSN = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+// schemaSQL is the workload's data: one counter and one row per committed
+// increment, written in the same fenced transaction.
+const schemaSQL = `
+CREATE TABLE counter (id int PRIMARY KEY, value bigint NOT NULL);
+INSERT INTO counter VALUES (1, 0);
+CREATE TABLE increments (
+	client text NOT NULL, op bigint NOT NULL, token bigint NOT NULL, prev bigint NOT NULL,
+	PRIMARY KEY (client, op));`
+
+// StackConfig describes the processes of one run.
+type StackConfig struct {
+	Binary     string // the fencegate executable
+	Dir        string // the run's directory: data dirs, logs, clock files
+	PostgreSQL string // admin DSN of the PostgreSQL server
+	Redis      int    // number of Redis masters: 1, or 5 for Redlock
+	ClockShim  string // path of the clock shim, or "" to run Redis without it
+	SlowDisk   bool   // prepare the disk throttle for the slow-disk fault
+	Logger     *slog.Logger
+}
+
+// TokenNode is one token service node and the relays its Raft traffic to
+// each peer goes through.
+type TokenNode struct {
+	ID       string
+	RaftAddr string
+	APIAddr  string
+	Proc     *Proc
+	// Out maps a peer's ID to the relay this node dials that peer through.
+	Out map[string]*netfault.Relay
+}
+
+// RedisNode is one Redis master, under the clock shim when Clock is set.
+type RedisNode struct {
+	Name  string
+	Addr  string
+	Proc  *Proc
+	Clock *Clock
+	skew  time.Duration
+}
+
+// ProxyNode is one fencing proxy.
+type ProxyNode struct {
+	Name string
+	Addr string
+	Proc *Proc
+}
+
+// Stack is the whole system of one run, as real processes on loopback.
+type Stack struct {
+	cfg     StackConfig
+	log     *slog.Logger
+	Sup     *Supervisor
+	Tokens  []*TokenNode
+	Redis   []*RedisNode
+	Proxies []*ProxyNode
+	DBName  string
+	dbDSN   string
+	// Disk throttles a token node's writes; nil when the machine cannot.
+	Disk   *DiskThrottle
+	relays []*netfault.Relay
+}
+
+// freeAddr returns a loopback HOST:PORT that was free a moment ago.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("find free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// StartStack starts every process of a run and waits until each serves:
+// a fresh database, Redis masters, three token nodes with a leader, two
+// proxies. On error it stops whatever it started.
+func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Redis <= 0 {
+		cfg.Redis = 1
+	}
+	sup, err := NewSupervisor(filepath.Join(cfg.Dir, "logs"), cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	s := &Stack{cfg: cfg, log: cfg.Logger.With("component", "stack"), Sup: sup}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	if err := s.createDB(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.startRedis(ctx); err != nil {
+		return nil, err
+	}
+	if cfg.SlowDisk {
+		if s.Disk, err = NewDiskThrottle(filepath.Join(cfg.Dir, "data")); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.startTokens(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.startProxies(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Stack) createDB(ctx context.Context) error {
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	s.DBName = "fg_faults_" + hex.EncodeToString(b)
+	admin, err := pgx.Connect(ctx, s.cfg.PostgreSQL)
+	if err != nil {
+		return fmt.Errorf("connect to PostgreSQL %s: %w", s.cfg.PostgreSQL, err)
+	}
+	defer admin.Close(context.WithoutCancel(ctx))
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+s.DBName); err != nil {
+		return fmt.Errorf("create database %s: %w", s.DBName, err)
+	}
+	u, err := url.Parse(s.cfg.PostgreSQL)
+	if err != nil {
+		return fmt.Errorf("parse PostgreSQL DSN: %w", err)
+	}
+	u.Path = "/" + s.DBName
+	s.dbDSN = u.String()
+	c, err := pgx.Connect(ctx, s.dbDSN)
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", s.DBName, err)
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	if _, err := c.Exec(ctx, schemaSQL); err != nil {
+		return fmt.Errorf("create workload schema: %w", err)
+	}
+	return nil
+}
+
+// DirectDSN is the DSN of the run's database on PostgreSQL itself, not
+// through a proxy: the checkers read the final state with it.
+func (s *Stack) DirectDSN() string { return s.dbDSN }
+
+// ProxyDSNs are the run's database through each proxy.
+func (s *Stack) ProxyDSNs() []string {
+	u, _ := url.Parse(s.dbDSN)
+	var out []string
+	for _, p := range s.Proxies {
+		v := *u
+		v.Host = p.Addr
+		out = append(out, v.String())
+	}
+	return out
+}
+
+// RedisAddrs are the Redis masters' addresses.
+func (s *Stack) RedisAddrs() []string {
+	var out []string
+	for _, r := range s.Redis {
+		out = append(out, r.Addr)
+	}
+	return out
+}
+
+// TokenURLs are the token nodes' API URLs.
+func (s *Stack) TokenURLs() []string {
+	var out []string
+	for _, n := range s.Tokens {
+		out = append(out, "http://"+n.APIAddr)
+	}
+	return out
+}
+
+func (s *Stack) startRedis(ctx context.Context) error {
+	for i := range s.cfg.Redis {
+		addr, err := freeAddr()
+		if err != nil {
+			return err
+		}
+		r := &RedisNode{Name: fmt.Sprintf("redis%d", i+1), Addr: addr}
+		var opts []ProcOption
+		if s.cfg.ClockShim != "" {
+			r.Clock, err = NewClock(s.cfg.ClockShim, filepath.Join(s.cfg.Dir, r.Name+".clock"))
+			if err != nil {
+				return err
+			}
+			opts = append(opts, WithEnv(r.Clock.Env()...))
+		}
+		r.Proc = s.Sup.Add(r.Name, "redis-server", redisArgs(addr), opts...)
+		if err := r.Proc.Start(); err != nil {
+			return err
+		}
+		s.Redis = append(s.Redis, r)
+	}
+	for _, r := range s.Redis {
+		if err := r.WaitReady(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WaitReady waits until the Redis master answers PING.
+func (r *RedisNode) WaitReady(ctx context.Context) error {
+	c := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1, DialTimeout: time.Second})
+	defer c.Close()
+	return poll(ctx, 15*time.Second, r.Name+" ready", func(ctx context.Context) error {
+		return c.Ping(ctx).Err()
+	})
+}
+
+func (s *Stack) startTokens(ctx context.Context) error {
+	const n = 3
+	for i := range n {
+		raft, err := freeAddr()
+		if err != nil {
+			return err
+		}
+		api, err := freeAddr()
+		if err != nil {
+			return err
+		}
+		s.Tokens = append(s.Tokens, &TokenNode{ID: fmt.Sprintf("n%d", i+1), RaftAddr: raft, APIAddr: api, Out: map[string]*netfault.Relay{}})
+	}
+	var peers []string
+	for _, t := range s.Tokens {
+		peers = append(peers, t.ID+"="+t.RaftAddr+"="+t.APIAddr)
+	}
+	for _, t := range s.Tokens {
+		var via []string
+		for _, p := range s.Tokens {
+			if p == t {
+				continue
+			}
+			r, err := netfault.NewRelay("127.0.0.1:0", p.RaftAddr)
+			if err != nil {
+				return fmt.Errorf("start relay %s->%s: %w", t.ID, p.ID, err)
+			}
+			s.relays = append(s.relays, r)
+			t.Out[p.ID] = r
+			via = append(via, p.RaftAddr+"="+r.Addr())
+		}
+		args := []string{"token", "serve", "--id", t.ID,
+			"--data-dir", filepath.Join(s.cfg.Dir, "data", t.ID),
+			"--raft-addr", t.RaftAddr, "--api-addr", t.APIAddr,
+			"--peers", strings.Join(peers, ","),
+			"--dial-via", strings.Join(via, ",")}
+		t.Proc = s.Sup.Add("token-"+t.ID, s.cfg.Binary, args)
+		if err := t.Proc.Start(); err != nil {
+			return err
+		}
+	}
+	_, err := s.WaitLeader(ctx, 30*time.Second)
+	return err
+}
+
+// nodeStatus is the part of GET /v1/status the harness reads.
+type nodeStatus struct {
+	ID       string `json:"id"`
+	LeaderID string `json:"leader_id"`
+	State    string `json:"state"`
+	Term     uint64 `json:"term"`
+}
+
+func (s *Stack) status(ctx context.Context, t *TokenNode) (nodeStatus, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	var st nodeStatus
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+t.APIAddr+"/v1/status", nil)
+	if err != nil {
+		return st, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("status of %s: HTTP %d", t.ID, resp.StatusCode)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return st, fmt.Errorf("decode status of %s: %w", t.ID, err)
+	}
+	return st, nil
+}
+
+// Leader returns the node that says it is the leader, with the highest term
+// when several say so (an isolated old leader may still believe it leads).
+func (s *Stack) Leader(ctx context.Context) (*TokenNode, error) {
+	var best *TokenNode
+	var bestTerm uint64
+	var errs []error
+	for _, t := range s.Tokens {
+		if !t.Proc.Running() || t.Proc.Paused() {
+			continue
+		}
+		st, err := s.status(ctx, t)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if strings.EqualFold(st.State, "leader") || (st.LeaderID == t.ID && st.State == "") {
+			if best == nil || st.Term > bestTerm {
+				best, bestTerm = t, st.Term
+			}
+		}
+	}
+	if best == nil {
+		return nil, fmt.Errorf("no token node leads: %w", errors.Join(append(errs, ErrNoLeader)...))
+	}
+	return best, nil
+}
+
+// WaitLeader polls until some node leads.
+func (s *Stack) WaitLeader(ctx context.Context, timeout time.Duration) (*TokenNode, error) {
+	var leader *TokenNode
+	err := poll(ctx, timeout, "token leader", func(ctx context.Context) error {
+		l, err := s.Leader(ctx)
+		leader = l
+		return err
+	})
+	return leader, err
+}
+
+func (s *Stack) startProxies(ctx context.Context) error {
+	// The proxy takes user, database and password from each client.
+	u, err := url.Parse(s.dbDSN)
+	if err != nil {
+		return fmt.Errorf("parse database DSN: %w", err)
+	}
+	upstream := (&url.URL{Scheme: u.Scheme, Host: u.Host, RawQuery: u.RawQuery}).String()
+	for i := range 2 {
+		addr, err := freeAddr()
+		if err != nil {
+			return err
+		}
+		p := &ProxyNode{Name: fmt.Sprintf("proxy%d", i+1), Addr: addr}
+		p.Proc = s.Sup.Add(p.Name, s.cfg.Binary, []string{"proxy", "--listen", addr, "--upstream", upstream})
+		if err := p.Proc.Start(); err != nil {
+			return err
+		}
+		s.Proxies = append(s.Proxies, p)
+	}
+	for i, dsn := range s.ProxyDSNs() {
+		if err := waitSQL(ctx, s.Proxies[i].Name, dsn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitSQL waits until a query succeeds through dsn.
+func waitSQL(ctx context.Context, name, dsn string) error {
+	return poll(ctx, 15*time.Second, name+" ready", func(ctx context.Context) error {
+		c, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			return err
+		}
+		defer c.Close(context.WithoutCancel(ctx))
+		var one int
+		return c.QueryRow(ctx, "SELECT 1").Scan(&one)
+	})
+}
+
+// ReadState reads the counter and the committed increments directly from
+// PostgreSQL.
+func (s *Stack) ReadState(ctx context.Context) (DBState, error) {
+	var st DBState
+	c, err := pgx.Connect(ctx, s.dbDSN)
+	if err != nil {
+		return st, fmt.Errorf("connect to %s: %w", s.DBName, err)
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	if err := c.QueryRow(ctx, "SELECT value FROM counter WHERE id = 1").Scan(&st.Counter); err != nil {
+		return st, fmt.Errorf("read counter: %w", err)
+	}
+	rows, err := c.Query(ctx, "SELECT client, op, token, prev FROM increments ORDER BY prev")
+	if err != nil {
+		return st, fmt.Errorf("read increments: %w", err)
+	}
+	for rows.Next() {
+		var r Row
+		if err := rows.Scan(&r.Client, &r.Op, &r.Token, &r.Prev); err != nil {
+			return st, fmt.Errorf("read increments: %w", err)
+		}
+		st.Rows = append(st.Rows, r)
+	}
+	return st, rows.Err()
+}
+
+// Close kills every process, closes the relays and drops the database.
+func (s *Stack) Close() error {
+	errs := []error{s.Sup.Close()}
+	if s.Disk != nil {
+		errs = append(errs, s.Disk.Close())
+	}
+	for _, r := range s.relays {
+		r.Close()
+	}
+	if s.dbDSN != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if c, err := pgx.Connect(ctx, s.cfg.PostgreSQL); err != nil {
+			errs = append(errs, fmt.Errorf("drop database %s: %w", s.DBName, err))
+		} else {
+			if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+s.DBName+" WITH (FORCE)"); err != nil {
+				errs = append(errs, fmt.Errorf("drop database %s: %w", s.DBName, err))
+			}
+			c.Close(ctx)
+		}
+	}
+	if err := os.RemoveAll(filepath.Join(s.cfg.Dir, "data")); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// poll calls f every 20ms until it returns nil, ctx ends or timeout passes.
+func poll(ctx context.Context, timeout time.Duration, what string, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		err := f(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for %s: %w (last error: %v)", what, ctx.Err(), err)
+		case <-t.C:
+		}
+	}
+}
+
+// redisArgs is the command line of a Redis master without persistence on
+// addr (HOST:PORT).
+func redisArgs(addr string) []string {
+	host, port, _ := strings.Cut(addr, ":")
+	return []string{"--bind", host, "--port", port, "--save", "", "--appendonly", "no",
+		"--daemonize", "no", "--logfile", "", "--protected-mode", "no"}
+}

@@ -1,0 +1,456 @@
+// Package tokentest starts token service clusters inside a test process:
+// n nodes on real TCP on 127.0.0.1 with temporary data directories, every
+// link between two nodes (Raft and API forwarding alike) running through its
+// own netfault.Relay, so a test can cut a node off with a real TCP black hole,
+// kill it abruptly, restart it from its data directory, or add a node.
+package tokentest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/internal/netfault"
+	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/tokenservice"
+)
+
+// Option configures StartCluster.
+type Option func(*options)
+
+type options struct {
+	configure []func(i int, cfg *tokenservice.Config)
+	logger    *slog.Logger
+}
+
+// WithConfig lets the test adjust node i's Config before it starts (and
+// before every restart). The defaults are tight Raft timeouts for fast tests:
+// heartbeat and election 200ms, leader lease 150ms, transport and forward
+// timeouts 2s.
+func WithConfig(f func(i int, cfg *tokenservice.Config)) Option {
+	return func(o *options) { o.configure = append(o.configure, f) }
+}
+
+// WithSnapshotThreshold sets SnapshotThreshold and TrailingLogs on every
+// node, to force snapshots and log compaction. The default is the service's.
+func WithSnapshotThreshold(threshold, trailing uint64) Option {
+	return WithConfig(func(_ int, cfg *tokenservice.Config) {
+		cfg.SnapshotThreshold, cfg.TrailingLogs = threshold, trailing
+		cfg.SnapshotInterval = 100 * time.Millisecond
+	})
+}
+
+// WithLogger sends the nodes' logs to l. The default is testutil.Logger(t).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// Cluster is a set of in-process token service nodes.
+type Cluster struct {
+	t    testing.TB
+	dir  string
+	opts options
+	log  *slog.Logger
+
+	mu    sync.Mutex
+	nodes []*node
+	// links[i][j] is the relay node i dials to reach node j's Raft port;
+	// apiLinks the same for the API port.
+	links, apiLinks map[[2]int]*netfault.Relay
+	clients         []*tokenservice.Client
+}
+
+type node struct {
+	id       string
+	dir      string
+	raftAddr string
+	apiAddr  string // HOST:PORT
+	peers    []tokenservice.Peer
+	srv      *tokenservice.Server
+	cut      bool
+}
+
+// StartCluster starts n nodes of a new cluster, waits until they agree on a
+// leader, and stops them all when the test ends.
+func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
+	t.Helper()
+	// The temp dir first: its removal then runs after the nodes are stopped
+	// (cleanups run last-registered first).
+	c := &Cluster{t: t, dir: t.TempDir(), links: map[[2]int]*netfault.Relay{}, apiLinks: map[[2]int]*netfault.Relay{}}
+	for _, o := range opts {
+		o(&c.opts)
+	}
+	var gate atomic.Bool
+	base := c.opts.logger
+	if base == nil {
+		base = testutil.Logger(t)
+	}
+	c.log = slog.New(gatedHandler{h: base.Handler(), closed: &gate})
+	t.Cleanup(func() { gate.Store(true) })
+	t.Cleanup(c.stopAll)
+
+	var peers []tokenservice.Peer
+	for i := range n {
+		nd := &node{
+			id:       fmt.Sprintf("n%d", i+1),
+			dir:      filepath.Join(c.dir, fmt.Sprintf("n%d", i+1)),
+			raftAddr: testutil.FreeAddr(t),
+			apiAddr:  testutil.FreeAddr(t),
+		}
+		c.nodes = append(c.nodes, nd)
+		peers = append(peers, tokenservice.Peer{ID: nd.id, RaftAddr: nd.raftAddr, APIAddr: "http://" + nd.apiAddr})
+	}
+	for i := range n {
+		c.nodes[i].peers = peers
+		for j := range n {
+			if i != j {
+				c.addLinks(i, j)
+			}
+		}
+	}
+	for i := range n {
+		c.start(i)
+	}
+	c.Leader(t)
+	return c
+}
+
+// addLinks creates the relays node i uses to reach node j.
+func (c *Cluster) addLinks(i, j int) {
+	c.t.Helper()
+	r, err := netfault.NewRelay("127.0.0.1:0", c.nodes[j].raftAddr)
+	if err != nil {
+		c.t.Fatalf("start relay: %v", err)
+	}
+	a, err := netfault.NewRelay("127.0.0.1:0", c.nodes[j].apiAddr)
+	if err != nil {
+		c.t.Fatalf("start relay: %v", err)
+	}
+	if c.nodes[i].cut || c.nodes[j].cut {
+		r.Cut()
+		a.Cut()
+	}
+	c.links[[2]int{i, j}], c.apiLinks[[2]int{i, j}] = r, a
+}
+
+// dialer returns node i's Dial: addresses of other nodes go through i's relays.
+func (c *Cluster) dialer(i int) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c.mu.Lock()
+		for j, nd := range c.nodes {
+			if r := c.links[[2]int{i, j}]; r != nil && addr == nd.raftAddr {
+				addr = r.Addr()
+				break
+			}
+			if r := c.apiLinks[[2]int{i, j}]; r != nil && addr == nd.apiAddr {
+				addr = r.Addr()
+				break
+			}
+		}
+		c.mu.Unlock()
+		return d.DialContext(ctx, network, addr)
+	}
+}
+
+func (c *Cluster) config(i int) tokenservice.Config {
+	nd := c.nodes[i]
+	cfg := tokenservice.Config{
+		ID:                 nd.id,
+		DataDir:            nd.dir,
+		RaftAddr:           nd.raftAddr,
+		APIAddr:            nd.apiAddr,
+		Peers:              nd.peers,
+		Logger:             c.log.With("node", nd.id),
+		Dial:               c.dialer(i),
+		HeartbeatTimeout:   200 * time.Millisecond,
+		ElectionTimeout:    200 * time.Millisecond,
+		LeaderLeaseTimeout: 150 * time.Millisecond,
+		TransportTimeout:   2 * time.Second,
+		ForwardTimeout:     2 * time.Second,
+	}
+	for _, f := range c.opts.configure {
+		f(i, &cfg)
+	}
+	return cfg
+}
+
+func (c *Cluster) start(i int) {
+	c.t.Helper()
+	cfg := c.config(i)
+	var srv *tokenservice.Server
+	// The ports were free when chosen; another process may grab one in
+	// between, and a restarted node's old sockets may linger briefly.
+	testutil.WaitFor(c.t, 10*time.Second, "start node "+cfg.ID, func() error {
+		var err error
+		srv, err = tokenservice.Start(context.Background(), cfg)
+		return err
+	})
+	c.mu.Lock()
+	c.nodes[i].srv = srv
+	c.mu.Unlock()
+}
+
+func (c *Cluster) stopAll() {
+	c.mu.Lock()
+	nodes := append([]*node(nil), c.nodes...)
+	relays := make([]*netfault.Relay, 0, 2*len(c.links))
+	for _, r := range c.links {
+		relays = append(relays, r)
+	}
+	for _, r := range c.apiLinks {
+		relays = append(relays, r)
+	}
+	clients := c.clients
+	c.mu.Unlock()
+	for _, cl := range clients {
+		cl.Close()
+	}
+	var wg sync.WaitGroup
+	for _, nd := range nodes {
+		if nd.srv != nil {
+			wg.Add(1)
+			go func(s *tokenservice.Server) { defer wg.Done(); s.Kill() }(nd.srv)
+		}
+	}
+	wg.Wait()
+	for _, r := range relays {
+		r.Close()
+	}
+}
+
+// Len returns the number of nodes, including killed ones.
+func (c *Cluster) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.nodes)
+}
+
+// Node returns node i's server, or nil while it is killed.
+func (c *Cluster) Node(i int) *tokenservice.Server {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodes[i].srv
+}
+
+// ID returns node i's Raft ID ("n1", ...).
+func (c *Cluster) ID(i int) string { return c.nodes[i].id }
+
+// APIURL returns node i's API base URL.
+func (c *Cluster) APIURL(i int) string { return "http://" + c.nodes[i].apiAddr }
+
+// APIURLs returns every node's API base URL (killed nodes included).
+func (c *Cluster) APIURLs() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, len(c.nodes))
+	for i, nd := range c.nodes {
+		out[i] = "http://" + nd.apiAddr
+	}
+	return out
+}
+
+// Client returns a client for all nodes, closed when the test ends.
+func (c *Cluster) Client(t testing.TB, opts ...tokenservice.ClientOption) *tokenservice.Client {
+	t.Helper()
+	return c.ClientFor(t, c.APIURLs(), opts...)
+}
+
+// ClientFor returns a client for the given node URLs, closed when the test ends.
+func (c *Cluster) ClientFor(t testing.TB, urls []string, opts ...tokenservice.ClientOption) *tokenservice.Client {
+	t.Helper()
+	cl, err := tokenservice.NewClient(urls, opts...)
+	if err != nil {
+		t.Fatalf("new client: %v", err)
+	}
+	c.mu.Lock()
+	c.clients = append(c.clients, cl)
+	c.mu.Unlock()
+	return cl
+}
+
+// Leader waits (up to 20s) until a majority of the running, connected nodes
+// name the same leader, that leader knows its own API address, and returns
+// the leader's index.
+func (c *Cluster) Leader(t testing.TB) int {
+	t.Helper()
+	leader := -1
+	testutil.WaitFor(t, 20*time.Second, "a leader", func() error {
+		var err error
+		leader, err = c.leaderNow()
+		return err
+	})
+	return leader
+}
+
+func (c *Cluster) leaderNow() (int, error) {
+	c.mu.Lock()
+	nodes := append([]*node(nil), c.nodes...)
+	c.mu.Unlock()
+	votes := map[string]int{}
+	voters := 0
+	var seen []string
+	for _, nd := range nodes {
+		if nd.srv == nil {
+			continue
+		}
+		st := nd.srv.LocalStatus()
+		for _, m := range st.Members {
+			if m.ID == nd.id && m.Suffrage == "Voter" {
+				voters = max(voters, len(st.Members))
+			}
+		}
+		if nd.cut {
+			continue
+		}
+		seen = append(seen, nd.id+"->"+st.LeaderID)
+		if st.LeaderID != "" {
+			votes[st.LeaderID]++
+		}
+	}
+	for i, nd := range nodes {
+		if nd.srv == nil || nd.cut || votes[nd.id]*2 <= voters {
+			continue
+		}
+		st := nd.srv.LocalStatus()
+		if st.State == "Leader" && st.LeaderAPI != "" {
+			return i, nil
+		}
+	}
+	return -1, fmt.Errorf("no leader agreed on by a majority (%s)", strings.Join(seen, " "))
+}
+
+// Kill stops node i abruptly (no snapshot, no leadership transfer).
+func (c *Cluster) Kill(i int) {
+	c.mu.Lock()
+	srv := c.nodes[i].srv
+	c.nodes[i].srv = nil
+	c.mu.Unlock()
+	if srv != nil {
+		srv.Kill()
+	}
+}
+
+// Stop shuts node i down cleanly (Close).
+func (c *Cluster) Stop(i int) error {
+	c.mu.Lock()
+	srv := c.nodes[i].srv
+	c.nodes[i].srv = nil
+	c.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	return srv.Close()
+}
+
+// Restart starts node i again from its data directory (killing it first if
+// it runs). It rejoins the cluster by itself.
+func (c *Cluster) Restart(i int) {
+	c.t.Helper()
+	c.Kill(i)
+	c.start(i)
+}
+
+// Cut cuts node i off from every other node, in both directions, Raft and
+// API forwarding alike: its links become TCP black holes.
+func (c *Cluster) Cut(i int) { c.setCut(i, true) }
+
+// Heal ends Cut(i) (links to nodes that are themselves cut stay cut).
+func (c *Cluster) Heal(i int) { c.setCut(i, false) }
+
+func (c *Cluster) setCut(i int, cut bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nodes[i].cut = cut
+	for k, r := range c.links {
+		if k[0] != i && k[1] != i {
+			continue
+		}
+		other := k[0] + k[1] - i
+		a := c.apiLinks[k]
+		if cut || c.nodes[other].cut {
+			r.Cut()
+			a.Cut()
+		} else {
+			r.Heal()
+			a.Heal()
+		}
+	}
+}
+
+// AddNode starts a new node with an empty data directory and no peers, adds
+// it to the cluster as a voter through the API, and returns its index. It
+// catches up from the leader (by snapshot when the log was compacted).
+func (c *Cluster) AddNode(t testing.TB) int {
+	t.Helper()
+	c.mu.Lock()
+	i := len(c.nodes)
+	nd := &node{
+		id:       fmt.Sprintf("n%d", i+1),
+		dir:      filepath.Join(c.dir, fmt.Sprintf("n%d", i+1)),
+		raftAddr: testutil.FreeAddr(t),
+		apiAddr:  testutil.FreeAddr(t),
+	}
+	c.nodes = append(c.nodes, nd)
+	for j := range i {
+		c.addLinks(i, j)
+		c.addLinks(j, i)
+	}
+	c.mu.Unlock()
+	c.start(i)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := c.Client(t)
+	if err := cl.Join(ctx, nd.id, nd.raftAddr, "http://"+nd.apiAddr); err != nil {
+		t.Fatalf("join %s: %v", nd.id, err)
+	}
+	return i
+}
+
+// Remove removes node i from the cluster through the API and stops it.
+func (c *Cluster) Remove(t testing.TB, i int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var urls []string
+	for j, u := range c.APIURLs() {
+		if j != i {
+			urls = append(urls, u)
+		}
+	}
+	if err := c.ClientFor(t, urls).Remove(ctx, c.nodes[i].id); err != nil {
+		t.Fatalf("remove %s: %v", c.nodes[i].id, err)
+	}
+	c.Kill(i)
+}
+
+// gatedHandler drops records once the test has ended, so goroutines that
+// outlive a test cannot log into it.
+type gatedHandler struct {
+	h      slog.Handler
+	closed *atomic.Bool
+}
+
+func (g gatedHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return !g.closed.Load() && g.h.Enabled(ctx, l)
+}
+
+func (g gatedHandler) Handle(ctx context.Context, r slog.Record) error {
+	if g.closed.Load() {
+		return nil
+	}
+	return g.h.Handle(ctx, r)
+}
+
+func (g gatedHandler) WithAttrs(a []slog.Attr) slog.Handler {
+	return gatedHandler{h: g.h.WithAttrs(a), closed: g.closed}
+}
+
+func (g gatedHandler) WithGroup(name string) slog.Handler {
+	return gatedHandler{h: g.h.WithGroup(name), closed: g.closed}
+}

@@ -1,0 +1,71 @@
+package lockclient
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/internal/tokentest"
+	"github.com/redis/go-redis/v9"
+)
+
+// BenchmarkAcquireRelease measures one TryAcquire+Release cycle, each
+// goroutine on its own resource, on the shared Redis (single) and on five
+// redis-server masters (redlock5), without a token and with tokens from an
+// in-process 3-node token cluster (the full cycle). See internal/bench/locks
+// for the side-by-side comparison with bsm/redislock and redsync.
+func BenchmarkAcquireRelease(b *testing.B) {
+	for _, mode := range []string{"single", "redlock5", "single+token", "redlock5+token"} {
+		b.Run(mode, func(b *testing.B) {
+			var clients []redis.UniversalClient
+			var tokens TokenSource
+			if strings.HasSuffix(mode, "+token") {
+				tokens = tokentest.StartCluster(b, 3, tokentest.WithLogger(slog.New(slog.DiscardHandler))).Client(b)
+			}
+			prefix := "lock:"
+			if strings.HasPrefix(mode, "single") {
+				addr, p := testutil.Redis(b)
+				prefix = p + prefix
+				clients = append(clients, benchRedisClient(b, addr))
+			} else {
+				for range 5 {
+					clients = append(clients, benchRedisClient(b, testutil.StartRedis(b).Addr()))
+				}
+			}
+			c, err := New(clients, tokens, WithKeyPrefix(prefix), WithRetry(NoRetry()), WithNodeTimeout(time.Second))
+			if err != nil {
+				b.Fatal(err)
+			}
+			var worker atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := context.Background()
+				res := fmt.Sprintf("bench%d", worker.Add(1))
+				for pb.Next() {
+					l, err := c.TryAcquire(ctx, res)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if err := l.Release(ctx); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+func benchRedisClient(b *testing.B, addr string) redis.UniversalClient {
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 128, MaxRetries: -1,
+		ContextTimeoutEnabled: true, DisableIdentity: true})
+	b.Cleanup(func() { c.Close() })
+	return c
+}

@@ -1,0 +1,222 @@
+package lockclient
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// TokenSource mints fencing tokens: every call returns a number greater than
+// every number returned before, for any resource. The fencegate token
+// service's Go client (tokenservice.Client) is one.
+type TokenSource interface {
+	NextToken(ctx context.Context, resource string) (int64, error)
+}
+
+// Client takes locks on one Redis (single-node mode) or on N independent
+// Redis masters (Redlock). It is safe for concurrent use.
+type Client struct {
+	nodes  []*node
+	quorum int
+	tokens TokenSource
+	opts   options
+	drift  time.Duration
+	owned  []redis.UniversalClient
+	log    *slog.Logger
+}
+
+// New returns a client over the given Redis masters: one client for
+// single-node mode, or N independent masters (3 or 5 typically) for Redlock,
+// where a lock needs N/2+1 of them. tokens may be nil: the client then works
+// in efficiency mode, where locks carry no fencing token (see the package
+// documentation). The caller keeps ownership of the Redis clients.
+//
+// For Redlock the masters must be independent servers (not replicas of one
+// another, not one cluster).
+func New(nodes []redis.UniversalClient, tokens TokenSource, opts ...Option) (*Client, error) {
+	if len(nodes) == 0 {
+		return nil, errors.New("lockclient: no Redis nodes given; pass one client (single node) or several independent masters (Redlock)")
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	if o.logger == nil {
+		o.logger = slog.Default().With("component", "lockclient")
+	}
+	c := &Client{
+		quorum: len(nodes)/2 + 1,
+		tokens: tokens,
+		opts:   o,
+		drift:  time.Duration(float64(o.ttl)*o.driftFactor) + 2*time.Millisecond,
+		log:    o.logger,
+	}
+	for i, rdb := range nodes {
+		if rdb == nil {
+			return nil, fmt.Errorf("lockclient: Redis node %d is nil", i)
+		}
+		name := fmt.Sprintf("node%d", i)
+		if rc, ok := rdb.(*redis.Client); ok {
+			name = rc.Options().Addr
+		}
+		c.nodes = append(c.nodes, &node{name: name, rdb: rdb, timeout: o.nodeTimeout})
+	}
+	return c, nil
+}
+
+// Dial connects to the Redis servers at addrs ("host:port"; one for
+// single-node mode, N for Redlock) and returns a client that owns the
+// connections: Close closes them. Connections honour the node timeout and
+// are neither retried nor re-dialled by go-redis (a lock attempt is retried
+// as a whole), so a master that is down fails at once.
+func Dial(addrs []string, tokens TokenSource, opts ...Option) (*Client, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	var rdbs []redis.UniversalClient
+	for _, a := range addrs {
+		rdbs = append(rdbs, redis.NewClient(&redis.Options{
+			Addr:                  a,
+			DialTimeout:           o.nodeTimeout,
+			MaxRetries:            -1,
+			DialerRetries:         1,
+			ContextTimeoutEnabled: true,
+			PoolSize:              max(16, 4*runtime.GOMAXPROCS(0)),
+			PipelinePoolSize:      4,
+			DisableIdentity:       true,
+		}))
+	}
+	c, err := New(rdbs, tokens, opts...)
+	if err != nil {
+		for _, r := range rdbs {
+			r.Close()
+		}
+		return nil, err
+	}
+	c.owned = rdbs
+	return c, nil
+}
+
+// Close closes the Redis connections the client opened (Dial). Locks still
+// held expire after their TTL.
+func (c *Client) Close() error {
+	var errs []error
+	for _, r := range c.owned {
+		errs = append(errs, r.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Quorum returns how many nodes must grant a lock: N/2+1.
+func (c *Client) Quorum() int { return c.quorum }
+
+// Fenced reports whether the client's locks carry fencing tokens (it has a
+// TokenSource) rather than working in efficiency mode.
+func (c *Client) Fenced() bool { return c.tokens != nil }
+
+func (o *options) validate() error {
+	switch {
+	case o.ttl < 10*time.Millisecond:
+		return fmt.Errorf("lockclient: TTL %v is too short; use at least 10ms", o.ttl)
+	case o.nodeTimeout <= 0:
+		return fmt.Errorf("lockclient: node timeout %v must be positive", o.nodeTimeout)
+	case o.driftFactor < 0 || o.driftFactor >= 0.5:
+		return fmt.Errorf("lockclient: drift factor %v must be in [0, 0.5)", o.driftFactor)
+	case o.retry == nil:
+		return errors.New("lockclient: retry strategy is nil; use NoRetry() to disable retries")
+	case o.autoRefresh && o.refreshEvery < 0:
+		return fmt.Errorf("lockclient: auto-refresh interval %v must not be negative", o.refreshEvery)
+	case o.autoRefresh && o.refreshEvery >= o.ttl:
+		return fmt.Errorf("lockclient: auto-refresh interval %v must be shorter than the TTL %v", o.refreshEvery, o.ttl)
+	}
+	return nil
+}
+
+// Acquire takes the lock on resource, retrying after a random delay (see
+// WithRetry) while another client holds it, until it succeeds or ctx ends.
+// It returns the lock only after the lock was granted, a fencing token was
+// minted and the lock was confirmed still held and extended (see the package
+// documentation). When ctx ends the error satisfies errors.Is with ctx's
+// error and with ErrNotAcquired.
+func (c *Client) Acquire(ctx context.Context, resource string) (*Lock, error) {
+	var timer *time.Timer
+	for attempt := 1; ; attempt++ {
+		l, err := c.TryAcquire(ctx, resource)
+		if err == nil || !errors.Is(err, ErrNotAcquired) {
+			return l, err
+		}
+		if ctx.Err() != nil {
+			if !errors.Is(err, ctx.Err()) {
+				err = errors.Join(err, ctx.Err())
+			}
+			return nil, err
+		}
+		d, ok := c.opts.retry.Delay(attempt)
+		if !ok {
+			return nil, err
+		}
+		if timer == nil {
+			timer = time.NewTimer(d)
+			defer timer.Stop()
+		} else {
+			timer.Reset(d)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, errors.Join(err, ctx.Err())
+		case <-timer.C:
+		}
+	}
+}
+
+// TryAcquire makes one attempt to take the lock on resource. When another
+// client holds it, the error is a *NotAcquiredError (errors.Is(err,
+// ErrNotAcquired)).
+func (c *Client) TryAcquire(ctx context.Context, resource string) (*Lock, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("lockclient: acquire %q: %w", resource, err)
+	}
+	key := c.opts.keyPrefix + resource
+	value := newValue()
+	g, err := c.grant(ctx, resource, key, value)
+	if err != nil {
+		return nil, err
+	}
+	if c.tokens == nil {
+		return c.newLock(resource, key, value, 0, g.validUntil), nil
+	}
+	token, err := c.tokens.NextToken(ctx, resource)
+	if err != nil {
+		c.cleanup(key, value, g.taken)
+		return nil, fmt.Errorf("lockclient: mint token for %q: %w", resource, err)
+	}
+	// Confirm: the key still holds our value on a majority, so nobody else
+	// was granted the lock between our grant and the token; extending it
+	// gives the caller a full validity to use the token in.
+	ext, err := c.extend(ctx, resource, key, value)
+	if err != nil {
+		c.cleanup(key, value, g.taken)
+		return nil, err
+	}
+	return c.newLock(resource, key, value, token, ext.validUntil), nil
+}
+
+// newValue returns a random 128-bit value identifying one grant.
+func newValue() string {
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
+	binary.LittleEndian.PutUint64(b[8:], rand.Uint64())
+	return hex.EncodeToString(b[:])
+}

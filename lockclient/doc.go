@@ -1,0 +1,69 @@
+// Package lockclient takes Redis locks, on one Redis (single-node mode) or on
+// N independent masters (Redlock), and hands out a fencing token with each
+// lock, so that the resource the lock protects can reject a holder that lost
+// its lock without noticing.
+//
+// # Two modes
+//
+// Efficiency mode: a Client built without a TokenSource. A lock is a Redis
+// key set with SET NX PX and deleted with a compare-and-delete script. It
+// keeps two workers from doing the same work most of the time; when a holder
+// stalls past its TTL, two may still run at once. Use it where duplicate
+// work only costs time.
+//
+// Correctness mode: a Client with a TokenSource (the fencegate token
+// service). Every lock carries a token larger than every earlier one, and
+// Lock.InTx writes through the fencegate proxy in a transaction fenced with
+// it; the database rejects the transaction of a holder whose token is
+// older than one it already accepted (ErrStaleToken). Use it where two
+// writers must never both win.
+//
+// # Grant, then token, then confirm
+//
+// Acquire and TryAcquire return a Lock only after three steps:
+//
+//  1. the lock is granted (SET NX PX with a random value on a majority);
+//  2. a token is minted by the TokenSource;
+//  3. the lock is confirmed still held and extended: a compare-and-pexpire
+//     that succeeds only where the key still holds this grant's value, on a
+//     majority.
+//
+// Why this order. The token must be minted while the lock is held, and the
+// holder must know that it was. If the token were taken before the lock, a
+// slow client could take the lock with a token older than its predecessor's
+// and have every write rejected. If the token were handed out without step
+// 3, a holder could be granted the lock, stall until it expired, and then
+// get a token: any client that took the lock in between minted its token
+// earlier, so the stalled holder's token would be the larger one and the
+// proxy would accept its writes and reject those of the rightful holder.
+// Step 3 rules that out: the key still holds this grant's random value only
+// if it never expired since the grant (no one else can set that value), so
+// on a majority nobody else was granted the lock between step 1 and step 3,
+// and the token minted in step 2 is larger than that of every earlier
+// holder. A holder whose lock expired before it got its token fails step 3
+// and never uses the token; any holder that takes the lock later mints its
+// token after this one's and so gets a larger one.
+//
+// # The lease
+//
+// A Lock's ValidUntil is start of the last grant or extension + TTL −
+// drift (drift = TTL × drift factor + 2ms), on the monotonic clock. Its Done
+// channel (and Context) closes as soon as the lease is known lost: when the
+// validity passes (a timer on the monotonic clock, so a process resumed
+// after a pause sees it at once), when a refresh finds the lock gone on a
+// majority, when an extension comes back after the validity passed, or on
+// Release. WithAutoRefresh runs a watchdog that extends the lock at a
+// fraction of its TTL and closes Done at once when that fails.
+//
+// Knowing the lease is lost does not stop a write already on its way: a
+// pause can fall between any check and the write. Only the fence, checked by
+// the database inside the writing transaction, does that.
+//
+// # Redlock
+//
+// With N masters every request goes to all of them at once and the replies
+// are counted as they arrive: a lock needs N/2+1 grants within the
+// validity; a failed attempt is undone on every node; retries wait a random
+// time. Requests from concurrent callers to one master are pipelined
+// together. See DESIGN.md for what Redlock does and does not promise.
+package lockclient

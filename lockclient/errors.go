@@ -1,0 +1,111 @@
+package lockclient
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+var (
+	// ErrNotAcquired means the lock was not granted: another client holds it
+	// on enough nodes, too many nodes failed, or the grant took longer than
+	// the lock's validity. The error returned is a *NotAcquiredError, which
+	// says which nodes said no and why.
+	ErrNotAcquired = errors.New("lockclient: lock not acquired")
+
+	// ErrLockLost means the lease ended before the holder released it: the
+	// validity passed, or the nodes report that the key is gone or belongs
+	// to someone else. Work done under the lock may overlap another holder's;
+	// only a fenced write (InTx) is safe from that.
+	ErrLockLost = errors.New("lockclient: lock lost")
+
+	// ErrReleased is the cause of a Lock's Context after Release.
+	ErrReleased = errors.New("lockclient: lock released")
+
+	// ErrNoToken means a fenced transaction was asked of a lock that carries
+	// no fencing token (the client has no TokenSource: efficiency mode).
+	ErrNoToken = errors.New("lockclient: lock has no fencing token (efficiency mode); build the client with a TokenSource")
+
+	// ErrStaleToken means the fencing proxy rejected the transaction because
+	// a higher token was already accepted for the resource (SQLSTATE FG001):
+	// another holder took the lock and wrote after this one lost it. Nothing
+	// of the transaction was committed. The *pgconn.PgError stays reachable
+	// with errors.As.
+	ErrStaleToken = errors.New("lockclient: stale fencing token")
+
+	// ErrUnfenced means the proxy refused a write made without a fence in
+	// the transaction (SQLSTATE FG002).
+	ErrUnfenced = errors.New("lockclient: unfenced write")
+
+	// ErrFenceMisuse means the proxy refused the fence call itself, for
+	// example two different resources or tokens in one transaction (SQLSTATE
+	// FG003).
+	ErrFenceMisuse = errors.New("lockclient: fence misuse")
+)
+
+// NotAcquiredError reports a failed attempt to take a lock. It matches
+// ErrNotAcquired with errors.Is; Unwrap yields the per-node errors (joined
+// with errors.Join), so errors.Is(err, context.DeadlineExceeded) tells that
+// a node timed out.
+type NotAcquiredError struct {
+	// Resource is the resource the lock protects.
+	Resource string
+	// Granted lists the nodes that granted the lock during the attempt (it
+	// was released on them again).
+	Granted []string
+	// Taken lists the nodes on which another client held the lock.
+	Taken []string
+	// Failed lists the nodes that returned an error or did not answer in
+	// time; NodeErrs has the details.
+	Failed []string
+	// Expired is true when a majority granted the lock but too late: the
+	// time spent acquiring (and, with a token, minting it) used up the
+	// validity.
+	Expired bool
+	// Nodes is the number of nodes; those in none of the lists above had
+	// not answered when the attempt ended.
+	Nodes int
+	// Quorum is the number of grants needed.
+	Quorum int
+	// NodeErrs joins the errors of the failed nodes and, when the attempt
+	// ended because a token could not be minted, that error.
+	NodeErrs error
+}
+
+// Error describes the attempt in one line.
+func (e *NotAcquiredError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "lockclient: lock %q not acquired: %d of %d nodes granted, %d needed",
+		e.Resource, len(e.Granted), e.Nodes, e.Quorum)
+	if e.Expired {
+		b.WriteString(", validity used up before the grant completed")
+	}
+	if len(e.Taken) > 0 {
+		fmt.Fprintf(&b, "; held by another client on %s", strings.Join(e.Taken, ", "))
+	}
+	if len(e.Failed) > 0 {
+		fmt.Fprintf(&b, "; failed on %s", strings.Join(e.Failed, ", "))
+	}
+	if e.NodeErrs != nil {
+		fmt.Fprintf(&b, ": %s", strings.ReplaceAll(e.NodeErrs.Error(), "\n", "; "))
+	}
+	return b.String()
+}
+
+// Is reports whether target is ErrNotAcquired.
+func (e *NotAcquiredError) Is(target error) bool { return target == ErrNotAcquired }
+
+// Unwrap returns the joined per-node errors.
+func (e *NotAcquiredError) Unwrap() error { return e.NodeErrs }
+
+// NodeError is the error of one Redis node.
+type NodeError struct {
+	Node string // the node's address (or "node<i>")
+	Err  error
+}
+
+// Error prefixes the node's error with its name.
+func (e *NodeError) Error() string { return e.Node + ": " + e.Err.Error() }
+
+// Unwrap returns the node's error.
+func (e *NodeError) Unwrap() error { return e.Err }

@@ -1,0 +1,230 @@
+package lockclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Lock is a held lock. Its methods are safe for concurrent use.
+//
+// The lease is over when Done is closed: after Release, or as soon as the
+// lock is known lost: its validity passed (measured on the monotonic clock,
+// so a process that was paused finds Done closed the moment it resumes), or
+// a refresh found that a majority of nodes no longer hold it.
+type Lock struct {
+	c        *Client
+	resource string
+	key      string
+	value    string
+	token    int64
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu         sync.Mutex
+	validUntil time.Time
+	timer      *time.Timer
+	state      uint8 // lockHeld, lockLost or lockReleased
+
+	releaseOnce sync.Once
+	releaseErr  error
+}
+
+const (
+	lockHeld uint8 = iota
+	lockLost
+	lockReleased
+)
+
+func (c *Client) newLock(resource, key, value string, token int64, validUntil time.Time) *Lock {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	l := &Lock{c: c, resource: resource, key: key, value: value, token: token,
+		ctx: ctx, cancel: cancel, validUntil: validUntil}
+	l.mu.Lock()
+	l.timer = time.AfterFunc(time.Until(validUntil), l.checkValidity)
+	l.mu.Unlock()
+	if c.opts.autoRefresh {
+		every := c.opts.refreshEvery
+		if every == 0 {
+			every = c.opts.ttl / 3
+		}
+		go l.watchdog(every)
+	}
+	return l
+}
+
+// Token returns the lock's fencing token, greater than the token of every
+// earlier holder of any lock minted by the same token service. It is 0 in
+// efficiency mode (a client without a TokenSource).
+func (l *Lock) Token() int64 { return l.token }
+
+// Resource returns the name of the locked resource.
+func (l *Lock) Resource() string { return l.resource }
+
+// ValidUntil returns the time until which the lock is held for sure, unless
+// a node restarts without persistence: the start of the last successful
+// grant or extension + TTL − drift. It carries a monotonic clock reading, so
+// time.Until(l.ValidUntil()) is immune to wall-clock jumps.
+func (l *Lock) ValidUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.validUntil
+}
+
+// Done returns a channel closed when the lease ends: on Release, or as soon
+// as the lock is known lost. context.Cause(l.Context()) tells which
+// (ErrReleased or an error matching ErrLockLost).
+func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
+
+// Context returns a context cancelled when Done is closed. Derive the
+// contexts of the work done under the lock from it to stop that work as
+// soon as the lock is lost.
+func (l *Lock) Context() context.Context { return l.ctx }
+
+// checkValidity runs when the validity timer fires.
+func (l *Lock) checkValidity() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != lockHeld {
+		return
+	}
+	if d := time.Until(l.validUntil); d > 0 {
+		l.timer.Reset(d) // extended meanwhile
+		return
+	}
+	l.loseLocked(fmt.Errorf("lockclient: lock %q: validity passed at %s: %w",
+		l.resource, l.validUntil.Format(time.RFC3339Nano), ErrLockLost))
+}
+
+// loseLocked marks the lock lost; l.mu is held.
+func (l *Lock) loseLocked(cause error) {
+	if l.state != lockHeld {
+		return
+	}
+	l.state = lockLost
+	l.timer.Stop()
+	l.cancel(cause)
+	l.c.log.Warn("lock lost", "resource", l.resource, "token", l.token, "err", cause)
+}
+
+// Refresh extends the lock to a full TTL from now on every node where it is
+// still held (compare-and-pexpire), counting the extension only when a
+// majority did so within the new validity. When a majority answers that
+// the lock is no longer held, or the answer comes after the validity
+// passed, the lock is lost: Done closes and the error matches ErrLockLost.
+// When nodes fail without a majority refusing, the lock stays held until
+// its current ValidUntil and the error lists the node errors.
+func (l *Lock) Refresh(ctx context.Context) error {
+	l.mu.Lock()
+	if l.state != lockHeld {
+		st := l.state
+		l.mu.Unlock()
+		if st == lockReleased {
+			return fmt.Errorf("lockclient: refresh %q: %w", l.resource, ErrReleased)
+		}
+		return fmt.Errorf("lockclient: refresh %q: %w", l.resource, context.Cause(l.ctx))
+	}
+	l.mu.Unlock()
+
+	res, err := l.c.extend(ctx, l.resource, l.key, l.value)
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.state == lockReleased:
+		return fmt.Errorf("lockclient: refresh %q: %w", l.resource, ErrReleased)
+	case l.state == lockLost:
+		return fmt.Errorf("lockclient: refresh %q: %w", l.resource, context.Cause(l.ctx))
+	case !time.Now().Before(l.validUntil):
+		// The answer came too late: between the old validity and now the
+		// lock may have expired and been taken by someone else.
+		cause := fmt.Errorf("lockclient: lock %q: extension came after the validity passed: %w", l.resource, ErrLockLost)
+		l.loseLocked(cause)
+		return cause
+	case err == nil:
+		if res.validUntil.After(l.validUntil) {
+			l.validUntil = res.validUntil
+			l.timer.Reset(time.Until(res.validUntil))
+		}
+		return nil
+	case res.tally.ctxErr != nil:
+		return fmt.Errorf("lockclient: refresh %q: %w", l.resource, err)
+	case len(l.c.nodes)-countState(res.tally, stateRefused) < l.c.quorum:
+		cause := fmt.Errorf("lockclient: lock %q no longer held by a majority: %w", l.resource, errors.Join(ErrLockLost, err))
+		l.loseLocked(cause)
+		return cause
+	default:
+		return fmt.Errorf("lockclient: refresh %q: %w", l.resource, err)
+	}
+}
+
+func countState(t *tally, s uint8) int {
+	n := 0
+	for _, st := range t.state {
+		if st == s {
+			n++
+		}
+	}
+	return n
+}
+
+// Release deletes the lock on every node where it still holds this lock's
+// value (compare-and-delete): it never deletes a lock another client took
+// after this one expired. Done closes. Release is idempotent: later calls
+// return the first call's result. The error matches ErrLockLost when the
+// lock had been lost before it was released (the work done under it may
+// have overlapped another holder's), and lists node errors when nodes
+// could not be reached.
+func (l *Lock) Release(ctx context.Context) error {
+	l.releaseOnce.Do(func() { l.releaseErr = l.release(ctx) })
+	return l.releaseErr
+}
+
+func (l *Lock) release(ctx context.Context) error {
+	l.mu.Lock()
+	wasLost := l.state == lockLost
+	if l.state == lockHeld {
+		l.state = lockReleased
+		l.timer.Stop()
+		l.cancel(ErrReleased)
+	}
+	l.mu.Unlock()
+
+	t := l.c.fanout(ctx, opRelease, l.key, l.value, nil, true)
+	switch {
+	case wasLost:
+		return fmt.Errorf("lockclient: release %q: %w", l.resource, context.Cause(l.ctx))
+	case t.ctxErr != nil:
+		return fmt.Errorf("lockclient: release %q: %w", l.resource, errors.Join(append(t.errs, t.ctxErr)...))
+	case t.ok >= l.c.quorum:
+		return nil
+	case len(t.errs) > 0:
+		return fmt.Errorf("lockclient: release %q: deleted on %d of %d nodes: %w",
+			l.resource, t.ok, len(l.c.nodes), errors.Join(t.errs...))
+	default:
+		return fmt.Errorf("lockclient: release %q: held by only %d of %d nodes: %w",
+			l.resource, t.ok, len(l.c.nodes), ErrLockLost)
+	}
+}
+
+// watchdog refreshes the lock every interval until the lease ends.
+func (l *Lock) watchdog(every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(l.ctx, 2*l.c.opts.nodeTimeout)
+		err := l.Refresh(ctx)
+		cancel()
+		if err != nil && l.ctx.Err() == nil {
+			l.c.log.Warn("auto-refresh failed; retrying at the next tick", "resource", l.resource, "err", err)
+		}
+	}
+}

@@ -1,0 +1,109 @@
+package lockclient
+
+import (
+	"log/slog"
+	"math/rand/v2"
+	"time"
+)
+
+// Option configures a Client.
+type Option func(*options)
+
+type options struct {
+	ttl          time.Duration
+	nodeTimeout  time.Duration
+	driftFactor  float64
+	retry        RetryStrategy
+	autoRefresh  bool
+	refreshEvery time.Duration
+	keyPrefix    string
+	logger       *slog.Logger
+}
+
+func defaultOptions() options {
+	return options{
+		ttl:         10 * time.Second,
+		nodeTimeout: 100 * time.Millisecond,
+		driftFactor: 0.01,
+		retry:       ExponentialRetry(5*time.Millisecond, 250*time.Millisecond),
+		keyPrefix:   "fencegate:lock:",
+	}
+}
+
+// WithTTL sets how long a lock lives on Redis before it expires unless
+// refreshed. The default is 10s.
+func WithTTL(d time.Duration) Option { return func(o *options) { o.ttl = d } }
+
+// WithNodeTimeout bounds every request to one Redis node; a node that has
+// not answered by then counts as failed. Keep it small compared with the TTL
+// (Redlock suggests 5–50ms for a 10s TTL). The default is 100ms.
+func WithNodeTimeout(d time.Duration) Option { return func(o *options) { o.nodeTimeout = d } }
+
+// WithDriftFactor sets the clock drift allowance: validity = TTL − elapsed −
+// (TTL×factor + 2ms). The default is 0.01.
+func WithDriftFactor(f float64) Option { return func(o *options) { o.driftFactor = f } }
+
+// WithRetry sets how Acquire waits between attempts. The default is
+// ExponentialRetry(5ms, 250ms). TryAcquire never retries.
+func WithRetry(r RetryStrategy) Option { return func(o *options) { o.retry = r } }
+
+// WithAutoRefresh turns on the watchdog: every held lock is extended every
+// `every` (TTL/3 when every is 0) until released. When an extension is
+// refused by a majority, or no extension succeeds before the validity
+// passes, the lock's Done channel closes at once. The default is off.
+func WithAutoRefresh(every time.Duration) Option {
+	return func(o *options) { o.autoRefresh, o.refreshEvery = true, every }
+}
+
+// WithKeyPrefix sets the prefix of the Redis keys: a lock on resource r is
+// the key prefix+r. The default is "fencegate:lock:".
+func WithKeyPrefix(p string) Option { return func(o *options) { o.keyPrefix = p } }
+
+// WithLogger sets the logger. The default is slog.Default() with
+// component=lockclient.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// RetryStrategy decides how long Acquire waits before its next attempt.
+// Delay returns the wait before attempt number attempt (1 for the first
+// retry) and false to stop retrying.
+type RetryStrategy interface {
+	Delay(attempt int) (time.Duration, bool)
+}
+
+type retryFunc func(int) (time.Duration, bool)
+
+func (f retryFunc) Delay(attempt int) (time.Duration, bool) { return f(attempt) }
+
+// NoRetry makes Acquire give up after its first attempt, as TryAcquire does.
+func NoRetry() RetryStrategy {
+	return retryFunc(func(int) (time.Duration, bool) { return 0, false })
+}
+
+// FixedRetry waits a random time in [d/2, d] between attempts (the jitter
+// keeps competing clients from retrying in lockstep, as Redlock asks).
+func FixedRetry(d time.Duration) RetryStrategy {
+	return retryFunc(func(int) (time.Duration, bool) { return jitter(d), true })
+}
+
+// ExponentialRetry waits a random time in [d/2, d] where d doubles from min
+// with every attempt, up to max.
+func ExponentialRetry(min, max time.Duration) RetryStrategy {
+	return retryFunc(func(attempt int) (time.Duration, bool) {
+		d := min
+		for i := 1; i < attempt && d < max; i++ {
+			d *= 2
+		}
+		if d > max {
+			d = max
+		}
+		return jitter(d), true
+	})
+}
+
+func jitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	half := d / 2
+	return half + time.Duration(rand.Int64N(int64(d-half)+1))
+}

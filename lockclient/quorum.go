@@ -1,0 +1,178 @@
+package lockclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Per-node state of one fan-out.
+const (
+	statePending uint8 = iota
+	stateOK            // granted, extended or deleted
+	stateRefused       // key absent or holding another client's value
+	stateFailed        // error or no answer within the node timeout
+	stateSkipped       // not asked
+)
+
+// tally collects the replies of one request sent to every node.
+type tally struct {
+	state  []uint8
+	ok     int
+	no     int // refused + failed
+	errs   []error
+	ctxErr error
+}
+
+func (t *tally) names(c *Client, s uint8) []string {
+	var out []string
+	for i, st := range t.state {
+		if st == s {
+			out = append(out, c.nodes[i].name)
+		}
+	}
+	return out
+}
+
+// fanout sends one request to every node (but those marked in skip) at
+// once and counts the replies as they arrive. With all false it returns as
+// soon as a quorum said yes or a quorum can no longer be reached; with all
+// true it waits for every node. Nodes that have not answered within the
+// node timeout count as failed. A done ctx stops the wait (the requests
+// still go out) and is reported in ctxErr.
+func (c *Client) fanout(ctx context.Context, kind opKind, key, value string, skip []bool, all bool) *tally {
+	n := len(c.nodes)
+	t := &tally{state: make([]uint8, n)}
+	out := make(chan reply, n)
+	deadline := time.Now().Add(c.opts.nodeTimeout)
+	sent := 0
+	ops := make([]op, n)
+	for i, nd := range c.nodes {
+		if skip != nil && skip[i] {
+			t.state[i] = stateSkipped
+			continue
+		}
+		o := &ops[i]
+		*o = op{kind: kind, key: key, value: value, ttl: c.opts.ttl, deadline: deadline, node: i, out: out}
+		if n == 1 {
+			nd.do(o)
+		} else {
+			nd.submit(o)
+		}
+		sent++
+	}
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for got := 0; got < sent; got++ {
+		if !all && (t.ok >= c.quorum || t.no > n-c.quorum) {
+			break
+		}
+		var r reply
+		select {
+		case r = <-out:
+		default:
+			if timer == nil {
+				timer = time.NewTimer(time.Until(deadline))
+			}
+			select {
+			case r = <-out:
+			case <-timer.C:
+				for i, st := range t.state {
+					if st == statePending {
+						t.state[i] = stateFailed
+						t.no++
+						t.errs = append(t.errs, &NodeError{Node: c.nodes[i].name, Err: fmt.Errorf("no answer within %v: %w", c.opts.nodeTimeout, context.DeadlineExceeded)})
+					}
+				}
+				return t
+			case <-ctx.Done():
+				t.ctxErr = ctx.Err()
+				return t
+			}
+		}
+		switch {
+		case r.err != nil:
+			t.state[r.node] = stateFailed
+			t.no++
+			t.errs = append(t.errs, &NodeError{Node: c.nodes[r.node].name, Err: r.err})
+		case r.ok:
+			t.state[r.node] = stateOK
+			t.ok++
+		default:
+			t.state[r.node] = stateRefused
+			t.no++
+		}
+	}
+	return t
+}
+
+// notAcquired builds the error for a failed grant or confirmation.
+func (c *Client) notAcquired(resource string, t *tally, expired bool) error {
+	e := &NotAcquiredError{
+		Resource: resource,
+		Granted:  t.names(c, stateOK),
+		Taken:    t.names(c, stateRefused),
+		Failed:   t.names(c, stateFailed),
+		Expired:  expired,
+		Nodes:    len(c.nodes),
+		Quorum:   c.quorum,
+		NodeErrs: errors.Join(t.errs...),
+	}
+	if t.ctxErr != nil {
+		return errors.Join(e, t.ctxErr)
+	}
+	return e
+}
+
+type grantResult struct {
+	validUntil time.Time
+	taken      []bool // nodes where another client held the key
+}
+
+// grant runs one Redlock round: SET NX PX on every node, success on a
+// majority within the validity (TTL − elapsed − drift). On failure it
+// deletes the key (compare-and-delete) wherever it may have been set.
+func (c *Client) grant(ctx context.Context, resource, key, value string) (*grantResult, error) {
+	start := time.Now()
+	t := c.fanout(ctx, opAcquire, key, value, nil, false)
+	validUntil := start.Add(c.opts.ttl - c.drift)
+	taken := make([]bool, len(c.nodes))
+	for i, st := range t.state {
+		taken[i] = st == stateRefused
+	}
+	if t.ctxErr == nil && t.ok >= c.quorum && time.Now().Before(validUntil) {
+		return &grantResult{validUntil: validUntil, taken: taken}, nil
+	}
+	c.cleanup(key, value, taken)
+	return nil, c.notAcquired(resource, t, t.ok >= c.quorum)
+}
+
+type extendResult struct {
+	validUntil time.Time
+	tally      *tally
+}
+
+// extend resets the TTL of the key on every node where it still holds
+// value; it succeeds when a majority did so within the new validity.
+func (c *Client) extend(ctx context.Context, resource, key, value string) (*extendResult, error) {
+	start := time.Now()
+	t := c.fanout(ctx, opExtend, key, value, nil, false)
+	validUntil := start.Add(c.opts.ttl - c.drift)
+	res := &extendResult{validUntil: validUntil, tally: t}
+	if t.ctxErr == nil && t.ok >= c.quorum && time.Now().Before(validUntil) {
+		return res, nil
+	}
+	return res, c.notAcquired(resource, t, t.ok >= c.quorum)
+}
+
+// cleanup deletes the key where it holds value, on every node not marked in
+// skip, and waits for the answers (at most the node timeout). It ignores the
+// caller's context: a lock half taken must not stay behind.
+func (c *Client) cleanup(key, value string, skip []bool) *tally {
+	return c.fanout(context.Background(), opRelease, key, value, skip, true)
+}

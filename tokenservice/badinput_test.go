@@ -1,0 +1,237 @@
+package tokenservice_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/internal/tokentest"
+	"github.com/fencegate/fencegate/tokenservice"
+)
+
+// runCLI runs the fencegate binary and returns its exit code, stdout and stderr.
+func runCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(testutil.Binary(t), args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run fencegate %v: %v", args, err)
+	}
+	return code, out.String(), errb.String()
+}
+
+// oneLine fails unless s is a single line containing every one of want.
+func oneLine(t *testing.T, s string, want ...string) {
+	t.Helper()
+	s = strings.TrimRight(s, "\n")
+	if strings.Contains(s, "\n") {
+		t.Errorf("want a one-line error, got:\n%s", s)
+	}
+	for _, w := range want {
+		if !strings.Contains(s, w) {
+			t.Errorf("error %q does not mention %q", s, w)
+		}
+	}
+}
+
+func TestCLIBadInput(t *testing.T) {
+	dir := t.TempDir()
+	// A data dir that belongs to a one-node cluster n1.
+	raft1, api1 := testutil.FreeAddr(t), testutil.FreeAddr(t)
+	srv, err := tokenservice.Start(context.Background(), tokenservice.Config{
+		ID: "n1", DataDir: filepath.Join(dir, "n1"), RaftAddr: raft1, APIAddr: api1, Logger: testutil.Logger(t),
+		Peers: []tokenservice.Peer{{ID: "n1", RaftAddr: raft1, APIAddr: api1}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	free1, free2 := testutil.FreeAddr(t), testutil.FreeAddr(t)
+	otherPeers := fmt.Sprintf("n1=%s=http://%s,n2=%s=http://%s", raft1, api1, free1, free2)
+
+	cases := []struct {
+		name string
+		args []string
+		code int
+		want []string
+	}{
+		{"unknown flag", []string{"token", "serve", "--bogus"}, 2, []string{"-bogus"}},
+		{"unknown subcommand", []string{"token", "mint"}, 2, []string{"serve, next or status"}},
+		{"missing id", []string{"token", "serve", "--data-dir", dir}, 2, []string{"--id"}},
+		{"data dir of another cluster", []string{"token", "serve", "--id", "n1", "--data-dir", filepath.Join(dir, "n1"),
+			"--raft-addr", raft1, "--api-addr", api1, "--peers", otherPeers}, 1, []string{"another", "--data-dir"}},
+		{"data dir of another node", []string{"token", "serve", "--id", "n2", "--data-dir", filepath.Join(dir, "n1"),
+			"--raft-addr", free1, "--api-addr", free2}, 1, []string{"belongs to node", "--data-dir"}},
+		{"api port in use", []string{"token", "serve", "--id", "n1", "--data-dir", filepath.Join(dir, "x"),
+			"--raft-addr", free1, "--api-addr", busy.Addr().String()}, 1, []string{"already in use", "--api-addr"}},
+		{"raft port in use", []string{"token", "serve", "--id", "n1", "--data-dir", filepath.Join(dir, "x"),
+			"--raft-addr", busy.Addr().String(), "--api-addr", free2}, 1, []string{"already in use", "--raft-addr"}},
+		{"peers not naming this node", []string{"token", "serve", "--id", "n9", "--data-dir", filepath.Join(dir, "x"),
+			"--raft-addr", free1, "--api-addr", free2, "--peers", otherPeers}, 1, []string{"does not name this node", "--peers"}},
+		{"malformed peers", []string{"token", "serve", "--id", "n1", "--data-dir", filepath.Join(dir, "x"),
+			"--peers", "n1=127.0.0.1:1"}, 2, []string{"ID=RAFTADDR=APIADDR"}},
+		{"empty resource", []string{"token", "next", "", "--servers", "http://" + api1}, 2, []string{"RESOURCE is empty"}},
+		{"no resource", []string{"token", "next", "--servers", "http://" + api1}, 2, []string{"RESOURCE"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := runCLI(t, tc.args...)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d; stderr:\n%s", code, tc.code, stderr)
+			}
+			if stdout != "" {
+				t.Errorf("stdout = %q, want nothing", stdout)
+			}
+			// Usage errors print the flag list too; the error itself is the
+			// last line.
+			lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
+			if tc.code == 1 && len(lines) != 1 {
+				t.Errorf("stderr has %d lines, want 1:\n%s", len(lines), stderr)
+			}
+			oneLine(t, lines[len(lines)-1], tc.want...)
+		})
+	}
+	// Nothing was written for the refused "x" data dir.
+	if m, _ := filepath.Glob(filepath.Join(dir, "x", "*")); len(m) != 0 {
+		t.Errorf("refused starts left files behind: %v", m)
+	}
+}
+
+func TestHTTPBadRequests(t *testing.T) {
+	c := tokentest.StartCluster(t, 3)
+	for i, u := range c.APIURLs() {
+		for _, body := range []string{`{"resource":""}`, `{"resource":"   "}`, `not json`, ``} {
+			resp, err := http.Post(u+"/v1/tokens", "application/json", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var e struct{ Error, Code string }
+			err = json.NewDecoder(resp.Body).Decode(&e)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != http.StatusBadRequest || e.Code != "bad_request" || e.Error == "" {
+				t.Errorf("node %d: POST %q = %d %+v (%v); want 400 bad_request", i, body, resp.StatusCode, e, err)
+			}
+		}
+	}
+	if got := maxStatusToken(c); got != 0 {
+		t.Fatalf("bad requests minted tokens: last token %d", got)
+	}
+	cl := c.Client(t)
+	if _, err := cl.Next(context.Background(), ""); !errors.Is(err, tokenservice.ErrEmptyResource) || !errors.Is(err, tokenservice.ErrBadRequest) {
+		t.Fatalf("Next(\"\") = %v, want ErrEmptyResource", err)
+	}
+}
+
+// A node without quorum answers a clear retryable error at once, the CLI
+// prints it on one line, and nothing is minted; with its peers back, tokens
+// continue.
+func TestNoQuorum(t *testing.T) {
+	c := tokentest.StartCluster(t, 3)
+	cl := c.Client(t)
+	last := mint(t, cl, 5)[4]
+	leader := c.Leader(t)
+	alone := (leader + 1) % 3
+	for i := range 3 {
+		if i != alone {
+			c.Kill(i)
+		}
+	}
+	testutil.WaitFor(t, 20*time.Second, "the lone node to lose its leader", func() error {
+		if st := c.Node(alone).LocalStatus(); st.LeaderID != "" {
+			return errors.New("still follows " + st.LeaderID)
+		}
+		return nil
+	})
+	frozen := c.Node(alone).LocalStatus().LastToken
+	resp, err := http.Post(c.APIURL(alone)+"/v1/tokens", "application/json", strings.NewReader(`{"resource":"r"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e struct{ Error, Code string }
+	_ = json.NewDecoder(resp.Body).Decode(&e)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || e.Code != "no_quorum" {
+		t.Fatalf("POST to a node without quorum = %d %+v; want 503 no_quorum", resp.StatusCode, e)
+	}
+	t.Logf("node without quorum answers: %s", e.Error)
+	if r, err := http.Get(c.APIURL(alone) + "/readyz"); err != nil || r.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("readyz of a node without quorum = %v, %v; want 503", r, err)
+	}
+	if r, err := http.Get(c.APIURL(alone) + "/healthz"); err != nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("healthz = %v, %v; want 200", r, err)
+	}
+
+	code, stdout, stderr := runCLI(t, "token", "next", "orders/42", "--servers", c.APIURL(alone), "--timeout", "1s")
+	if code != 1 || stdout != "" {
+		t.Fatalf("token next without quorum: exit %d, stdout %q", code, stdout)
+	}
+	oneLine(t, stderr, "no quorum", c.APIURL(alone))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	if _, err := c.ClientFor(t, []string{c.APIURL(alone)}).Next(ctx, "r"); !errors.Is(err, context.Canceled) || !errors.Is(err, tokenservice.ErrNoQuorum) {
+		t.Fatalf("cancelled Next = %v; want context.Canceled and ErrNoQuorum", err)
+	}
+	if got := c.Node(alone).LocalStatus().LastToken; got != frozen || got > last {
+		t.Fatalf("lone node's last token moved to %d (was %d, last minted %d)", got, frozen, last)
+	}
+
+	for i := range 3 {
+		if i != alone {
+			c.Restart(i)
+		}
+	}
+	c.Leader(t)
+	if tok := mint(t, cl, 1)[0]; tok <= last {
+		t.Fatalf("token after quorum is back %d <= %d", tok, last)
+	}
+}
+
+func TestCLINextAndStatus(t *testing.T) {
+	c := tokentest.StartCluster(t, 3)
+	servers := strings.Join(c.APIURLs(), ",")
+	code, out, stderr := runCLI(t, "token", "next", "orders/42", "--servers", servers)
+	if code != 0 || strings.TrimSpace(out) != "1" {
+		t.Fatalf("token next = exit %d, stdout %q, stderr %s; want 1", code, out, stderr)
+	}
+	code, out, _ = runCLI(t, "token", "next", "orders/42", "--servers", strings.TrimPrefix(c.APIURL(2), "http://"))
+	if code != 0 || strings.TrimSpace(out) != "2" {
+		t.Fatalf("token next via HOST:PORT = exit %d, stdout %q; want 2", code, out)
+	}
+	code, out, stderr = runCLI(t, "token", "status", "--servers", servers, "--json")
+	var st tokenservice.Status
+	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil {
+		t.Fatalf("status --json = exit %d, %v; stdout %q stderr %s", code, err, out, stderr)
+	}
+	if st.LeaderID == "" || len(st.Members) != 3 || st.LastToken < 1 {
+		t.Fatalf("status --json = %+v", st)
+	}
+	code, out, _ = runCLI(t, "token", "status", "--servers", servers)
+	if code != 0 || !strings.Contains(out, "Leader") || strings.Count(out, "Follower") != 2 {
+		t.Fatalf("status table = exit %d:\n%s", code, out)
+	}
+	t.Logf("status table:\n%s", out)
+}

@@ -1,0 +1,319 @@
+package tokenservice
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Client talks to a token service cluster. It sends each request to the
+// node that last answered (any node forwards to the leader), moves to the
+// leader a node names, fails over to the other nodes, and retries retryable
+// failures with exponential backoff and full jitter until the context ends
+// or MaxWait passes. It is safe for concurrent use.
+type Client struct {
+	servers        []string
+	hc             *http.Client
+	ownTransport   *http.Transport
+	log            *slog.Logger
+	attemptTimeout time.Duration
+	maxWait        time.Duration
+	backoffBase    time.Duration
+	backoffMax     time.Duration
+	followLeader   bool
+
+	mu        sync.Mutex
+	preferred int
+}
+
+// ClientOption configures a Client.
+type ClientOption func(*Client)
+
+// WithHTTPClient makes the client use hc. The default is a client of its own
+// that keeps up to 256 idle connections per node.
+func WithHTTPClient(hc *http.Client) ClientOption { return func(c *Client) { c.hc = hc } }
+
+// WithAttemptTimeout bounds one request to one node. The default is 3s.
+func WithAttemptTimeout(d time.Duration) ClientOption {
+	return func(c *Client) { c.attemptTimeout = d }
+}
+
+// WithMaxWait bounds how long one call keeps retrying when its context has
+// no earlier deadline. The default is 30s.
+func WithMaxWait(d time.Duration) ClientOption { return func(c *Client) { c.maxWait = d } }
+
+// WithBackoff sets the first and the largest pause between rounds of
+// retries; each pause is drawn uniformly below min(max, base·2^round). The
+// defaults are 20ms and 1s.
+func WithBackoff(base, max time.Duration) ClientOption {
+	return func(c *Client) { c.backoffBase, c.backoffMax = base, max }
+}
+
+// WithFollowLeader makes the client send later calls straight to the leader
+// a node names in its answer, skipping the forwarding hop (a URL not given to
+// NewClient is then added). The default is true; false keeps each call on the
+// given nodes, which tests use to spread load over followers.
+func WithFollowLeader(on bool) ClientOption { return func(c *Client) { c.followLeader = on } }
+
+// WithLogger sets the client's logger. The default is
+// slog.Default().With("component", "tokenservice-client").
+func WithLogger(l *slog.Logger) ClientOption { return func(c *Client) { c.log = l } }
+
+// NewClient returns a client for the nodes at servers, given as base URLs
+// ("http://127.0.0.1:7101") or HOST:PORT.
+func NewClient(servers []string, opts ...ClientOption) (*Client, error) {
+	c := &Client{
+		attemptTimeout: 3 * time.Second,
+		maxWait:        30 * time.Second,
+		backoffBase:    20 * time.Millisecond,
+		backoffMax:     time.Second,
+		followLeader:   true,
+	}
+	for _, s := range servers {
+		u, err := NormalizeURL(s)
+		if err != nil {
+			return nil, fmt.Errorf("tokenservice: server address: %w", err)
+		}
+		if !slices.Contains(c.servers, u) {
+			c.servers = append(c.servers, u)
+		}
+	}
+	if len(c.servers) == 0 {
+		return nil, fmt.Errorf("%w; give the API URL of at least one node, e.g. http://127.0.0.1:7101", ErrNoServers)
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.log == nil {
+		c.log = slog.Default().With("component", "tokenservice-client")
+	}
+	if c.hc == nil {
+		c.ownTransport = &http.Transport{
+			MaxIdleConnsPerHost: 256,
+			IdleConnTimeout:     time.Minute,
+			DisableCompression:  true,
+		}
+		c.hc = &http.Client{Transport: c.ownTransport}
+	}
+	return c, nil
+}
+
+// Servers returns the node URLs the client uses.
+func (c *Client) Servers() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.servers)
+}
+
+func (c *Client) numServers() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.servers)
+}
+
+// Close releases the client's idle connections.
+func (c *Client) Close() error {
+	if c.ownTransport != nil {
+		c.ownTransport.CloseIdleConnections()
+	}
+	return nil
+}
+
+// NextToken returns a new fencing token for resource.
+func (c *Client) NextToken(ctx context.Context, resource string) (int64, error) {
+	t, err := c.Next(ctx, resource)
+	return t.Value, err
+}
+
+// Next returns a new fencing token for resource, greater than every token
+// any node returned before this call started.
+func (c *Client) Next(ctx context.Context, resource string) (Token, error) {
+	if err := validateResource(resource); err != nil {
+		return Token{}, err
+	}
+	body, _ := json.Marshal(tokenRequest{Resource: resource})
+	var resp tokenResponse
+	err := c.do(ctx, http.MethodPost, "/v1/tokens", body, &resp, fmt.Sprintf("next token for %q", resource))
+	if err != nil {
+		return Token{}, err
+	}
+	return Token{Resource: resp.Resource, Value: resp.Token, Term: resp.Term, Index: resp.Index, Leader: resp.Leader}, nil
+}
+
+// Status returns the cluster status as seen by the first node that answers.
+func (c *Client) Status(ctx context.Context) (Status, error) {
+	var st Status
+	err := c.do(ctx, http.MethodGet, "/v1/status", nil, &st, "read status")
+	return st, err
+}
+
+// Join adds a voter (idempotent).
+func (c *Client) Join(ctx context.Context, id, raftAddr, apiAddr string) error {
+	body, _ := json.Marshal(memberRequest{ID: id, RaftAddr: raftAddr, APIAddr: apiAddr})
+	return c.do(ctx, http.MethodPost, "/v1/members", body, nil, "join "+id)
+}
+
+// Remove removes a voter (idempotent).
+func (c *Client) Remove(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/members/"+id, nil, nil, "remove "+id)
+}
+
+// do sends the request, failing over and retrying, and decodes a 200 answer into out.
+func (c *Client) do(ctx context.Context, method, path string, body []byte, out any, what string) error {
+	if _, ok := ctx.Deadline(); !ok && c.maxWait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.maxWait)
+		defer cancel()
+	}
+	last := map[string]error{}
+	var order []string
+	for attempt := 0; ; attempt++ {
+		srv := c.pick()
+		leader, err := c.try(ctx, srv, method, path, body, out)
+		if err == nil {
+			if c.followLeader && leader != "" {
+				if u, err := NormalizeURL(leader); err == nil {
+					srv = u
+				}
+			}
+			c.prefer(srv)
+			return nil
+		}
+		if _, seen := last[srv]; !seen {
+			order = append(order, srv)
+		}
+		last[srv] = err
+		var ae *APIError
+		if errors.As(err, &ae) && !ae.Retryable() {
+			return fmt.Errorf("tokenservice: %s: %w", what, err)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if ae != nil && ae.LeaderAPI != "" && ae.LeaderAPI != srv && ae.Code == CodeNotLeader {
+			c.prefer(ae.LeaderAPI)
+			continue
+		}
+		c.rotate(srv)
+		if n := c.numServers(); (attempt+1)%n == 0 {
+			round := (attempt + 1) / n
+			if !c.sleep(ctx, round) {
+				break
+			}
+		}
+	}
+	var errs nodeErrors
+	if err := ctx.Err(); err != nil {
+		errs = append(errs, err)
+	}
+	for _, srv := range order {
+		errs = append(errs, fmt.Errorf("node %s: %w", srv, last[srv]))
+	}
+	return fmt.Errorf("tokenservice: %s: no node answered: %w", what, errs)
+}
+
+// try sends one request to one node; on success it returns the leader API
+// URL the node named, if any.
+func (c *Client) try(ctx context.Context, srv, method, path string, body []byte, out any) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.attemptTimeout)
+	defer cancel()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, srv+path, rd)
+	if err != nil {
+		return "", err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return "", fmt.Errorf("%w: read answer: %w", ErrUnavailable, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", decodeError(resp.StatusCode, data)
+	}
+	leader := resp.Header.Get(leaderHeader)
+	if out == nil {
+		return leader, nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return "", fmt.Errorf("%w: decode answer %.200q: %v", ErrInternal, data, err)
+	}
+	return leader, nil
+}
+
+func (c *Client) pick() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.servers[c.preferred]
+}
+
+// prefer makes srv the first node tried; a URL not in the list is added.
+func (c *Client) prefer(srv string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := slices.Index(c.servers, srv)
+	if i < 0 {
+		c.servers = append(c.servers, srv)
+		i = len(c.servers) - 1
+	}
+	c.preferred = i
+}
+
+// rotate moves away from srv after it failed.
+func (c *Client) rotate(srv string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.servers[c.preferred] == srv {
+		c.preferred = (c.preferred + 1) % len(c.servers)
+	}
+}
+
+// sleep waits a jittered exponential backoff; false if ctx ended first.
+func (c *Client) sleep(ctx context.Context, round int) bool {
+	d := c.backoffBase << min(round, 16)
+	if d > c.backoffMax || d <= 0 {
+		d = c.backoffMax
+	}
+	d = time.Duration(rand.Int64N(int64(d)) + 1)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// nodeErrors is errors.Join on one line: what each node answered, joined
+// by "; ". errors.Is and errors.As see every one of them.
+type nodeErrors []error
+
+func (e nodeErrors) Error() string {
+	parts := make([]string, len(e))
+	for i, err := range e {
+		parts[i] = err.Error()
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (e nodeErrors) Unwrap() []error { return e }

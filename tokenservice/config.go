@@ -1,0 +1,128 @@
+package tokenservice
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/fencegate/fencegate/raftstore"
+)
+
+// Peer is one voter of a new cluster: "ID=RAFTADDR=APIADDR" on the command line.
+type Peer struct {
+	ID       string
+	RaftAddr string
+	APIAddr  string
+}
+
+// ParsePeers parses "n1=127.0.0.1:7201=http://127.0.0.1:7101,n2=...". The
+// API address may omit "http://". An empty string gives no peers.
+func ParsePeers(s string) ([]Peer, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return nil, nil
+	}
+	var peers []Peer
+	seen := map[string]bool{}
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		parts := strings.SplitN(item, "=", 3)
+		if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+			return nil, fmt.Errorf("%w: %q is not ID=RAFTADDR=APIADDR (e.g. n1=127.0.0.1:7201=http://127.0.0.1:7101)", ErrBadPeers, item)
+		}
+		if _, _, err := net.SplitHostPort(parts[1]); err != nil {
+			return nil, fmt.Errorf("%w: raft address %q of %s is not HOST:PORT", ErrBadPeers, parts[1], parts[0])
+		}
+		api, err := NormalizeURL(parts[2])
+		if err != nil {
+			return nil, fmt.Errorf("%w: api address of %s: %v", ErrBadPeers, parts[0], err)
+		}
+		if seen[parts[0]] {
+			return nil, fmt.Errorf("%w: node %s is listed twice; list each node once", ErrBadPeers, parts[0])
+		}
+		seen[parts[0]] = true
+		peers = append(peers, Peer{ID: parts[0], RaftAddr: parts[1], APIAddr: api})
+	}
+	return peers, nil
+}
+
+// NormalizeURL turns "host:port" or "http://host:port[/]" into "http://host:port".
+func NormalizeURL(s string) (string, error) {
+	s = strings.TrimSpace(s)
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return "", fmt.Errorf("%q is not a URL like http://127.0.0.1:7101 or a HOST:PORT", s)
+	}
+	if _, _, err := net.SplitHostPort(u.Host); err != nil {
+		return "", fmt.Errorf("%q has no port; write HOST:PORT", s)
+	}
+	return u.Scheme + "://" + u.Host, nil
+}
+
+// Config configures a token service node. Zero values take the defaults
+// stated on each field.
+type Config struct {
+	// ID is the node's ID in the Raft group (e.g. "n1"). Required.
+	ID string
+	// DataDir holds the node's Raft log, snapshots and cluster identity. Required.
+	DataDir string
+	// RaftAddr is the HOST:PORT Raft listens on and advertises. Required.
+	RaftAddr string
+	// APIAddr is the HOST:PORT (or http://HOST:PORT) the HTTP API listens on. Required.
+	APIAddr string
+	// Peers are the voters of a new cluster, used only when DataDir holds no
+	// state. Empty for a node that will be added with POST /v1/members.
+	Peers []Peer
+	// Logger receives the node's logs. The default is
+	// slog.Default().With("component", "tokenservice").
+	Logger *slog.Logger
+	// Dial opens connections to other nodes, both Raft and API forwarding.
+	// Tests route it through fault-injecting relays. The default is a plain
+	// TCP dial.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+
+	// HeartbeatTimeout, ElectionTimeout and LeaderLeaseTimeout tune Raft.
+	// The defaults are 1s, 1s and 500ms.
+	HeartbeatTimeout, ElectionTimeout, LeaderLeaseTimeout time.Duration
+	// TransportTimeout is the I/O deadline on Raft connections. The default is 10s.
+	TransportTimeout time.Duration
+	// SnapshotThreshold (default 8192), SnapshotInterval (default 30s) and
+	// TrailingLogs (default 10240) control snapshots and log compaction.
+	SnapshotThreshold uint64
+	SnapshotInterval  time.Duration
+	TrailingLogs      uint64
+	// MaxBatch caps the tokens one log entry allocates. The default is 4096.
+	MaxBatch int
+	// ForwardTimeout bounds one forwarded request to the leader. The default is 5s.
+	ForwardTimeout time.Duration
+}
+
+func (c *Config) storeConfig(apiURL string) raftstore.Config {
+	var boot []raftstore.Server
+	for _, p := range c.Peers {
+		boot = append(boot, raftstore.Server{ID: p.ID, RaftAddr: p.RaftAddr, APIAddr: p.APIAddr})
+	}
+	return raftstore.Config{
+		ID:                 c.ID,
+		DataDir:            c.DataDir,
+		RaftAddr:           c.RaftAddr,
+		APIAddr:            apiURL,
+		Bootstrap:          boot,
+		Dial:               c.Dial,
+		Logger:             c.Logger,
+		HeartbeatTimeout:   c.HeartbeatTimeout,
+		ElectionTimeout:    c.ElectionTimeout,
+		LeaderLeaseTimeout: c.LeaderLeaseTimeout,
+		TransportTimeout:   c.TransportTimeout,
+		SnapshotThreshold:  c.SnapshotThreshold,
+		SnapshotInterval:   c.SnapshotInterval,
+		TrailingLogs:       c.TrailingLogs,
+	}
+}

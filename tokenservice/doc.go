@@ -1,0 +1,49 @@
+// Package tokenservice serves fencing tokens from a three-node (or larger)
+// Raft group built on package raftstore, and is the Go client for it.
+//
+// # Guarantee
+//
+// A token returned by Next is greater than every token any node returned
+// before Next was called, across leader changes, crashes of any or all
+// nodes, and restarts. Tokens come from one global counter that is advanced
+// only when a committed Raft log entry is applied (see raftstore), so a
+// token is durable on a quorum before anyone sees it, and a deposed leader
+// cannot mint. Tokens are int64 values above zero, so they fit a PostgreSQL
+// bigint. They are not dense: a request that failed or timed out may have
+// consumed a token nobody saw.
+//
+// # API: HTTP/JSON
+//
+// Every node serves the same API on its --api-addr:
+//
+//	POST   /v1/tokens         {"resource":"R"} → {"resource":"R","token":123,"term":2,"index":57,"leader":"n1"}
+//	GET    /v1/status         this node's view: id, leader_id, leader_api, state, term,
+//	                          last_index, commit_index, applied_index, last_token, members
+//	POST   /v1/members        {"id":"n4","raft_addr":"HOST:PORT","api_addr":"http://HOST:PORT"} (idempotent)
+//	DELETE /v1/members/{id}   remove a voter (idempotent)
+//	GET    /healthz           200 while the process serves
+//	GET    /readyz            200 once the node knows a leader and has applied all it knows committed
+//
+// Errors are JSON {"error":"...","code":"..."} with code bad_request (400),
+// not_leader (503, with "leader_api" when known), no_quorum or unavailable
+// (503; retry) and internal (500). A follower forwards token requests to the
+// leader (at most 2 hops), batching its concurrent requests into one
+// forwarded call, so clients may talk to any node.
+//
+// HTTP/JSON rather than gRPC: the API is four small calls; HTTP/JSON is
+// answered by curl, by any language without generated stubs, and by the
+// benchmark and acceptance scripts that drive the service from outside Go.
+// The cost gRPC would save (HTTP/1.1 framing and JSON encoding, a few
+// microseconds per request) is small next to a Raft commit with fsync, and
+// group commit amortises the commit, not the transport. Keep-alive
+// connections avoid per-request handshakes.
+//
+// # Client
+//
+// Client takes the addresses of all nodes, sends each call to the node that
+// last answered, follows the leader a node names, fails over to the others,
+// and retries retryable errors with exponential backoff and full jitter until
+// its context ends. Errors name what each node answered and satisfy
+// errors.Is with the sentinels below and with context.Canceled or
+// context.DeadlineExceeded when the context ended.
+package tokenservice

@@ -1,0 +1,85 @@
+package tokenservice
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+var (
+	// ErrBadRequest means the request itself is wrong (for example an empty
+	// resource name); retrying it cannot help.
+	ErrBadRequest = errors.New("tokenservice: bad request")
+	// ErrEmptyResource is the ErrBadRequest for an empty resource name.
+	ErrEmptyResource = fmt.Errorf("%w: empty resource name; name the resource the token fences", ErrBadRequest)
+	// ErrNotLeader means the node is not the leader and could not forward.
+	// Retryable, preferably on the leader it names.
+	ErrNotLeader = errors.New("tokenservice: not leader")
+	// ErrNoQuorum means the node cannot reach a quorum (it knows no leader,
+	// or lost leadership before committing). Nothing was minted by it.
+	// Retryable.
+	ErrNoQuorum = errors.New("tokenservice: no quorum")
+	// ErrUnavailable means the node could not serve the request right now
+	// (shutting down, overloaded, or unreachable). Retryable.
+	ErrUnavailable = errors.New("tokenservice: unavailable")
+	// ErrInternal is an unexpected server-side failure.
+	ErrInternal = errors.New("tokenservice: internal error")
+	// ErrNoServers is returned by NewClient without server addresses.
+	ErrNoServers = errors.New("tokenservice: no servers given")
+	// ErrBadPeers is returned by ParsePeers for a malformed --peers line.
+	ErrBadPeers = errors.New("tokenservice: bad peers")
+	// ErrBadConfig is returned by Start for an invalid Config.
+	ErrBadConfig = errors.New("tokenservice: bad configuration")
+)
+
+// Error codes carried in the "code" field of an error response.
+const (
+	CodeBadRequest  = "bad_request"
+	CodeNotLeader   = "not_leader"
+	CodeNoQuorum    = "no_quorum"
+	CodeUnavailable = "unavailable"
+	CodeInternal    = "internal"
+)
+
+// APIError is an error answered by a node. It unwraps to the sentinel of its
+// code (ErrBadRequest, ErrNotLeader, ErrNoQuorum, ErrUnavailable, ErrInternal).
+type APIError struct {
+	Status    int    // HTTP status
+	Code      string // one of the Code constants
+	Message   string
+	LeaderAPI string // the leader's API URL, when the node knows it
+}
+
+func (e *APIError) Error() string { return e.Message }
+
+// Unwrap returns the sentinel of e's code.
+func (e *APIError) Unwrap() error { return codeSentinel(e.Code) }
+
+// Retryable reports whether the same request may succeed later.
+func (e *APIError) Retryable() bool { return e.Code != CodeBadRequest }
+
+func codeSentinel(code string) error {
+	switch code {
+	case CodeBadRequest:
+		return ErrBadRequest
+	case CodeNotLeader:
+		return ErrNotLeader
+	case CodeNoQuorum:
+		return ErrNoQuorum
+	case CodeUnavailable:
+		return ErrUnavailable
+	default:
+		return ErrInternal
+	}
+}
+
+func codeStatus(code string) int {
+	switch code {
+	case CodeBadRequest:
+		return http.StatusBadRequest
+	case CodeNotLeader, CodeNoQuorum, CodeUnavailable:
+		return http.StatusServiceUnavailable
+	default:
+		return http.StatusInternalServerError
+	}
+}

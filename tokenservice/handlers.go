@@ -1,0 +1,229 @@
+package tokenservice
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/fencegate/fencegate/raftstore"
+)
+
+// maxBody caps request bodies.
+const maxBody = 64 << 10
+
+// maxResource caps resource names.
+const maxResource = 1024
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/tokens", s.handleToken)
+	mux.HandleFunc("POST /v1/internal/allocate", s.handleAllocate)
+	mux.HandleFunc("GET /v1/status", s.handleStatus)
+	mux.HandleFunc("POST /v1/members", s.handleJoin)
+	mux.HandleFunc("DELETE /v1/members/{id}", s.handleRemove)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "id": s.cfg.ID})
+	})
+	mux.HandleFunc("GET /readyz", s.handleReady)
+	return mux
+}
+
+func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
+	var req tokenRequest
+	if err := decodeBody(r, &req); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	if err := validateResource(req.Resource); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	rng, err := s.batcher.Next(r.Context(), 1)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	if _, api := s.store.Leader(); api != "" {
+		w.Header().Set(leaderHeader, api)
+	}
+	writeJSON(w, http.StatusOK, tokenResponse{Resource: req.Resource, Token: rng.First, Term: rng.Term, Index: rng.Index, Leader: rng.Leader})
+}
+
+// handleAllocate serves a batch forwarded by another node.
+func (s *Server) handleAllocate(w http.ResponseWriter, r *http.Request) {
+	var req allocRequest
+	if err := decodeBody(r, &req); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	if req.Count < 1 || req.Count > 1<<20 {
+		s.writeError(w, fmt.Errorf("%w: count %d out of range 1..%d", ErrBadRequest, req.Count, 1<<20))
+		return
+	}
+	hops, _ := strconv.Atoi(r.Header.Get(hopsHeader))
+	rng, err := s.store.Allocate(r.Context(), req.Count)
+	if errors.Is(err, raftstore.ErrNotLeader) && hops < maxHops {
+		rng, err = s.forwardAlloc(r.Context(), req.Count, hops+1)
+	}
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, allocResponse{First: rng.First, Count: rng.Count, Term: rng.Term, Index: rng.Index, Leader: rng.Leader})
+}
+
+func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.LocalStatus())
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	if !s.store.Ready() {
+		s.writeError(w, fmt.Errorf("%w: node %s knows no leader or has not applied all committed entries yet", ErrUnavailable, s.cfg.ID))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "id": s.cfg.ID})
+}
+
+func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
+	if err != nil {
+		s.writeError(w, fmt.Errorf("%w: read body: %v", ErrBadRequest, err))
+		return
+	}
+	var req memberRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		s.writeError(w, fmt.Errorf("%w: body is not JSON like {\"id\":\"n4\",\"raft_addr\":\"HOST:PORT\",\"api_addr\":\"http://HOST:PORT\"}: %v", ErrBadRequest, err))
+		return
+	}
+	if req.ID == "" || req.RaftAddr == "" {
+		s.writeError(w, fmt.Errorf("%w: join needs \"id\" and \"raft_addr\"", ErrBadRequest))
+		return
+	}
+	if req.APIAddr != "" {
+		if req.APIAddr, err = NormalizeURL(req.APIAddr); err != nil {
+			s.writeError(w, fmt.Errorf("%w: api_addr: %v", ErrBadRequest, err))
+			return
+		}
+	}
+	err = s.store.Join(r.Context(), raftstore.Server{ID: req.ID, RaftAddr: req.RaftAddr, APIAddr: req.APIAddr})
+	if s.forwardIfNotLeader(w, r, err, body) {
+		return
+	}
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, req)
+}
+
+func (s *Server) handleRemove(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	err := s.store.Remove(r.Context(), id)
+	if s.forwardIfNotLeader(w, r, err, nil) {
+		return
+	}
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"id": id, "removed": true})
+}
+
+// forwardIfNotLeader relays r to the leader when err says this node is not
+// the leader and the hop budget allows; it reports whether it answered.
+func (s *Server) forwardIfNotLeader(w http.ResponseWriter, r *http.Request, err error, body []byte) bool {
+	if !errors.Is(err, raftstore.ErrNotLeader) {
+		return false
+	}
+	hops, _ := strconv.Atoi(r.Header.Get(hopsHeader))
+	if hops >= maxHops {
+		return false
+	}
+	status, out, ferr := s.forwardRaw(r.Context(), r.Method, r.URL.Path, body, hops+1)
+	if ferr != nil {
+		s.writeError(w, ferr)
+		return true
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(out)
+	return true
+}
+
+func validateResource(res string) error {
+	switch {
+	case strings.TrimSpace(res) == "":
+		return ErrEmptyResource
+	case len(res) > maxResource:
+		return fmt.Errorf("%w: resource name is %d bytes; keep it under %d", ErrBadRequest, len(res), maxResource)
+	}
+	return nil
+}
+
+func decodeBody(r *http.Request, v any) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: body is not the expected JSON (e.g. {\"resource\":\"orders/42\"}): %v", ErrBadRequest, err)
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	_ = json.NewEncoder(&buf).Encode(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// classify maps an error to its API code and a message that says what to do.
+func (s *Server) classify(err error) *APIError {
+	var ae *APIError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	code := CodeInternal
+	switch {
+	case errors.Is(err, ErrBadRequest):
+		code = CodeBadRequest
+	case errors.Is(err, raftstore.ErrNotLeader):
+		code = CodeNotLeader
+	case errors.Is(err, raftstore.ErrNoLeader), errors.Is(err, raftstore.ErrLeadershipLost), errors.Is(err, ErrNoQuorum):
+		code = CodeNoQuorum
+	case errors.Is(err, raftstore.ErrClosed), errors.Is(err, raftstore.ErrUnavailable), errors.Is(err, raftstore.ErrBatcherClosed),
+		errors.Is(err, ErrUnavailable), errors.Is(err, ErrNotLeader),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		code = CodeUnavailable
+		if errors.Is(err, ErrNotLeader) {
+			code = CodeNotLeader
+		}
+	}
+	msg := err.Error()
+	switch code {
+	case CodeNoQuorum:
+		msg = fmt.Sprintf("%v: node %s cannot reach a quorum (%v); nothing was minted by it, retry on another node or later", ErrNoQuorum, s.cfg.ID, err)
+	case CodeNotLeader:
+		msg = fmt.Sprintf("%v: node %s could not forward to the leader (%v); retry on the leader", ErrNotLeader, s.cfg.ID, err)
+	case CodeUnavailable:
+		msg = fmt.Sprintf("%v: node %s: %v; retry", ErrUnavailable, s.cfg.ID, err)
+	case CodeInternal:
+		msg = fmt.Sprintf("%v: node %s: %v", ErrInternal, s.cfg.ID, err)
+	}
+	_, leaderAPI := s.store.Leader()
+	return &APIError{Status: codeStatus(code), Code: code, Message: msg, LeaderAPI: leaderAPI}
+}
+
+func (s *Server) writeError(w http.ResponseWriter, err error) {
+	ae := s.classify(err)
+	if ae.Code == CodeInternal {
+		s.log.Error("request failed", "err", err)
+	}
+	writeJSON(w, ae.Status, errorResponse{Error: ae.Message, Code: ae.Code, LeaderAPI: ae.LeaderAPI})
+}

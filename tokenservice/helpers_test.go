@@ -1,0 +1,127 @@
+package tokenservice_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/internal/history"
+	"github.com/fencegate/fencegate/internal/tokentest"
+	"github.com/fencegate/fencegate/tokenservice"
+)
+
+// mint gets n tokens one after another from cl and returns them.
+func mint(t testing.TB, cl *tokenservice.Client, n int) []int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out := make([]int64, 0, n)
+	for i := 0; i < n; i++ {
+		tok, err := cl.NextToken(ctx, "orders/42")
+		if err != nil {
+			t.Fatalf("NextToken #%d: %v", i, err)
+		}
+		if len(out) > 0 && tok <= out[len(out)-1] {
+			t.Fatalf("NextToken #%d = %d, not above the previous %d", i, tok, out[len(out)-1])
+		}
+		out = append(out, tok)
+	}
+	return out
+}
+
+// maxStatusToken returns the largest last_token any running node reports.
+func maxStatusToken(c *tokentest.Cluster) int64 {
+	var m int64
+	for i := range c.Len() {
+		if n := c.Node(i); n != nil {
+			m = max(m, n.LocalStatus().LastToken)
+		}
+	}
+	return m
+}
+
+// load runs workers goroutines that call Next through clients (worker w uses
+// clients[w%len]) and record every operation, until stop is closed.
+type load struct {
+	rec     *history.Recorder
+	wg      sync.WaitGroup
+	stop    chan struct{}
+	mu      sync.Mutex
+	okCount int
+}
+
+func startLoad(clients []*tokenservice.Client, workers int) *load {
+	l := &load{rec: history.NewRecorder(), stop: make(chan struct{})}
+	for w := range workers {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			cl := clients[w%len(clients)]
+			res := fmt.Sprintf("res-%d", w%4)
+			for {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				h := l.rec.Begin(w, res)
+				tok, err := cl.NextToken(ctx, res)
+				l.rec.End(h, tok, err)
+				cancel()
+				if err == nil {
+					l.mu.Lock()
+					l.okCount++
+					l.mu.Unlock()
+				}
+			}
+		}()
+	}
+	return l
+}
+
+func (l *load) ok() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.okCount
+}
+
+// waitProgress waits until n more operations have succeeded.
+func (l *load) waitProgress(t testing.TB, n int, what string) {
+	t.Helper()
+	target := l.ok() + n
+	deadline := time.Now().Add(30 * time.Second)
+	for l.ok() < target {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %d more tokens %s", n, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (l *load) finish() []history.Op {
+	close(l.stop)
+	l.wg.Wait()
+	return l.rec.Ops()
+}
+
+// checkHistory checks ops with the real-time check and porcupine, writing
+// the visualization on failure.
+func checkHistory(t testing.TB, ops []history.Op) {
+	t.Helper()
+	if err := history.CheckRealTime(ops); err != nil {
+		t.Error(err)
+	}
+	if _, err := history.CheckAndVisualize(ops, history.VisualizationPath(t.Name())); err != nil {
+		t.Errorf("porcupine: %v", err)
+	}
+}
+
+// isRetryable reports whether err is one of the service's retryable failures.
+func isRetryable(err error) bool {
+	return errors.Is(err, tokenservice.ErrNoQuorum) || errors.Is(err, tokenservice.ErrUnavailable) ||
+		errors.Is(err, tokenservice.ErrNotLeader) || errors.Is(err, context.DeadlineExceeded)
+}

@@ -1,0 +1,170 @@
+package tokenservice_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/tokenservice"
+)
+
+// proc is a `fencegate token serve` process.
+type proc struct {
+	t    testing.TB
+	name string
+	args []string
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	logs bytes.Buffer
+}
+
+func (p *proc) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.logs.Write(b)
+}
+
+// start runs the process and waits until it prints that it serves.
+func (p *proc) start() {
+	p.t.Helper()
+	cmd := exec.Command(testutil.Binary(p.t), p.args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.Stderr = p
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		p.t.Fatalf("start %s: %v", p.name, err)
+	}
+	p.cmd = cmd
+	serving := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "serving") {
+				serving <- sc.Text()
+			}
+		}
+		close(serving)
+	}()
+	select {
+	case line, ok := <-serving:
+		if !ok {
+			p.t.Fatalf("%s exited before serving:\n%s", p.name, p.tail())
+		}
+		p.t.Logf("%s: %s", p.name, line)
+	case <-time.After(30 * time.Second):
+		p.t.Fatalf("%s did not print that it serves within 30s:\n%s", p.name, p.tail())
+	}
+}
+
+// kill sends SIGKILL and reaps the process.
+func (p *proc) kill() {
+	if p.cmd == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	_ = p.cmd.Wait()
+	p.cmd = nil
+}
+
+func (p *proc) tail() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.logs.String()
+	if len(s) > 4000 {
+		s = s[len(s)-4000:]
+	}
+	return s
+}
+
+// startProcCluster starts n fencegate token serve processes of a new cluster.
+func startProcCluster(t *testing.T, n int) ([]*proc, []string) {
+	t.Helper()
+	var peers, urls []string
+	raft, api := make([]string, n), make([]string, n)
+	for i := range n {
+		raft[i], api[i] = testutil.FreeAddr(t), testutil.FreeAddr(t)
+		peers = append(peers, fmt.Sprintf("n%d=%s=http://%s", i+1, raft[i], api[i]))
+		urls = append(urls, "http://"+api[i])
+	}
+	dir := t.TempDir()
+	var procs []*proc
+	for i := range n {
+		p := &proc{t: t, name: fmt.Sprintf("n%d", i+1), args: []string{
+			"token", "serve", "--id", fmt.Sprintf("n%d", i+1), "--data-dir", fmt.Sprintf("%s/n%d", dir, i+1),
+			"--raft-addr", raft[i], "--api-addr", api[i], "--peers", strings.Join(peers, ","),
+			"--heartbeat-timeout", "200ms", "--election-timeout", "200ms", "--leader-lease-timeout", "150ms",
+		}}
+		procs = append(procs, p)
+		t.Cleanup(p.kill)
+	}
+	for _, p := range procs {
+		p.start()
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range procs {
+				t.Logf("--- %s log tail:\n%s", p.name, p.tail())
+			}
+		}
+	})
+	return procs, urls
+}
+
+// Must show 3: all three nodes killed with SIGKILL while clients mint, then
+// restarted from their data dirs: tokens continue above the largest ever
+// returned.
+func TestAllProcessesKilledTokensContinue(t *testing.T) {
+	procs, urls := startProcCluster(t, 3)
+	cl, err := tokenservice.NewClient(urls, tokenservice.WithMaxWait(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+
+	var highest int64
+	for round := 1; round <= 2; round++ {
+		// Mint under load, then kill every process at once mid-load.
+		l := startLoad([]*tokenservice.Client{cl}, 16)
+		l.waitProgress(t, 300, fmt.Sprintf("before kill round %d", round))
+		var wg sync.WaitGroup
+		for _, p := range procs {
+			wg.Add(1)
+			go func() { defer wg.Done(); p.kill() }()
+		}
+		wg.Wait()
+		ops := l.finish()
+		checkHistory(t, ops)
+		for _, op := range ops {
+			if op.Err == nil {
+				highest = max(highest, op.Token)
+			}
+		}
+		t.Logf("round %d: killed all nodes; highest token returned so far %d", round, highest)
+
+		for _, p := range procs {
+			p.start()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		tok, err := cl.NextToken(ctx, "orders/42")
+		cancel()
+		if err != nil {
+			t.Fatalf("NextToken after restart: %v", err)
+		}
+		if tok <= highest {
+			t.Fatalf("after restarting all nodes: token %d <= highest returned before %d", tok, highest)
+		}
+		t.Logf("round %d: first token after restart %d", round, tok)
+		highest = tok
+	}
+}

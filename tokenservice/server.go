@@ -1,0 +1,172 @@
+package tokenservice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/fencegate/fencegate/raftstore"
+)
+
+// maxHops caps how many times a request is forwarded between nodes.
+const maxHops = 2
+
+// hopsHeader counts the forwards a request has been through.
+const hopsHeader = "X-Fencegate-Hops"
+
+// leaderHeader carries, on a successful token answer, the API URL of the
+// leader, so clients can skip the forwarding hop next time.
+const leaderHeader = "X-Fencegate-Leader-Api"
+
+// Server is one node of the token service: a raftstore.Store and the HTTP
+// API in front of it.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	apiURL  string
+	store   *raftstore.Store
+	batcher *raftstore.Batcher
+	ln      net.Listener
+	srv     *http.Server
+	fwd     *http.Client
+
+	closeOnce sync.Once
+	closeErr  error
+	served    chan struct{}
+}
+
+// Start opens the node's store (bootstrapping or resuming), listens on the
+// API address and serves until Close or Kill. ctx bounds the start only.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if cfg.ID == "" || cfg.DataDir == "" || cfg.RaftAddr == "" || cfg.APIAddr == "" {
+		return nil, fmt.Errorf("%w: id, data dir, raft address and api address are all required; set --id, --data-dir, --raft-addr and --api-addr", ErrBadConfig)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default().With("component", "tokenservice")
+	}
+	if cfg.Dial == nil {
+		var d net.Dialer
+		cfg.Dial = d.DialContext
+	}
+	if cfg.ForwardTimeout <= 0 {
+		cfg.ForwardTimeout = 5 * time.Second
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = 4096
+	}
+	apiURL, err := NormalizeURL(cfg.APIAddr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: api address: %v", ErrBadConfig, err)
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, apiURL: apiURL, served: make(chan struct{})}
+	hostPort := apiURL[len("http://"):]
+	if len(apiURL) > 8 && apiURL[:8] == "https://" {
+		return nil, fmt.Errorf("%w: the API serves plain HTTP; give --api-addr as HOST:PORT", ErrBadConfig)
+	}
+	// Listen before opening the store, so a taken port fails before any
+	// state is created.
+	s.ln, err = raftstore.Listen("api", hostPort, "--api-addr")
+	if err != nil {
+		return nil, err
+	}
+	if _, port, _ := net.SplitHostPort(hostPort); port == "0" {
+		s.apiURL = "http://" + s.ln.Addr().String()
+	}
+	s.store, err = raftstore.Open(cfg.storeConfig(s.apiURL))
+	if err != nil {
+		s.ln.Close()
+		return nil, err
+	}
+	s.batcher = raftstore.NewBatcher(s.allocate, raftstore.WithMaxBatch(cfg.MaxBatch))
+	s.fwd = &http.Client{Transport: &http.Transport{
+		DialContext:         cfg.Dial,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     time.Minute,
+		DisableCompression:  true,
+	}}
+	s.srv = &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		defer close(s.served)
+		if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("serve api", "err", err)
+		}
+	}()
+	s.log.Info("serving", "id", cfg.ID, "api", s.apiURL, "raft", s.store.RaftAddr())
+	return s, nil
+}
+
+// ID returns the node's ID.
+func (s *Server) ID() string { return s.cfg.ID }
+
+// APIURL returns the base URL of the node's API ("http://HOST:PORT").
+func (s *Server) APIURL() string { return s.apiURL }
+
+// RaftAddr returns the address the node's Raft transport listens on.
+func (s *Server) RaftAddr() string { return s.store.RaftAddr() }
+
+// Store returns the node's Raft store (for status, snapshots and tests).
+func (s *Server) Store() *raftstore.Store { return s.store }
+
+// LocalStatus returns this node's own view of the cluster.
+func (s *Server) LocalStatus() Status { return statusFrom(s.store.Status()) }
+
+// Close shuts the node down cleanly: the API stops accepting and finishes
+// in-flight requests (up to 5s), a leader hands over leadership, and the
+// store is closed. Close is idempotent.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		errHTTP := s.srv.Shutdown(ctx)
+		if errHTTP != nil {
+			errHTTP = s.srv.Close()
+		}
+		<-s.served
+		s.batcher.Close()
+		s.fwd.CloseIdleConnections()
+		s.closeErr = errors.Join(errHTTP, s.store.Close())
+	})
+	return s.closeErr
+}
+
+// Kill stops the node abruptly, for tests: listeners and connections are
+// closed at once, no leadership transfer, no snapshot, no graceful leave.
+func (s *Server) Kill() {
+	s.closeOnce.Do(func() {
+		s.store.Kill()
+		_ = s.srv.Close()
+		<-s.served
+		s.batcher.Close()
+		s.fwd.CloseIdleConnections()
+	})
+}
+
+// allocate is the batcher's AllocFunc: commit on this node when it leads,
+// otherwise forward the whole batch to the leader.
+func (s *Server) allocate(ctx context.Context, n int) (raftstore.Range, error) {
+	r, err := s.store.Allocate(ctx, n)
+	if errors.Is(err, raftstore.ErrNotLeader) {
+		return s.forwardAlloc(ctx, n, 1)
+	}
+	return r, err
+}
+
+func statusFrom(st raftstore.Status) Status {
+	out := Status{
+		ID: st.ID, LeaderID: st.LeaderID, LeaderAPI: st.LeaderAPI, State: st.State, Term: st.Term,
+		LastIndex: st.LastIndex, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, LastToken: st.LastToken,
+		Members: []Member{},
+	}
+	for _, m := range st.Members {
+		out.Members = append(out.Members, Member(m))
+	}
+	return out
+}
