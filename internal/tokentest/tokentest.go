@@ -99,8 +99,8 @@ func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 		nd := &node{
 			id:       fmt.Sprintf("n%d", i+1),
 			dir:      filepath.Join(c.dir, fmt.Sprintf("n%d", i+1)),
-			raftAddr: testutil.FreeAddr(t),
-			apiAddr:  testutil.FreeAddr(t),
+			raftAddr: StableAddr(t),
+			apiAddr:  StableAddr(t),
 		}
 		c.nodes = append(c.nodes, nd)
 		peers = append(peers, tokenservice.Peer{ID: nd.id, RaftAddr: nd.raftAddr, APIAddr: "http://" + nd.apiAddr})
@@ -393,8 +393,8 @@ func (c *Cluster) AddNode(t testing.TB) int {
 	nd := &node{
 		id:       fmt.Sprintf("n%d", i+1),
 		dir:      filepath.Join(c.dir, fmt.Sprintf("n%d", i+1)),
-		raftAddr: testutil.FreeAddr(t),
-		apiAddr:  testutil.FreeAddr(t),
+		raftAddr: StableAddr(t),
+		apiAddr:  StableAddr(t),
 	}
 	c.nodes = append(c.nodes, nd)
 	for j := range i {
