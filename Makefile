@@ -23,8 +23,9 @@ vet:
 	gofmt -l . | (! grep .) || (echo "gofmt needed on the files above"; exit 1)
 	$(GO) vet ./...
 
-test: services vet ## run every test against real PostgreSQL, Redis and Raft nodes
+test: services vet ## run every test against real PostgreSQL, Redis and Raft nodes, then each fuzz target briefly
 	$(GO) test -race -count=1 -timeout 25m ./...
+	@bash scripts/fuzz.sh 5s
 
 fuzz: ## run each fuzz target for FUZZTIME (default 10s)
 	@bash scripts/fuzz.sh $(or $(FUZZTIME),10s)

@@ -7,6 +7,10 @@ for pkg in $(go list ./...); do
 	dir=$(go list -f '{{.Dir}}' "$pkg")
 	for f in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/^func //' || true); do
 		echo "fuzz $pkg $f for $t"
-		go test -run '^$' -fuzz "^$f\$" -fuzztime "$t" "$pkg"
+		if ! out=$(go test -run '^$' -fuzz "^$f\$" -fuzztime "$t" "$pkg" 2>&1); then
+			echo "$out"
+			exit 1
+		fi
+		echo "$out" | tail -1
 	done
 done
