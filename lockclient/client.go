@@ -175,8 +175,12 @@ func (c *Client) Acquire(ctx context.Context, resource string) (*Lock, error) {
 		}
 		select {
 		case <-ctx.Done():
-			return nil, errors.Join(err, ctx.Err())
 		case <-timer.C:
+		}
+		// Both may be ready at once: a context that ended during the wait
+		// ends Acquire with the last attempt's refusal and the cause.
+		if ctx.Err() != nil {
+			return nil, errors.Join(err, ctx.Err())
 		}
 	}
 }

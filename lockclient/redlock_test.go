@@ -1,7 +1,10 @@
 package lockclient
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -93,5 +96,68 @@ func TestRedlockSlowMasters(t *testing.T) {
 		if v != "" {
 			t.Fatalf("master %d keeps %q after the refused grant", i, v)
 		}
+	}
+}
+
+// TestConcurrentCycles: 64 goroutines each lock and release their own
+// resource repeatedly on five masters, so that requests to one master are
+// pipelined together; every cycle succeeds and nothing stays behind.
+func TestConcurrentCycles(t *testing.T) {
+	tr := startMasters(t, 5)
+	c := tr.client(t, nil, WithRetry(NoRetry()))
+	ctx := ctxT(t)
+	var wg sync.WaitGroup
+	for w := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := fmt.Sprintf("w%d", w)
+			for range 20 {
+				l, err := c.TryAcquire(ctx, res)
+				if err != nil {
+					t.Errorf("TryAcquire(%s): %v", res, err)
+					return
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Errorf("Release(%s): %v", res, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for w := range 64 {
+		for i, v := range tr.values(t, fmt.Sprintf("w%d", w)) {
+			if v != "" {
+				t.Fatalf("w%d left on master %d", w, i)
+			}
+		}
+	}
+}
+
+// TestRefreshWithMastersDown: when a majority of masters cannot be reached
+// (rather than refusing), Refresh fails without declaring the lock lost:
+// it stays held until its validity passes, and then Done closes.
+func TestRefreshWithMastersDown(t *testing.T) {
+	tr := startMasters(t, 5)
+	c := tr.client(t, nil, WithTTL(time.Second), WithNodeTimeout(200*time.Millisecond))
+	l := mustAcquire(t, c, "r")
+	for _, s := range tr.servers[:3] {
+		s.Kill()
+	}
+	err := l.Refresh(ctxT(t))
+	if err == nil || errors.Is(err, ErrLockLost) {
+		t.Fatalf("Refresh with 3 of 5 masters down: %v, want node errors without ErrLockLost", err)
+	}
+	if time.Now().Before(l.ValidUntil()) {
+		select {
+		case <-l.Done():
+			t.Fatalf("Done closed before the validity passed: %v", context.Cause(l.Context()))
+		default:
+		}
+	}
+	waitDone(t, l, "the validity to pass")
+	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrLockLost) {
+		t.Fatalf("cause=%v, want ErrLockLost", cause)
 	}
 }

@@ -57,6 +57,18 @@ func (f *frameReader) body(n int) ([]byte, error) {
 // copyTo consumes the message (body length n) and writes it unchanged,
 // header included, to w.
 func (f *frameReader) copyTo(w *bufio.Writer, n int) error {
+	if 5+n <= f.r.Size() {
+		// Whole message at once: a peer that stops mid-message never gets
+		// a partial frame forwarded.
+		b, err := f.r.Peek(5 + n)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		_, _ = f.r.Discard(5 + n)
+		return err
+	}
+	// Larger messages stream through in buffer-sized pieces.
 	left := 5 + n
 	for left > 0 {
 		chunk := left
@@ -93,10 +105,13 @@ func ioReadFull(r *bufio.Reader, b []byte) (int, error) {
 
 // writeMsg writes a typed message with body to w.
 func writeMsg(w *bufio.Writer, typ byte, body []byte) error {
-	var h [5]byte
-	h[0] = typ
-	binary.BigEndian.PutUint32(h[1:], uint32(len(body)+4))
-	if _, err := w.Write(h[:]); err != nil {
+	// Byte by byte: a header array passed to Write would escape to the heap.
+	n := uint32(len(body) + 4)
+	_ = w.WriteByte(typ)
+	_ = w.WriteByte(byte(n >> 24))
+	_ = w.WriteByte(byte(n >> 16))
+	_ = w.WriteByte(byte(n >> 8))
+	if err := w.WriteByte(byte(n)); err != nil {
 		return err
 	}
 	_, err := w.Write(body)

@@ -51,6 +51,9 @@ func checkFrames(t *testing.T, b []byte) {
 			t.Fatalf("trailing partial header % x", b)
 		}
 		n := int(int32(binary.BigEndian.Uint32(b[1:5])))
+		if n+1 > len(b) && n+1 > bufSize {
+			return // a large message streamed through when the input ended
+		}
 		if n < 4 || n+1 > len(b) {
 			t.Fatalf("frame type %q length %d with %d bytes left", b[0], n, len(b))
 		}

@@ -95,10 +95,10 @@ func (p *Proxy) Start() error {
 	return nil
 }
 
-// Serve starts the proxy and blocks until ctx is done, then shuts down
-// gracefully with no drain limit other than ctx's own (already done) state:
-// sessions get one second to finish. Use Start and Shutdown for control
-// over the drain time. It returns ctx.Err() after a shutdown caused by ctx.
+// Serve starts the proxy, blocks until ctx is done, then shuts down,
+// giving open sessions one second to finish their transaction. It returns
+// ctx.Err() after such a shutdown, or ErrClosed when Close ended it. Use
+// Start and Shutdown to choose the drain time.
 func (p *Proxy) Serve(ctx context.Context) error {
 	if err := p.Start(); err != nil {
 		return err

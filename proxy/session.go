@@ -54,6 +54,7 @@ type session struct {
 
 	closeMu     sync.Mutex
 	closeReason error // first reason the session is closing
+	ready       bool  // past startup, pumps running
 	backendDone chan struct{}
 }
 
@@ -94,20 +95,26 @@ var (
 // kill closes the session's connections at once.
 func (s *session) kill() {
 	s.setClosing(errKilled)
-	s.client.Close()
-	if s.up != nil {
-		s.up.Close()
+	s.closeMu.Lock()
+	client, up := s.client, s.up
+	s.closeMu.Unlock()
+	client.Close()
+	if up != nil {
+		up.Close()
 	}
 }
 
 // drainIfIdle closes the session if no transaction or batch is in flight.
 // The backend pump then tells the client the proxy is shutting down.
 func (s *session) drainIfIdle() {
-	if s.up == nil || s.status.Load() != 'I' || s.sent.Load() != s.answered.Load() {
+	s.closeMu.Lock()
+	up, ready := s.up, s.ready
+	s.closeMu.Unlock()
+	if !ready || s.status.Load() != 'I' || s.sent.Load() != s.answered.Load() {
 		return
 	}
 	if s.setClosing(errDraining) {
-		s.up.Close()
+		up.Close()
 	}
 }
 
@@ -125,7 +132,9 @@ func (s *session) run() {
 	}()
 	_ = s.client.SetDeadline(time.Now().Add(startupTimeout))
 	c, sp, err := s.negotiate()
+	s.closeMu.Lock()
 	s.client = c
+	s.closeMu.Unlock()
 	if err != nil {
 		s.startupFailed(err)
 		return
@@ -175,7 +184,17 @@ func (s *session) run() {
 	_ = s.client.SetDeadline(time.Time{})
 	_ = up.SetDeadline(time.Time{})
 	s.front.init()
+	s.closeMu.Lock()
+	s.ready = true // the pumps run: drainIfIdle may now close the session
+	killed = s.closeReason != nil
+	s.closeMu.Unlock()
+	if killed {
+		return
+	}
 	go s.backendPump()
+	if s.p.draining.Load() {
+		s.drainIfIdle() // shutdown began while this session started
+	}
 	err = s.frontendPump()
 	s.endFrontend(err)
 }

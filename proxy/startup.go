@@ -335,12 +335,12 @@ func (s *session) ensureSchema() {
 	if err == nil && !ok {
 		_, err = s.internalQuery(setReadWriteSQL + ";\n" + SchemaSQL)
 		if err == nil {
-			s.log.Info("installed fencegate schema", "database", s.database)
+			s.log.Info("installed fencegate schema")
 		}
 	}
 	if err != nil {
 		s.log.Warn("fencegate schema not installed; fence calls will fail until it is (run EnsureSchema as a role that may create schemas)",
-			"database", s.database, "user", s.user, "err", err)
+			"err", err)
 		return
 	}
 	s.p.schemaOK.Store(s.database, true)

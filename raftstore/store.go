@@ -1,6 +1,7 @@
 package raftstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -227,7 +228,7 @@ func Open(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
 	s.bolt, err = raftboltdb.New(raftboltdb.Options{
-		Path:        filepath.Join(cfg.DataDir, "raft.db"),
+		Path: filepath.Join(cfg.DataDir, "raft.db"),
 		// The freelist is rebuilt on open instead of written on every
 		// commit (as Consul runs raft-boltdb): less to write per fsync.
 		BoltOptions: &bbolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
@@ -275,23 +276,30 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("check raft state: %w", err)
 	}
-	s.raft, err = raft.NewRaft(rc, s.fsm, logs, s.bolt, snaps, s.trans)
-	if err != nil {
-		return nil, fmt.Errorf("start raft: %w", err)
-	}
-	switch {
-	case !existing && len(cfg.Bootstrap) > 0:
+	// Bootstrap before Raft starts: once it runs, a vote request from a
+	// peer that bootstrapped first would store a term and make this node's
+	// state "existing" halfway through.
+	bootstrapped := false
+	if !existing && len(cfg.Bootstrap) > 0 {
 		var conf raft.Configuration
 		for _, p := range cfg.Bootstrap {
 			conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
 		}
-		if err := s.raft.BootstrapCluster(conf).Error(); err != nil {
+		if err := raft.BootstrapCluster(rc, logs, s.bolt, snaps, s.trans, conf); err != nil {
 			return nil, fmt.Errorf("bootstrap cluster: %w", err)
 		}
 		s.ident = identity{ClusterID: ClusterID(cfg.Bootstrap), NodeID: cfg.ID, Peers: cfg.Bootstrap}
 		if err := writeIdentity(cfg.DataDir, s.ident); err != nil {
 			return nil, err
 		}
+		bootstrapped = true
+	}
+	s.raft, err = raft.NewRaft(rc, s.fsm, logs, s.bolt, snaps, s.trans)
+	if err != nil {
+		return nil, fmt.Errorf("start raft: %w", err)
+	}
+	switch {
+	case bootstrapped:
 		s.log.Info("bootstrapped new cluster", "cluster", s.ident.ClusterID, "voters", len(cfg.Bootstrap))
 	case id == nil:
 		s.ident = identity{NodeID: cfg.ID}
@@ -388,7 +396,21 @@ func (s *Store) Leader() (id, apiAddr string) {
 	if lid == "" {
 		return "", ""
 	}
-	return string(lid), s.fsm.apiAddrs()[string(lid)]
+	return string(lid), s.apiAddr(string(lid))
+}
+
+// apiAddr returns a member's API address from the replicated state, or, until
+// that has it, from the bootstrap voters this node was started with.
+func (s *Store) apiAddr(id string) string {
+	if a := s.fsm.apiAddrs()[id]; a != "" {
+		return a
+	}
+	for _, p := range s.ident.Peers {
+		if p.ID == id {
+			return p.APIAddr
+		}
+	}
+	return ""
 }
 
 // LastToken returns the last token this node has applied.
@@ -460,7 +482,7 @@ func (s *Store) Status() Status {
 	if f := s.raft.GetConfiguration(); f.Error() == nil {
 		for _, srv := range f.Configuration().Servers {
 			st.Members = append(st.Members, Member{
-				ID: string(srv.ID), RaftAddr: string(srv.Address), APIAddr: apis[string(srv.ID)],
+				ID: string(srv.ID), RaftAddr: string(srv.Address), APIAddr: cmp.Or(apis[string(srv.ID)], s.apiAddr(string(srv.ID))),
 				Suffrage: srv.Suffrage.String(), Leader: string(srv.ID) == lid,
 			})
 		}

@@ -39,6 +39,7 @@ func BenchmarkNext(b *testing.B) {
 				next <- struct{}{}
 			}
 			close(next)
+			idx0 := c.Node(c.Leader(b)).LocalStatus().LastIndex
 			b.ResetTimer()
 			for w := range conc {
 				wg.Add(1)
@@ -61,6 +62,8 @@ func BenchmarkNext(b *testing.B) {
 			}
 			wg.Wait()
 			b.StopTimer()
+			entries := c.Node(c.Leader(b)).LocalStatus().LastIndex - idx0
+			b.ReportMetric(float64(b.N)/float64(max(entries, 1)), "tokens/entry")
 			slices.Sort(lats)
 			if len(lats) > 0 {
 				b.ReportMetric(float64(len(lats))/b.Elapsed().Seconds(), "tokens/s")

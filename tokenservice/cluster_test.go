@@ -32,7 +32,7 @@ func TestConcurrentTokensDistinctAndOrdered(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			cl := clients[w%len(clients)]
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			for i := w; i < total; i += workers {
 				h := rec.Begin(w, "r")

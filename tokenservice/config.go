@@ -100,6 +100,10 @@ type Config struct {
 	TrailingLogs      uint64
 	// MaxBatch caps the tokens one log entry allocates. The default is 4096.
 	MaxBatch int
+	// MaxInflight caps the allocations (log entries, or forwarded calls on a
+	// follower) in flight at once; requests arriving meanwhile form the next
+	// batch. The default is 1.
+	MaxInflight int
 	// ForwardTimeout bounds one forwarded request to the leader. The default is 5s.
 	ForwardTimeout time.Duration
 }

@@ -44,7 +44,7 @@ func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
-	rng, err := s.batcher.Next(r.Context(), 1)
+	rng, err := s.next(r.Context(), 1)
 	if err != nil {
 		s.writeError(w, err)
 		return
@@ -67,9 +67,17 @@ func (s *Server) handleAllocate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	hops, _ := strconv.Atoi(r.Header.Get(hopsHeader))
-	rng, err := s.store.Allocate(r.Context(), req.Count)
-	if errors.Is(err, raftstore.ErrNotLeader) && hops < maxHops {
-		rng, err = s.forwardAlloc(r.Context(), req.Count, hops+1)
+	var rng raftstore.Range
+	err := raftstore.ErrNotLeader
+	if s.store.IsLeader() {
+		rng, err = s.leaderBatch.Next(r.Context(), req.Count)
+	}
+	if errors.Is(err, raftstore.ErrNotLeader) {
+		if hops < maxHops {
+			rng, err = s.forwardAlloc(r.Context(), req.Count, hops+1)
+		} else {
+			err = fmt.Errorf("%w: request already forwarded %d times", ErrNotLeader, hops)
+		}
 	}
 	if err != nil {
 		s.writeError(w, err)

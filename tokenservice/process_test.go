@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/internal/tokentest"
 	"github.com/fencegate/fencegate/tokenservice"
 )
 
@@ -93,7 +94,7 @@ func startProcCluster(t *testing.T, n int) ([]*proc, []string) {
 	var peers, urls []string
 	raft, api := make([]string, n), make([]string, n)
 	for i := range n {
-		raft[i], api[i] = testutil.FreeAddr(t), testutil.FreeAddr(t)
+		raft[i], api[i] = tokentest.StableAddr(t), tokentest.StableAddr(t)
 		peers = append(peers, fmt.Sprintf("n%d=%s=http://%s", i+1, raft[i], api[i]))
 		urls = append(urls, "http://"+api[i])
 	}

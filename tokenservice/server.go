@@ -26,14 +26,17 @@ const leaderHeader = "X-Fencegate-Leader-Api"
 // Server is one node of the token service: a raftstore.Store and the HTTP
 // API in front of it.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	apiURL  string
-	store   *raftstore.Store
-	batcher *raftstore.Batcher
-	ln      net.Listener
-	srv     *http.Server
-	fwd     *http.Client
+	cfg    Config
+	log    *slog.Logger
+	apiURL string
+	store  *raftstore.Store
+	// leaderBatch merges this node's and forwarded requests into one log
+	// entry while it leads; fwdBatch merges this node's requests into one
+	// forwarded call while it follows.
+	leaderBatch, fwdBatch *raftstore.Batcher
+	ln                    net.Listener
+	srv                   *http.Server
+	fwd                   *http.Client
 
 	closeOnce sync.Once
 	closeErr  error
@@ -62,6 +65,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = 4096
 	}
+	if cfg.MaxInflight <= 0 {
+		cfg.MaxInflight = 1
+	}
 	apiURL, err := NormalizeURL(cfg.APIAddr)
 	if err != nil {
 		return nil, fmt.Errorf("%w: api address: %v", ErrBadConfig, err)
@@ -85,7 +91,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		s.ln.Close()
 		return nil, err
 	}
-	s.batcher = raftstore.NewBatcher(s.allocate, raftstore.WithMaxBatch(cfg.MaxBatch))
+	s.leaderBatch = raftstore.NewBatcher(s.store.Allocate, raftstore.WithMaxBatch(cfg.MaxBatch), raftstore.WithMaxInflight(cfg.MaxInflight))
+	s.fwdBatch = raftstore.NewBatcher(func(ctx context.Context, n int) (raftstore.Range, error) {
+		return s.forwardAlloc(ctx, n, 1)
+	}, raftstore.WithMaxBatch(cfg.MaxBatch), raftstore.WithMaxInflight(cfg.MaxInflight))
 	s.fwd = &http.Client{Transport: &http.Transport{
 		DialContext:         cfg.Dial,
 		MaxIdleConnsPerHost: 64,
@@ -130,7 +139,8 @@ func (s *Server) Close() error {
 			errHTTP = s.srv.Close()
 		}
 		<-s.served
-		s.batcher.Close()
+		s.leaderBatch.Close()
+		s.fwdBatch.Close()
 		s.fwd.CloseIdleConnections()
 		s.closeErr = errors.Join(errHTTP, s.store.Close())
 	})
@@ -144,19 +154,22 @@ func (s *Server) Kill() {
 		s.store.Kill()
 		_ = s.srv.Close()
 		<-s.served
-		s.batcher.Close()
+		s.leaderBatch.Close()
+		s.fwdBatch.Close()
 		s.fwd.CloseIdleConnections()
 	})
 }
 
-// allocate is the batcher's AllocFunc: commit on this node when it leads,
-// otherwise forward the whole batch to the leader.
-func (s *Server) allocate(ctx context.Context, n int) (raftstore.Range, error) {
-	r, err := s.store.Allocate(ctx, n)
-	if errors.Is(err, raftstore.ErrNotLeader) {
-		return s.forwardAlloc(ctx, n, 1)
+// next returns n tokens: committed here, merged with other requests, when
+// this node leads; otherwise forwarded to the leader, merged likewise.
+func (s *Server) next(ctx context.Context, n int) (raftstore.Range, error) {
+	if s.store.IsLeader() {
+		r, err := s.leaderBatch.Next(ctx, n)
+		if !errors.Is(err, raftstore.ErrNotLeader) {
+			return r, err
+		}
 	}
-	return r, err
+	return s.fwdBatch.Next(ctx, n)
 }
 
 func statusFrom(st raftstore.Status) Status {

@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"syscall"
 )
 
@@ -55,17 +56,44 @@ func usagef(format string, args ...any) error {
 	return usageError{fmt.Errorf(format, args...)}
 }
 
-// parseFlags parses args with fs, whose output goes to stderr, and turns
-// parse failures into usage errors.
+// parseFlags parses args with fs. --help prints every flag to stderr; a
+// mistake becomes a one-line usage error that points at --help.
 func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stderr)
+			printFlags(fs)
 			return err
 		}
-		return usageError{err}
+		return usageError{fmt.Errorf("%w; run 'fencegate %s --help' for the flags", err, strings.TrimPrefix(fs.Name(), "fencegate "))}
 	}
+	fs.SetOutput(stderr)
 	return nil
+}
+
+// printFlags prints the usage line and every flag of fs with its help text.
+// A default is added only when the help text does not state one itself, so
+// that none is printed twice.
+func printFlags(fs *flag.FlagSet) {
+	w := fs.Output()
+	fmt.Fprintf(w, "Usage of fencegate %s:\n", strings.TrimPrefix(fs.Name(), "fencegate "))
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		line := "  -" + f.Name
+		if name != "" {
+			line += " " + name
+		}
+		if !strings.Contains(usage, "(default") && f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+			if name == "string" {
+				usage += fmt.Sprintf(" (default %q)", f.DefValue)
+			} else {
+				usage += fmt.Sprintf(" (default %s)", f.DefValue)
+			}
+		}
+		fmt.Fprintf(w, "%s\n    \t%s\n", line, strings.ReplaceAll(usage, "\n", "\n    \t"))
+	})
 }
 
 func main() {

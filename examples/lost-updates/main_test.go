@@ -27,7 +27,7 @@ func TestShortRun(t *testing.T) {
 	cfg.Workers = 4
 	cfg.TTL = 100 * time.Millisecond
 	cfg.Duration = 2500 * time.Millisecond
-	cfg.ChaosEvery = 200 * time.Millisecond
+	cfg.ChaosEvery = 400 * time.Millisecond
 	cfg.Seed = 5
 	cfg.Postgres = testutil.PostgresAdminDSN()
 	cfg.Proxy = st.ProxyAddr

@@ -93,18 +93,18 @@ func runMode(ctx context.Context, cfg config, fenced bool) (*modeRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	mr.start = time.Now()
-	deadline := mr.start.Add(cfg.Duration)
 	resource := "counter:" + randomHex(4)
 
 	var (
 		mu      sync.Mutex
 		holding = make([]bool, cfg.Workers+1)
 		procs   []*exec.Cmd
+		stdins  []io.WriteCloser
+		ready   = make(chan int, cfg.Workers)
 		wg      sync.WaitGroup
 	)
 	for id := 1; id <= cfg.Workers; id++ {
-		wc := workerConfig{ID: id, N: cfg.N, Deadline: deadline, DB: dsn, Fenced: fenced, Redis: splitList(cfg.Redis),
+		wc := workerConfig{ID: id, N: cfg.N, Duration: cfg.Duration, DB: dsn, Fenced: fenced, Redis: splitList(cfg.Redis),
 			Tokens: splitList(cfg.Tokens), Resource: resource, TTL: cfg.TTL, Prep: cfg.Prep, Work: cfg.Work}
 		raw, _ := json.Marshal(wc)
 		cmd := exec.Command(exe)
@@ -116,10 +116,15 @@ func runMode(ctx context.Context, cfg config, fenced bool) (*modeRun, error) {
 		if err != nil {
 			return nil, err
 		}
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			return nil, err
+		}
 		if err := cmd.Start(); err != nil {
 			return nil, fmt.Errorf("start worker %d: %w", id, err)
 		}
 		procs = append(procs, cmd)
+		stdins = append(stdins, stdin)
 		wg.Add(1)
 		go func(id int) {
 			defer wg.Done()
@@ -127,6 +132,10 @@ func runMode(ctx context.Context, cfg config, fenced bool) (*modeRun, error) {
 			for sc.Scan() {
 				var r record
 				if json.Unmarshal(sc.Bytes(), &r) != nil {
+					continue
+				}
+				if r.Ev == "ready" {
+					ready <- id
 					continue
 				}
 				mu.Lock()
@@ -152,9 +161,32 @@ func runMode(ctx context.Context, cfg config, fenced bool) (*modeRun, error) {
 			_ = p.Process.Kill()
 		}
 	}
+	// Start every worker at once, when all are connected.
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	for n := 0; n < cfg.Workers; n++ {
+		select {
+		case <-ready:
+		case <-finished:
+			return nil, fmt.Errorf("workers exited before starting: %s", strings.Join(mr.failed, "; "))
+		case <-ctx.Done():
+			killAll()
+			<-finished
+			return nil, ctx.Err()
+		case <-time.After(60 * time.Second):
+			killAll()
+			<-finished
+			return nil, fmt.Errorf("workers not ready within 60s")
+		}
+	}
+	mr.start = time.Now()
+	deadline := mr.start.Add(cfg.Duration)
+	for _, in := range stdins {
+		_, _ = io.WriteString(in, "start\n")
+	}
 
 	// The chaos loop: freeze a worker that holds the lock (any worker when
-	// none does) for cfg.Pause, then let it go.
+	// none does within 100ms) for cfg.Pause, then let it go.
 	chaosDone := make(chan struct{})
 	stopChaos := make(chan struct{})
 	go func() {
@@ -176,14 +208,20 @@ func runMode(ctx context.Context, cfg config, fenced bool) (*modeRun, error) {
 			if time.Now().Add(cfg.Pause).After(deadline) {
 				return
 			}
-			mu.Lock()
+			// Aim at a holder: wait up to 100ms for one to show up.
 			var holders []int
-			for id := 1; id <= cfg.Workers; id++ {
-				if holding[id] {
-					holders = append(holders, id)
+			for tries := 0; tries < 100 && len(holders) == 0; tries++ {
+				mu.Lock()
+				for id := 1; id <= cfg.Workers; id++ {
+					if holding[id] {
+						holders = append(holders, id)
+					}
+				}
+				mu.Unlock()
+				if len(holders) == 0 {
+					time.Sleep(time.Millisecond)
 				}
 			}
-			mu.Unlock()
 			victim := 1 + rng.IntN(cfg.Workers)
 			if len(holders) > 0 {
 				victim = holders[rng.IntN(len(holders))]
@@ -204,8 +242,6 @@ func runMode(ctx context.Context, cfg config, fenced bool) (*modeRun, error) {
 		}
 	}()
 
-	finished := make(chan struct{})
-	go func() { wg.Wait(); close(finished) }()
 	select {
 	case <-finished:
 	case <-ctx.Done():

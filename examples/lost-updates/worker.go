@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,7 +19,7 @@ import (
 type workerConfig struct {
 	ID       int           `json:"id"`
 	N        int           `json:"n"`        // increments to make
-	Deadline time.Time     `json:"deadline"` // stop trying after this
+	Duration time.Duration `json:"duration"` // how long to run once started
 	DB       string        `json:"db"`       // PostgreSQL, or the proxy
 	Fenced   bool          `json:"fenced"`   // fence each transaction with the token
 	Redis    []string      `json:"redis"`
@@ -47,7 +48,10 @@ type record struct {
 // take the lock (and its fencing token), prepare a little, then in one
 // transaction read the counter, work a little, write counter+1; release. It is a read-modify-write that is only correct
 // if no one else writes between the read and the write.
-func runWorker(ctx context.Context, cfg workerConfig, out io.Writer) error {
+//
+// It reports "ready" once connected, and starts when a line arrives on in, so
+// that slow process starts do not eat into the run.
+func runWorker(ctx context.Context, cfg workerConfig, in io.Reader, out io.Writer) error {
 	enc := json.NewEncoder(out)
 	emit := func(r record) { r.At = time.Now().UnixNano(); _ = enc.Encode(r) }
 
@@ -61,14 +65,19 @@ func runWorker(ctx context.Context, cfg workerConfig, out io.Writer) error {
 		return err
 	}
 	defer locks.Close()
+	emit(record{Ev: "ready"})
+	if _, err := bufio.NewReader(in).ReadString('\n'); err != nil {
+		return fmt.Errorf("wait for start: %w", err)
+	}
+	deadline := time.Now().Add(cfg.Duration)
 
 	done, attempt := 0, 0
-	for done < cfg.N && time.Now().Before(cfg.Deadline) {
-		actx, cancel := context.WithDeadline(ctx, cfg.Deadline)
+	for done < cfg.N && time.Now().Before(deadline) {
+		actx, cancel := context.WithDeadline(ctx, deadline)
 		lock, err := locks.Acquire(actx, cfg.Resource)
 		cancel()
 		if err != nil {
-			if time.Now().After(cfg.Deadline) || ctx.Err() != nil {
+			if time.Now().After(deadline) || ctx.Err() != nil {
 				break
 			}
 			return fmt.Errorf("acquire: %w", err)
@@ -127,7 +136,7 @@ func workerMain() bool {
 		fmt.Fprintf(os.Stderr, "lost-updates worker: bad %s: %v\n", workerEnv, err)
 		os.Exit(2)
 	}
-	if err := runWorker(context.Background(), cfg, os.Stdout); err != nil {
+	if err := runWorker(context.Background(), cfg, os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintf(os.Stderr, "lost-updates worker %d: %v\n", cfg.ID, err)
 		os.Exit(1)
 	}

@@ -53,6 +53,7 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // Cluster is a set of in-process token service nodes.
 type Cluster struct {
 	t    testing.TB
+	dir  string
 	opts options
 	log  *slog.Logger
 
@@ -78,7 +79,9 @@ type node struct {
 // leader, and stops them all when the test ends.
 func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t, links: map[[2]int]*netfault.Relay{}, apiLinks: map[[2]int]*netfault.Relay{}}
+	// The temp dir first: its removal then runs after the nodes are stopped
+	// (cleanups run last-registered first).
+	c := &Cluster{t: t, dir: t.TempDir(), links: map[[2]int]*netfault.Relay{}, apiLinks: map[[2]int]*netfault.Relay{}}
 	for _, o := range opts {
 		o(&c.opts)
 	}
@@ -95,9 +98,9 @@ func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	for i := range n {
 		nd := &node{
 			id:       fmt.Sprintf("n%d", i+1),
-			dir:      filepath.Join(t.TempDir(), fmt.Sprintf("n%d", i+1)),
-			raftAddr: testutil.FreeAddr(t),
-			apiAddr:  testutil.FreeAddr(t),
+			dir:      filepath.Join(c.dir, fmt.Sprintf("n%d", i+1)),
+			raftAddr: StableAddr(t),
+			apiAddr:  StableAddr(t),
 		}
 		c.nodes = append(c.nodes, nd)
 		peers = append(peers, tokenservice.Peer{ID: nd.id, RaftAddr: nd.raftAddr, APIAddr: "http://" + nd.apiAddr})
@@ -389,9 +392,9 @@ func (c *Cluster) AddNode(t testing.TB) int {
 	i := len(c.nodes)
 	nd := &node{
 		id:       fmt.Sprintf("n%d", i+1),
-		dir:      filepath.Join(t.TempDir(), fmt.Sprintf("n%d", i+1)),
-		raftAddr: testutil.FreeAddr(t),
-		apiAddr:  testutil.FreeAddr(t),
+		dir:      filepath.Join(c.dir, fmt.Sprintf("n%d", i+1)),
+		raftAddr: StableAddr(t),
+		apiAddr:  StableAddr(t),
 	}
 	c.nodes = append(c.nodes, nd)
 	for j := range i {
