@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -31,9 +32,16 @@ type Client struct {
 	backoffBase    time.Duration
 	backoffMax     time.Duration
 	followLeader   bool
+	coalesce       bool
 
 	mu        sync.Mutex
 	preferred int
+
+	// Coalescing state, per node URL: callers waiting to be sent, and
+	// whether a sender is running (at most one request in flight per node).
+	cmu     sync.Mutex
+	queued  map[string][]*pendingToken
+	sending map[string]bool
 }
 
 // ClientOption configures a Client.
@@ -65,6 +73,14 @@ func WithBackoff(base, max time.Duration) ClientOption {
 // given nodes, which tests use to spread load over followers.
 func WithFollowLeader(on bool) ClientOption { return func(c *Client) { c.followLeader = on } }
 
+// WithCoalescing makes concurrent Next/NextToken calls on this client that
+// arrive while a token request to a node is in flight wait and go out
+// together as one batch request ({"resources":[...]}) once it returns; a
+// lone call still uses the single form. A call only joins a request not yet
+// sent, so its token is still minted after the call started. The default is
+// true; false sends one HTTP request per call.
+func WithCoalescing(on bool) ClientOption { return func(c *Client) { c.coalesce = on } }
+
 // WithLogger sets the client's logger. The default is
 // slog.Default().With("component", "tokenservice-client").
 func WithLogger(l *slog.Logger) ClientOption { return func(c *Client) { c.log = l } }
@@ -78,6 +94,9 @@ func NewClient(servers []string, opts ...ClientOption) (*Client, error) {
 		backoffBase:    20 * time.Millisecond,
 		backoffMax:     time.Second,
 		followLeader:   true,
+		coalesce:       true,
+		queued:         map[string][]*pendingToken{},
+		sending:        map[string]bool{},
 	}
 	for _, s := range servers {
 		u, err := NormalizeURL(s)
@@ -141,13 +160,149 @@ func (c *Client) Next(ctx context.Context, resource string) (Token, error) {
 	if err := validateResource(resource); err != nil {
 		return Token{}, err
 	}
+	what := fmt.Sprintf("next token for %q", resource)
+	if c.coalesce {
+		var tok Token
+		err := c.retry(ctx, what, func(ctx context.Context, srv string) (string, error) {
+			t, leader, err := c.tryCoalesced(ctx, srv, resource)
+			tok = t
+			return leader, err
+		})
+		return tok, err
+	}
 	body, _ := json.Marshal(tokenRequest{Resource: resource})
 	var resp tokenResponse
-	err := c.do(ctx, http.MethodPost, "/v1/tokens", body, &resp, fmt.Sprintf("next token for %q", resource))
+	err := c.do(ctx, http.MethodPost, "/v1/tokens", body, &resp, what)
 	if err != nil {
 		return Token{}, err
 	}
 	return Token{Resource: resp.Resource, Value: resp.Token, Term: resp.Term, Index: resp.Index, Leader: resp.Leader}, nil
+}
+
+// Limits of one coalesced request: resources named and body bytes (the
+// server reads at most 64 KiB and takes at most MaxBatchResources).
+const (
+	coalesceMaxResources = 1024
+	coalesceMaxBytes     = 48 << 10
+)
+
+// pendingToken is one caller waiting in a node's coalescing queue.
+type pendingToken struct {
+	ctx      context.Context
+	resource string
+	res      chan pendingResult // buffered 1
+	gone     atomic.Bool        // the caller stopped waiting
+}
+
+type pendingResult struct {
+	tok    Token
+	leader string
+	err    error
+}
+
+// tryCoalesced is one attempt of one caller against srv: it queues the
+// caller and waits for the request that carries it. The caller is only ever
+// put into a request that is sent after it was queued.
+func (c *Client) tryCoalesced(ctx context.Context, srv, resource string) (Token, string, error) {
+	p := &pendingToken{ctx: ctx, resource: resource, res: make(chan pendingResult, 1)}
+	c.cmu.Lock()
+	c.queued[srv] = append(c.queued[srv], p)
+	start := !c.sending[srv]
+	c.sending[srv] = true
+	c.cmu.Unlock()
+	if start {
+		go c.sendQueued(srv)
+	}
+	// The attempt, queueing included, is bounded like any other.
+	timer := time.NewTimer(c.attemptTimeout)
+	defer timer.Stop()
+	select {
+	case r := <-p.res:
+		return r.tok, r.leader, r.err
+	case <-ctx.Done():
+		// A request that carries p may still mint a token; nobody sees it.
+		p.gone.Store(true)
+		return Token{}, "", fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	case <-timer.C:
+		p.gone.Store(true)
+		return Token{}, "", fmt.Errorf("%w: no answer from %s within the attempt timeout %v", ErrUnavailable, srv, c.attemptTimeout)
+	}
+}
+
+// sendQueued sends srv's queue, one request at a time, until it is empty.
+func (c *Client) sendQueued(srv string) {
+	for {
+		c.cmu.Lock()
+		q := c.queued[srv]
+		var batch []*pendingToken
+		size := 0
+		i := 0
+		for ; i < len(q) && len(batch) < coalesceMaxResources; i++ {
+			p := q[i]
+			if p.gone.Load() || p.ctx.Err() != nil {
+				continue // its caller has given up
+			}
+			if len(batch) > 0 && size+len(p.resource)+8 > coalesceMaxBytes {
+				break
+			}
+			size += len(p.resource) + 8
+			batch = append(batch, p)
+		}
+		if i == len(q) {
+			delete(c.queued, srv)
+		} else {
+			c.queued[srv] = q[i:]
+		}
+		if len(batch) == 0 && i == len(q) {
+			delete(c.sending, srv)
+			c.cmu.Unlock()
+			return
+		}
+		c.cmu.Unlock()
+		if len(batch) > 0 {
+			c.sendBatch(srv, batch)
+		}
+	}
+}
+
+// sendBatch sends one request for batch to srv and hands each caller its
+// token or the attempt's error.
+func (c *Client) sendBatch(srv string, batch []*pendingToken) {
+	// The request outlives any single caller; it is bounded by the attempt
+	// timeout, and callers whose context ends stop waiting for it.
+	ctx := context.Background()
+	if len(batch) == 1 {
+		p := batch[0]
+		body, _ := json.Marshal(tokenRequest{Resource: p.resource})
+		var resp tokenResponse
+		leader, err := c.try(ctx, srv, http.MethodPost, "/v1/tokens", body, &resp)
+		p.res <- pendingResult{
+			tok:    Token{Resource: resp.Resource, Value: resp.Token, Term: resp.Term, Index: resp.Index, Leader: resp.Leader},
+			leader: leader, err: err,
+		}
+		return
+	}
+	req := tokenRequest{Resources: make([]string, len(batch))}
+	for i, p := range batch {
+		req.Resources[i] = p.resource
+	}
+	body, _ := json.Marshal(req)
+	var resp batchResponse
+	leader, err := c.try(ctx, srv, http.MethodPost, "/v1/tokens", body, &resp)
+	if err == nil && len(resp.Tokens) != len(batch) {
+		err = fmt.Errorf("%w: asked for %d tokens, got %d", ErrInternal, len(batch), len(resp.Tokens))
+	}
+	for i, p := range batch {
+		if err != nil {
+			p.res <- pendingResult{err: err}
+			continue
+		}
+		t := resp.Tokens[i]
+		p.res <- pendingResult{
+			tok:    Token{Resource: t.Resource, Value: t.Token, Term: resp.Term, Index: resp.Index, Leader: resp.Leader},
+			leader: leader,
+		}
+	}
 }
 
 // Status returns the cluster status as seen by the first node that answers.
@@ -170,6 +325,15 @@ func (c *Client) Remove(ctx context.Context, id string) error {
 
 // do sends the request, failing over and retrying, and decodes a 200 answer into out.
 func (c *Client) do(ctx context.Context, method, path string, body []byte, out any, what string) error {
+	return c.retry(ctx, what, func(ctx context.Context, srv string) (string, error) {
+		return c.try(ctx, srv, method, path, body, out)
+	})
+}
+
+// retry runs attempt against the preferred node, failing over and retrying
+// retryable failures with backoff until ctx ends; attempt returns the
+// leader API URL the node named, if any.
+func (c *Client) retry(ctx context.Context, what string, attempt func(ctx context.Context, srv string) (string, error)) error {
 	if _, ok := ctx.Deadline(); !ok && c.maxWait > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.maxWait)
@@ -177,9 +341,9 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 	}
 	last := map[string]error{}
 	var order []string
-	for attempt := 0; ; attempt++ {
+	for n := 0; ; n++ {
 		srv := c.pick()
-		leader, err := c.try(ctx, srv, method, path, body, out)
+		leader, err := attempt(ctx, srv)
 		if err == nil {
 			if c.followLeader && leader != "" {
 				if u, err := NormalizeURL(leader); err == nil {
@@ -205,8 +369,8 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 			continue
 		}
 		c.rotate(srv)
-		if n := c.numServers(); (attempt+1)%n == 0 {
-			round := (attempt + 1) / n
+		if k := c.numServers(); (n+1)%k == 0 {
+			round := (n + 1) / k
 			if !c.sleep(ctx, round) {
 				break
 			}

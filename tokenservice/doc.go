@@ -17,6 +17,11 @@
 // Every node serves the same API on its --api-addr:
 //
 //	POST   /v1/tokens         {"resource":"R"} → {"resource":"R","token":123,"term":2,"index":57,"leader":"n1"}
+//	POST   /v1/tokens         batch form, up to MaxBatchResources (4096) names:
+//	                          {"resources":["a","b"]} → {"tokens":[{"resource":"a","token":124},
+//	                          {"resource":"b","token":125}],"term":2,"index":58,"leader":"n1"}
+//	                          (consecutive tokens from one entry, in request order; one bad
+//	                          name refuses the whole request with 400)
 //	GET    /v1/status         this node's view: id, leader_id, leader_api, state, term,
 //	                          last_index, commit_index, applied_index, last_token, members
 //	POST   /v1/members        {"id":"n4","raft_addr":"HOST:PORT","api_addr":"http://HOST:PORT"} (idempotent)
@@ -43,7 +48,11 @@
 // Client takes the addresses of all nodes, sends each call to the node that
 // last answered, follows the leader a node names, fails over to the others,
 // and retries retryable errors with exponential backoff and full jitter until
-// its context ends. Errors name what each node answered and satisfy
+// its context ends. Concurrent calls on one Client are coalesced: calls
+// that arrive while a token request to a node is in flight go out together
+// as one batch request when it returns (WithCoalescing(false) turns this
+// off). A call only joins a request not yet sent, so the guarantee above
+// holds per call. Errors name what each node answered and satisfy
 // errors.Is with the sentinels below and with context.Canceled or
 // context.DeadlineExceeded when the context ended.
 package tokenservice

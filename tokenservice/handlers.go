@@ -20,6 +20,10 @@ const maxBody = 64 << 10
 // maxResource caps resource names.
 const maxResource = 1024
 
+// MaxBatchResources caps how many resources one batch-form token request
+// ({"resources":[...]}) may name.
+const MaxBatchResources = 4096
+
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/tokens", s.handleToken)
@@ -40,6 +44,10 @@ func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
+	if req.Resources != nil {
+		s.handleTokenBatch(w, r, req)
+		return
+	}
 	if err := validateResource(req.Resource); err != nil {
 		s.writeError(w, err)
 		return
@@ -53,6 +61,45 @@ func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(leaderHeader, api)
 	}
 	writeJSON(w, http.StatusOK, tokenResponse{Resource: req.Resource, Token: rng.First, Term: rng.Term, Index: rng.Index, Leader: rng.Leader})
+}
+
+// handleTokenBatch serves the batch form {"resources":[...]}: one allocation
+// of len(resources) consecutive tokens, handed out in request order.
+func (s *Server) handleTokenBatch(w http.ResponseWriter, r *http.Request, req tokenRequest) {
+	switch {
+	case req.Resource != "":
+		s.writeError(w, fmt.Errorf("%w: give either \"resource\" or \"resources\", not both", ErrBadRequest))
+		return
+	case len(req.Resources) == 0:
+		s.writeError(w, fmt.Errorf("%w: \"resources\" is empty; name at least one resource", ErrBadRequest))
+		return
+	case len(req.Resources) > MaxBatchResources:
+		s.writeError(w, fmt.Errorf("%w: \"resources\" names %d resources; at most %d per request", ErrBadRequest, len(req.Resources), MaxBatchResources))
+		return
+	}
+	for i, res := range req.Resources {
+		if err := validateResource(res); err != nil {
+			s.writeError(w, fmt.Errorf("resources[%d]: %w", i, err))
+			return
+		}
+	}
+	rng, err := s.next(r.Context(), len(req.Resources))
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	if rng.Count < len(req.Resources) {
+		s.writeError(w, fmt.Errorf("allocated %d tokens for %d resources", rng.Count, len(req.Resources)))
+		return
+	}
+	if _, api := s.store.Leader(); api != "" {
+		w.Header().Set(leaderHeader, api)
+	}
+	out := batchResponse{Tokens: make([]batchToken, len(req.Resources)), Term: rng.Term, Index: rng.Index, Leader: rng.Leader}
+	for i, res := range req.Resources {
+		out.Tokens[i] = batchToken{Resource: res, Token: rng.First + int64(i)}
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // handleAllocate serves a batch forwarded by another node.

@@ -39,8 +39,23 @@ type Status struct {
 
 // Wire forms of requests and responses.
 type (
+	// tokenRequest is either the single form {"resource":"R"} or the batch
+	// form {"resources":["a","b"]} a coalescing Client sends.
 	tokenRequest struct {
+		Resource  string   `json:"resource,omitempty"`
+		Resources []string `json:"resources,omitempty"`
+	}
+	// batchResponse answers the batch form: one token per resource, in
+	// request order, consecutive from one committed entry.
+	batchResponse struct {
+		Tokens []batchToken `json:"tokens"`
+		Term   uint64       `json:"term"`
+		Index  uint64       `json:"index"`
+		Leader string       `json:"leader"`
+	}
+	batchToken struct {
 		Resource string `json:"resource"`
+		Token    int64  `json:"token"`
 	}
 	tokenResponse struct {
 		Resource string `json:"resource"`

@@ -1,0 +1,198 @@
+package tokenservice_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/internal/history"
+	"github.com/fencegate/fencegate/internal/tokentest"
+	"github.com/fencegate/fencegate/tokenservice"
+)
+
+// countingTransport counts the token requests sent through it.
+type countingTransport struct{ n atomic.Int64 }
+
+func (ct *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Path == "/v1/tokens" {
+		ct.n.Add(1)
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// runCallers makes total NextToken calls from workers goroutines over
+// clients (worker w uses clients[w%len]) and returns the recorded history.
+func runCallers(t *testing.T, clients []*tokenservice.Client, total, workers int) []history.Op {
+	t.Helper()
+	rec := history.NewRecorder()
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl := clients[w%len(clients)]
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			res := fmt.Sprintf("res-%d", w%3)
+			for i := w; i < total; i += workers {
+				h := rec.Begin(w, res)
+				tok, err := cl.NextToken(ctx, res)
+				rec.End(h, tok, err)
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("NextToken: %v", err)
+	}
+	ops := rec.Ops()
+	if got := len(history.Succeeded(ops)); got != total {
+		t.Fatalf("got %d tokens, want %d", got, total)
+	}
+	return ops
+}
+
+// Concurrent calls on one client share HTTP requests, and still get distinct
+// tokens in real-time order, both through the leader and through a follower
+// that forwards.
+func TestCoalescingDistinctOrderedFewerRequests(t *testing.T) {
+	c := tokentest.StartCluster(t, 3)
+	leader := c.Leader(t)
+	follower := (leader + 1) % 3
+	var viaAll, viaFollower countingTransport
+	clAll := c.Client(t, tokenservice.WithHTTPClient(&http.Client{Transport: &viaAll}))
+	clFollower := c.ClientFor(t, []string{c.APIURL(follower)}, tokenservice.WithFollowLeader(false),
+		tokenservice.WithHTTPClient(&http.Client{Transport: &viaFollower}))
+	const total, workers = 4000, 64
+	ops := runCallers(t, []*tokenservice.Client{clAll, clFollower}, total, workers)
+	checkHistory(t, ops)
+	nAll, nFollower := viaAll.n.Load(), viaFollower.n.Load()
+	t.Logf("%d calls in %d HTTP requests (%d via all nodes, %d via follower %s)", total, nAll+nFollower, nAll, nFollower, c.ID(follower))
+	if nAll >= total/2 || nFollower >= total/2 {
+		t.Fatalf("HTTP requests: %d and %d for %d calls each; want fewer than calls", nAll, nFollower, total/2)
+	}
+}
+
+// With coalescing off, every call is its own HTTP request.
+func TestCoalescingOff(t *testing.T) {
+	c := tokentest.StartCluster(t, 3)
+	var ct countingTransport
+	cl := c.Client(t, tokenservice.WithCoalescing(false), tokenservice.WithHTTPClient(&http.Client{Transport: &ct}))
+	const total = 400
+	ops := runCallers(t, []*tokenservice.Client{cl}, total, 16)
+	checkHistory(t, ops)
+	if n := ct.n.Load(); n < total {
+		t.Fatalf("%d HTTP requests for %d calls with coalescing off", n, total)
+	}
+}
+
+// A caller whose context has ended gets the context's error.
+func TestCoalescingCanceledCaller(t *testing.T) {
+	c := tokentest.StartCluster(t, 3)
+	cl := c.Client(t)
+	mint(t, cl, 3)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := cl.Next(ctx, "r"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Next with a canceled context = %v, want context.Canceled", err)
+	}
+	mint(t, cl, 3)
+}
+
+type batchAnswer struct {
+	Tokens []struct {
+		Resource string `json:"resource"`
+		Token    int64  `json:"token"`
+	} `json:"tokens"`
+	Term   uint64 `json:"term"`
+	Index  uint64 `json:"index"`
+	Leader string `json:"leader"`
+	Error  string `json:"error"`
+	Code   string `json:"code"`
+}
+
+func postTokens(t *testing.T, url, body string) (int, batchAnswer) {
+	t.Helper()
+	resp, err := http.Post(url+"/v1/tokens", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var a batchAnswer
+	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
+		t.Fatalf("POST %.80s: decode answer: %v", body, err)
+	}
+	return resp.StatusCode, a
+}
+
+// The batch form over raw HTTP, on every node: bad batches are refused as a
+// whole with 400 and mint nothing; good ones get consecutive tokens in
+// request order, above every earlier token.
+func TestHTTPBatchForm(t *testing.T) {
+	c := tokentest.StartCluster(t, 3)
+	c.Leader(t)
+	tooMany := `{"resources":["a"` + strings.Repeat(`,"a"`, tokenservice.MaxBatchResources) + `]}`
+	for i, u := range c.APIURLs() {
+		for _, body := range []string{`{"resources":["a",""]}`, `{"resources":["  ","b"]}`, `{"resources":[]}`,
+			`{"resource":"a","resources":["b"]}`, tooMany} {
+			status, a := postTokens(t, u, body)
+			if status != http.StatusBadRequest || a.Code != "bad_request" || a.Error == "" {
+				t.Errorf("node %d: POST %.80s = %d %+v; want 400 bad_request", i, body, status, a)
+			}
+		}
+	}
+	status, a := postTokens(t, c.APIURL(0), tooMany)
+	if status != http.StatusBadRequest || !strings.Contains(a.Error, fmt.Sprint(tokenservice.MaxBatchResources)) {
+		t.Errorf("too many resources: %d %q; want 400 naming the limit %d", status, a.Error, tokenservice.MaxBatchResources)
+	}
+	if got := maxStatusToken(c); got != 0 {
+		t.Fatalf("bad batches minted tokens: last token %d", got)
+	}
+	var last int64
+	for round := range 2 {
+		for i, u := range c.APIURLs() {
+			status, a := postTokens(t, u, `{"resources":["x","y","x"]}`)
+			if status != http.StatusOK || len(a.Tokens) != 3 || a.Term == 0 || a.Index == 0 || a.Leader == "" {
+				t.Fatalf("round %d node %d: %d %+v; want 200 with 3 tokens", round, i, status, a)
+			}
+			for k, want := range []string{"x", "y", "x"} {
+				tk := a.Tokens[k]
+				if tk.Resource != want || tk.Token <= last || (k > 0 && tk.Token != a.Tokens[k-1].Token+1) {
+					t.Fatalf("round %d node %d: tokens %+v (previous %d); want %v consecutive above it", round, i, a.Tokens, last, []string{"x", "y", "x"})
+				}
+				last = tk.Token
+			}
+		}
+	}
+	// The single form is unchanged.
+	resp, err := http.Post(c.APIURL(1)+"/v1/tokens", "application/json", strings.NewReader(`{"resource":"orders/42"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var one map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&one); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("single form: %d %v", resp.StatusCode, err)
+	}
+	for _, k := range []string{"resource", "token", "term", "index", "leader"} {
+		if _, ok := one[k]; !ok || len(one) != 5 {
+			t.Fatalf("single form answer %v; want exactly resource, token, term, index, leader", one)
+		}
+	}
+	if one["resource"] != "orders/42" || int64(one["token"].(float64)) <= last {
+		t.Fatalf("single form answer %v; want orders/42 above %d", one, last)
+	}
+}
