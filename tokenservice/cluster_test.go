@@ -3,7 +3,6 @@ package tokenservice_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,36 +23,7 @@ func TestConcurrentTokensDistinctAndOrdered(t *testing.T) {
 		clients = append(clients, c.ClientFor(t, []string{u}, tokenservice.WithFollowLeader(false)))
 	}
 	const total, workers = 10000, 64
-	rec := history.NewRecorder()
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cl := clients[w%len(clients)]
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			defer cancel()
-			for i := w; i < total; i += workers {
-				h := rec.Begin(w, "r")
-				tok, err := cl.NextToken(ctx, "r")
-				rec.End(h, tok, err)
-				if err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatalf("NextToken: %v", err)
-	}
-	ops := rec.Ops()
-	if got := len(history.Succeeded(ops)); got != total {
-		t.Fatalf("got %d tokens, want %d", got, total)
-	}
+	ops := runCallers(t, clients, total, workers)
 	checkHistory(t, ops)
 	st := c.Node(c.Leader(t)).LocalStatus()
 	t.Logf("%d tokens in %d log entries (last token %d, last index %d)", total, st.LastIndex, st.LastToken, st.LastIndex)

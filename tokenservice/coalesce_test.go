@@ -7,12 +7,9 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/fencegate/fencegate/internal/history"
 	"github.com/fencegate/fencegate/internal/tokentest"
 	"github.com/fencegate/fencegate/tokenservice"
 )
@@ -25,44 +22,6 @@ func (ct *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) 
 		ct.n.Add(1)
 	}
 	return http.DefaultTransport.RoundTrip(r)
-}
-
-// runCallers makes total NextToken calls from workers goroutines over
-// clients (worker w uses clients[w%len]) and returns the recorded history.
-func runCallers(t *testing.T, clients []*tokenservice.Client, total, workers int) []history.Op {
-	t.Helper()
-	rec := history.NewRecorder()
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cl := clients[w%len(clients)]
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			res := fmt.Sprintf("res-%d", w%3)
-			for i := w; i < total; i += workers {
-				h := rec.Begin(w, res)
-				tok, err := cl.NextToken(ctx, res)
-				rec.End(h, tok, err)
-				if err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatalf("NextToken: %v", err)
-	}
-	ops := rec.Ops()
-	if got := len(history.Succeeded(ops)); got != total {
-		t.Fatalf("got %d tokens, want %d", got, total)
-	}
-	return ops
 }
 
 // Concurrent calls on one client share HTTP requests, and still get distinct

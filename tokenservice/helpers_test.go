@@ -125,3 +125,41 @@ func isRetryable(err error) bool {
 	return errors.Is(err, tokenservice.ErrNoQuorum) || errors.Is(err, tokenservice.ErrUnavailable) ||
 		errors.Is(err, tokenservice.ErrNotLeader) || errors.Is(err, context.DeadlineExceeded)
 }
+
+// runCallers makes total NextToken calls from workers goroutines over
+// clients (worker w uses clients[w%len]) and returns the recorded history.
+func runCallers(t *testing.T, clients []*tokenservice.Client, total, workers int) []history.Op {
+	t.Helper()
+	rec := history.NewRecorder()
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl := clients[w%len(clients)]
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			res := fmt.Sprintf("res-%d", w%3)
+			for i := w; i < total; i += workers {
+				h := rec.Begin(w, res)
+				tok, err := cl.NextToken(ctx, res)
+				rec.End(h, tok, err)
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("NextToken: %v", err)
+	}
+	ops := rec.Ops()
+	if got := len(history.Succeeded(ops)); got != total {
+		t.Fatalf("got %d tokens, want %d", got, total)
+	}
+	return ops
+}
