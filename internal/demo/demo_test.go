@@ -3,9 +3,12 @@ package demo
 import (
 	"context"
 	"encoding/xml"
+	"errors"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,4 +112,34 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(p))
 	return len(p), nil
+}
+
+// A client that hangs must explain itself: the error carries its goroutine
+// stacks, so that a stuck run in CI says where it was stuck.
+func TestStuckClientExplains(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() { // accept and never answer: the client's connect hangs
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	p, err := startClient(testutil.Binary(t), &ClientConfig{Name: "client 9", Redis: []string{"127.0.0.1:1"},
+		Tokens: []string{"http://127.0.0.1:1"}, DB: "postgres://x@" + ln.Addr().String() + "/x?sslmode=disable",
+		Resource: "r", OrderID: 1, TTL: time.Second, Wait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.kill()
+	_, err = p.next(context.Background(), 2*time.Second, evAcquired)
+	if !errors.Is(err, ErrClient) || !strings.Contains(err.Error(), "goroutine") || !strings.Contains(err.Error(), "RunClient") {
+		t.Fatalf("error of a stuck client = %v; want ErrClient with its goroutine stacks", err)
+	}
 }

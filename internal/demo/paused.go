@@ -157,11 +157,11 @@ func PausedHolder(ctx context.Context, cfg Config) (*Result, error) {
 
 	res := &Result{}
 	if res.Direct, err = runOnce(ctx, &cfg, st, false); err != nil {
-		return nil, fmt.Errorf("run (a) direct: %w", err)
+		return nil, fmt.Errorf("run (a) direct: %w%s", err, st.sessions(err))
 	}
 	printRun(cfg.Out, &res.Direct)
 	if res.Proxied, err = runOnce(ctx, &cfg, st, true); err != nil {
-		return nil, fmt.Errorf("run (b) through the proxy: %w", err)
+		return nil, fmt.Errorf("run (b) through the proxy: %w%s", err, st.sessions(err))
 	}
 	printRun(cfg.Out, &res.Proxied)
 

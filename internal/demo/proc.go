@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -84,10 +85,40 @@ func (p *clientProc) next(ctx context.Context, timeout time.Duration, want ...st
 		}
 		return e, fmt.Errorf("%w: %s reported %q, want one of %v", ErrClient, p.name, e.Event, want)
 	case <-t.C:
-		return stamped{}, fmt.Errorf("%w: %s: no %v within %v", ErrClient, p.name, want, timeout)
+		return stamped{}, fmt.Errorf("%w: %s: no %v within %v%s", ErrClient, p.name, want, timeout, p.stacks())
 	case <-ctx.Done():
 		return stamped{}, ctx.Err()
 	}
+}
+
+// stacks asks a stuck client for its goroutine stacks (SIGQUIT makes a Go
+// program print them and exit) and returns them for the error message, so
+// that a hang explains itself.
+func (p *clientProc) stacks() string {
+	_ = p.cmd.Process.Signal(syscall.SIGCONT) // a stopped process cannot dump
+	_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+	deadline := time.After(5 * time.Second)
+wait:
+	for {
+		select {
+		case _, ok := <-p.events:
+			if !ok {
+				<-p.done
+				break wait
+			}
+		case <-deadline:
+			return "; it did not answer SIGQUIT"
+		}
+	}
+	out := p.stderr.String()
+	if i := strings.Index(out, "\ngoroutine 1 ["); i >= 0 {
+		out = out[i+1:] // skip the runtime's register dump
+	}
+	const max = 16 << 10
+	if len(out) > max {
+		out = out[:max] + "\n[...]"
+	}
+	return "; its goroutines:\n" + out
 }
 
 func (p *clientProc) send(cmd string) error {

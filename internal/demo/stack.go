@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/fencegate/fencegate/internal/devstack"
 	"github.com/jackc/pgx/v5"
@@ -192,6 +194,41 @@ func (s *stack) lockHolders(ctx context.Context, resource string) ([]string, err
 		}
 	}
 	return out, nil
+}
+
+// sessions describes the PostgreSQL sessions on the demo database when err
+// says a client got stuck: who waits for what, and who blocks it.
+func (s *stack) sessions(err error) string {
+	if !errors.Is(err, ErrClient) {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, cerr := pgx.Connect(ctx, s.adminDSN)
+	if cerr != nil {
+		return "; PostgreSQL sessions unknown: " + cerr.Error()
+	}
+	defer conn.Close(context.Background())
+	rows, qerr := conn.Query(ctx, `SELECT pid, coalesce(application_name, ''), coalesce(state, ''),
+		coalesce(wait_event_type || ':' || wait_event, ''), pg_blocking_pids(pid)::text,
+		coalesce(extract(epoch FROM now() - xact_start)::text, '-'), left(query, 120)
+		FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid() ORDER BY pid`, s.dbName)
+	if qerr != nil {
+		return "; PostgreSQL sessions unknown: " + qerr.Error()
+	}
+	var b strings.Builder
+	b.WriteString("; PostgreSQL sessions on " + s.dbName + " (pid, application, state, waits for, blocked by, transaction age s, last query):")
+	for rows.Next() {
+		var pid int
+		var app, state, wait, blockers, age, query string
+		if rows.Scan(&pid, &app, &state, &wait, &blockers, &age, &query) == nil {
+			fmt.Fprintf(&b, "\n  %d %q %s %s %s %s %q", pid, app, state, wait, blockers, age, query)
+		}
+	}
+	if rows.Err() != nil {
+		b.WriteString("\n  " + rows.Err().Error())
+	}
+	return b.String()
 }
 
 func (s *stack) close() {
