@@ -36,8 +36,8 @@ func memSession(t testing.TB, client, upstream []byte) (*session, *memConn, *mem
 	uc := &memConn{r: bytes.NewReader(upstream)}
 	s := newSession(p, cc)
 	s.up = uc
-	s.cw, s.cf = newBuffered(cc, p.cfg.MaxMessageSize)
-	s.uw, s.uf = newBuffered(uc, 1<<30)
+	s.cw, s.cf, _ = newBuffered(cc, p.cfg.MaxMessageSize)
+	s.uw, s.uf, _ = newBuffered(uc, 1<<30)
 	s.status.Store('I')
 	s.front.init()
 	return s, cc, uc

@@ -152,7 +152,8 @@ func (s *session) run() {
 	}
 	s.log = s.log.With("user", s.user, "database", s.database)
 	max := s.p.cfg.MaxMessageSize
-	s.cw, s.cf = newBuffered(c, max)
+	var cref, uref *connRef
+	s.cw, s.cf, cref = newBuffered(c, max)
 	up, err := s.p.dialUpstream(context.Background())
 	if err != nil {
 		s.log.Warn("upstream unavailable", "err", err)
@@ -167,7 +168,7 @@ func (s *session) run() {
 		return
 	}
 	_ = up.SetDeadline(time.Now().Add(startupTimeout))
-	s.uw, s.uf = newBuffered(up, 1<<30)
+	s.uw, s.uf, uref = newBuffered(up, 1<<30)
 	if err := s.upstreamStartup(sp); err != nil {
 		if !errors.Is(err, errUpstreamRefused) {
 			s.startupFailed(err)
@@ -187,6 +188,10 @@ func (s *session) run() {
 	s.closeMu.Lock()
 	s.ready = true // the pumps run: drainIfIdle may now close the session
 	killed = s.closeReason != nil
+	if !killed {
+		// The pumps read and write with raw system calls (see rawio.go).
+		cref.Conn, uref.Conn = newRawConn(s.client), newRawConn(s.up)
+	}
 	s.closeMu.Unlock()
 	if killed {
 		return

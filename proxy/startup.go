@@ -388,6 +388,12 @@ func (s *session) internalQuery(sql string) (bool, error) {
 }
 
 // newBuffered wraps a connection in the session's buffered reader and writer.
-func newBuffered(c net.Conn, max int) (*bufio.Writer, frameReader) {
-	return bufio.NewWriterSize(c, bufSize), frameReader{r: bufio.NewReaderSize(c, bufSize), max: max}
+// They reach the connection through the returned connRef, which can switch
+// it to thread I/O without losing buffered bytes.
+func newBuffered(c net.Conn, max int) (*bufio.Writer, frameReader, *connRef) {
+	ref := &connRef{c}
+	return bufio.NewWriterSize(ref, bufSize), frameReader{r: bufio.NewReaderSize(ref, bufSize), max: max}, ref
 }
+
+// connRef is the connection under a session's buffered reader and writer.
+type connRef struct{ net.Conn }
