@@ -4,8 +4,10 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // modes are the pgx query modes the contract is checked with: the simple
@@ -285,6 +287,50 @@ func TestContractBatchAndPrepared(t *testing.T) {
 		t.Fatalf("state = %q, want %q", got, want)
 	}
 	if got, want := mark(t, fx.direct, "order:42"), int64(10); got != want {
+		t.Fatalf("mark = %d, want %d", got, want)
+	}
+}
+
+// A client that pipelines BEGIN and the fence (each with its own Sync, sent
+// in one write) fences the transaction: the fence is not "alone", although
+// the proxy sees the fence's batch before BEGIN's answer.
+func TestPipelinedBeginThenFence(t *testing.T) {
+	fx := newFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := connect(t, fx.proxied)
+	p := c.PgConn().StartPipeline(ctx)
+	p.SendQueryParams("BEGIN", nil, nil, nil, nil)
+	p.SendPipelineSync()
+	p.SendQueryParams("SELECT fencegate.fence($1, $2)", [][]byte{[]byte("order:42"), []byte("11")}, nil, nil, nil)
+	p.SendPipelineSync()
+	p.SendQueryParams("UPDATE orders SET state = 'pipelined' WHERE id = 42", nil, nil, nil, nil)
+	p.SendQueryParams("COMMIT", nil, nil, nil, nil)
+	p.SendPipelineSync()
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		res, err := p.GetResults()
+		if err != nil {
+			t.Fatalf("result %d: %v", i, err)
+		}
+		if res == nil {
+			break
+		}
+		if rr, ok := res.(*pgconn.ResultReader); ok {
+			if _, err := rr.Close(); err != nil {
+				t.Fatalf("result %d: %v", i, err)
+			}
+		}
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := state(t, fx.direct, 42), "pipelined"; got != want {
+		t.Fatalf("state = %q, want %q", got, want)
+	}
+	if got, want := mark(t, fx.direct, "order:42"), int64(11); got != want {
 		t.Fatalf("mark = %d, want %d", got, want)
 	}
 }

@@ -11,7 +11,7 @@ type frontState struct {
 	batch      uint64 // batches forwarded so far
 	units      int    // response units forwarded in the current batch
 	inBatch    bool
-	startStat  byte // transaction status when the current batch began
+	startStat  byte // transaction status when the current batch began, 0 when unknown
 	fenceExecs int
 	otherExecs int
 	// fenceStmts and fencePortals name the prepared statements whose text
@@ -44,7 +44,16 @@ func (s *session) frontendPump() error {
 		}
 		if !f.inBatch {
 			f.inBatch = true
-			f.startStat = byte(s.status.Load())
+			// The transaction status is known only once every batch sent
+			// before this one has been answered; a client that pipelines
+			// (BEGIN, then the fence, before BEGIN's answer) starts a batch
+			// in a status nobody knows yet, 0 here. The proxy then makes no
+			// "fence alone" check: such a fence runs, advances its mark and
+			// protects nothing, which breaks no fence.
+			f.startStat = 0
+			if s.sent.Load() == s.answered.Load() {
+				f.startStat = byte(s.status.Load())
+			}
 			f.fenceExecs, f.otherExecs = 0, 0
 		}
 		switch typ {
