@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -114,6 +115,42 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// pause returns only once every thread of the client is stopped: the demo
+// sends client 1 its go-ahead right after, and a thread still running could
+// act on it.
+func TestPauseStopsAllThreads(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	p, err := startClient(testutil.Binary(t), &ClientConfig{Name: "client 8", Redis: []string{"127.0.0.1:1"},
+		Tokens: []string{"http://127.0.0.1:1"}, DB: "postgres://x@" + ln.Addr().String() + "/x?sslmode=disable",
+		Resource: "r", OrderID: 1, TTL: time.Second, Wait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.kill()
+	for i := 0; i < 20; i++ {
+		if err := p.pause(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		stopped, err := allThreadsStopped(p.cmd.Process.Pid)
+		if err != nil || !stopped {
+			t.Fatalf("after pause: all threads stopped = %v, %v (state %s)", stopped, err, p.state())
+		}
+		if err := p.signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		testutil.WaitFor(t, 10*time.Second, "client to run again", func() error {
+			if s := p.state(); strings.HasPrefix(s, "T") {
+				return errors.New("still " + s)
+			}
+			return nil
+		})
+	}
+}
+
 // A client that hangs must explain itself: the error carries its goroutine
 // stacks, so that a stuck run in CI says where it was stuck.
 func TestStuckClientExplains(t *testing.T) {
@@ -139,7 +176,8 @@ func TestStuckClientExplains(t *testing.T) {
 	}
 	defer p.kill()
 	_, err = p.next(context.Background(), 2*time.Second, evAcquired)
-	if !errors.Is(err, ErrClient) || !strings.Contains(err.Error(), "goroutine") || !strings.Contains(err.Error(), "RunClient") {
-		t.Fatalf("error of a stuck client = %v; want ErrClient with its goroutine stacks", err)
+	if !errors.Is(err, ErrClient) || !strings.Contains(err.Error(), "goroutine") || !strings.Contains(err.Error(), "RunClient") ||
+		!strings.Contains(err.Error(), "process state S") {
+		t.Fatalf("error of a stuck client = %v; want ErrClient with its process state and goroutine stacks", err)
 	}
 }

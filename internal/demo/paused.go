@@ -157,11 +157,11 @@ func PausedHolder(ctx context.Context, cfg Config) (*Result, error) {
 
 	res := &Result{}
 	if res.Direct, err = runOnce(ctx, &cfg, st, false); err != nil {
-		return nil, fmt.Errorf("run (a) direct: %w%s", err, st.sessions(err))
+		return nil, fmt.Errorf("run (a) direct: %w", err)
 	}
 	printRun(cfg.Out, &res.Direct)
 	if res.Proxied, err = runOnce(ctx, &cfg, st, true); err != nil {
-		return nil, fmt.Errorf("run (b) through the proxy: %w%s", err, st.sessions(err))
+		return nil, fmt.Errorf("run (b) through the proxy: %w", err)
 	}
 	printRun(cfg.Out, &res.Proxied)
 
@@ -274,6 +274,7 @@ func runOnce(ctx context.Context, cfg *Config, st *stack, fenced bool) (Run, err
 		return run, err
 	}
 	defer c1.kill()
+	c1.stuck = st.sessions
 	step := 30 * time.Second
 	acq1, err := c1.next(ctx, step, evAcquired)
 	if err != nil {
@@ -308,7 +309,7 @@ func runOnce(ctx context.Context, cfg *Config, st *stack, fenced bool) (Run, err
 	} else {
 		// The pause: client 1 is frozen right before its write and stays
 		// frozen while its lease expires and client 2 does its work.
-		if err := c1.signal(syscall.SIGSTOP); err != nil {
+		if err := c1.pause(10 * time.Second); err != nil {
 			return run, fmt.Errorf("stop client 1: %w", err)
 		}
 		pausedAt = time.Now()
@@ -322,6 +323,7 @@ func runOnce(ctx context.Context, cfg *Config, st *stack, fenced bool) (Run, err
 		return run, err
 	}
 	defer c2.kill()
+	c2.stuck = func() string { return "; client 1's process state " + c1.state() + st.sessions() }
 	acq2, err := c2.next(ctx, step, evAcquired)
 	if err != nil {
 		return run, err

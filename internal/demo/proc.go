@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -25,6 +26,10 @@ type clientProc struct {
 	done   chan struct{}
 	err    error
 	mu     sync.Mutex
+	// stuck, when set, describes the world around a client that stopped
+	// answering (the other client, the database sessions); it runs before
+	// the stuck client is asked for its stacks, while all still stand.
+	stuck func() string
 }
 
 type stamped struct {
@@ -85,7 +90,11 @@ func (p *clientProc) next(ctx context.Context, timeout time.Duration, want ...st
 		}
 		return e, fmt.Errorf("%w: %s reported %q, want one of %v", ErrClient, p.name, e.Event, want)
 	case <-t.C:
-		return stamped{}, fmt.Errorf("%w: %s: no %v within %v%s", ErrClient, p.name, want, timeout, p.stacks())
+		var around string
+		if p.stuck != nil {
+			around = p.stuck()
+		}
+		return stamped{}, fmt.Errorf("%w: %s: no %v within %v (process state %s)%s%s", ErrClient, p.name, want, timeout, p.state(), around, p.stacks())
 	case <-ctx.Done():
 		return stamped{}, ctx.Err()
 	}
@@ -121,12 +130,78 @@ wait:
 	return "; its goroutines:\n" + out
 }
 
+// state is the process's scheduler state as Linux reports it ("S
+// (sleeping)", "T (stopped)", ...), or why it is unknown.
+func (p *clientProc) state() string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return "unknown: " + err.Error()
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "State:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}
+
 func (p *clientProc) send(cmd string) error {
 	_, err := io.WriteString(p.stdin, cmd+"\n")
 	return err
 }
 
 func (p *clientProc) signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
+
+// pause stops the process and returns once every one of its threads is
+// stopped. kill(SIGSTOP) returns before that: one thread is woken to start
+// the group stop, and on a busy machine another thread (say, one that just
+// read the demo's go-ahead from stdin) can run on for milliseconds, long
+// enough to write. Only once all threads show state T may the demo act on
+// the pause.
+func (p *clientProc) pause(timeout time.Duration) error {
+	if err := p.signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		stopped, err := allThreadsStopped(p.cmd.Process.Pid)
+		if err != nil {
+			return err
+		}
+		if stopped {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not stopped %v after SIGSTOP (process state %s)", p.name, timeout, p.state())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// allThreadsStopped reports whether every thread of process pid is in
+// state T (stopped), from /proc/PID/task/*/stat.
+func allThreadsStopped(pid int) (bool, error) {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return false, fmt.Errorf("read threads of process %d: %w", pid, err)
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/stat")
+		if err != nil {
+			return false, nil // a thread that just exited: look again
+		}
+		// "TID (comm) S ...": the state follows the last ')'.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) {
+			return false, fmt.Errorf("unexpected %s/%s/stat: %q", dir, t.Name(), b)
+		}
+		if b[i+2] != 'T' {
+			return false, nil
+		}
+	}
+	return true, nil
+}
 
 // kill ends the process if it still runs (a stopped one too) and waits.
 func (p *clientProc) kill() {

@@ -196,12 +196,10 @@ func (s *stack) lockHolders(ctx context.Context, resource string) ([]string, err
 	return out, nil
 }
 
-// sessions describes the PostgreSQL sessions on the demo database when err
-// says a client got stuck: who waits for what, and who blocks it.
-func (s *stack) sessions(err error) string {
-	if !errors.Is(err, ErrClient) {
-		return ""
-	}
+// sessions describes the PostgreSQL sessions on the demo database: who
+// waits for what, and who blocks it. A client that got stuck adds it to its
+// error.
+func (s *stack) sessions() string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	conn, cerr := pgx.Connect(ctx, s.adminDSN)
@@ -209,7 +207,7 @@ func (s *stack) sessions(err error) string {
 		return "; PostgreSQL sessions unknown: " + cerr.Error()
 	}
 	defer conn.Close(context.Background())
-	rows, qerr := conn.Query(ctx, `SELECT pid, coalesce(application_name, ''), coalesce(state, ''),
+	rows, qerr := conn.Query(ctx, `SELECT pid, coalesce(client_port, 0), coalesce(state, ''),
 		coalesce(wait_event_type || ':' || wait_event, ''), pg_blocking_pids(pid)::text,
 		coalesce(extract(epoch FROM now() - xact_start)::text, '-'), left(query, 120)
 		FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid() ORDER BY pid`, s.dbName)
@@ -217,12 +215,12 @@ func (s *stack) sessions(err error) string {
 		return "; PostgreSQL sessions unknown: " + qerr.Error()
 	}
 	var b strings.Builder
-	b.WriteString("; PostgreSQL sessions on " + s.dbName + " (pid, application, state, waits for, blocked by, transaction age s, last query):")
+	b.WriteString("; PostgreSQL sessions on " + s.dbName + " (pid, client port, state, waits for, blocked by, transaction age s, last query):")
 	for rows.Next() {
-		var pid int
-		var app, state, wait, blockers, age, query string
-		if rows.Scan(&pid, &app, &state, &wait, &blockers, &age, &query) == nil {
-			fmt.Fprintf(&b, "\n  %d %q %s %s %s %s %q", pid, app, state, wait, blockers, age, query)
+		var pid, port int
+		var state, wait, blockers, age, query string
+		if rows.Scan(&pid, &port, &state, &wait, &blockers, &age, &query) == nil {
+			fmt.Fprintf(&b, "\n  %d %d %s %s %s %s %q", pid, port, state, wait, blockers, age, query)
 		}
 	}
 	if rows.Err() != nil {
