@@ -94,7 +94,7 @@ func (s *session) backendPump() {
 				s.endBackend(err)
 				return
 			}
-			if err := writeMsg(s.cw, 'S', body); err != nil {
+			if err := writeMsg(s.cw, 'S', s.presented(body)); err != nil {
 				s.endBackend(errClientGone)
 				return
 			}

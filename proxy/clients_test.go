@@ -2,10 +2,13 @@ package proxy_test
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // psql runs a psql script through dsn and returns its combined output and
@@ -113,5 +116,45 @@ COMMIT;
 	c := connect(t, fx.direct)
 	if err := c.QueryRow(t.Context(), "SELECT sum(abalance) FROM pgbench_accounts").Scan(&sum); err != nil || sum != 300 {
 		t.Fatalf("sum(abalance) = %d, %v; want 300 (3 runs x 2 clients x 50)", sum, err)
+	}
+}
+
+// Clients that look for a read-write server (libpq's and pgx's
+// target_session_attrs=read-write, as in multi-host DSNs of an HA setup)
+// take the proxy for one: it is one, for fenced transactions. Were it taken
+// for a standby, such a DSN would skip the proxy and write around the fence.
+// What the session enforces does not change.
+func TestTargetSessionAttrsReadWrite(t *testing.T) {
+	fx := newFixture(t)
+	dsn := fx.proxied + "&target_session_attrs=read-write"
+	if !strings.Contains(fx.proxied, "?") {
+		dsn = fx.proxied + "?target_session_attrs=read-write"
+	}
+	out, ok := psql(t, dsn, "SHOW transaction_read_only;\n")
+	if !ok || !strings.Contains(out, "off") {
+		t.Fatalf("libpq with target_session_attrs=read-write through the proxy: ok=%v\n%s", ok, out)
+	}
+	ctx := context.Background()
+	c := connect(t, dsn) // pgx asks SHOW transaction_read_only
+	if _, err := c.Exec(ctx, "UPDATE orders SET state = 'x' WHERE id = 42"); sqlstate(err) != "FG002" {
+		t.Fatalf("unfenced write through a read-write-checked session: %v, want FG002", err)
+	}
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ro string
+	if err := tx.QueryRow(ctx, "SHOW transaction_read_only", pgx.QueryExecModeSimpleProtocol).Scan(&ro); err != nil || ro != "on" {
+		t.Fatalf("SHOW transaction_read_only in an unfenced transaction = %q, %v; want on", ro, err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var dro string
+	if err := c.QueryRow(ctx, "SHOW default_transaction_read_only").Scan(&dro); err != nil || dro != "on" {
+		t.Fatalf("SHOW default_transaction_read_only = %q, %v; want on (the server's truth)", dro, err)
+	}
+	if got, want := state(t, fx.direct, 42), "new"; got != want {
+		t.Fatalf("state = %q, want %q", got, want)
 	}
 }

@@ -186,6 +186,12 @@ func (s *session) frontQuery(body []byte) error {
 		rw = rw || st.readWrite
 		atomic = atomic || st.atomic
 	}
+	// "SHOW transaction_read_only" outside a transaction is how pgx, JDBC
+	// and older libpq look for a read-write server (target_session_attrs).
+	// The answer is about the next transaction, which becomes read-write
+	// when fenced: the question runs in a transaction switched to
+	// read-write, so the server itself answers "off".
+	showRO := ok && s.required && len(stmts) == 1 && stmts[0].showRO && f.startStat == 'I'
 	switch {
 	case !ok:
 		// PostgreSQL rejects an unterminated quote or comment: pass it on.
@@ -195,9 +201,9 @@ func (s *session) frontQuery(body []byte) error {
 		f.out = queryMsg(f.out[:0], raiseReadWriteSQL)
 		_, err := s.uw.Write(f.out)
 		return err
-	case fences == 0:
+	case fences == 0 && !showRO:
 		return writeMsg(s.uw, 'Q', body)
-	case len(stmts) == 1 && f.startStat == 'I':
+	case fences > 0 && len(stmts) == 1 && f.startStat == 'I':
 		f.out = queryMsg(f.out[:0], raiseAloneSQL)
 		_, err := s.uw.Write(f.out)
 		return err
@@ -212,13 +218,17 @@ func (s *session) frontQuery(body []byte) error {
 	prev, added := 0, 0
 	now := time.Now()
 	for i, st := range stmts {
-		if !st.fence {
+		kind := injReadWrite
+		switch {
+		case showRO:
+			kind = injShowRW
+		case !st.fence:
 			continue
 		}
 		out = append(out, q[prev:st.start]...)
 		out = append(out, setReadWriteSQL+"; "...)
 		prev = st.start
-		s.injections.add(injection{batch: f.batch, simple: true, at: i + added, n: 1, kind: injReadWrite, start: now})
+		s.injections.add(injection{batch: f.batch, simple: true, at: i + added, n: 1, kind: kind, start: now})
 		added++
 	}
 	out = append(out, q[prev:]...)

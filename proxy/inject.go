@@ -21,6 +21,7 @@ const (
 	injReadWrite injKind = iota // SET TRANSACTION READ WRITE before a fence
 	injAlone                    // raise FG003: the batch held only a fence
 	injFenceMark                // n == 0: unit at is the Execute of a fence
+	injShowRW                   // SET TRANSACTION READ WRITE before SHOW transaction_read_only
 )
 
 // injection is one run of injected units in a batch.

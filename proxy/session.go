@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,7 @@ type session struct {
 	id       uint64
 	log      *slog.Logger
 	required bool // fences required (not AllowUnfencedWrites)
+	clientRO bool // the client's startup asked for default_transaction_read_only on
 
 	client    net.Conn
 	up        net.Conn
@@ -279,6 +281,36 @@ func (s *session) checkParameter(body []byte) error {
 }
 
 var errReadWriteSession = errors.New("proxy: session switched to read-write by default")
+
+// presented is the ParameterStatus body the client sees. The upstream
+// session runs with default_transaction_read_only on, which is how the
+// proxy enforces fences; told so, libpq's target_session_attrs=read-write
+// would take the proxy for a standby and, in a multi-host DSN, write around
+// it. To the client the proxy is what it is: a server whose transactions
+// become read-write when fenced, so it reports "off", unless the client
+// asked for read-only sessions itself.
+func (s *session) presented(body []byte) []byte {
+	if !s.required || s.clientRO {
+		return body
+	}
+	name, _, ok := cstring(body)
+	if !ok || string(name) != "default_transaction_read_only" {
+		return body
+	}
+	return readOnlyOffStatus
+}
+
+var readOnlyOffStatus = []byte("default_transaction_read_only\x00off\x00")
+
+// isOn reports whether a boolean setting's value is true, as PostgreSQL
+// parses it.
+func isOn(v string) bool {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "on", "true", "yes", "1", "t", "y", "tr", "tru", "ye":
+		return true
+	}
+	return false
+}
 
 // endBackend closes the session from the backend pump's side.
 func (s *session) endBackend(err error) {

@@ -198,6 +198,9 @@ type stmtInfo struct {
 	fence      bool
 	readWrite  bool // would switch to read-write (see isReadWriteSwitch)
 	atomic     bool // contains BEGIN ATOMIC, whose body has semicolons
+	// showRO: the statement is exactly SHOW transaction_read_only, the
+	// question clients ask to find a read-write server.
+	showRO bool
 }
 
 // scanStatements splits src into statements the way PostgreSQL's parser
@@ -213,6 +216,7 @@ func scanStatements(dst []stmtInfo, src []byte) ([]stmtInfo, bool) {
 		if t.kind == tkSemi || t.kind == tkEOF {
 			if cur.start >= 0 {
 				cur.fence = c.fence(src, toks[:min(n, len(toks))], n)
+				cur.showRO = n == 2 && identIs(src, toks[0], "show") && identIs(src, toks[1], "transaction_read_only")
 				cur.readWrite = c.readWrite
 				cur.atomic = c.atomic
 				dst = append(dst, cur)

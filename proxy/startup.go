@@ -230,6 +230,7 @@ func (s *session) upstreamStartup(sp *startupParams) error {
 	binary.BigEndian.PutUint32(msg[4:], sp.version)
 	for i, k := range sp.keys {
 		if k == "default_transaction_read_only" && s.required {
+			s.clientRO = isOn(sp.values[i])
 			continue
 		}
 		msg = append(append(append(append(msg, k...), 0), sp.values[i]...), 0)
@@ -291,7 +292,7 @@ func (s *session) upstreamStartup(sp *startupParams) error {
 			if err := s.checkParameter(body); err != nil {
 				return err
 			}
-			if err := writeMsg(s.cw, typ, body); err != nil {
+			if err := writeMsg(s.cw, typ, s.presented(body)); err != nil {
 				return err
 			}
 		case 'Z':
