@@ -115,22 +115,39 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// pause returns only once every thread of the client is stopped: the demo
-// sends client 1 its go-ahead right after, and a thread still running could
-// act on it.
-func TestPauseStopsAllThreads(t *testing.T) {
+// hangingClient starts a client whose database never answers: its connect
+// hangs (the listener accepts and says nothing) until the test ends.
+func hangingClient(t *testing.T, name string) *clientProc {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	p, err := startClient(testutil.Binary(t), &ClientConfig{Name: "client 8", Redis: []string{"127.0.0.1:1"},
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+	}()
+	p, err := startClient(testutil.Binary(t), &ClientConfig{Name: name, Redis: []string{"127.0.0.1:1"},
 		Tokens: []string{"http://127.0.0.1:1"}, DB: "postgres://x@" + ln.Addr().String() + "/x?sslmode=disable",
 		Resource: "r", OrderID: 1, TTL: time.Second, Wait: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.kill()
+	t.Cleanup(p.kill)
+	return p
+}
+
+// pause returns only once every thread of the client is stopped: the demo
+// sends client 1 its go-ahead right after, and a thread still running could
+// act on it.
+func TestPauseStopsAllThreads(t *testing.T) {
+	p := hangingClient(t, "client 8")
 	for i := 0; i < 20; i++ {
 		if err := p.pause(10 * time.Second); err != nil {
 			t.Fatal(err)
@@ -151,31 +168,12 @@ func TestPauseStopsAllThreads(t *testing.T) {
 	}
 }
 
-// A client that hangs must explain itself: the error carries its goroutine
-// stacks, so that a stuck run in CI says where it was stuck.
+// A client that hangs must explain itself: the error carries its process
+// state and goroutine stacks, so that a stuck run in CI says where it was
+// stuck.
 func TestStuckClientExplains(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() { // accept and never answer: the client's connect hangs
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-		}
-	}()
-	p, err := startClient(testutil.Binary(t), &ClientConfig{Name: "client 9", Redis: []string{"127.0.0.1:1"},
-		Tokens: []string{"http://127.0.0.1:1"}, DB: "postgres://x@" + ln.Addr().String() + "/x?sslmode=disable",
-		Resource: "r", OrderID: 1, TTL: time.Second, Wait: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.kill()
-	_, err = p.next(context.Background(), 2*time.Second, evAcquired)
+	p := hangingClient(t, "client 9")
+	_, err := p.next(context.Background(), 2*time.Second, evAcquired)
 	if !errors.Is(err, ErrClient) || !strings.Contains(err.Error(), "goroutine") || !strings.Contains(err.Error(), "RunClient") ||
 		!strings.Contains(err.Error(), "process state S") {
 		t.Fatalf("error of a stuck client = %v; want ErrClient with its process state and goroutine stacks", err)
