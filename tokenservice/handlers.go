@@ -113,7 +113,7 @@ func (s *Server) handleAllocate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, fmt.Errorf("%w: count %d out of range 1..%d", ErrBadRequest, req.Count, 1<<20))
 		return
 	}
-	hops, _ := strconv.Atoi(r.Header.Get(hopsHeader))
+	hops := hopsOf(r)
 	var rng raftstore.Range
 	err := raftstore.ErrNotLeader
 	if s.store.IsLeader() {
@@ -196,7 +196,7 @@ func (s *Server) forwardIfNotLeader(w http.ResponseWriter, r *http.Request, err 
 	if !errors.Is(err, raftstore.ErrNotLeader) {
 		return false
 	}
-	hops, _ := strconv.Atoi(r.Header.Get(hopsHeader))
+	hops := hopsOf(r)
 	if hops >= maxHops {
 		return false
 	}
@@ -281,4 +281,21 @@ func (s *Server) writeError(w http.ResponseWriter, err error) {
 		s.log.Error("request failed", "err", err)
 	}
 	writeJSON(w, ae.Status, errorResponse{Error: ae.Message, Code: ae.Code, LeaderAPI: ae.LeaderAPI})
+}
+
+// hopsOf is how many times r was forwarded already, from its hops header.
+// The header comes from whoever calls: a value that is not a count in
+// 0..maxHops counts as maxHops, so that no caller can buy itself a longer
+// forwarding chain (a negative count would otherwise bounce a request
+// between two nodes that each think the other leads).
+func hopsOf(r *http.Request) int {
+	v := r.Header.Get(hopsHeader)
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > maxHops {
+		return maxHops
+	}
+	return n
 }
