@@ -119,22 +119,9 @@ func (w testWriter) Write(p []byte) (int, error) {
 // hangs (the listener accepts and says nothing) until the test ends.
 func hangingClient(t *testing.T, name string) *clientProc {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { c.Close() })
-		}
-	}()
+	addr := testutil.Serve(t, func(net.Conn) {}) // accepts and never answers
 	p, err := startClient(testutil.Binary(t), &ClientConfig{Name: name, Redis: []string{"127.0.0.1:1"},
-		Tokens: []string{"http://127.0.0.1:1"}, DB: "postgres://x@" + ln.Addr().String() + "/x?sslmode=disable",
+		Tokens: []string{"http://127.0.0.1:1"}, DB: "postgres://x@" + addr + "/x?sslmode=disable",
 		Resource: "r", OrderID: 1, TTL: time.Second, Wait: time.Second})
 	if err != nil {
 		t.Fatal(err)

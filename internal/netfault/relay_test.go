@@ -5,34 +5,22 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/fencegate/fencegate/internal/testutil"
 )
 
 // echoServer accepts connections on loopback and echoes each line.
 func echoServer(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
+	return testutil.Serve(t, func(c net.Conn) {
+		defer c.Close()
+		s := bufio.NewScanner(c)
+		for s.Scan() {
+			if _, err := c.Write(append(s.Bytes(), '\n')); err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				s := bufio.NewScanner(c)
-				for s.Scan() {
-					if _, err := c.Write(append(s.Bytes(), '\n')); err != nil {
-						return
-					}
-				}
-			}()
 		}
-	}()
-	return ln.Addr().String()
+	})
 }
 
 func roundTrip(c net.Conn, msg string, timeout time.Duration) (string, error) {
