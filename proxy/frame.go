@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/binary"
 	"fmt"
+	"slices"
 )
 
 // frameReader reads PostgreSQL typed messages (type byte, int32 length that
@@ -44,13 +45,18 @@ func (f *frameReader) body(n int) ([]byte, error) {
 	if _, err := f.r.Discard(5); err != nil {
 		return nil, err
 	}
-	if cap(f.scratch) < n {
-		f.scratch = make([]byte, n)
+	// The scratch buffer grows with the bytes that actually arrive, not with
+	// the length the header claims: a peer that announces a gigabyte and
+	// sends ten bytes costs ten bytes of memory, not a gigabyte.
+	b := f.scratch[:0]
+	for len(b) < n {
+		chunk := min(n-len(b), max(len(b), bufSize))
+		b = slices.Grow(b, chunk)[:len(b)+chunk]
+		if _, err := ioReadFull(f.r, b[len(b)-chunk:]); err != nil {
+			return nil, err
+		}
 	}
-	b := f.scratch[:n]
-	if _, err := ioReadFull(f.r, b); err != nil {
-		return nil, err
-	}
+	f.scratch = b
 	return b, nil
 }
 
