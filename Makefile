@@ -25,9 +25,9 @@ vet:
 
 test: services vet ## run every test against real PostgreSQL, Redis and Raft nodes, then each fuzz target briefly
 	$(GO) test -race -count=1 -timeout 25m ./...
-	@bash scripts/fuzz.sh 5s
+	@bash scripts/fuzz.sh 20000x
 
-fuzz: ## run each fuzz target for FUZZTIME (default 10s)
+fuzz: ## run each fuzz target for FUZZTIME (default 10s; a count like 100000x also works)
 	@bash scripts/fuzz.sh $(or $(FUZZTIME),10s)
 
 bench-tokens: services ## fencegate token cluster vs a 3-node etcd cluster
