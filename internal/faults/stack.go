@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/devstack"
 	"github.com/fencegate/fencegate/internal/netfault"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
@@ -87,15 +87,10 @@ type Stack struct {
 	relays []*netfault.Relay
 }
 
-// freeAddr returns a loopback HOST:PORT that was free a moment ago.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("find free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
+// freeAddr returns a loopback HOST:PORT that was free a moment ago and that
+// no earlier call in this process returned (two nodes of one stack must not
+// be given the same port).
+func freeAddr() (string, error) { return devstack.FreeAddr() }
 
 // StartStack starts every process of a run and waits until each serves:
 // a fresh database, Redis masters, three token nodes with a leader, two

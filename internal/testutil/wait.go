@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 )
@@ -36,16 +37,29 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 	})
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago and
+// that no earlier call in this process returned: the port is not held, and
+// the kernel may give the same one to the next listen on :0 once it is
+// closed, so two servers of one test could otherwise get the same port.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("find free port: %v", err)
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("find free port: %v", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if _, taken := freePorts.LoadOrStore(port, true); !taken {
+			return port
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("find free port: every port offered was handed out before")
+	return 0
 }
+
+// freePorts holds the ports FreePort returned in this process.
+var freePorts sync.Map
 
 // FreeAddr returns "127.0.0.1:PORT" for a port that was free a moment ago.
 func FreeAddr(t testing.TB) string {
