@@ -4,8 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sync"
 	"syscall"
+
+	"github.com/fencegate/fencegate/internal/freeport"
 )
 
 // Port is an address the stack wants to listen on and the flag that moves it.
@@ -41,39 +42,11 @@ func PortFree(addr string) bool { return checkPort(addr) == nil }
 // FreeAddr returns 127.0.0.1:PORT for a port that was free a moment ago and
 // that no earlier call in this process returned.
 func FreeAddr() (string, error) {
-	addrs, err := freeAddrs(1)
+	addrs, err := freeport.Loopback(1)
 	if err != nil {
 		return "", err
 	}
 	return addrs[0], nil
-}
-
-// handedOut holds the ports freeAddrs returned in this process. A returned
-// port is free but not held, and the kernel may hand the same port to the
-// next listen on :0 once it is closed: without this record two nodes of one
-// stack could be given the same port before either listens.
-var handedOut sync.Map
-
-// freeAddrs returns n distinct free loopback addresses, none returned before
-// in this process.
-func freeAddrs(n int) ([]string, error) {
-	var out []string
-	// Hold every listener until all are chosen, so no port is picked twice.
-	for tries := 0; len(out) < n; tries++ {
-		if tries > 100*n {
-			return nil, fmt.Errorf("find free port: no port unused by this process after %d tries", tries)
-		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find free port: %w", err)
-		}
-		defer l.Close()
-		if _, taken := handedOut.LoadOrStore(l.Addr().(*net.TCPAddr).Port, true); taken {
-			continue
-		}
-		out = append(out, l.Addr().String())
-	}
-	return out, nil
 }
 
 // PreferAddrs returns preferred when every address in it is free, else the
@@ -89,7 +62,7 @@ func PreferAddrs(preferred ...string) ([]string, error) {
 	if all {
 		return preferred, nil
 	}
-	return freeAddrs(len(preferred))
+	return freeport.Loopback(len(preferred))
 }
 
 // IsAddrInUse reports whether err is a listen failure because the address is taken.

@@ -4,9 +4,10 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/fencegate/fencegate/internal/freeport"
 )
 
 // WaitFor polls cond every 10ms until it returns nil or timeout passes, and
@@ -38,28 +39,17 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago and
-// that no earlier call in this process returned: the port is not held, and
-// the kernel may give the same one to the next listen on :0 once it is
-// closed, so two servers of one test could otherwise get the same port.
+// that no earlier call in this process returned (see package freeport).
 func FreePort(t testing.TB) int {
 	t.Helper()
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("find free port: %v", err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if _, taken := freePorts.LoadOrStore(port, true); !taken {
-			return port
-		}
+	addrs, err := freeport.Loopback(1)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("find free port: every port offered was handed out before")
-	return 0
+	_, port, _ := net.SplitHostPort(addrs[0])
+	n, _ := strconv.Atoi(port)
+	return n
 }
-
-// freePorts holds the ports FreePort returned in this process.
-var freePorts sync.Map
 
 // FreeAddr returns "127.0.0.1:PORT" for a port that was free a moment ago.
 func FreeAddr(t testing.TB) string {

@@ -6,12 +6,10 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
-)
 
-// handedOut holds the ports StableAddr returned in this process.
-var handedOut sync.Map
+	"github.com/fencegate/fencegate/internal/freeport"
+)
 
 // StableAddr returns "127.0.0.1:PORT" for a free port outside the kernel's
 // ephemeral range. A node that is killed and restarted must get its port
@@ -42,7 +40,7 @@ func StableAddr(t testing.TB) string {
 	base := from + os.Getpid()%8*span
 	for range 1000 {
 		port := base + rand.IntN(span)
-		if _, taken := handedOut.LoadOrStore(port, true); taken {
+		if !freeport.Claim(port) {
 			continue
 		}
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
