@@ -18,24 +18,24 @@ import (
 var errNoProxy = errors.New("this fencegate binary has no 'proxy' command; build one that has, or run with --systems direct,pgbouncer to measure the other paths")
 
 // startProxy starts "fencegate proxy" under g in front of up and returns
-// its port once a query goes through it.
-func startProxy(ctx context.Context, g *bench.Group, name, bin string, up pgbenchTarget, extra ...string) (int, error) {
+// its port and process id once a query goes through it.
+func startProxy(ctx context.Context, g *bench.Group, name, bin string, up pgbenchTarget, extra ...string) (port, pid int, err error) {
 	ports, err := bench.FreePorts(1)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	listen := "127.0.0.1:" + strconv.Itoa(ports[0])
 	args := append([]string{"proxy", "--listen", listen, "--upstream", up.dsn()}, extra...)
 	p, err := g.Start(name, exec.Command(bin, args...))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	target := up
 	target.port = ports[0]
 	if err := bench.WaitReady(ctx, p, 30*time.Second, sqlReady(target)); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return ports[0], nil
+	return ports[0], p.Pid(), nil
 }
 
 // fenceSQL is what the proxy sends upstream for a fence call.

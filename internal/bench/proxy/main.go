@@ -206,35 +206,35 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // returns where pgbench connects for each path.
 func startPaths(ctx context.Context, o options, g *bench.Group, dir string, up pgbenchTarget, fgBin, bouncerBin string,
 	versions map[string]string, logf func(string, ...any)) (map[string]pgbenchTarget, error) {
-	local := func(port int) pgbenchTarget {
-		return pgbenchTarget{host: "127.0.0.1", port: port, user: up.user, db: up.db}
+	local := func(port, pid int) pgbenchTarget {
+		return pgbenchTarget{host: "127.0.0.1", port: port, user: up.user, db: up.db, pid: pid}
 	}
 	targets := map[string]pgbenchTarget{"direct": up}
 	if slices.Contains(o.systems, "pgbouncer") {
 		logf("starting pgbouncer")
-		port, err := startBouncer(ctx, g, bouncerBin, filepath.Join(dir, "pgbouncer"), up, slices.Max(o.Concurrency))
+		port, pid, err := startBouncer(ctx, g, bouncerBin, filepath.Join(dir, "pgbouncer"), up, slices.Max(o.Concurrency))
 		if err != nil {
 			return nil, err
 		}
-		targets["pgbouncer"] = local(port)
+		targets["pgbouncer"] = local(port, pid)
 		versions["pgbouncer"] = bench.Version(ctx, bouncerBin, "--version")
 	}
 	if !slices.Contains(o.systems, "fencegate") {
 		return targets, nil
 	}
 	logf("starting fencegate proxy")
-	port, err := startProxy(ctx, g, "fencegate-proxy", fgBin, up)
+	port, pid, err := startProxy(ctx, g, "fencegate-proxy", fgBin, up)
 	if err != nil {
 		return nil, err
 	}
-	targets["fencegate"] = local(port)
+	targets["fencegate"] = local(port, pid)
 	if slices.ContainsFunc(o.workloads, func(w workload) bool { return w.unfenced }) {
 		logf("starting fencegate proxy with --allow-unfenced-writes")
-		port, err := startProxy(ctx, g, "fencegate-proxy-unfenced", fgBin, up, "--allow-unfenced-writes")
+		port, pid, err := startProxy(ctx, g, "fencegate-proxy-unfenced", fgBin, up, "--allow-unfenced-writes")
 		if err != nil {
 			return nil, err
 		}
-		targets[unfencedProxy] = local(port)
+		targets[unfencedProxy] = local(port, pid)
 	}
 	return targets, nil
 }
@@ -257,12 +257,12 @@ func measureAll(ctx context.Context, o options, pgbenchBin string, targets map[s
 							return fmt.Errorf("warm up %s on %s at %d clients: %w", w.name, s, c, err)
 						}
 					}
-					st, err := runPgbench(ctx, pgbenchBin, target, c, o.Duration, args)
+					st, err := measuredRun(ctx, pgbenchBin, target, c, o.Duration, args)
 					if err != nil {
 						return fmt.Errorf("run %d, %s on %s at %d clients: %w", r+1, w.name, s, c, err)
 					}
-					logf("run %d/%d  %-19s c=%-2d %-9s %8s tps  latency %s ms", r+1, o.Runs, w.name, c, s,
-						bench.FormatRate(st.TPS), bench.FormatMillis(st.LatencyAvg))
+					logf("run %d/%d  %-19s c=%-2d %-9s %8s tps  latency %s ms  cpu/tx %s  steal %s", r+1, o.Runs, w.name, c, s,
+						bench.FormatRate(st.TPS), bench.FormatMillis(st.LatencyAvg), cpuNote(st), formatShare(st.Steal))
 					rep.add(w.name, s, c, st)
 				}
 			}

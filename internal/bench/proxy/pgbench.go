@@ -13,12 +13,21 @@ import (
 	"github.com/fencegate/fencegate/internal/bench"
 )
 
-// pgbenchStats is what one pgbench run reports.
+// pgbenchStats is what one pgbench run reports, and the CPU time it cost.
 type pgbenchStats struct {
 	TPS          float64       `json:"tps"`
 	LatencyAvg   time.Duration `json:"latency_avg_ns"`
 	Transactions int64         `json:"transactions"`
 	Failed       int64         `json:"failed"`
+	// MiddleCPU is the CPU time per transaction of the process between
+	// pgbench and PostgreSQL (0 on the direct path).
+	MiddleCPU time.Duration `json:"middle_cpu_per_tx_ns,omitempty"`
+	// MachineCPU is the CPU time per transaction of the whole machine:
+	// pgbench, PostgreSQL and the middle process together.
+	MachineCPU time.Duration `json:"machine_cpu_per_tx_ns,omitempty"`
+	// Steal is the share of the machine's CPU time the hypervisor gave to
+	// other guests during the run.
+	Steal float64 `json:"steal"`
 }
 
 // errNoTPS means pgbench printed no throughput line.
@@ -87,6 +96,9 @@ type pgbenchTarget struct {
 	port int
 	user string
 	db   string
+	// pid is the process between pgbench and PostgreSQL (the proxy or
+	// PgBouncer), whose CPU time is measured; 0 on the direct path.
+	pid int
 }
 
 func (t pgbenchTarget) args() []string {

@@ -77,18 +77,18 @@ func bouncerUser() (*syscall.Credential, error) {
 }
 
 // startBouncer writes the configuration into dir and starts PgBouncer under
-// g, returning its port once it answers a query.
-func startBouncer(ctx context.Context, g *bench.Group, bin, dir string, up pgbenchTarget, poolSize int) (int, error) {
+// g, returning its port and process id once it answers a query.
+func startBouncer(ctx context.Context, g *bench.Group, bin, dir string, up pgbenchTarget, poolSize int) (port, pid int, err error) {
 	cred, err := bouncerUser()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return 0, fmt.Errorf("create pgbouncer directory: %w", err)
+		return 0, 0, fmt.Errorf("create pgbouncer directory: %w", err)
 	}
 	ports, err := bench.FreePorts(1)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	cfg := bouncerConfig{
 		ListenPort: ports[0], Database: up.db, UpstreamHost: up.host, UpstreamPort: up.port,
@@ -96,28 +96,28 @@ func startBouncer(ctx context.Context, g *bench.Group, bin, dir string, up pgben
 	}
 	iniPath := filepath.Join(dir, "pgbouncer.ini")
 	if err := os.WriteFile(cfg.AuthFile, []byte(authFile(up.user)), 0o644); err != nil {
-		return 0, fmt.Errorf("write pgbouncer auth file: %w", err)
+		return 0, 0, fmt.Errorf("write pgbouncer auth file: %w", err)
 	}
 	if err := os.WriteFile(iniPath, []byte(cfg.ini()), 0o644); err != nil {
-		return 0, fmt.Errorf("write pgbouncer.ini: %w", err)
+		return 0, 0, fmt.Errorf("write pgbouncer.ini: %w", err)
 	}
 	cmd := exec.Command(bin, iniPath)
 	if cred != nil {
 		for _, p := range []string{dir, cfg.AuthFile, iniPath} {
 			if err := os.Chown(p, int(cred.Uid), int(cred.Gid)); err != nil {
-				return 0, fmt.Errorf("hand %s to the pgbouncer user: %w", p, err)
+				return 0, 0, fmt.Errorf("hand %s to the pgbouncer user: %w", p, err)
 			}
 		}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	}
 	p, err := g.Start("pgbouncer", cmd)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	target := up
 	target.port = cfg.ListenPort
 	if err := bench.WaitReady(ctx, p, 30*time.Second, sqlReady(target)); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return cfg.ListenPort, nil
+	return cfg.ListenPort, p.Pid(), nil
 }

@@ -34,6 +34,9 @@ type entry struct {
 	Concurrency int            `json:"concurrency"`
 	TPS         float64        `json:"median_tps"`
 	LatencyAvg  time.Duration  `json:"median_latency_avg_ns"`
+	MiddleCPU   time.Duration  `json:"median_middle_cpu_per_tx_ns,omitempty"`
+	MachineCPU  time.Duration  `json:"median_machine_cpu_per_tx_ns,omitempty"`
+	Steal       float64        `json:"median_steal"`
 	Runs        []pgbenchStats `json:"runs"`
 }
 
@@ -46,6 +49,10 @@ type ratio struct {
 	Ratio       float64 `json:"ratio"`
 	// Goal is the ratio the project aims at (0 when there is none).
 	Goal float64 `json:"goal,omitempty"`
+	// MiddleCPU and MachineCPU compare CPU time per transaction the same
+	// way (of over over; NaN, omitted, where a side has no figure).
+	MiddleCPU  float64 `json:"middle_cpu_ratio,omitempty"`
+	MachineCPU float64 `json:"machine_cpu_ratio,omitempty"`
 }
 
 func newReport(o options, versions map[string]string) *report {
@@ -78,13 +85,26 @@ func (r *report) add(w, s string, c int, st pgbenchStats) {
 		r.Results = append(r.Results, e)
 	}
 	e.Runs = append(e.Runs, st)
-	var tps []float64
-	var lat []time.Duration
+	var tps, steal []float64
+	var lat, mid, mach []time.Duration
 	for _, run := range e.Runs {
 		tps = append(tps, run.TPS)
 		lat = append(lat, run.LatencyAvg)
+		mid = append(mid, run.MiddleCPU)
+		mach = append(mach, run.MachineCPU)
+		steal = append(steal, run.Steal)
 	}
 	e.TPS, e.LatencyAvg = bench.Median(tps), bench.MedianDuration(lat)
+	e.MiddleCPU, e.MachineCPU, e.Steal = bench.MedianDuration(mid), bench.MedianDuration(mach), bench.Median(steal)
+}
+
+// cpuRatio is a/b of two CPU times per transaction, 0 (no figure) when
+// either is missing.
+func cpuRatio(a, b time.Duration) float64 {
+	if a <= 0 || b <= 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
 }
 
 // finish computes the ratios: the proxy against direct and PgBouncer, and
@@ -112,7 +132,8 @@ func (r *report) finish() {
 					p.goal = 0 // no goal for writes against PgBouncer
 				}
 				r.Ratios = append(r.Ratios, ratio{Workload: w.name, Concurrency: c, Of: p.of, Over: p.over,
-					Ratio: bench.Ratio(a.TPS, b.TPS), Goal: p.goal})
+					Ratio: bench.Ratio(a.TPS, b.TPS), Goal: p.goal,
+					MiddleCPU: cpuRatio(a.MiddleCPU, b.MiddleCPU), MachineCPU: cpuRatio(a.MachineCPU, b.MachineCPU)})
 			}
 		}
 	}
@@ -135,7 +156,8 @@ func (r *report) writeText(w io.Writer) error {
 		}
 	}
 	fmt.Fprintln(w)
-	t := bench.NewTable("workload", "clients", "system", "tps", "latency ms", "tps of each run", "goal").Labels(3)
+	t := bench.NewTable("workload", "clients", "system", "tps", "latency ms", "cpu µs/tx middle", "machine", "steal",
+		"tps of each run", "goal").Labels(3)
 	first := true
 	for _, wl := range r.workloads {
 		for _, c := range r.Concurrency {
@@ -160,12 +182,14 @@ func (r *report) writeText(w io.Writer) error {
 				for _, run := range e.Runs {
 					per = append(per, run.TPS)
 				}
-				t.Row(label, clients, name, bench.FormatRate(e.TPS), bench.FormatMillis(e.LatencyAvg), bench.JoinRates(per))
+				t.Row(label, clients, name, bench.FormatRate(e.TPS), bench.FormatMillis(e.LatencyAvg),
+					formatMicros(e.MiddleCPU), formatMicros(e.MachineCPU), formatShare(e.Steal), bench.JoinRates(per))
 				label, clients = "", ""
 			}
 			for _, q := range r.Ratios {
 				if q.Workload == wl.name && q.Concurrency == c {
-					t.Row("", "", q.Of+"/"+q.Over, bench.FormatRatio(q.Ratio), "", "", goalNote(q))
+					t.Row("", "", q.Of+"/"+q.Over, bench.FormatRatio(q.Ratio), "",
+						formatCPURatio(q.MiddleCPU), formatCPURatio(q.MachineCPU), "", "", goalNote(q))
 				}
 			}
 		}
@@ -175,7 +199,18 @@ func (r *report) writeText(w io.Writer) error {
 	}
 	fmt.Fprintln(w, "\nGoals: through the proxy >= 0.90x direct and ahead of PgBouncer for pass-through;")
 	fmt.Fprintln(w, ">= 0.85x the direct twin for the fenced write (twin: same transaction, fence SQL sent direct).")
+	fmt.Fprintln(w, "cpu µs/tx: CPU time per transaction of the middle process (PgBouncer or the proxy) and of the whole")
+	fmt.Fprintln(w, "machine (pgbench and PostgreSQL included); on a ratio row, the same ratio of CPU times (lower is cheaper).")
+	fmt.Fprintln(w, "steal: share of the machine's CPU time taken by other guests of the hypervisor during the runs.")
 	return nil
+}
+
+// formatCPURatio prints a ratio of CPU times, or nothing when there is none.
+func formatCPURatio(r float64) string {
+	if r == 0 {
+		return ""
+	}
+	return bench.FormatRatio(r)
 }
 
 func goalNote(q ratio) string {
