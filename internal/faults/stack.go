@@ -87,9 +87,10 @@ type Stack struct {
 	relays []*netfault.Relay
 }
 
-// freeAddr returns a loopback HOST:PORT that was free a moment ago and that
-// no earlier call in this process returned (two nodes of one stack must not
-// be given the same port).
+// freeAddr returns a loopback HOST:PORT that was free a moment ago, that no
+// earlier call in this process returned (two nodes of one stack must not be
+// given the same port), and that no outgoing connection can take while its
+// server is killed and restarted (see package freeport).
 func freeAddr() (string, error) { return devstack.FreeAddr() }
 
 // StartStack starts every process of a run and waits until each serves:
@@ -274,8 +275,45 @@ func (s *Stack) startTokens(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := s.waitTokensUp(ctx, 30*time.Second); err != nil {
+		return err
+	}
 	_, err := s.WaitLeader(ctx, 30*time.Second)
 	return err
+}
+
+// waitTokensUp waits until every token node answers on its API. A stack
+// that starts with a node missing would test less than it claims (two nodes
+// elect a leader, but no partition leaves them a majority), so a node that
+// exits instead fails the start at once, with the end of its log.
+func (s *Stack) waitTokensUp(ctx context.Context, timeout time.Duration) error {
+	var exited error
+	err := poll(ctx, timeout, "every token node to answer", func(ctx context.Context) error {
+		for _, t := range s.Tokens {
+			if !t.Proc.Running() {
+				exited = fmt.Errorf("token node %s exited as it started; its log ends:\n%s", t.ID, logTail(t.Proc.LogPath(), 8))
+				return nil
+			}
+			if _, err := s.status(ctx, t); err != nil {
+				return fmt.Errorf("%s: %w", t.ID, err)
+			}
+		}
+		return nil
+	})
+	if exited != nil {
+		return exited
+	}
+	return err
+}
+
+// logTail returns the last n lines of the file at path, or why it cannot.
+func logTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(" + err.Error() + ")"
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // nodeStatus is the part of GET /v1/status the harness reads.
