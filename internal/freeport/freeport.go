@@ -78,6 +78,11 @@ func Loopback(n int) ([]string, error) {
 	if !ok {
 		return kernelPorts(n)
 	}
+	return inRange(lo, hi, n)
+}
+
+// inRange is Loopback with ports from lo up to hi (exclusive).
+func inRange(lo, hi, n int) ([]string, error) {
 	var out []string
 	span, start := hi-lo, rand.IntN(hi-lo)
 	for i := 0; i < span && len(out) < n; i++ {

@@ -51,40 +51,50 @@ func TestLoopbackDistinctAndInRange(t *testing.T) {
 	}
 }
 
-func TestLoopbackSkipsTakenPorts(t *testing.T) {
-	lo, hi, ok := Range()
-	if !ok {
-		t.Skip("no room below the ephemeral range on this machine")
-	}
-	// Take every port of the range this process has not handed out, but
-	// one, and check that Loopback finds that one.
+func TestInRangeSkipsTakenPorts(t *testing.T) {
+	// A small range of which the test holds every port but one: the scan
+	// must find that one, wherever it starts.
+	const lo, hi = 23000, 23020
 	var held []net.Listener
-	defer func() {
-		for _, l := range held {
-			l.Close()
-			// Never handed out: let later calls use it again.
-			handedOut.Delete(l.Addr().(*net.TCPAddr).Port)
-		}
-	}()
 	free := -1
 	for p := lo; p < hi; p++ {
-		if _, taken := handedOut.Load(p); taken {
-			continue
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err != nil {
+			continue // taken already
 		}
 		if free < 0 {
 			free = p
+			l.Close()
 			continue
 		}
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
-		if err == nil {
-			held = append(held, l)
+		held = append(held, l)
+	}
+	defer func() {
+		for p := lo; p < hi; p++ {
+			handedOut.Delete(p) // let later calls use the range again
 		}
+		for _, l := range held {
+			l.Close()
+		}
+	}()
+	if free < 0 {
+		t.Fatalf("every port from %d to %d is taken on this machine; pick another range for this test", lo, hi)
 	}
-	addrs, err := Loopback(1)
-	if err != nil {
-		t.Fatal(err)
+	for range 3 { // different random starts
+		addrs, err := inRange(lo, hi, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := net.JoinHostPort("127.0.0.1", strconv.Itoa(free)); addrs[0] != want {
+			t.Fatalf("inRange = %s, want the one free port %s", addrs[0], want)
+		}
+		handedOut.Delete(free)
 	}
-	if want := net.JoinHostPort("127.0.0.1", strconv.Itoa(free)); addrs[0] != want {
-		t.Errorf("Loopback(1) = %s, want the one free port %s", addrs[0], want)
+	handedOut.Delete(free)
+	for p := lo; p < hi; p++ {
+		handedOut.Store(p, true)
+	}
+	if _, err := inRange(lo, hi, 1); err == nil {
+		t.Error("inRange found a port in a range whose every port was handed out")
 	}
 }
