@@ -5,21 +5,21 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/freeport"
 	"github.com/fencegate/fencegate/tokenservice"
 )
 
-// freeAddr returns a loopback address that was free a moment ago.
+// freeAddr returns a loopback address that was free a moment ago, never
+// the same one twice.
 func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addrs, err := freeport.Loopback(1)
 	if err != nil {
 		panic(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addrs[0]
 }
 
 // Start a one-node token service and take two tokens from it. A real

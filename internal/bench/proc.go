@@ -9,10 +9,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fencegate/fencegate/internal/freeport"
 )
 
 // ErrMissingBinary is returned by LookPath when a program the benchmark
@@ -41,16 +44,20 @@ func Version(ctx context.Context, program string, args ...string) string {
 }
 
 // FreePorts returns n distinct TCP ports on 127.0.0.1 that were free a
-// moment ago (all are held open together, so none repeats).
+// moment ago and that no earlier call in this process returned (see package
+// freeport: a port picked and closed is not held, so it must not be picked
+// again before its server listens).
 func FreePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
+	addrs, err := freeport.Loopback(n)
+	if err != nil {
+		return nil, err
+	}
+	ports := make([]int, n)
+	for i, a := range addrs {
+		_, p, _ := net.SplitHostPort(a)
+		if ports[i], err = strconv.Atoi(p); err != nil {
 			return nil, fmt.Errorf("find free port: %w", err)
 		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fencegate/fencegate/internal/freeport"
 )
 
 // redisProc is a redis-server started by the benchmark, without persistence.
@@ -81,10 +83,10 @@ func waitPing(ctx context.Context, addr string) error {
 }
 
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addrs, err := freeport.Loopback(1)
 	if err != nil {
-		return 0, fmt.Errorf("find free port: %w", err)
+		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	_, port, _ := net.SplitHostPort(addrs[0])
+	return strconv.Atoi(port)
 }
