@@ -355,8 +355,12 @@ func (c *Client) retry(ctx context.Context, what string, attempt func(ctx contex
 		}
 		if _, seen := last[srv]; !seen {
 			order = append(order, srv)
+			last[srv] = err
+		} else if ctx.Err() == nil {
+			// An attempt cut short by the caller's deadline says less
+			// than the node's earlier answer ("no quorum"): keep that.
+			last[srv] = err
 		}
-		last[srv] = err
 		var ae *APIError
 		if errors.As(err, &ae) && !ae.Retryable() {
 			return fmt.Errorf("tokenservice: %s: %w", what, err)
