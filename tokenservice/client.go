@@ -353,12 +353,13 @@ func (c *Client) retry(ctx context.Context, what string, attempt func(ctx contex
 			c.prefer(srv)
 			return nil
 		}
-		if _, seen := last[srv]; !seen {
+		_, seen := last[srv]
+		if !seen {
 			order = append(order, srv)
-			last[srv] = err
-		} else if ctx.Err() == nil {
-			// An attempt cut short by the caller's deadline says less
-			// than the node's earlier answer ("no quorum"): keep that.
+		}
+		// An attempt cut short by the caller's deadline says less than the
+		// node's earlier answer ("no quorum"): keep that one.
+		if !seen || ctx.Err() == nil {
 			last[srv] = err
 		}
 		var ae *APIError

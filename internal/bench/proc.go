@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -47,20 +46,7 @@ func Version(ctx context.Context, program string, args ...string) string {
 // moment ago and that no earlier call in this process returned (see package
 // freeport: a port picked and closed is not held, so it must not be picked
 // again before its server listens).
-func FreePorts(n int) ([]int, error) {
-	addrs, err := freeport.Loopback(n)
-	if err != nil {
-		return nil, err
-	}
-	ports := make([]int, n)
-	for i, a := range addrs {
-		_, p, _ := net.SplitHostPort(a)
-		if ports[i], err = strconv.Atoi(p); err != nil {
-			return nil, fmt.Errorf("find free port: %w", err)
-		}
-	}
-	return ports, nil
-}
+func FreePorts(n int) ([]int, error) { return freeport.Ports(n) }
 
 // Command is exec.CommandContext for a short-lived helper program (pgbench,
 // a version query): it runs in its own process group, dies with the

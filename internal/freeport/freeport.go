@@ -81,6 +81,20 @@ func Loopback(n int) ([]string, error) {
 	return inRange(lo, hi, n)
 }
 
+// Ports is Loopback with the port numbers alone.
+func Ports(n int) ([]int, error) {
+	addrs, err := Loopback(n)
+	if err != nil {
+		return nil, err
+	}
+	ports := make([]int, n)
+	for i, a := range addrs {
+		_, p, _ := net.SplitHostPort(a)
+		ports[i], _ = strconv.Atoi(p) // Loopback formats 127.0.0.1:PORT itself
+	}
+	return ports, nil
+}
+
 // inRange is Loopback with ports from lo up to hi (exclusive).
 func inRange(lo, hi, n int) ([]string, error) {
 	var out []string

@@ -42,13 +42,11 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 // that no earlier call in this process returned (see package freeport).
 func FreePort(t testing.TB) int {
 	t.Helper()
-	addrs, err := freeport.Loopback(1)
+	ports, err := freeport.Ports(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, port, _ := net.SplitHostPort(addrs[0])
-	n, _ := strconv.Atoi(port)
-	return n
+	return ports[0]
 }
 
 // FreeAddr returns "127.0.0.1:PORT" for a port that was free a moment ago.

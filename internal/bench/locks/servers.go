@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os/exec"
 	"strconv"
 	"syscall"
@@ -83,10 +82,9 @@ func waitPing(ctx context.Context, addr string) error {
 }
 
 func freePort() (int, error) {
-	addrs, err := freeport.Loopback(1)
+	ports, err := freeport.Ports(1)
 	if err != nil {
 		return 0, err
 	}
-	_, port, _ := net.SplitHostPort(addrs[0])
-	return strconv.Atoi(port)
+	return ports[0], nil
 }
