@@ -56,12 +56,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var cfg config
 	var concFlag, tokenURLs string
-	fs.StringVar(&cfg.redisAddr, "redis", "127.0.0.1:6379", "the single Redis for the one-node comparison (default 127.0.0.1:6379)")
-	fs.IntVar(&cfg.masters, "masters", 5, "number of redis-server masters started for Redlock (default 5)")
-	fs.IntVar(&cfg.runs, "runs", 3, "runs per measurement; the table shows medians (default 3)")
-	fs.DurationVar(&cfg.duration, "duration", 3*time.Second, "length of one run (default 3s)")
-	fs.StringVar(&concFlag, "c", "1,64", "comma-separated concurrency levels (default 1,64)")
-	fs.BoolVar(&cfg.tokens, "tokens", true, "also measure the full cycle with fencing tokens (default true)")
+	fs.StringVar(&cfg.redisAddr, "redis", "127.0.0.1:6379", "the single Redis for the one-node comparison")
+	fs.IntVar(&cfg.masters, "masters", 5, "number of redis-server masters started for Redlock")
+	fs.IntVar(&cfg.runs, "runs", 3, "runs per measurement; the table shows medians")
+	fs.DurationVar(&cfg.duration, "duration", 3*time.Second, "length of one run")
+	fs.StringVar(&concFlag, "c", "1,64", "comma-separated concurrency levels")
+	fs.BoolVar(&cfg.tokens, "tokens", true, "also measure the full cycle with fencing tokens")
 	fs.StringVar(&tokenURLs, "token-servers", "", "token service URLs to use instead of starting 3 nodes in-process (default none)")
 	if err := fs.Parse(args); err != nil {
 		return err
