@@ -248,7 +248,7 @@ func (p *peer) write(ctx context.Context, req peerRequest) (any, error) {
 
 // contend runs N lock cycles on the resource: Acquire; INCR the Inside key
 // on the shared Redis (it must be 1: nobody else inside); a fenced increment
-// of the counter row; DECR; Release. It answers the tokens it got and how
+// of the counter row; DECR; Release; a pause. It answers the tokens it got and how
 // often it found someone else inside.
 func (p *peer) contend(ctx context.Context, req peerRequest) (any, error) {
 	c, err := p.client(req)
@@ -289,6 +289,7 @@ func (p *peer) contend(ctx context.Context, req peerRequest) (any, error) {
 		if err := l.Release(ctx); err != nil {
 			return nil, err
 		}
+		time.Sleep(5 * time.Millisecond) // work between holds, as the Python side does
 	}
 	return map[string]any{"tokens": tokens, "overlaps": overlaps}, nil
 }

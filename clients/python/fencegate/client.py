@@ -186,7 +186,6 @@ class LockClient:
         """Close the Redis connections and the token client, and stop the
         client's threads. Locks still held expire after their TTL."""
         self._keeper.close()
-        self._fan.close()
         for n in self._nodes:
             n.close()
         if self._owns_tokens and self._tokens is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import hashlib
+import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
@@ -79,8 +80,25 @@ def _redact(url: str) -> str:
     return urllib.parse.urlunsplit((u.scheme, f"{user}:***@{netloc}", u.path, u.query, u.fragment))
 
 
+class Op:
+    """One request to one node; its answer goes to future."""
+
+    __slots__ = ("kind", "key", "value", "ttl_ms", "deadline", "future")
+
+    def __init__(self, kind: str, key: str, value: str, ttl_ms: int, deadline: float):
+        self.kind, self.key, self.value, self.ttl_ms, self.deadline = kind, key, value, ttl_ms, deadline
+        self.future: cf.Future = cf.Future()
+
+
 class Node:
-    """One Redis master."""
+    """One Redis master.
+
+    With several masters, requests to one master go through a queue that a
+    thread of the node's own sends in order: while one batch is on the wire
+    the next accumulates and goes out as one pipeline. So the compare-and-
+    delete that undoes a failed grant reaches a master after the SET it
+    undoes, even when the attempt stopped waiting for that SET.
+    """
 
     def __init__(self, spec: str, timeout: float):
         self.name = node_name(spec)
@@ -97,9 +115,14 @@ class Node:
             retry=Retry(NoBackoff(), 0),
             health_check_interval=0,
         )
+        self._cv = threading.Condition()
+        self._queue: list[Op] = []
+        self._thread: threading.Thread | None = None
+        self._closed = False
 
     def run(self, kind: str, key: str, value: str, ttl_ms: int, deadline: float) -> bool:
-        """Send one request; True when granted, extended or deleted."""
+        """Send one request on the caller's thread; True when granted,
+        extended or deleted."""
         if kind == ACQUIRE:
             # An acquisition whose caller has stopped waiting would only leave
             # a key behind; releases and extensions are sent regardless.
@@ -107,18 +130,91 @@ class Node:
                 raise _Late()
             return bool(self.client.set(key, value, px=ttl_ms, nx=True))
         if kind == EXTEND:
-            return self._script(EXTEND_SHA, EXTEND_SCRIPT, key, value, ttl_ms) == 1
-        return self._script(RELEASE_SHA, RELEASE_SCRIPT, key, value) == 1
+            return self._script(self.client, EXTEND_SHA, EXTEND_SCRIPT, key, value, ttl_ms) == 1
+        return self._script(self.client, RELEASE_SHA, RELEASE_SCRIPT, key, value) == 1
 
-    def _script(self, sha: str, source: str, key: str, *args) -> int:
+    @staticmethod
+    def _script(c, sha: str, source: str, key: str, *args) -> int:
         try:
-            return int(self.client.evalsha(sha, 1, key, *args))
+            return int(c.evalsha(sha, 1, key, *args))
         except redis.exceptions.NoScriptError:
             # A master restarted since the script was first sent has forgotten
             # it: EVAL sends the source, which loads it again.
-            return int(self.client.eval(source, 1, key, *args))
+            return int(c.eval(source, 1, key, *args))
+
+    def submit(self, op: Op) -> cf.Future:
+        """Queue op for the node's sender thread; its answer goes to op.future."""
+        with self._cv:
+            if self._closed:
+                op.future.set_exception(ConnectionError("the client is closed"))
+                return op.future
+            self._queue.append(op)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._send_loop, name=f"fencegate-redis {self.name}", daemon=True)
+                self._thread.start()
+            self._cv.notify()
+        return op.future
+
+    def _send_loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._queue and not self._closed:
+                    self._cv.wait()
+                if not self._queue:
+                    return
+                batch, self._queue = self._queue, []
+            self._send(batch)
+
+    def _send(self, batch: list[Op]) -> None:
+        now = time.monotonic()
+        live = []
+        for op in batch:
+            if op.kind == ACQUIRE and now >= op.deadline:
+                op.future.set_exception(_Late())
+            else:
+                live.append(op)
+        if not live:
+            return
+        if len(live) == 1:
+            op = live[0]
+            try:
+                op.future.set_result(self.run(op.kind, op.key, op.value, op.ttl_ms, op.deadline))
+            except Exception as e:  # noqa: BLE001 - handed to the waiting caller
+                op.future.set_exception(e)
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for op in live:
+            if op.kind == ACQUIRE:
+                pipe.set(op.key, op.value, px=op.ttl_ms, nx=True)
+            elif op.kind == EXTEND:
+                pipe.evalsha(EXTEND_SHA, 1, op.key, op.value, op.ttl_ms)
+            else:
+                pipe.evalsha(RELEASE_SHA, 1, op.key, op.value)
+        try:
+            replies = pipe.execute(raise_on_error=False)
+        except Exception as e:  # noqa: BLE001 - the connection failed: every op in it did
+            for op in live:
+                op.future.set_exception(e)
+            return
+        for op, r in zip(live, replies):
+            try:
+                if isinstance(r, redis.exceptions.NoScriptError):
+                    source = EXTEND_SCRIPT if op.kind == EXTEND else RELEASE_SCRIPT
+                    args = (op.value, op.ttl_ms) if op.kind == EXTEND else (op.value,)
+                    r = int(self.client.eval(source, 1, op.key, *args))
+                if isinstance(r, Exception):
+                    raise r
+                op.future.set_result(bool(r) if op.kind == ACQUIRE else int(r) == 1)
+            except Exception as e:  # noqa: BLE001 - handed to the waiting caller
+                op.future.set_exception(e)
 
     def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+            t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join()
         self.client.close()
         self.client.connection_pool.disconnect()
 
@@ -159,20 +255,13 @@ class Tally:
 
 class Fanout:
     """Sends one request to every node at once and counts the replies as they
-    arrive. Requests to several nodes run on a thread pool the client owns;
-    a single node is asked on the caller's thread."""
+    arrive. With several nodes each request goes to the node's sender
+    thread; a single node is asked on the caller's thread."""
 
     def __init__(self, nodes: list[Node], timeout: float):
         self.nodes = nodes
         self.quorum = len(nodes) // 2 + 1
         self.timeout = timeout
-        self.pool: cf.ThreadPoolExecutor | None = None
-        if len(nodes) > 1:
-            self.pool = cf.ThreadPoolExecutor(max_workers=8 * len(nodes), thread_name_prefix="fencegate-redis")
-
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=True)
 
     def __call__(
         self, kind: str, key: str, value: str, ttl_ms: int, *, skip: list[bool] | None = None, wait_all: bool = False
@@ -190,7 +279,7 @@ class Fanout:
                 t.state[i] = SKIPPED
         if not todo:
             return t
-        if self.pool is None:
+        if len(self.nodes) == 1:
             i = todo[0]
             try:
                 ok = self.nodes[i].run(kind, key, value, ttl_ms, deadline)
@@ -199,7 +288,7 @@ class Fanout:
             else:
                 self._answer(t, i, ok)
             return t
-        futures = {self.pool.submit(self.nodes[i].run, kind, key, value, ttl_ms, deadline): i for i in todo}
+        futures = {self.nodes[i].submit(Op(kind, key, value, ttl_ms, deadline)): i for i in todo}
         pending = set(futures)
         while pending:
             if not wait_all and (t.ok >= self.quorum or t.no > n - self.quorum):

@@ -4,7 +4,7 @@ import re
 import threading
 import time
 
-from support import StackTest, closed_port, env, key_prefix, redis_url, unique
+from support import StackTest, closed_port, env, key_prefix, redis_url, redlock_urls, token_servers, unique, wait_until
 
 import fencegate
 
@@ -164,6 +164,95 @@ class SingleNodeLockTest(StackTest):
         with self.assertRaises(fencegate.NotAcquiredError) as cm:
             locks.try_acquire(unique("down"))
         self.assertIn("connection refused", str(cm.exception))
+
+
+class GrantTokenConfirmTest(StackTest):
+    """The order grant -> token -> confirm, attacked at its weak point: the
+    holder stalls between the grant and the token."""
+
+    def test_a_lock_lost_before_its_token_is_never_handed_out(self):
+        res = unique("confirm")
+        key = key_prefix() + res
+        r = self.redis()
+        other = self.lock_client()
+        real = fencegate.TokenClient(token_servers())
+        self.addCleanup(real.close)
+        got = {}
+
+        class StallingTokens:
+            # Stalls like a paused process: the lock expires, another
+            # client takes it (and mints its token), then this one mints.
+            def next_token(self, resource, timeout=None):
+                wait_until(lambda: r.get(key) is None, 10, "the stalled grant to expire")
+                got["other"] = other.acquire(res)
+                got["ours"] = real.next_token(resource)
+                return got["ours"]
+
+        locks = self.lock_client(ttl=0.3, token_servers=None, token_source=StallingTokens())
+        with self.assertRaises(fencegate.NotAcquiredError) as cm:
+            locks.acquire(res, timeout=0)
+        self.assertIn("between the grant and the token", str(cm.exception))
+        # Skipping the confirmation would have handed out a token larger than
+        # the rightful holder's, and the fence would then refuse the holder.
+        self.assertGreater(got["ours"], got["other"].token)
+        self.assertTrue(got["other"].held)
+        self.assertIsNotNone(r.get(key), "the failed attempt deleted the other holder's lock")
+        got["other"].release()
+
+    def test_token_service_down_leaves_no_lock_behind(self):
+        res = unique("notoken")
+        locks = self.lock_client(token_servers=[f"http://127.0.0.1:{closed_port()}"], token_max_wait=300)
+        with self.assertRaises(fencegate.TokenUnavailableError):
+            locks.acquire(res)
+        self.assertIsNone(self.redis().get(key_prefix() + res))
+
+    def test_a_token_that_is_not_a_positive_int_is_refused(self):
+        for bad in (0, -3, True, "7", None):
+            with self.subTest(token=bad):
+                res = unique("badtoken")
+
+                class Bad:
+                    def next_token(self, resource, timeout=None):
+                        return bad
+
+                locks = self.lock_client(token_servers=None, token_source=Bad())
+                with self.assertRaises(fencegate.TokenServiceError):
+                    locks.acquire(res)
+                self.assertIsNone(self.redis().get(key_prefix() + res))
+
+
+class ConcurrencyTest(StackTest):
+    def test_threads_share_one_client(self):
+        for redis_urls in ([redis_url()], redlock_urls()):
+            with self.subTest(nodes=len(redis_urls)):
+                locks = self.lock_client(redis_urls=redis_urls, key_prefix=key_prefix())
+                res = unique("threads")
+                inside, tokens, errors = [0], [], []
+                mu = threading.Lock()
+
+                def work():
+                    try:
+                        for _ in range(8):
+                            with locks.acquire(res, timeout=60) as lock:
+                                with mu:
+                                    inside[0] += 1
+                                    overlap = inside[0] != 1
+                                    tokens.append(lock.token)
+                                time.sleep(0.001)
+                                with mu:
+                                    inside[0] -= 1
+                                if overlap:
+                                    errors.append("two threads held the lock at once")
+                    except Exception as e:  # noqa: BLE001 - reported below
+                        errors.append(repr(e))
+
+                threads = [threading.Thread(target=work) for _ in range(6)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                self.assertEqual(errors, [])
+                self.assertEqual(len(set(tokens)), 48)
 
 
 class RedisURLTest(StackTest):
