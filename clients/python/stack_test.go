@@ -117,9 +117,11 @@ func startStack(t *testing.T) *stack {
 // cluster: what a secured token service asks of a client.
 func (s *stack) startTLSFront(t *testing.T) {
 	t.Helper()
-	secret := testutil.RandomName("bearer-")
+	// A client credential file as the token service's clients use: one
+	// line "NAME SECRET", sent as "Authorization: Bearer NAME:SECRET".
+	secret := testutil.RandomName("s") + testutil.RandomName("") + testutil.RandomName("")
 	s.credFile = filepath.Join(t.TempDir(), "credentials")
-	if err := os.WriteFile(s.credFile, []byte(secret+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(s.credFile, []byte("# the Python tests' credential\npython-test "+secret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	target, err := url.Parse(s.cluster.APIURL(0))
@@ -134,7 +136,7 @@ func (s *stack) startTLSFront(t *testing.T) {
 		return nil
 	}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") != "Bearer "+secret {
+		if r.Header.Get("Authorization") != "Bearer python-test:"+secret {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusUnauthorized)
 			_ = json.NewEncoder(w).Encode(map[string]string{"error": "bearer credentials missing or wrong", "code": "unauthenticated"})

@@ -114,8 +114,9 @@ class TokenServiceError(Error):
     ``"unreachable"`` (no answer in time, connection reset), ``"auth"``
     (authentication failed: TLS or credentials), ``"bad_answer"`` (the
     address does not speak the token API), ``"bad_request"``, ``"not_leader"``,
-    ``"no_quorum"``, ``"unavailable"``, ``"internal"`` or ``"timeout"`` (the
-    call's time ran out while retrying). It is the kind of the last answer
+    ``"no_quorum"``, ``"unavailable"``, ``"internal"``, ``"insecure"`` (the
+    credential would have crossed the network in clear text) or
+    ``"timeout"`` (the call's time ran out while retrying). It is the kind of the last answer
     that decided the outcome.
     """
 

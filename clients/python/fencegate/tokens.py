@@ -8,6 +8,7 @@ import http.client
 import json
 import math
 import random
+import re
 import socket
 import ssl
 import threading
@@ -20,8 +21,9 @@ from .errors import TokenAuthError, TokenRequestError, TokenServiceError, TokenU
 #: The longest resource name the token service takes, in bytes.
 MAX_RESOURCE_BYTES = 1024
 
-#: The response header in which a node names the leader's API URL.
+#: The response headers in which a node names the leader's API URL and ID.
 LEADER_HEADER = "X-Fencegate-Leader-Api"
+LEADER_ID_HEADER = "X-Fencegate-Leader-Id"
 
 # Kinds of a node's answer that another try of the same node cannot turn
 # into a token: when a whole round of nodes answered only these, the call
@@ -43,11 +45,12 @@ class Token:
 class _Attempt(Exception):
     """What one node answered to one request."""
 
-    def __init__(self, kind: str, message: str, *, retryable: bool, leader_api: str = ""):
+    def __init__(self, kind: str, message: str, *, retryable: bool, leader_api: str = "", leader_id: str = ""):
         super().__init__(message)
         self.kind = kind
         self.retryable = retryable
         self.leader_api = leader_api
+        self.leader_id = leader_id
 
 
 def normalize_url(s: str, default_scheme: str = "http") -> str:
@@ -147,7 +150,7 @@ class TokenClient:
         self._ssl = _ssl_context(tls_ca, tls_cert, tls_key) if (tls or any(u.startswith("https") for u in urls)) else None
         self._auth: str | None = None
         if credentials is not None:
-            self._auth = "Bearer " + _read_credentials(credentials)
+            self._auth = _read_credentials(credentials)
             for u in urls:
                 host = urllib.parse.urlsplit(u).hostname or ""
                 if u.startswith("http://") and not _is_loopback(host):
@@ -160,6 +163,8 @@ class TokenClient:
         self._follow_leader = follow_leader
         self._mu = threading.Lock()
         self._servers = urls
+        self._given = list(urls)
+        self._pinned: dict[str, str] = {}  # followed https URL -> the leader ID it was followed for
         self._https_only = all(u.startswith("https://") for u in urls)
         self._preferred = 0
         self._idle: dict[str, list[http.client.HTTPConnection]] = {}
@@ -245,11 +250,8 @@ class TokenClient:
                     raise self._error(what, a, last)
                 round_kinds[srv] = a.kind
                 if a.kind == "not_leader" and a.leader_api:
-                    try:
-                        leader_url = normalize_url(a.leader_api)
-                    except ValueError:
-                        leader_url = ""
-                    if leader_url and leader_url != srv and self._leader_ok(leader_url) and time.monotonic() < deadline:
+                    leader_url = self._follow(a.leader_api, a.leader_id)
+                    if leader_url and leader_url != srv and time.monotonic() < deadline:
                         self._prefer(leader_url)
                         continue
                 self._rotate(srv)
@@ -266,25 +268,33 @@ class TokenClient:
                 elif time.monotonic() >= deadline:
                     raise self._error(what, a, last, timed_out=True)
                 continue
-            if self._follow_leader and leader:
-                try:
-                    url = normalize_url(leader)
-                except ValueError:
-                    url = ""
-                if url and self._leader_ok(url):
-                    srv = url
+            if self._follow_leader and leader[0]:
+                srv = self._follow(*leader) or srv
             self._prefer(srv)
             return out
 
-    def _leader_ok(self, url: str) -> bool:
-        """Whether to follow a leader URL a node named: never from https down
-        to http, and never to send credentials in clear text."""
-        if not url.startswith("http://"):
-            return True
-        if self._https_only:
-            return False
-        host = urllib.parse.urlsplit(url).hostname or ""
-        return self._auth is None or _is_loopback(host)
+    def _follow(self, url: str, leader_id: str) -> str | None:
+        """The URL of the leader a node named, if the client may follow it.
+        A URL the caller gave is followed as is. Over TLS another URL is
+        followed only with the leader's ID and is pinned to it: whoever
+        answers there must present a certificate for that ID, so a member
+        address recorded by mistake or by an attacker cannot lead the client
+        to another server. The client never follows https down to http."""
+        try:
+            u = normalize_url(url)
+        except ValueError:
+            return None
+        with self._mu:
+            if u in self._given:
+                return u
+            if u.startswith("https://"):
+                if not leader_id:
+                    return None
+                self._pinned[u] = leader_id
+                return u
+            if self._https_only:
+                return None
+            return u
 
     def _error(self, what: str, a: _Attempt, last: dict[str, _Attempt], *, dead_end=False, timed_out=False):
         answers = {u: f"{e.kind}: {e}" for u, e in last.items()}
@@ -311,6 +321,10 @@ class TokenClient:
         if left <= 0:
             raise _Attempt("timeout", "the call's time ran out before this attempt", retryable=True)
         timeout = min(self._attempt_timeout, left)
+        if self._auth and srv.startswith("http://") and not _is_loopback(urllib.parse.urlsplit(srv).hostname or ""):
+            raise _Attempt(
+                "insecure", f"refusing to send the bearer credential over plain HTTP to {srv}; use https://", retryable=False
+            )
         conn, reused = self._conn(srv, timeout)
         headers = {"Accept": "application/json"}
         if body is not None:
@@ -330,8 +344,9 @@ class TokenClient:
                 conn, reused = self._conn(srv, timeout, fresh=True)
                 conn.request(method, path, body=body, headers=headers)
                 resp = conn.getresponse()
+            self._check_pinned(srv, conn)
             data = resp.read(1 << 20)
-            leader = resp.getheader(LEADER_HEADER) or ""
+            leader = (resp.getheader(LEADER_HEADER) or "", resp.getheader(LEADER_ID_HEADER) or "")
             status = resp.status
             # Reuse the connection only when the answer was read whole.
             keep = not resp.will_close and resp.isclosed()
@@ -351,6 +366,23 @@ class TokenClient:
             except ValueError:
                 raise _Attempt("bad_answer", f"HTTP 200 with a body that is not JSON: {data[:200]!r}", retryable=True)
         raise _decode_error(status, data)
+
+    def _check_pinned(self, srv: str, conn: http.client.HTTPConnection) -> None:
+        """Refuse an answer from a followed URL that does not come from the
+        node it was followed for."""
+        with self._mu:
+            want = self._pinned.get(srv)
+        if want is None:
+            return
+        sock = conn.sock
+        cert = sock.getpeercert() if isinstance(sock, ssl.SSLSocket) else None
+        if not cert:
+            raise _Attempt("unavailable", f"followed as leader {want}, it answered without TLS; refused", retryable=True)
+        names = [v for rdn in cert.get("subject", ()) for k, v in rdn if k == "commonName"]
+        if names[:1] != [want]:
+            raise _Attempt(
+                "unavailable", f"followed as leader {want}, it answered as {names[0] if names else '?'!r}; refused", retryable=True
+            )
 
     def _conn(self, srv: str, timeout: float, fresh: bool = False) -> tuple[http.client.HTTPConnection, bool]:
         if not fresh:
@@ -449,7 +481,9 @@ def _decode_error(status: int, data: bytes) -> _Attempt:
         return _Attempt("auth", text, retryable=False)
     if code not in ("not_leader", "no_quorum", "unavailable"):
         code = "internal"
-    return _Attempt(code, text, retryable=True, leader_api=str(doc.get("leader_api") or ""))
+    return _Attempt(
+        code, text, retryable=True, leader_api=str(doc.get("leader_api") or ""), leader_id=str(doc.get("leader_id") or "")
+    )
 
 
 def _ssl_context(ca: str | None, cert: str | None, key: str | None) -> ssl.SSLContext:
@@ -475,16 +509,40 @@ def _reason(e: BaseException) -> str:
     return str(e)
 
 
+_CRED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_MIN_SECRET = 32
+
+
 def _read_credentials(path: str) -> str:
+    """Read a client credential file (one line NAME SECRET; blank lines and
+    # comments ignored) and return the Authorization header value
+    "Bearer NAME:SECRET". Errors never show the secret."""
     try:
         with open(path, encoding="utf-8") as f:
-            secret = f.read().strip()
+            lines = f.read().split("\n")
     except OSError as e:
         raise ValueError(f"fencegate: credentials file {path}: cannot read it ({_reason(e)})") from None
     except UnicodeDecodeError:
         raise ValueError(f"fencegate: credentials file {path}: not UTF-8 text") from None
-    if not secret:
-        raise ValueError(f"fencegate: credentials file {path} is empty; put the bearer token in it")
-    if any(c in secret for c in "\r\n\0"):
-        raise ValueError(f"fencegate: credentials file {path} holds more than one line; put only the bearer token in it")
-    return secret
+    found: tuple[str, str] | None = None
+    for n, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        where = f"fencegate: credentials file {path} line {n}"
+        if found is not None:
+            raise ValueError(f"{where}: a client's file holds one credential; this is a second one")
+        fields = line.split()
+        if len(fields) == 3 and fields[2].startswith("sha256:"):
+            raise ValueError(f"{where}: this is a node's line (NAME ROLES sha256:HASH); a client's file holds NAME SECRET")
+        if len(fields) != 2:
+            raise ValueError(f"{where}: want NAME SECRET")
+        name, secret = fields
+        if not _CRED_NAME.match(name):
+            raise ValueError(f"{where}: name {name!r}: use letters, digits, '.', '_' or '-' (at most 64)")
+        if len(secret) < _MIN_SECRET or ":" in secret:
+            raise ValueError(f"{where}: the secret is too short or malformed; make one with fencegate token credential")
+        found = (name, secret)
+    if found is None:
+        raise ValueError(f"fencegate: credentials file {path} holds no credential; want one line NAME SECRET")
+    return f"Bearer {found[0]}:{found[1]}"

@@ -56,6 +56,9 @@ class FakeNode:
         case.addCleanup(self.httpd.shutdown)
 
 
+SECRET = "x" * 20 + "secret-value-0123456789"
+
+
 def token_answer(value):
     return 200, {"resource": "r", "token": value, "term": 2, "index": 9, "leader": "n1"}, None
 
@@ -188,13 +191,40 @@ class TokenClientTest(StackTest):
         self.assertEqual(len(plain.requests), 0, "the client followed an https node to a plain-HTTP leader")
         self.assertGreater(len(tls.requests), 0)
 
+    def test_a_followed_https_leader_must_present_its_certificate(self):
+        # The node's certificate names 127.0.0.1; a leader followed as "n9"
+        # must present n9's certificate, or its answers are refused.
+        for leader_id, accepted in (("n9", False), ("127.0.0.1", True), ("", False)):
+            with self.subTest(leader_id=leader_id):
+                leader = FakeNode(self, lambda n, body: token_answer(11), tls=True)
+                follower = FakeNode(
+                    self,
+                    lambda n, body: (
+                        503,
+                        {"error": "not leader", "code": "not_leader", "leader_api": leader.url, "leader_id": leader_id},
+                        None,
+                    ),
+                    tls=True,
+                )
+                tc = self.client([follower.url], tls_ca=env("FENCEGATE_TEST_TLS_CA"), backoff=(0.001, 0.01))
+                if accepted:
+                    self.assertEqual(tc.next_token("r", timeout=5), 11)
+                    continue
+                with self.assertRaises(fencegate.TokenUnavailableError) as cm:
+                    tc.next_token("r", timeout=0.3)
+                if leader_id:
+                    self.assertIn("answered as '127.0.0.1'; refused", str(cm.exception))
+                else:
+                    self.assertEqual(len(leader.requests), 0, "followed an https leader named without its ID")
+
     def test_bearer_credentials_on_every_request(self):
         fake = FakeNode(self, lambda n, body: token_answer(n))
-        cred = self.credentials_file("s3cret-token\n")
+        cred = self.credentials_file("# comment\n\napp-1 " + SECRET + "\n")
         tc = self.client([fake.url], credentials=cred)
         tc.next_token("r")
         tc.next_token("r")
-        self.assertEqual([h.get("Authorization") for _, h, _ in fake.requests], ["Bearer s3cret-token"] * 2)
+        self.assertEqual([h.get("Authorization") for _, h, _ in fake.requests], [f"Bearer app-1:{SECRET}"] * 2)
+        self.assertNotIn(SECRET, repr(tc))
 
     def test_partitioned_leader(self):
         leader = self.leader_url()
@@ -242,11 +272,11 @@ class TokenClientTest(StackTest):
     def test_tls_wrong_bearer_fails_at_once_and_shows_no_secret(self):
         with open(env("FENCEGATE_TEST_CREDENTIALS")) as f:
             right = f.read().strip()
-        tc = self.client([env("FENCEGATE_TEST_TLS_TOKEN_URL")], **self.tls_opts(credentials=self.credentials_file("wrong-secret\n")))
+        tc = self.client([env("FENCEGATE_TEST_TLS_TOKEN_URL")], **self.tls_opts(credentials=self.credentials_file("python-test " + SECRET + "\n")))
         with self.assertRaises(fencegate.TokenAuthError) as cm:
             tc.next_token("r", timeout=300)
         self.assertEqual(cm.exception.kind, "auth")
-        for secret in ("wrong-secret", right):
+        for secret in (SECRET, right.split()[-1]):
             self.assertNotIn(secret, str(cm.exception))
             self.assertNotIn(secret, repr(tc))
 
@@ -276,19 +306,26 @@ class TokenClientTest(StackTest):
             (dict(tls_ca=env("FENCEGATE_TEST_TLS_CA"), tls_cert=missing), "tls_cert"),
             (dict(tls_key=env("FENCEGATE_TEST_TLS_KEY")), "without tls_cert"),
             (dict(credentials=missing), "cannot read"),
-            (dict(credentials=self.credentials_file("")), "empty"),
-            (dict(credentials=self.credentials_file("a\nb\n")), "more than one line"),
+            (dict(credentials=self.credentials_file("")), "holds no credential"),
+            (dict(credentials=self.credentials_file("# only a comment\n")), "holds no credential"),
+            (dict(credentials=self.credentials_file(f"a {SECRET}\nb {SECRET}\n")), "line 2: a client's file holds one"),
+            (dict(credentials=self.credentials_file(f"a client sha256:{SECRET}\n")), "a node's line"),
+            (dict(credentials=self.credentials_file(SECRET + "\n")), "want NAME SECRET"),
+            (dict(credentials=self.credentials_file("a short\n")), "too short"),
+            (dict(credentials=self.credentials_file(f"-bad {SECRET}\n")), "name"),
+            (dict(credentials=self.credentials_file(f"a {SECRET}:x\n")), "malformed"),
         ]
         for kw, words in cases:
             with self.subTest(kw=kw):
                 with self.assertRaises(ValueError) as cm:
                     fencegate.TokenClient(["https://127.0.0.1:1"], **kw)
                 self.assertIn(words, str(cm.exception))
-        cred = self.credentials_file("s3cret\n")
+                self.assertNotIn(SECRET, str(cm.exception))
+        cred = self.credentials_file(f"app {SECRET}\n")
         with self.assertRaises(ValueError) as cm:
             fencegate.TokenClient(["http://10.1.2.3:7101"], credentials=cred)
         self.assertIn("clear text", str(cm.exception))
-        self.assertNotIn("s3cret", str(cm.exception))
+        self.assertNotIn(SECRET, str(cm.exception))
         with self.assertRaises(ValueError):
             fencegate.TokenClient(["http://127.0.0.1:1"], tls_ca=env("FENCEGATE_TEST_TLS_CA"))
         with self.assertRaises(ValueError):
