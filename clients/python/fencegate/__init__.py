@@ -60,7 +60,7 @@ from .errors import (
     TransactionAbortedError,
     UnfencedWriteError,
 )
-from .fence import FENCE_SQL, fence_errors, map_error, sqlstate
+from .fence import FENCE_SQL, fence_errors, map_error, sqlstate, transaction
 from .lock import Lock
 from .nodes import EXTEND_SCRIPT, RELEASE_SCRIPT
 from .tokens import Token, TokenClient
@@ -109,4 +109,5 @@ __all__ = [
     "map_error",
     "no_retry",
     "sqlstate",
+    "transaction",
 ]

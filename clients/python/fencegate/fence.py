@@ -78,26 +78,45 @@ def _status(conn: Any) -> int:
 
 
 @contextlib.contextmanager
-def transaction(conn: Any, resource: str, token: int | None) -> Iterator[Any]:
-    """Begin on conn, run FENCE_SQL with resource and token first, yield a
-    cursor, commit when the block ends, roll back when it raises.
+def transaction(conn: Any, *locks: Any) -> Iterator[Any]:
+    """A fenced transaction on a psycopg2 connection, under one lock or more:
+    begin, run FENCE_SQL with each lock's resource and token before anything
+    else (in byte-wise order of the resources, so that two transactions
+    fencing the same resources never deadlock), yield a cursor, commit when
+    the block ends, roll back when it raises.
 
-    The connection must be idle (no transaction open): the fence has to be
-    the transaction's first statement. A connection in autocommit mode is
-    switched out of it for the transaction and back afterwards. Do not
-    commit or roll back on conn inside the block.
+    ``lock.transaction(conn)`` is ``transaction(conn, lock)``; a transfer
+    between two accounts takes both locks and writes in
+    ``transaction(conn, lock_a, lock_b)``.
+
+    The connection must be idle (no transaction open): the fences have to
+    come first. A connection in autocommit mode is switched out of it for the
+    transaction and back afterwards. Do not commit or roll back on conn
+    inside the block. Fence errors raise the FenceError subclass of their
+    SQLSTATE, an error caught inside the block raises TransactionAbortedError
+    at its end, and a connection lost during COMMIT raises CommitUnknownError.
     """
-    if token is None:
-        raise NoTokenError(
-            f"fencegate: lock {resource!r} has no fencing token (efficiency mode); build the LockClient with token_servers"
-        )
+    if not locks:
+        raise TypeError("fencegate: transaction(conn, lock, ...) needs at least one lock")
+    for lock in locks:
+        if lock.token is None:
+            raise NoTokenError(
+                f"fencegate: lock {lock.resource!r} has no fencing token (efficiency mode); "
+                "build the LockClient with token_servers"
+            )
+    ordered = sorted(locks, key=lambda lk: lk.resource.encode())
+    for a, b in zip(ordered, ordered[1:]):
+        if a.resource == b.resource:
+            raise FenceMisuseError(f"fencegate: two locks on {a.resource!r} in one transaction; pass each lock once")
+    # Errors name the lock they concern: the one being fenced, or the only one.
+    who: list = [ordered[0].resource, ordered[0].token] if len(ordered) == 1 else [None, None]
     st = _status(conn)
     if st != _IDLE and not getattr(conn, "closed", False):
         raise FenceMisuseError(
-            f"fencegate: fenced transaction on {resource!r}: the connection already has a transaction open "
+            f"fencegate: fenced transaction on {_names(ordered)}: the connection already has a transaction open "
             f"(libpq transaction status {st}); commit or roll back first, so that the fence comes first",
-            resource=resource,
-            token=token,
+            resource=who[0],
+            token=who[1],
         )
     restore_autocommit = bool(conn.autocommit)
     if restore_autocommit:
@@ -106,11 +125,14 @@ def transaction(conn: Any, resource: str, token: int | None) -> Iterator[Any]:
         cur = conn.cursor()
         try:
             try:
-                cur.execute(FENCE_SQL, (resource, token))
+                for lock in ordered:
+                    saved, who[:] = list(who), [lock.resource, lock.token]
+                    cur.execute(FENCE_SQL, (lock.resource, lock.token))
+                    who[:] = saved
                 yield cur
             except BaseException as e:
                 _rollback_quietly(conn)
-                mapped = map_error(e, resource, token) if isinstance(e, Exception) else None
+                mapped = map_error(e, who[0], who[1]) if isinstance(e, Exception) else None
                 if mapped is not None:
                     raise mapped from e
                 raise
@@ -119,10 +141,10 @@ def transaction(conn: Any, resource: str, token: int | None) -> Iterator[Any]:
                 # went on: PostgreSQL would answer COMMIT with ROLLBACK.
                 _rollback_quietly(conn)
                 raise TransactionAbortedError(
-                    f"fencegate: fenced transaction on {resource!r} was aborted by an error caught inside the block; "
-                    "it was rolled back and nothing of it committed"
+                    f"fencegate: fenced transaction on {_names(ordered)} was aborted by an error caught inside the "
+                    "block; it was rolled back and nothing of it committed"
                 )
-            _commit(conn, resource, token)
+            _commit(conn, ordered)
         finally:
             try:
                 cur.close()
@@ -136,7 +158,12 @@ def transaction(conn: Any, resource: str, token: int | None) -> Iterator[Any]:
                 pass
 
 
-def _commit(conn: Any, resource: str, token: int) -> None:
+def _names(locks: list) -> str:
+    return ", ".join(repr(lk.resource) for lk in locks)
+
+
+def _commit(conn: Any, locks: list) -> None:
+    one = locks[0] if len(locks) == 1 else None
     closed_before = bool(conn.closed)
     try:
         conn.commit()
@@ -144,14 +171,15 @@ def _commit(conn: Any, resource: str, token: int) -> None:
         if sqlstate(e) is None and not closed_before and conn.closed:
             # The connection broke while COMMIT was on its way or its answer
             # was: the server may have committed or not.
+            tokens = ", ".join(f"{lk.resource!r} with token {lk.token}" for lk in locks)
             raise CommitUnknownError(
-                f"fencegate: commit of the fenced transaction on {resource!r} (token {token}): the connection "
-                f"broke before the answer came ({str(e).strip() or type(e).__name__}); the transaction may or may "
-                "not have committed: check the data before redoing it",
-                resource=resource,
-                token=token,
+                f"fencegate: commit of the transaction fenced on {tokens}: the connection broke before the answer "
+                f"came ({str(e).strip() or type(e).__name__}); it may or may not have committed: check the data "
+                "before redoing it",
+                resource=one.resource if one else None,
+                token=one.token if one else None,
             ) from e
-        mapped = map_error(e, resource, token)
+        mapped = map_error(e, one.resource if one else None, one.token if one else None)
         if mapped is not None:
             raise mapped from e
         raise

@@ -239,7 +239,8 @@ class Lock:
         """A context manager for a fenced transaction on a psycopg2
         connection: it begins, runs ``SELECT fencegate.fence(resource,
         token)`` before anything else, yields a cursor, and commits when the
-        block ends (it rolls back when the block raises).
+        block ends (it rolls back when the block raises). For writes under
+        several locks, use ``fencegate.transaction(conn, lock_a, lock_b)``.
 
         Fence errors raise the FenceError subclass of their SQLSTATE
         (StaleTokenError for FG001, ...); a connection lost during COMMIT
@@ -247,7 +248,7 @@ class Lock:
         checked by PostgreSQL inside the transaction, is what keeps a holder
         that lost its lock from writing.
         """
-        return fence.transaction(conn, self.resource, self.token)
+        return fence.transaction(conn, self)
 
     # --- context manager -----------------------------------------------------
 

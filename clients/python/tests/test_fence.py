@@ -250,6 +250,66 @@ class FenceTest(StackTest):
         self.assertTrue(conn.autocommit)
         self.assertEqual(self.balance(acct), 1)
 
+    def test_transfer_under_two_locks(self):
+        locks = self.lock_client()
+        a, b = self.new_account(locks, 100), self.new_account(locks, 0)
+        conn = self.connect()
+        with locks.acquire("account:" + a) as la, locks.acquire("account:" + b) as lb:
+            with fencegate.transaction(conn, la, lb) as cur:
+                cur.execute("UPDATE accounts SET balance = balance - 30 WHERE id = %s", (a,))
+                cur.execute("UPDATE accounts SET balance = balance + 30 WHERE id = %s", (b,))
+        self.assertEqual((self.balance(a), self.balance(b)), (70, 30))
+        with self.assertRaises(fencegate.FenceMisuseError):
+            with fencegate.transaction(conn, la, la):
+                self.fail("ran with one lock given twice")
+
+    def test_one_stale_lock_of_two_commits_nothing(self):
+        locks, short = self.lock_client(), self.lock_client(ttl=0.3)
+        a, b = self.new_account(locks, 100), self.new_account(locks, 0)
+        la = locks.acquire("account:" + a)
+        self.addCleanup(la.release)
+        lb = short.acquire("account:" + b)
+        self.assertTrue(lb.lost.wait(10))
+        with locks.acquire("account:" + b) as newer:
+            with newer.transaction(self.connect()) as cur:
+                cur.execute("UPDATE accounts SET balance = 5 WHERE id = %s", (b,))
+        with self.assertRaises(fencegate.StaleTokenError) as cm:
+            with fencegate.transaction(self.connect(), la, lb) as cur:
+                cur.execute("UPDATE accounts SET balance = balance - 30 WHERE id = %s", (a,))
+                cur.execute("UPDATE accounts SET balance = balance + 30 WHERE id = %s", (b,))
+        self.assertEqual((cm.exception.resource, cm.exception.token), ("account:" + b, lb.token))
+        self.assertEqual((self.balance(a), self.balance(b)), (100, 5))
+
+    def test_fences_are_taken_in_one_order(self):
+        # Two transactions fence the same two resources, given in opposite
+        # orders, again and again: fenced in the order given they would
+        # deadlock (40P01); sorted, they wait for each other.
+        locks = self.lock_client(ttl=30)
+        a, b = self.new_account(locks, 0), self.new_account(locks, 0)
+        la, lb = locks.acquire("account:" + a), locks.acquire("account:" + b)
+        self.addCleanup(la.release)
+        self.addCleanup(lb.release)
+        errors = []
+
+        def work(first, second):
+            conn = self.connect()
+            try:
+                for _ in range(20):
+                    with fencegate.transaction(conn, first, second) as cur:
+                        cur.execute("UPDATE accounts SET balance = balance + 1 WHERE id = %s", (a,))
+                        cur.execute("SELECT pg_sleep(0.002)")
+                        cur.execute("UPDATE accounts SET balance = balance + 1 WHERE id = %s", (b,))
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(repr(e))
+
+        threads = [threading.Thread(target=work, args=p) for p in ((la, lb), (lb, la))]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        self.assertEqual(errors, [])
+        self.assertEqual((self.balance(a), self.balance(b)), (40, 40))
+
     def test_commit_outcome_unknown_and_the_idempotent_redo(self):
         locks = self.lock_client()
         acct = self.new_account(locks, 100)
