@@ -32,6 +32,7 @@ const tablesSQL = `
 CREATE TABLE accounts (id text PRIMARY KEY, balance bigint NOT NULL);
 CREATE TABLE counters (id text PRIMARY KEY, n bigint NOT NULL DEFAULT 0);
 CREATE TABLE requests (id text PRIMARY KEY, account text NOT NULL, amount bigint NOT NULL);
+CREATE TABLE transfers (id text PRIMARY KEY, src text NOT NULL, dst text NOT NULL, cents bigint NOT NULL);
 `
 
 // database prepares a fresh database for the Python tests and returns two
@@ -44,7 +45,8 @@ CREATE TABLE requests (id text PRIMARY KEY, account text NOT NULL, amount bigint
 // proxy, which refuses unfenced writes. Where PostgreSQL enforces the fence
 // itself, this installs the schema, protects the tables above with their
 // resource expressions ('account:' || id, 'counter:' || id, 'account:' ||
-// account), creates an application role for app, and nothing else changes.
+// account, 'account:' || src), creates an application role for app, and
+// nothing else changes.
 func database(t *testing.T) (app, admin string) {
 	t.Helper()
 	admin = testutil.PostgresDB(t)
