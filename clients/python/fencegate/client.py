@@ -151,6 +151,12 @@ class LockClient:
         self.acquire_timeout = float(acquire_timeout)
         self._retry = retry or exponential_retry(0.005, 0.25)
         self._drift = self.ttl * drift_factor + 0.002
+        names = [nodes.node_name(u) for u in urls]
+        dup = next((n for n in names if names.count(n) > 1), None)
+        if dup is not None:
+            raise ValueError(
+                f"fencegate: Redis node {dup} is given twice; Redlock needs independent masters, each counted once"
+            )
         self._nodes = [nodes.Node(u, self.node_timeout) for u in urls]
         self.quorum = len(self._nodes) // 2 + 1
         self._fan = nodes.Fanout(self._nodes, self.node_timeout)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import os
 import threading
 import time
 import weakref
@@ -277,8 +278,12 @@ class Keeper:
         self._seq = itertools.count()
         self._closed = False
         self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
 
     def schedule(self, when: float, lock: Lock) -> None:
+        if self._pid != os.getpid():
+            # A forked child: the keeper thread stayed in the parent.
+            self._cv, self._heap, self._thread, self._pid = threading.Condition(), [], None, os.getpid()
         with self._cv:
             if self._closed:
                 return

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import hashlib
+import os
 import threading
 import time
 import urllib.parse
@@ -118,6 +119,7 @@ class Node:
         self._cv = threading.Condition()
         self._queue: list[Op] = []
         self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
         self._closed = False
 
     def run(self, kind: str, key: str, value: str, ttl_ms: int, deadline: float) -> bool:
@@ -144,6 +146,9 @@ class Node:
 
     def submit(self, op: Op) -> cf.Future:
         """Queue op for the node's sender thread; its answer goes to op.future."""
+        if self._pid != os.getpid():
+            # A forked child: the sender thread stayed in the parent.
+            self._cv, self._queue, self._thread, self._pid = threading.Condition(), [], None, os.getpid()
         with self._cv:
             if self._closed:
                 op.future.set_exception(ConnectionError("the client is closed"))

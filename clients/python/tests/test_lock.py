@@ -1,5 +1,6 @@
 """The Redis lock on one node: the wire format, the lease, refresh, release."""
 
+import os
 import re
 import threading
 import time
@@ -255,6 +256,25 @@ class ConcurrencyTest(StackTest):
                 self.assertEqual(len(set(tokens)), 48)
 
 
+class ForkTest(StackTest):
+    def test_a_client_made_before_fork_works_in_the_child(self):
+        # As under a pre-forking server: the client (and its threads) is
+        # created in the parent, used in the child.
+        locks = self.lock_client(redis_urls=redlock_urls(), key_prefix=key_prefix())
+        with locks.acquire(unique("fork")):
+            pass
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                with locks.acquire(unique("fork"), timeout=10) as lock:
+                    code = 0 if lock.token and lock.held else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        self.assertEqual(os.waitstatus_to_exitcode(status), 0)
+
+
 class RedisURLTest(StackTest):
     def test_password_in_the_url(self):
         url = env("FENCEGATE_TEST_REDIS_AUTH_URL")
@@ -290,6 +310,7 @@ class BadInputTest(StackTest):
             (dict(good, redis_urls="redis://127.0.0.1:6379"), TypeError, "list of URLs"),
             (dict(good, redis_urls=["http://127.0.0.1:6379"]), ValueError, "scheme"),
             (dict(good, redis_urls=["redis://:secret-pw@127.0.0.1"]), ValueError, "host and a port"),
+            (dict(good, redis_urls=["127.0.0.1:6379", "redis://127.0.0.1:6379/0"]), ValueError, "given twice"),
             (dict(good, ttl=0.001), ValueError, "too short"),
             (dict(good, ttl="10"), ValueError, "too short"),
             (dict(good, node_timeout=0), ValueError, "node_timeout"),
