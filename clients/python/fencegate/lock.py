@@ -287,11 +287,13 @@ class Keeper:
         with self._cv:
             if self._closed:
                 return
-            heapq.heappush(self._heap, (when, next(self._seq), weakref.ref(lock)))
+            entry = (when, next(self._seq), weakref.ref(lock))
+            heapq.heappush(self._heap, entry)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="fencegate-lease-keeper", daemon=True)
                 self._thread.start()
-            self._cv.notify()
+            if self._heap[0] is entry:
+                self._cv.notify()  # the keeper sleeps until a later deadline: wake it
 
     def _run(self) -> None:
         while True:
