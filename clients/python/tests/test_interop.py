@@ -51,6 +51,19 @@ class InteropTest(StackTest):
         for v in (go_value, py_value):
             self.assertRegex(v, r"^[0-9a-f]{32}$")
 
+    def test_a_non_ascii_resource_is_the_same_lock(self):
+        locks = self.lock_client()
+        res = unique("konto:Zürich/ø 東京")
+        status, out = self.go("/try", resource=res)
+        self.assertEqual(status, 200, out)
+        self.assertEqual(self.redis().get((key_prefix() + res).encode()).decode(), out["values"][0])
+        with self.assertRaises(fencegate.NotAcquiredError):
+            locks.try_acquire(res)
+        self.go_release(res)
+        with locks.acquire(res):
+            status, out = self.go("/try", resource=res)
+            self.assertEqual(status, 409, out)
+
     def test_default_key_prefix_agrees(self):
         # Neither side is told a prefix: both must use "fencegate:lock:".
         locks = self.lock_client(key_prefix=fencegate.DEFAULT_KEY_PREFIX)
