@@ -237,6 +237,7 @@ class TokenClient:
         round_kinds: dict[str, str] = {}
         rounds = 0
         n = 0
+        hops = 0  # leader redirects followed in a row
         while True:
             srv = self._pick()
             try:
@@ -249,11 +250,16 @@ class TokenClient:
                 if not a.retryable:
                     raise self._error(what, a, last)
                 round_kinds[srv] = a.kind
-                if a.kind == "not_leader" and a.leader_api:
+                if a.kind == "not_leader" and a.leader_api and hops < 2:
+                    # At most two redirects in a row: two nodes naming each
+                    # other during an election must not bounce the call
+                    # between them without a pause.
                     leader_url = self._follow(a.leader_api, a.leader_id)
                     if leader_url and leader_url != srv and time.monotonic() < deadline:
+                        hops += 1
                         self._prefer(leader_url)
                         continue
+                hops = 0
                 self._rotate(srv)
                 n += 1
                 k = len(self.servers)
