@@ -139,6 +139,8 @@ class LockClient:
             self._refresh_every: float | None = float(every)
         else:
             self._refresh_every = None
+        if not _positive(token_max_wait):
+            raise ValueError(f"fencegate: token_max_wait {token_max_wait!r} must be a positive number of seconds")
         if isinstance(token_servers, str):
             raise TypeError("fencegate: token_servers is a list of URLs, e.g. ['http://127.0.0.1:7101']")
         if token_source is not None and token_servers:
@@ -212,7 +214,8 @@ class LockClient:
         """Take the lock on resource, retrying after a random delay (see
         ``retry``) while another client holds it, for at most ``timeout``
         seconds (the client's acquire_timeout when None; math.inf waits
-        without bound).
+        without bound). Once granted, minting the token takes at most
+        token_max_wait more.
 
         It returns the lock only after the lock was granted on a majority, a
         fencing token was minted, and the lock was confirmed still held and
@@ -230,7 +233,7 @@ class LockClient:
         while True:
             attempt += 1
             try:
-                return self._try_acquire(resource, deadline)
+                return self._try_acquire(resource)
             except NotAcquiredError as e:
                 last = e
             left = deadline - time.monotonic()
@@ -248,17 +251,18 @@ class LockClient:
         """Make one attempt to take the lock on resource. Raises
         NotAcquiredError when another client holds it (see .taken)."""
         _check_resource(resource)
-        return self._try_acquire(resource, time.monotonic() + self._token_max_wait)
+        return self._try_acquire(resource)
 
-    def _try_acquire(self, resource: str, deadline: float) -> Lock:
+    def _try_acquire(self, resource: str) -> Lock:
         key = self.key_prefix + resource
         value = secrets.token_hex(16)
         valid_until, taken = self._grant(resource, key, value)
         if self._tokens is None:
             return Lock(self, resource, key, value, None, valid_until)
         try:
-            left = deadline - time.monotonic()
-            token = self._tokens.next_token(resource, timeout=max(min(left, self._token_max_wait), 0.001))
+            # The lock is granted: the token has its own bound, whatever is
+            # left of the time allowed for waiting on other holders.
+            token = self._tokens.next_token(resource, timeout=self._token_max_wait)
         except BaseException:
             self._cleanup(key, value, taken)
             raise
