@@ -212,6 +212,11 @@ class TokenClient:
         body = json.dumps({"resource": resource}).encode()
         out = self._call("POST", "/v1/tokens", body, f"token for {resource!r}", timeout)
         tok = out.get("token") if isinstance(out, dict) else None
+        if isinstance(out, dict) and out.get("resource", resource) != resource:
+            raise TokenServiceError(
+                f"fencegate: token for {resource!r}: the answer is for another resource: {str(out)[:200]}",
+                kind="bad_answer",
+            )
         if not isinstance(tok, int) or isinstance(tok, bool) or not 0 < tok < 2**63:
             raise TokenServiceError(
                 f"fencegate: token for {resource!r}: the answer holds no token > 0: {str(out)[:200]}", kind="bad_answer"

@@ -137,6 +137,24 @@ class TokenClientTest(StackTest):
         self.assertIn("not the token API", str(cm.exception))
         self.assertEqual(len(fake.requests), 1)
 
+    def test_an_answer_that_is_no_token_is_refused(self):
+        answers = {
+            "no token": {"resource": "r"},
+            "zero": {"resource": "r", "token": 0},
+            "negative": {"resource": "r", "token": -5},
+            "too large": {"resource": "r", "token": 2**63},
+            "a string": {"resource": "r", "token": "7"},
+            "a boolean": {"resource": "r", "token": True},
+            "another resource": {"resource": "s", "token": 7},
+            "a list": [7],
+        }
+        for name, body in answers.items():
+            with self.subTest(name):
+                fake = FakeNode(self, lambda n, _b, body=body: (200, body, None))
+                with self.assertRaises(fencegate.TokenServiceError) as cm:
+                    self.client([fake.url]).next_token("r")
+                self.assertEqual(cm.exception.kind, "bad_answer")
+
     def test_bad_request_is_not_retried(self):
         fake = FakeNode(self, lambda n, body: (400, {"error": "tokenservice: bad request: x", "code": "bad_request"}, None))
         tc = self.client([fake.url])
