@@ -14,7 +14,7 @@ die() { echo "services: $*" >&2; exit 1; }
 need_pkgs=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 for p in postgresql postgresql-client redis-server redis-tools pgbouncer etcd-server etcd-client \
-	python3-psycopg2 faketime libfaketime; do
+	python3-psycopg2 python3-redis faketime libfaketime; do
 	have_pkg "$p" || need_pkgs+=("$p")
 done
 # A machine may carry the servers outside Debian's packages; only ask for

@@ -1,0 +1,193 @@
+"""Fenced PostgreSQL transactions on a psycopg2 connection, and the mapping of
+fencegate's SQLSTATEs to exceptions."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+from .errors import (
+    FENCE_ERRORS,
+    CommitUnknownError,
+    FenceError,
+    FenceMisuseError,
+    NoTokenError,
+    TransactionAbortedError,
+)
+
+#: The statement a fenced transaction runs first, with the resource and the
+#: token as parameters (psycopg2's placeholders). It check-and-advances the
+#: resource's high-water mark, holds the mark's row lock to the end of the
+#: transaction, and fails with FG001 when a higher token was accepted before.
+FENCE_SQL = "SELECT fencegate.fence(%s::text, %s::bigint)"
+
+# libpq's PQtransactionStatus values (psycopg2.extensions.TRANSACTION_STATUS_*).
+_IDLE, _ACTIVE, _INTRANS, _INERROR, _UNKNOWN = range(5)
+
+
+def sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of a driver exception (psycopg2's pgcode), or None when
+    the server sent none (a broken connection, a client-side error)."""
+    return getattr(exc, "pgcode", None) or getattr(exc, "sqlstate", None)
+
+
+def map_error(exc: BaseException, resource: str | None = None, token: int | None = None) -> FenceError | None:
+    """The FenceError for a driver exception carrying one of fencegate's
+    SQLSTATEs (class FG), or None for any other exception. An FG code this
+    version does not know maps to FenceError itself."""
+    code = sqlstate(exc)
+    if not code or not code.startswith("FG"):
+        return None
+    cls = FENCE_ERRORS.get(code, FenceError)
+    diag = getattr(exc, "diag", None)
+    primary = getattr(diag, "message_primary", None) if diag is not None else None
+    hint = getattr(diag, "message_hint", None) if diag is not None else None
+    detail = getattr(diag, "message_detail", None) if diag is not None else None
+    msg = (primary or str(exc)).strip().splitlines()[0] if (primary or str(exc)).strip() else code
+    return cls(
+        f"{msg} (SQLSTATE {code})",
+        sqlstate=code,
+        resource=resource,
+        token=token,
+        hint=hint,
+        detail=detail,
+        pgerror=exc,
+    )
+
+
+@contextlib.contextmanager
+def fence_errors(resource: str | None = None, token: int | None = None) -> Iterator[None]:
+    """Raise the FenceError subclass of fencegate's SQLSTATEs for driver
+    exceptions raised inside the block (the driver's exception is the
+    __cause__); other exceptions pass unchanged. For code that runs its own
+    transactions rather than Lock.transaction."""
+    try:
+        yield
+    except Exception as e:
+        mapped = map_error(e, resource, token)
+        if mapped is None:
+            raise
+        raise mapped from e
+
+
+def _status(conn: Any) -> int:
+    info = getattr(conn, "info", None)
+    if info is not None and hasattr(info, "transaction_status"):
+        return int(info.transaction_status)
+    return int(conn.get_transaction_status())
+
+
+@contextlib.contextmanager
+def transaction(conn: Any, *locks: Any) -> Iterator[Any]:
+    """A fenced transaction on a psycopg2 connection, under one lock or more:
+    begin, run FENCE_SQL with each lock's resource and token before anything
+    else (in byte-wise order of the resources, so that two transactions
+    fencing the same resources never deadlock), yield a cursor, commit when
+    the block ends, roll back when it raises.
+
+    ``lock.transaction(conn)`` is ``transaction(conn, lock)``; a transfer
+    between two accounts takes both locks and writes in
+    ``transaction(conn, lock_a, lock_b)``.
+
+    The connection must be idle (no transaction open): the fences have to
+    come first. A connection in autocommit mode is switched out of it for the
+    transaction and back afterwards. Do not commit or roll back on conn
+    inside the block. Fence errors raise the FenceError subclass of their
+    SQLSTATE, an error caught inside the block raises TransactionAbortedError
+    at its end, and a connection lost during COMMIT raises CommitUnknownError.
+    """
+    if not locks:
+        raise TypeError("fencegate: transaction(conn, lock, ...) needs at least one lock")
+    for lock in locks:
+        if lock.token is None:
+            raise NoTokenError(
+                f"fencegate: lock {lock.resource!r} has no fencing token (efficiency mode); "
+                "build the LockClient with token_servers"
+            )
+    ordered = sorted(locks, key=lambda lk: lk.resource.encode())
+    for a, b in zip(ordered, ordered[1:]):
+        if a.resource == b.resource:
+            raise FenceMisuseError(f"fencegate: two locks on {a.resource!r} in one transaction; pass each lock once")
+    # Errors name the lock they concern: the one being fenced, or the only one.
+    who: list = [ordered[0].resource, ordered[0].token] if len(ordered) == 1 else [None, None]
+    st = _status(conn)
+    if st != _IDLE and not getattr(conn, "closed", False):
+        raise FenceMisuseError(
+            f"fencegate: fenced transaction on {_names(ordered)}: the connection already has a transaction open "
+            f"(libpq transaction status {st}); commit or roll back first, so that the fence comes first",
+            resource=who[0],
+            token=who[1],
+        )
+    restore_autocommit = bool(conn.autocommit)
+    if restore_autocommit:
+        conn.autocommit = False
+    try:
+        cur = conn.cursor()
+        try:
+            try:
+                for lock in ordered:
+                    saved, who[:] = list(who), [lock.resource, lock.token]
+                    cur.execute(FENCE_SQL, (lock.resource, lock.token))
+                    who[:] = saved
+                yield cur
+            except BaseException as e:
+                _rollback_quietly(conn)
+                mapped = map_error(e, who[0], who[1]) if isinstance(e, Exception) else None
+                if mapped is not None:
+                    raise mapped from e
+                raise
+            if _status(conn) == _INERROR:
+                # An error inside the block was caught there and the block
+                # went on: PostgreSQL would answer COMMIT with ROLLBACK.
+                _rollback_quietly(conn)
+                raise TransactionAbortedError(
+                    f"fencegate: fenced transaction on {_names(ordered)} was aborted by an error caught inside the "
+                    "block; it was rolled back and nothing of it committed"
+                )
+            _commit(conn, ordered)
+        finally:
+            try:
+                cur.close()
+            except Exception:  # noqa: BLE001 - a closed connection's cursor
+                pass
+    finally:
+        if restore_autocommit and not conn.closed:
+            try:
+                conn.autocommit = True
+            except Exception:  # noqa: BLE001 - left as is when it cannot switch back
+                pass
+
+
+def _names(locks: list) -> str:
+    return ", ".join(repr(lk.resource) for lk in locks)
+
+
+def _commit(conn: Any, locks: list) -> None:
+    one = locks[0] if len(locks) == 1 else None
+    closed_before = bool(conn.closed)
+    try:
+        conn.commit()
+    except Exception as e:
+        if sqlstate(e) is None and not closed_before and conn.closed:
+            # The connection broke while COMMIT was on its way or its answer
+            # was: the server may have committed or not.
+            tokens = ", ".join(f"{lk.resource!r} with token {lk.token}" for lk in locks)
+            raise CommitUnknownError(
+                f"fencegate: commit of the transaction fenced on {tokens}: the connection broke before the answer "
+                f"came ({str(e).strip() or type(e).__name__}); it may or may not have committed: check the data "
+                "before redoing it",
+                resource=one.resource if one else None,
+                token=one.token if one else None,
+            ) from e
+        mapped = map_error(e, one.resource if one else None, one.token if one else None)
+        if mapped is not None:
+            raise mapped from e
+        raise
+
+
+def _rollback_quietly(conn: Any) -> None:
+    try:
+        if not conn.closed:
+            conn.rollback()
+    except Exception:  # noqa: BLE001 - the original error matters, not this one
+        pass

@@ -1,0 +1,185 @@
+package python_test
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/internal/proxytest"
+	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/internal/tokentest"
+	"github.com/fencegate/fencegate/proxy"
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+)
+
+// Tables the Python tests write, and the resource that guards each row: a
+// row of accounts with id X belongs to resource "account:X", a row of
+// counters with id X to "counter:X". The tests take the lock of exactly that
+// resource before they write the row.
+const tablesSQL = `
+CREATE TABLE accounts (id text PRIMARY KEY, balance bigint NOT NULL);
+CREATE TABLE counters (id text PRIMARY KEY, n bigint NOT NULL DEFAULT 0);
+CREATE TABLE requests (id text PRIMARY KEY, account text NOT NULL, amount bigint NOT NULL);
+CREATE TABLE transfers (id text PRIMARY KEY, src text NOT NULL, dst text NOT NULL, cents bigint NOT NULL);
+`
+
+// database prepares a fresh database for the Python tests and returns two
+// DSNs: app, the one fenced transactions use, and admin, straight to the same
+// database as its owner (the tests read through it and make errors of every
+// fencegate SQLSTATE with it).
+//
+// It is the one place that knows how fencing is installed. Today: the schema
+// the proxy installs (proxy.EnsureSchema) and app through the fencegate
+// proxy, which refuses unfenced writes. Where PostgreSQL enforces the fence
+// itself, this installs the schema, protects the tables above with their
+// resource expressions ('account:' || id, 'counter:' || id, 'account:' ||
+// account, 'account:' || src), creates an application role for app, and
+// nothing else changes.
+func database(t *testing.T) (app, admin string) {
+	t.Helper()
+	admin = testutil.PostgresDB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		t.Fatalf("connect %s: %v", admin, err)
+	}
+	defer conn.Close(context.Background())
+	if err := proxy.EnsureSchema(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, tablesSQL); err != nil {
+		t.Fatalf("create tables: %v", err)
+	}
+	return proxytest.Start(t, admin), admin
+}
+
+// stack is everything the Python tests talk to, started by the Go test.
+type stack struct {
+	cluster    *tokentest.Cluster
+	redisAddr  string // the shared Redis
+	prefix     string // this test's key prefix on it (cleaned up at the end)
+	redlock    []*testutil.RedisServer
+	app, admin string
+	certs      *certs
+	tlsFront   *httptest.Server
+	credFile   string
+	authRedis  string // redis://:PASSWORD@127.0.0.1:PORT
+	tlsRedis   string // rediss://127.0.0.1:PORT?ssl_ca_certs=CA
+	peer       *peer
+}
+
+func startStack(t *testing.T) *stack {
+	t.Helper()
+	s := &stack{}
+	s.redisAddr, s.prefix = testutil.Redis(t)
+	for range 3 {
+		s.redlock = append(s.redlock, testutil.StartRedis(t))
+	}
+	s.cluster = tokentest.StartCluster(t, 3)
+	s.app, s.admin = database(t)
+	s.certs = newCerts(t)
+	s.startTLSFront(t)
+
+	// The password is set once the server answers (StartRedis waits for a
+	// PING without one).
+	pw := testutil.RandomName("pw")
+	authSrv := testutil.StartRedis(t)
+	rc := redis.NewClient(&redis.Options{Addr: authSrv.Addr()})
+	defer rc.Close()
+	if err := rc.ConfigSet(context.Background(), "requirepass", pw).Err(); err != nil {
+		t.Fatalf("set a password on %s: %v", authSrv, err)
+	}
+	s.authRedis = "redis://:" + pw + "@" + authSrv.Addr()
+
+	tlsPort := testutil.FreePort(t)
+	testutil.StartRedis(t, "--tls-port", strconv.Itoa(tlsPort),
+		"--tls-cert-file", s.certs.ServerCert, "--tls-key-file", s.certs.ServerKey,
+		"--tls-ca-cert-file", s.certs.CA, "--tls-auth-clients", "no")
+	s.tlsRedis = "rediss://127.0.0.1:" + strconv.Itoa(tlsPort) + "?ssl_ca_certs=" + url.QueryEscape(s.certs.CA)
+
+	s.peer = startPeer(t, s)
+	return s
+}
+
+// startTLSFront serves the token API over TLS, requiring a client
+// certificate signed by the test CA and a bearer token, in front of the
+// cluster: what a secured token service asks of a client.
+func (s *stack) startTLSFront(t *testing.T) {
+	t.Helper()
+	// A client credential file as the token service's clients use: one
+	// line "NAME SECRET", sent as "Authorization: Bearer NAME:SECRET".
+	secret := testutil.RandomName("s") + testutil.RandomName("") + testutil.RandomName("")
+	s.credFile = filepath.Join(t.TempDir(), "credentials")
+	if err := os.WriteFile(s.credFile, []byte("# the Python tests' credential\npython-test "+secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	target, err := url.Parse(s.cluster.APIURL(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	// The nodes name the leader's plain-HTTP address; behind the front a
+	// client must not be sent there.
+	rp.ModifyResponse = func(r *http.Response) error {
+		r.Header.Del("X-Fencegate-Leader-Api")
+		return nil
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer python-test:"+secret {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			_ = json.NewEncoder(w).Encode(map[string]string{"error": "bearer credentials missing or wrong", "code": "unauthenticated"})
+			return
+		}
+		rp.ServeHTTP(w, r)
+	})
+	s.tlsFront = httptest.NewUnstartedServer(h)
+	s.tlsFront.TLS = &tls.Config{
+		Certificates: []tls.Certificate{s.certs.server},
+		ClientCAs:    s.certs.pool,
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		MinVersion:   tls.VersionTLS12,
+	}
+	s.tlsFront.Config.ErrorLog = slog.NewLogLogger(testutil.Logger(t).With("component", "tls-front").Handler(), slog.LevelInfo)
+	s.tlsFront.StartTLS()
+	t.Cleanup(s.tlsFront.Close)
+}
+
+// env is what the Python tests read (see tests/support.py).
+func (s *stack) env() []string {
+	var redlock []string
+	for _, r := range s.redlock {
+		redlock = append(redlock, "redis://"+r.Addr())
+	}
+	return []string{
+		"FENCEGATE_TEST_REDIS_URL=redis://" + s.redisAddr,
+		"FENCEGATE_TEST_KEY_PREFIX=" + s.prefix,
+		"FENCEGATE_TEST_REDLOCK_URLS=" + strings.Join(redlock, ","),
+		"FENCEGATE_TEST_TOKEN_SERVERS=" + strings.Join(s.cluster.APIURLs(), ","),
+		"FENCEGATE_TEST_DSN=" + s.app,
+		"FENCEGATE_TEST_ADMIN_DSN=" + s.admin,
+		"FENCEGATE_TEST_GO_PEER=" + s.peer.url,
+		"FENCEGATE_TEST_TLS_TOKEN_URL=" + s.tlsFront.URL,
+		"FENCEGATE_TEST_TLS_CA=" + s.certs.CA,
+		"FENCEGATE_TEST_TLS_CERT=" + s.certs.ClientCert,
+		"FENCEGATE_TEST_TLS_KEY=" + s.certs.ClientKey,
+		"FENCEGATE_TEST_TLS_SERVER_CERT=" + s.certs.ServerCert,
+		"FENCEGATE_TEST_TLS_SERVER_KEY=" + s.certs.ServerKey,
+		"FENCEGATE_TEST_CREDENTIALS=" + s.credFile,
+		"FENCEGATE_TEST_REDIS_AUTH_URL=" + s.authRedis,
+		"FENCEGATE_TEST_REDIS_TLS_URL=" + s.tlsRedis,
+	}
+}
