@@ -219,7 +219,7 @@ func readFile(what, path string) ([]byte, error) {
 		if errors.As(err, &pe) {
 			err = pe.Err
 		}
-		return nil, fmt.Errorf("%w: cannot read %s %s: %v", ErrBadTLS, what, path, err)
+		return nil, fmt.Errorf("%w: cannot read %s %s (%v); check the path and its permissions", ErrBadTLS, what, path, err)
 	}
 	return b, nil
 }
