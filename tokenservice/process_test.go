@@ -22,6 +22,8 @@ type proc struct {
 	t    testing.TB
 	name string
 	args []string
+	// wrap, when set, runs the binary through it (e.g. ip netns exec NS).
+	wrap []string
 	cmd  *exec.Cmd
 	mu   sync.Mutex
 	logs bytes.Buffer
@@ -36,7 +38,8 @@ func (p *proc) Write(b []byte) (int, error) {
 // start runs the process and waits until it prints that it serves.
 func (p *proc) start() {
 	p.t.Helper()
-	cmd := exec.Command(testutil.Binary(p.t), p.args...)
+	argv := append(append(append([]string(nil), p.wrap...), testutil.Binary(p.t)), p.args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Stderr = p
 	out, err := cmd.StdoutPipe()
