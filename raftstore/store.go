@@ -387,6 +387,21 @@ func (s *Store) Kill() {
 	})
 }
 
+// IsMember reports whether id is in this node's latest Raft configuration
+// (as a voter or not).
+func (s *Store) IsMember(id string) bool {
+	f := s.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	for _, srv := range f.Configuration().Servers {
+		if string(srv.ID) == id {
+			return true
+		}
+	}
+	return false
+}
+
 func (s *Store) voterCount() int {
 	f := s.raft.GetConfiguration()
 	if f.Error() != nil {

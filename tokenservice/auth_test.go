@@ -61,7 +61,7 @@ func TestEveryRouteRefusesWithoutItsRole(t *testing.T) {
 		{name: "nothing", tls: anon},
 		{name: "client cert", roles: []tokenservice.Role{tokenservice.RoleClient}, tls: issueTLS(t, ca, ca, "app", pki.Options{}, tokenservice.RoleClient)},
 		{name: "admin cert", roles: []tokenservice.Role{tokenservice.RoleAdmin}, tls: issueTLS(t, ca, ca, "ops", pki.Options{}, tokenservice.RoleAdmin)},
-		{name: "peer cert", roles: []tokenservice.Role{tokenservice.RolePeer}, tls: issueTLS(t, ca, ca, "n9", pki.Options{}, tokenservice.RolePeer)},
+		{name: "peer cert", roles: []tokenservice.Role{tokenservice.RolePeer}, tls: issueTLS(t, ca, ca, "n2", pki.Options{}, tokenservice.RolePeer)},
 		{name: "cert without role", roles: []tokenservice.Role{}, tls: issueTLS(t, ca, ca, "nobody", pki.Options{})},
 		{name: "bearer client", roles: []tokenservice.Role{tokenservice.RoleClient}, tls: anon, auth: "Bearer app:" + bearer["app"].Secret},
 		{name: "bearer admin", roles: []tokenservice.Role{tokenservice.RoleAdmin}, tls: anon, auth: "Bearer ops:" + bearer["ops"].Secret},
@@ -165,6 +165,19 @@ func TestEveryRouteRefusesWithoutItsRole(t *testing.T) {
 				}
 			})
 		}
+	}
+	// A peer certificate of a node that is not (or no longer) a member may
+	// not allocate: certificates outlive membership.
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: issueTLS(t, ca, ca, "n9", pki.Options{}, tokenservice.RolePeer)}, Timeout: 10 * time.Second}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Post(target+"/v1/internal/allocate", "application/json", strings.NewReader(`{"count":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), "member") {
+		t.Fatalf("allocate with the peer certificate of non-member n9: %s %s; want 403 naming membership", resp.Status, body)
 	}
 }
 

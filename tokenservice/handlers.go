@@ -144,6 +144,13 @@ func (s *Server) handleAllocate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
+	if id, ok := IdentityFrom(r.Context()); ok && !s.store.IsMember(id.Name) {
+		// A peer certificate outlives its node's membership (there is no
+		// revocation): only a current member may allocate.
+		s.log.Info("refused request", "status", http.StatusForbidden, "path", r.URL.Path, "identity", id.Name, "reason", "not a member")
+		s.writeError(w, fmt.Errorf("%w: %s %s needs a current member of the cluster; %q is not one", ErrForbidden, r.Method, r.URL.Path, id.Name))
+		return
+	}
 	if req.Count < 1 || req.Count > 1<<20 {
 		s.writeError(w, fmt.Errorf("%w: count %d out of range 1..%d", ErrBadRequest, req.Count, 1<<20))
 		return
