@@ -91,6 +91,25 @@ func (p *proc) tail() string {
 	return s
 }
 
+// startAll starts procs, kills them when the test ends, and logs their
+// output's tail if it failed.
+func startAll(t *testing.T, procs []*proc) {
+	t.Helper()
+	for _, p := range procs {
+		t.Cleanup(p.kill)
+	}
+	for _, p := range procs {
+		p.start()
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range procs {
+				t.Logf("--- %s log tail:\n%s", p.name, p.tail())
+			}
+		}
+	})
+}
+
 // startProcCluster starts n fencegate token serve processes of a new cluster.
 func startProcCluster(t *testing.T, n int) ([]*proc, []string) {
 	t.Helper()
@@ -110,18 +129,8 @@ func startProcCluster(t *testing.T, n int) ([]*proc, []string) {
 			"--heartbeat-timeout", "200ms", "--election-timeout", "200ms", "--leader-lease-timeout", "150ms",
 		}}
 		procs = append(procs, p)
-		t.Cleanup(p.kill)
 	}
-	for _, p := range procs {
-		p.start()
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, p := range procs {
-				t.Logf("--- %s log tail:\n%s", p.name, p.tail())
-			}
-		}
-	})
+	startAll(t, procs)
 	return procs, urls
 }
 

@@ -72,19 +72,9 @@ func TestThreeHostRehearsal(t *testing.T) {
 			"--heartbeat-timeout", "500ms", "--election-timeout", "500ms", "--leader-lease-timeout", "400ms",
 			"--tls-ca", caFile, "--tls-cert", filepath.Join(dir, h.Name+".pem"), "--tls-key", filepath.Join(dir, h.Name+"-key.pem"),
 		}}
-		t.Cleanup(p.kill) // runs before the network's removal
 		procs = append(procs, p)
 	}
-	for _, p := range procs {
-		p.start()
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, p := range procs {
-				t.Logf("--- %s log tail:\n%s", p.name, p.tail())
-			}
-		}
-	})
+	startAll(t, procs) // killed before the network's removal
 
 	// Clients on the client host: one per node, pinned to it.
 	dial, err := n.Dialer(clientHost)

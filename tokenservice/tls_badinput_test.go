@@ -90,19 +90,7 @@ func TestCLIBadTLSInput(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			code, stdout, stderr := runCLI(t, tc.args...)
-			if code != tc.code {
-				t.Fatalf("exit %d, want %d; stderr:\n%s", code, tc.code, stderr)
-			}
-			if stdout != "" {
-				t.Errorf("stdout = %q, want nothing", stdout)
-			}
-			lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
-			if tc.code == 1 && len(lines) != 1 {
-				t.Errorf("stderr has %d lines, want 1:\n%s", len(lines), stderr)
-			}
-			oneLine(t, lines[len(lines)-1], tc.want...)
-			if strings.Contains(stderr, cred.Secret) {
+			if stderr := cliRefuses(t, tc.args, tc.code, tc.want...); strings.Contains(stderr, cred.Secret) {
 				t.Errorf("stderr shows the secret: %s", stderr)
 			}
 		})

@@ -63,19 +63,9 @@ func TestCLITLSCluster(t *testing.T) {
 			"--tls-ca", ca, "--tls-cert", filepath.Join(certs, id+".pem"), "--tls-key", filepath.Join(certs, id+"-key.pem"),
 			"--credentials-file", nodeCreds,
 		}}
-		t.Cleanup(p.kill)
 		procs = append(procs, p)
 	}
-	for _, p := range procs {
-		p.start()
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, p := range procs {
-				t.Logf("--- %s log tail:\n%s", p.name, p.tail())
-			}
-		}
-	})
+	startAll(t, procs)
 	servers := strings.Join(api, ",") // HOST:PORT: https with --tls-ca
 	var last int64
 	for _, who := range [][]string{
