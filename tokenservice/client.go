@@ -556,6 +556,9 @@ func (c *Client) follow(h leaderHint) (string, bool) {
 	if err != nil {
 		return "", false
 	}
+	if rest, ok := strings.CutPrefix(u, "http://"); ok && c.tlsConfig != nil {
+		u = "https://" + rest // a client over TLS never follows into plain HTTP
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if slices.Contains(c.given, u) {

@@ -18,7 +18,7 @@ import (
 // reports (LeaderWithID), or an error that says why it cannot forward.
 // With TLS the URL is https whatever was recorded: every node serves TLS.
 func (s *Server) leaderAPI() (id, api string, err error) {
-	id, api = s.store.Leader()
+	id, api = s.leader()
 	switch {
 	case id == "":
 		return "", "", fmt.Errorf("%w: node %s knows no leader", ErrNoQuorum, s.cfg.ID)
@@ -27,12 +27,20 @@ func (s *Server) leaderAPI() (id, api string, err error) {
 	case api == "":
 		return "", "", fmt.Errorf("%w: the API address of leader %s is not known yet", ErrUnavailable, id)
 	}
+	return id, api, nil
+}
+
+// leader returns the ID and API URL of the leader Raft names; with TLS the
+// URL is https whatever scheme was recorded (a cluster that ran without TLS
+// before recorded http), since every node of a TLS cluster serves https.
+func (s *Server) leader() (id, api string) {
+	id, api = s.store.Leader()
 	if s.auth != nil {
 		if rest, ok := strings.CutPrefix(api, "http://"); ok {
 			api = "https://" + rest
 		}
 	}
-	return id, api, nil
+	return id, api
 }
 
 // forwardAlloc asks the leader to allocate n tokens in one entry.

@@ -90,7 +90,7 @@ func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
-	if id, api := s.store.Leader(); api != "" {
+	if id, api := s.leader(); api != "" {
 		w.Header().Set(leaderHeader, api)
 		w.Header().Set(leaderIDHeader, id)
 	}
@@ -126,7 +126,7 @@ func (s *Server) handleTokenBatch(w http.ResponseWriter, r *http.Request, req to
 		s.writeError(w, fmt.Errorf("allocated %d tokens for %d resources", rng.Count, len(req.Resources)))
 		return
 	}
-	if id, api := s.store.Leader(); api != "" {
+	if id, api := s.leader(); api != "" {
 		w.Header().Set(leaderHeader, api)
 		w.Header().Set(leaderIDHeader, id)
 	}
@@ -327,7 +327,7 @@ func (s *Server) classify(err error) *APIError {
 	case CodeInternal:
 		msg = fmt.Sprintf("%v: node %s: %v", ErrInternal, s.cfg.ID, err)
 	}
-	leaderID, leaderAPI := s.store.Leader()
+	leaderID, leaderAPI := s.leader()
 	return &APIError{Status: codeStatus(code), Code: code, Message: msg, LeaderAPI: leaderAPI, LeaderID: leaderID}
 }
 

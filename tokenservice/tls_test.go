@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -78,5 +79,47 @@ func TestTLSClusterMints(t *testing.T) {
 	}
 	if time.Since(start) > 5*time.Second {
 		t.Errorf("anonymous NextToken took %v: a 401 must not be retried", time.Since(start))
+	}
+}
+
+// A cluster founded without TLS and restarted with it keeps working: the
+// member table still records http API addresses, and nodes and clients use
+// https for them.
+func TestPlainClusterRestartedWithTLS(t *testing.T) {
+	ca := newCA(t, "cluster")
+	var tlsOn atomic.Bool
+	c := tokentest.StartCluster(t, 3, tokentest.WithConfig(func(_ int, cfg *tokenservice.Config) {
+		if !tlsOn.Load() {
+			return
+		}
+		leaf, err := ca.Issue(cfg.ID, []string{string(tokenservice.RolePeer)}, []string{"127.0.0.1"}, pki.Options{})
+		if err != nil {
+			panic(err)
+		}
+		cfg.TLS = &tokenservice.NodeTLS{CA: ca.Pool(), Cert: leaf.TLSCertificate()}
+	}))
+	before := mint(t, c.Client(t), 10)
+	tlsOn.Store(true)
+	for i := range 3 {
+		c.Kill(i)
+	}
+	for i := range 3 {
+		c.Restart(i)
+	}
+	leader := c.Leader(t)
+	for _, m := range c.Node(leader).LocalStatus().Members {
+		t.Logf("member table: %s at %s", m.ID, m.APIAddr)
+	}
+	opts := tokentest.ClientTLS(t, ca, "app", tokenservice.RoleClient)
+	var urls []string
+	for _, u := range c.APIURLs() {
+		urls = append(urls, strings.Replace(u, "http://", "https://", 1))
+	}
+	follower := (leader + 1) % 3
+	viaFollower := c.ClientFor(t, []string{urls[follower]}, append(opts, tokenservice.WithFollowLeader(false))...)
+	after := mint(t, viaFollower, 10)
+	following := mint(t, c.ClientFor(t, []string{urls[follower]}, opts...), 10)
+	if after[0] <= before[len(before)-1] || following[0] <= after[len(after)-1] {
+		t.Fatalf("tokens went back: before %v, through the follower %v, following the leader %v", before, after, following)
 	}
 }
