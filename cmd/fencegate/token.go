@@ -215,19 +215,24 @@ func runTokenStatus(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	return printStatusTable(ctx, stdout, st, opts)
+	return printStatusTable(ctx, stdout, st, tf.ca != "", opts)
 }
 
 // printStatusTable prints one row per member, asking each member for its
 // own view (state, term, indexes, last token).
-func printStatusTable(ctx context.Context, w io.Writer, st tokenservice.Status, opts []tokenservice.ClientOption) error {
+func printStatusTable(ctx context.Context, w io.Writer, st tokenservice.Status, overTLS bool, opts []tokenservice.ClientOption) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "leader: %s (%s)\n", orDash(st.LeaderID), orDash(st.LeaderAPI))
 	fmt.Fprintln(tw, "ID\tSTATE\tSUFFRAGE\tTERM\tLAST INDEX\tAPPLIED\tLAST TOKEN\tRAFT\tAPI")
 	for _, m := range st.Members {
 		row := []string{m.ID, "unreachable", m.Suffrage, "-", "-", "-", "-", m.RaftAddr, orDash(m.APIAddr)}
 		if m.APIAddr != "" {
-			if ms, err := memberStatus(ctx, m.APIAddr, opts); err == nil {
+			api := m.APIAddr
+			if overTLS {
+				// A cluster that ran without TLS may still record http.
+				api = strings.Replace(api, "http://", "https://", 1)
+			}
+			if ms, err := memberStatus(ctx, api, opts); err == nil {
 				row[1] = ms.State
 				row[3] = fmt.Sprint(ms.Term)
 				row[4] = fmt.Sprint(ms.LastIndex)
