@@ -165,7 +165,6 @@ func TestThreeHostRehearsal(t *testing.T) {
 	for i := range nodes {
 		r.cut(n, nodes, i, others(i))
 	}
-	time.Sleep(2 * time.Second) // requests keep arriving at all three
 	for i := range nodes {
 		r.checkMinorityStill(t, i, status)
 	}
@@ -271,14 +270,23 @@ func (r *rehearsal) waitTokens(t *testing.T, i, want int, what string) {
 }
 
 // checkMinorityStill checks that cut-off node i's counter does not move
-// while it is cut off: read once the cut settled, and again now.
+// while requests keep arriving at it: read once it has applied what it
+// knows committed, and again after it refused four more requests.
 func (r *rehearsal) checkMinorityStill(t *testing.T, i int, status func(int) (tokenservice.Status, error)) {
 	t.Helper()
-	time.Sleep(500 * time.Millisecond) // let entries committed before the cut be applied
-	first, err := status(i)
-	if err != nil {
-		t.Fatalf("status of the cut-off node %d: %v", i+1, err)
-	}
+	// Entries the node learnt were committed before the cut are applied
+	// first; it cannot learn of any later commit.
+	var first tokenservice.Status
+	testutil.WaitFor(t, 30*time.Second, "the cut-off node to apply what it knows committed", func() error {
+		var err error
+		if first, err = status(i); err != nil {
+			return err
+		}
+		if first.AppliedIndex < first.CommitIndex {
+			return fmt.Errorf("applied %d < commit %d", first.AppliedIndex, first.CommitIndex)
+		}
+		return nil
+	})
 	before := r.refused.Load()
 	testutil.Eventually(t, 30*time.Second, "requests refused by the cut-off node", func() bool { return r.refused.Load() >= before+4 })
 	second, err := status(i)
