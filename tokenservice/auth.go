@@ -82,10 +82,6 @@ type credential struct {
 	roles []Role
 }
 
-// ErrBadCredentials means a credentials file cannot be used; the message
-// names the file and the line.
-var ErrBadCredentials = errors.New("tokenservice: bad credentials file")
-
 var credName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 // minSecret is the shortest secret accepted: 32 bytes of randomness in
@@ -282,7 +278,6 @@ func (c ClientCredential) header() string { return "Bearer " + c.Name + ":" + c.
 // authenticator establishes the identity of API requests.
 type authenticator struct {
 	creds *Credentials // nil: certificates only
-	log   *slog.Logger
 }
 
 // identify returns the request's identity; false with a reason when it

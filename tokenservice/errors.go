@@ -37,6 +37,14 @@ var (
 	// ErrForbidden (HTTP 403) means the request's identity lacks the role
 	// the route needs; the message names it.
 	ErrForbidden = errors.New("tokenservice: forbidden")
+	// ErrBadTLS means a certificate, key or CA file cannot be used: missing
+	// or unreadable, not PEM, expired, signed by another CA, a key that does
+	// not match, or a certificate without the role it needs. The message
+	// names the file.
+	ErrBadTLS = errors.New("tokenservice: bad TLS material")
+	// ErrBadCredentials means a credentials file cannot be used; the
+	// message names the file and the line.
+	ErrBadCredentials = errors.New("tokenservice: bad credentials file")
 )
 
 // Error codes carried in the "code" field of an error response.

@@ -86,7 +86,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, apiURL: scheme + "://" + hostPort, served: make(chan struct{})}
 	if cfg.TLS != nil {
-		s.auth = &authenticator{creds: cfg.Credentials, log: cfg.Logger}
+		s.auth = &authenticator{creds: cfg.Credentials}
 	}
 	// Listen before opening the store, so a taken port fails before any
 	// state is created.

@@ -13,12 +13,6 @@ import (
 	"time"
 )
 
-// ErrBadTLS means a certificate, key or CA file cannot be used: missing or
-// unreadable, not PEM, expired, signed by another CA, a key that does not
-// match, or a certificate without the role it needs. The message names the
-// file.
-var ErrBadTLS = errors.New("tokenservice: bad TLS material")
-
 // NodeTLS is a node's TLS material: the cluster CA, which signs every node,
 // client and admin certificate, and the node's own certificate, which it
 // presents as a server (API and Raft) and as a client (Raft, forwarding).
