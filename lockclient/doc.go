@@ -18,6 +18,17 @@
 // older than one it already accepted (ErrStaleToken). Use it where two
 // writers must never both win.
 //
+// The TokenSource carries its own credentials: across hosts, build the
+// token service's client with the cluster CA and an identity of role
+// client, and pass it in; lockclient adds nothing and needs no option of
+// its own:
+//
+//	tlsCfg, err := tokenservice.LoadClientTLS("ca.pem", "client-app.pem", "client-app-key.pem")
+//	// or a bearer credential: tokenservice.WithCredential(cred) with
+//	// cred from tokenservice.LoadClientCredential("app.credential")
+//	tokens, err := tokenservice.NewClient(urls, tokenservice.WithTLS(tlsCfg))
+//	locks, err := lockclient.Dial(redisAddrs, tokens)
+//
 // # Grant, then token, then confirm
 //
 // Acquire and TryAcquire return a Lock only after three steps:

@@ -1,7 +1,8 @@
 // Package raftstore is the replicated state machine behind fencegate's
 // fencing tokens: a hashicorp/raft group whose log and stable store are
-// raft-boltdb (every append fsynced), with a file snapshot store and a TCP
-// transport.
+// raft-boltdb (every append fsynced), with a file snapshot store and a
+// transport over a Layer the caller chooses: plain TCP for loopback, or
+// mutual TLS (NewTLSLayer) across hosts.
 //
 // The state machine holds one global counter and the API address of each
 // member, so its size is constant however many resources ask for tokens.

@@ -71,7 +71,13 @@ type Config struct {
 	// Bootstrap lists the voters of a new cluster. It is used only when the
 	// data directory holds no Raft state; it must name this node.
 	Bootstrap []Server
-	// Dial opens Raft connections to peers. The default is net.Dialer.DialContext.
+	// Layer is the network Raft runs on (NewTCPLayer, NewTLSLayer). The
+	// Store owns it from Open on and closes it, also when Open fails. When
+	// it is set, RaftAddr may be empty: it is then Layer.Addr(). The default
+	// is plain TCP on RaftAddr, dialled with Dial.
+	Layer Layer
+	// Dial opens Raft connections to peers when Layer is nil. The default
+	// is net.Dialer.DialContext.
 	Dial DialFunc
 	// Logger receives the store's and Raft's logs. The default is
 	// slog.Default().With("component", "raftstore").
@@ -181,7 +187,7 @@ type Store struct {
 	fsm    *fsm
 	bolt   *raftboltdb.BoltStore
 	trans  *raft.NetworkTransport
-	ln     net.Listener // until the transport owns it
+	layer  Layer // until the transport owns it
 	ident  identity
 	notify chan bool
 
@@ -196,15 +202,27 @@ type Store struct {
 // new cluster with those voters. A directory that holds state resumes from
 // it; cfg.Bootstrap is then only checked against the stored cluster id.
 func Open(cfg Config) (*Store, error) {
+	if cfg.Layer != nil && cfg.RaftAddr == "" {
+		cfg.RaftAddr = cfg.Layer.Addr().String()
+	}
 	if err := cfg.validate(); err != nil {
+		if cfg.Layer != nil {
+			cfg.Layer.Close()
+		}
 		return nil, err
 	}
 	cfg.setDefaults()
 	id, err := readIdentity(cfg.DataDir)
 	if err != nil {
+		if cfg.Layer != nil {
+			cfg.Layer.Close()
+		}
 		return nil, err
 	}
 	if err := checkIdentity(&cfg, id); err != nil {
+		if cfg.Layer != nil {
+			cfg.Layer.Close()
+		}
 		return nil, err
 	}
 	s := &Store{cfg: cfg, log: cfg.Logger, fsm: newFSM(), notify: make(chan bool, 16), done: make(chan struct{})}
@@ -219,11 +237,14 @@ func Open(cfg Config) (*Store, error) {
 	}()
 
 	// Listen first: a taken port fails before anything is written.
-	ln, err := listen("raft", cfg.RaftAddr, "--raft-addr")
-	if err != nil {
-		return nil, err
+	s.layer = cfg.Layer
+	if s.layer == nil {
+		ln, err := listen("raft", cfg.RaftAddr, "--raft-addr")
+		if err != nil {
+			return nil, err
+		}
+		s.layer = NewTCPLayer(ln, cfg.Dial)
 	}
-	s.ln = ln
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
@@ -246,7 +267,7 @@ func Open(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("open snapshot store: %w", err)
 	}
 	s.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  &streamLayer{Listener: ln, advertise: ln.Addr(), dial: cfg.Dial},
+		Stream:  raftLayer{s.layer},
 		MaxPool: 4,
 		Timeout: cfg.TransportTimeout,
 		Logger:  hcl,
@@ -326,8 +347,8 @@ func (s *Store) closeResources() error {
 	}
 	if s.trans != nil {
 		errs = append(errs, s.trans.Close())
-	} else if s.ln != nil {
-		errs = append(errs, s.ln.Close())
+	} else if s.layer != nil {
+		errs = append(errs, s.layer.Close())
 	}
 	if s.bolt != nil {
 		errs = append(errs, s.bolt.Close())
@@ -364,6 +385,21 @@ func (s *Store) Kill() {
 		s.closeErr = errors.Join(errs...)
 		s.wg.Wait()
 	})
+}
+
+// IsMember reports whether id is in this node's latest Raft configuration
+// (as a voter or not).
+func (s *Store) IsMember(id string) bool {
+	f := s.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	for _, srv := range f.Configuration().Servers {
+		if string(srv.ID) == id {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Store) voterCount() int {

@@ -2,9 +2,12 @@ package raftstore
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
+	"sync"
 	"syscall"
 	"time"
 
@@ -15,20 +18,225 @@ import (
 // traffic through fault-injecting relays; the default is a plain dial.
 type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 
-// streamLayer is Raft's TCP stream layer with a replaceable dialer.
-type streamLayer struct {
+// Layer is the network Raft runs on: it accepts the connections of peers
+// and dials them (rqlite's store takes the same). The caller chooses the
+// listener, and so the address (tests bind 127.0.0.1:0), and the security:
+// NewTCPLayer for plain TCP on loopback, NewTLSLayer for mutual TLS.
+type Layer interface {
 	net.Listener
-	advertise net.Addr
-	dial      DialFunc
+	// Dial connects to the peer whose Raft address is addr.
+	Dial(ctx context.Context, addr string) (net.Conn, error)
 }
 
-func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+// NewTCPLayer returns a Layer of plain TCP: connections accepted on ln and
+// dialled with dial (net.Dialer.DialContext when nil). Anyone who reaches
+// ln can speak Raft to the node: use it on loopback only.
+func NewTCPLayer(ln net.Listener, dial DialFunc) Layer {
+	if dial == nil {
+		var d net.Dialer
+		dial = d.DialContext
+	}
+	return &tcpLayer{Listener: ln, dial: dial}
+}
+
+type tcpLayer struct {
+	net.Listener
+	dial DialFunc
+}
+
+func (l *tcpLayer) Dial(ctx context.Context, addr string) (net.Conn, error) {
+	return l.dial(ctx, "tcp", addr)
+}
+
+// TLSLayerOptions tune NewTLSLayer. Zero values take the defaults stated on
+// each field.
+type TLSLayerOptions struct {
+	// HandshakeTimeout bounds the TLS handshake of a connection in either
+	// direction; a peer that has not finished by then is dropped. The
+	// default is 10s.
+	HandshakeTimeout time.Duration
+	// Logger receives one line per refused connection (at most one a
+	// second, with a count of those left out). The default is
+	// slog.Default().With("component", "raftstore").
+	Logger *slog.Logger
+}
+
+// NewTLSLayer returns a Layer of mutual TLS over ln and dial (a plain TCP
+// dial when nil). cfg holds this node's certificate (Certificates), the CA
+// that signs peers (RootCAs and ClientCAs, both required) and usually a
+// VerifyConnection that checks the peer's role; it is used in both
+// directions:
+//
+//   - accepting, the peer must present a certificate that verifies against
+//     ClientCAs (the layer requires it whatever cfg.ClientAuth says), and
+//     the handshake completes before Raft sees the connection, so a
+//     connection without one never reaches Raft;
+//   - dialling, the peer's certificate must verify against RootCAs for the
+//     host of the Raft address dialled (an IP or DNS subject alternative
+//     name), so only the holder of that address's certificate can answer.
+func NewTLSLayer(ln net.Listener, dial DialFunc, cfg *tls.Config, o TLSLayerOptions) (Layer, error) {
+	switch {
+	case cfg == nil:
+		return nil, fmt.Errorf("%w: TLS layer without a TLS configuration", ErrBadConfig)
+	case len(cfg.Certificates) == 0 && cfg.GetCertificate == nil:
+		return nil, fmt.Errorf("%w: TLS layer without this node's certificate", ErrBadConfig)
+	case cfg.RootCAs == nil || cfg.ClientCAs == nil:
+		return nil, fmt.Errorf("%w: TLS layer without the cluster CA (RootCAs and ClientCAs)", ErrBadConfig)
+	}
+	if dial == nil {
+		var d net.Dialer
+		dial = d.DialContext
+	}
+	if o.HandshakeTimeout <= 0 {
+		o.HandshakeTimeout = 10 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default().With("component", "raftstore")
+	}
+	server := cfg.Clone()
+	server.ClientAuth = tls.RequireAndVerifyClientCert
+	server.MinVersion = max(server.MinVersion, tls.VersionTLS13)
+	client := cfg.Clone()
+	client.MinVersion = max(client.MinVersion, tls.VersionTLS13)
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &tlsLayer{
+		ln: ln, dial: dial, server: server, client: client, timeout: o.HandshakeTimeout, log: o.Logger,
+		conns: make(chan net.Conn), ctx: ctx, cancel: cancel,
+	}
+	l.wg.Add(1)
+	go l.acceptLoop()
+	return l, nil
+}
+
+type tlsLayer struct {
+	ln             net.Listener
+	dial           DialFunc
+	server, client *tls.Config
+	timeout        time.Duration
+	log            *slog.Logger
+
+	conns     chan net.Conn
+	ctx       context.Context // cancelled by Close
+	cancel    context.CancelFunc
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+
+	refusedMu   sync.Mutex
+	lastRefusal time.Time
+	suppressed  int
+}
+
+// acceptLoop accepts connections and hands each one, once its handshake
+// succeeded, to Accept. Each handshake runs in its own goroutine, so a peer
+// that stalls in the middle of one holds up nobody else.
+func (l *tlsLayer) acceptLoop() {
+	defer l.wg.Done()
+	delay := time.Duration(0)
+	for {
+		c, err := l.ln.Accept()
+		if err != nil {
+			if l.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			select {
+			case <-time.After(delay):
+				continue
+			case <-l.ctx.Done():
+				return
+			}
+		}
+		delay = 0
+		l.wg.Add(1)
+		go l.handshake(c)
+	}
+}
+
+func (l *tlsLayer) handshake(c net.Conn) {
+	defer l.wg.Done()
+	ctx, cancel := context.WithTimeout(l.ctx, l.timeout)
+	defer cancel()
+	tc := tls.Server(c, l.server)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		c.Close()
+		l.refused(c.RemoteAddr(), err)
+		return
+	}
+	select {
+	case l.conns <- tc:
+	case <-l.ctx.Done():
+		tc.Close()
+	}
+}
+
+// refused logs a refused connection, at most once a second.
+func (l *tlsLayer) refused(from net.Addr, err error) {
+	if l.ctx.Err() != nil {
+		return
+	}
+	l.refusedMu.Lock()
+	now := time.Now()
+	if now.Sub(l.lastRefusal) < time.Second {
+		l.suppressed++
+		l.refusedMu.Unlock()
+		return
+	}
+	n := l.suppressed
+	l.lastRefusal, l.suppressed = now, 0
+	l.refusedMu.Unlock()
+	l.log.Warn("refused raft connection without a valid peer certificate", "from", from.String(), "err", err, "refused_since_last_line", n)
+}
+
+func (l *tlsLayer) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.ctx.Done():
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *tlsLayer) Close() error {
+	var err error
+	l.closeOnce.Do(func() {
+		l.cancel()
+		err = l.ln.Close()
+		l.wg.Wait()
+	})
+	return err
+}
+
+func (l *tlsLayer) Addr() net.Addr { return l.ln.Addr() }
+
+func (l *tlsLayer) Dial(ctx context.Context, addr string) (net.Conn, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial raft peer %s: %w", addr, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	c, err := l.dial(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	cfg := l.client.Clone()
+	cfg.ServerName = host
+	tc := tls.Client(c, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("tls handshake with raft peer %s: %w", addr, err)
+	}
+	return tc, nil
+}
+
+// raftLayer adapts a Layer to hashicorp/raft's StreamLayer.
+type raftLayer struct{ Layer }
+
+func (l raftLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	return s.dial(ctx, "tcp", string(addr))
+	return l.Layer.Dial(ctx, string(addr))
 }
-
-func (s *streamLayer) Addr() net.Addr { return s.advertise }
 
 // listen opens a TCP listener and turns "address in use" into an error that
 // says what to do.

@@ -2,7 +2,8 @@
 # services.sh makes sure what fencegate's tests and demos need is installed and
 # running on this machine: PostgreSQL (127.0.0.1:5432, trust auth for local
 # TCP), Redis (127.0.0.1:6379, no persistence), and the tools some tests and
-# benchmarks drive (pgbench, psql, psycopg2, pgbouncer, etcd, faketime).
+# benchmarks drive (pgbench, psql, psycopg2, pgbouncer, etcd, faketime, and
+# iproute2 and nftables for the three-host rehearsal in network namespaces).
 # It installs missing Debian packages (root only) and starts stopped services.
 # It is idempotent and exits non-zero, saying what is missing, when it cannot
 # provide something.
@@ -14,7 +15,7 @@ die() { echo "services: $*" >&2; exit 1; }
 need_pkgs=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 for p in postgresql postgresql-client redis-server redis-tools pgbouncer etcd-server etcd-client \
-	python3-psycopg2 python3-redis faketime libfaketime; do
+	python3-psycopg2 python3-redis faketime libfaketime iproute2 nftables; do
 	have_pkg "$p" || need_pkgs+=("$p")
 done
 # A machine may carry the servers outside Debian's packages; only ask for
@@ -26,6 +27,8 @@ for p in "${need_pkgs[@]}"; do
 	postgresql-client) command -v psql >/dev/null && command -v pgbench >/dev/null || filtered+=("$p") ;;
 	redis-server) command -v redis-server >/dev/null || filtered+=("$p") ;;
 	redis-tools) command -v redis-cli >/dev/null || filtered+=("$p") ;;
+	iproute2) command -v ip >/dev/null || filtered+=("$p") ;;
+	nftables) command -v nft >/dev/null || filtered+=("$p") ;;
 	*) filtered+=("$p") ;;
 	esac
 done

@@ -36,6 +36,27 @@ func runCLI(t *testing.T, args ...string) (int, string, string) {
 	return code, out.String(), errb.String()
 }
 
+// cliRefuses runs the binary with args and fails unless it exits with
+// code, prints nothing on stdout, and ends stderr with one line holding
+// every one of want (usage errors print the flag list before it; other
+// errors print that line alone). It returns stderr.
+func cliRefuses(t *testing.T, args []string, code int, want ...string) string {
+	t.Helper()
+	got, stdout, stderr := runCLI(t, args...)
+	if got != code {
+		t.Fatalf("exit %d, want %d; stderr:\n%s", got, code, stderr)
+	}
+	if stdout != "" {
+		t.Errorf("stdout = %q, want nothing", stdout)
+	}
+	lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
+	if code == 1 && len(lines) != 1 {
+		t.Errorf("stderr has %d lines, want 1:\n%s", len(lines), stderr)
+	}
+	oneLine(t, lines[len(lines)-1], want...)
+	return stderr
+}
+
 // oneLine fails unless s is a single line containing every one of want.
 func oneLine(t *testing.T, s string, want ...string) {
 	t.Helper()
@@ -97,22 +118,7 @@ func TestCLIBadInput(t *testing.T) {
 		{"no resource", []string{"token", "next", "--servers", "http://" + api1}, 2, []string{"RESOURCE"}},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			code, stdout, stderr := runCLI(t, tc.args...)
-			if code != tc.code {
-				t.Fatalf("exit %d, want %d; stderr:\n%s", code, tc.code, stderr)
-			}
-			if stdout != "" {
-				t.Errorf("stdout = %q, want nothing", stdout)
-			}
-			// Usage errors print the flag list too; the error itself is the
-			// last line.
-			lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
-			if tc.code == 1 && len(lines) != 1 {
-				t.Errorf("stderr has %d lines, want 1:\n%s", len(lines), stderr)
-			}
-			oneLine(t, lines[len(lines)-1], tc.want...)
-		})
+		t.Run(tc.name, func(t *testing.T) { cliRefuses(t, tc.args, tc.code, tc.want...) })
 	}
 	// Nothing was written for the refused "x" data dir.
 	if m, _ := filepath.Glob(filepath.Join(dir, "x", "*")); len(m) != 0 {

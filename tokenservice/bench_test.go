@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,15 +18,33 @@ import (
 // BenchmarkNext measures tokens through the HTTP API of a 3-node cluster on
 // loopback (fsync on), with c concurrent callers spread over the nodes.
 // It reports tokens/s and the p50/p99 latency of one call.
-func BenchmarkNext(b *testing.B) {
+func BenchmarkNext(b *testing.B) { benchNext(b, nil, nil) }
+
+// BenchmarkNextTLS is BenchmarkNext with TLS on the API, mutual TLS on
+// Raft and between nodes, and a client certificate.
+func BenchmarkNextTLS(b *testing.B) {
+	ca := newCA(b, "bench")
+	benchNext(b, []tokentest.Option{tokentest.WithTLS(ca, nil)}, tokentest.ClientTLS(b, ca, "bench", tokenservice.RoleClient))
+}
+
+// processCPU is the user plus system CPU time of this process so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func benchNext(b *testing.B, opts []tokentest.Option, clientOpts []tokenservice.ClientOption) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	c := tokentest.StartCluster(b, 3, tokentest.WithLogger(quiet))
+	c := tokentest.StartCluster(b, 3, append(opts, tokentest.WithLogger(quiet))...)
 	// Each client knows all nodes, starting with a different one, and
 	// follows the leader (the default).
 	var clients []*tokenservice.Client
 	for i := range 3 {
 		urls := c.APIURLs()
-		clients = append(clients, c.ClientFor(b, append(urls[i:], urls[:i]...)))
+		clients = append(clients, c.ClientFor(b, append(urls[i:], urls[:i]...), clientOpts...))
 	}
 	for _, conc := range []int{1, 64} {
 		b.Run(fmt.Sprintf("c=%d", conc), func(b *testing.B) {
@@ -40,6 +59,7 @@ func BenchmarkNext(b *testing.B) {
 			}
 			close(next)
 			idx0 := c.Node(c.Leader(b)).LocalStatus().LastIndex
+			cpu0 := processCPU()
 			b.ResetTimer()
 			for w := range conc {
 				wg.Add(1)
@@ -62,6 +82,8 @@ func BenchmarkNext(b *testing.B) {
 			}
 			wg.Wait()
 			b.StopTimer()
+			// The whole process: three nodes and the clients.
+			b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(b.N), "cpu-µs/token")
 			entries := c.Node(c.Leader(b)).LocalStatus().LastIndex - idx0
 			b.ReportMetric(float64(b.N)/float64(max(entries, 1)), "tokens/entry")
 			slices.Sort(lats)

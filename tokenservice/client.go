@@ -3,6 +3,7 @@ package tokenservice
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,9 +34,13 @@ type Client struct {
 	backoffMax     time.Duration
 	followLeader   bool
 	coalesce       bool
+	tlsConfig      *tls.Config       // WithTLS
+	cred           *ClientCredential // WithCredential
 
 	mu        sync.Mutex
 	preferred int
+	given     []string          // the URLs given to NewClient
+	pinned    map[string]string // followed URL -> the leader ID it was followed for
 
 	// Coalescing state, per node URL: callers waiting to be sent, and
 	// whether a sender is running (at most one request in flight per node).
@@ -81,6 +86,20 @@ func WithFollowLeader(on bool) ClientOption { return func(c *Client) { c.followL
 // true; false sends one HTTP request per call.
 func WithCoalescing(on bool) ClientOption { return func(c *Client) { c.coalesce = on } }
 
+// WithTLS makes the client speak TLS with cfg (LoadClientTLS builds one
+// from files: the cluster CA and, optionally, the client's certificate).
+// Server addresses given as HOST:PORT then mean https://HOST:PORT. It has no
+// effect with WithHTTPClient, whose transport carries its own TLS settings.
+// The default is none: plain HTTP.
+func WithTLS(cfg *tls.Config) ClientOption { return func(c *Client) { c.tlsConfig = cfg } }
+
+// WithCredential makes the client identify itself with a bearer credential
+// (LoadClientCredential reads one from a file). The client sends it only
+// over https, or over plain HTTP to a loopback address. The default is none.
+func WithCredential(cred ClientCredential) ClientOption {
+	return func(c *Client) { c.cred = &cred }
+}
+
 // WithLogger sets the client's logger. The default is
 // slog.Default().With("component", "tokenservice-client").
 func WithLogger(l *slog.Logger) ClientOption { return func(c *Client) { c.log = l } }
@@ -98,20 +117,27 @@ func NewClient(servers []string, opts ...ClientOption) (*Client, error) {
 		queued:         map[string][]*pendingToken{},
 		sending:        map[string]bool{},
 	}
+	for _, o := range opts {
+		o(c)
+	}
 	for _, s := range servers {
 		u, err := NormalizeURL(s)
 		if err != nil {
 			return nil, fmt.Errorf("tokenservice: server address: %w", err)
 		}
+		if c.tlsConfig != nil && !strings.Contains(s, "://") {
+			u = "https" + strings.TrimPrefix(u, "http")
+		}
+		if err := c.credentialSafe(u); err != nil {
+			return nil, err
+		}
 		if !slices.Contains(c.servers, u) {
 			c.servers = append(c.servers, u)
 		}
 	}
+	c.given = slices.Clone(c.servers)
 	if len(c.servers) == 0 {
 		return nil, fmt.Errorf("%w; give the API URL of at least one node, e.g. http://127.0.0.1:7101", ErrNoServers)
-	}
-	for _, o := range opts {
-		o(c)
 	}
 	if c.log == nil {
 		c.log = slog.Default().With("component", "tokenservice-client")
@@ -121,6 +147,7 @@ func NewClient(servers []string, opts ...ClientOption) (*Client, error) {
 			MaxIdleConnsPerHost: 256,
 			IdleConnTimeout:     time.Minute,
 			DisableCompression:  true,
+			TLSClientConfig:     c.tlsConfig,
 		}
 		c.hc = &http.Client{Transport: c.ownTransport}
 	}
@@ -163,7 +190,7 @@ func (c *Client) Next(ctx context.Context, resource string) (Token, error) {
 	what := fmt.Sprintf("next token for %q", resource)
 	if c.coalesce {
 		var tok Token
-		err := c.retry(ctx, what, func(ctx context.Context, srv string) (string, error) {
+		err := c.retry(ctx, what, func(ctx context.Context, srv string) (leaderHint, error) {
 			t, leader, err := c.tryCoalesced(ctx, srv, resource)
 			tok = t
 			return leader, err
@@ -196,14 +223,14 @@ type pendingToken struct {
 
 type pendingResult struct {
 	tok    Token
-	leader string
+	leader leaderHint
 	err    error
 }
 
 // tryCoalesced is one attempt of one caller against srv: it queues the
 // caller and waits for the request that carries it. The caller is only ever
 // put into a request that is sent after it was queued.
-func (c *Client) tryCoalesced(ctx context.Context, srv, resource string) (Token, string, error) {
+func (c *Client) tryCoalesced(ctx context.Context, srv, resource string) (Token, leaderHint, error) {
 	p := &pendingToken{ctx: ctx, resource: resource, res: make(chan pendingResult, 1)}
 	c.cmu.Lock()
 	c.queued[srv] = append(c.queued[srv], p)
@@ -222,10 +249,10 @@ func (c *Client) tryCoalesced(ctx context.Context, srv, resource string) (Token,
 	case <-ctx.Done():
 		// A request that carries p may still mint a token; nobody sees it.
 		p.gone.Store(true)
-		return Token{}, "", fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+		return Token{}, leaderHint{}, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 	case <-timer.C:
 		p.gone.Store(true)
-		return Token{}, "", fmt.Errorf("%w: no answer from %s within the attempt timeout %v", ErrUnavailable, srv, c.attemptTimeout)
+		return Token{}, leaderHint{}, fmt.Errorf("%w: no answer from %s within the attempt timeout %v", ErrUnavailable, srv, c.attemptTimeout)
 	}
 }
 
@@ -325,7 +352,7 @@ func (c *Client) Remove(ctx context.Context, id string) error {
 
 // do sends the request, failing over and retrying, and decodes a 200 answer into out.
 func (c *Client) do(ctx context.Context, method, path string, body []byte, out any, what string) error {
-	return c.retry(ctx, what, func(ctx context.Context, srv string) (string, error) {
+	return c.retry(ctx, what, func(ctx context.Context, srv string) (leaderHint, error) {
 		return c.try(ctx, srv, method, path, body, out)
 	})
 }
@@ -333,7 +360,7 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 // retry runs attempt against the preferred node, failing over and retrying
 // retryable failures with backoff until ctx ends; attempt returns the
 // leader API URL the node named, if any.
-func (c *Client) retry(ctx context.Context, what string, attempt func(ctx context.Context, srv string) (string, error)) error {
+func (c *Client) retry(ctx context.Context, what string, attempt func(ctx context.Context, srv string) (leaderHint, error)) error {
 	if _, ok := ctx.Deadline(); !ok && c.maxWait > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.maxWait)
@@ -345,8 +372,8 @@ func (c *Client) retry(ctx context.Context, what string, attempt func(ctx contex
 		srv := c.pick()
 		leader, err := attempt(ctx, srv)
 		if err == nil {
-			if c.followLeader && leader != "" {
-				if u, err := NormalizeURL(leader); err == nil {
+			if c.followLeader {
+				if u, ok := c.follow(leader); ok {
 					srv = u
 				}
 			}
@@ -370,8 +397,10 @@ func (c *Client) retry(ctx context.Context, what string, attempt func(ctx contex
 			break
 		}
 		if ae != nil && ae.LeaderAPI != "" && ae.LeaderAPI != srv && ae.Code == CodeNotLeader {
-			c.prefer(ae.LeaderAPI)
-			continue
+			if u, ok := c.follow(leaderHint{ID: ae.LeaderID, URL: ae.LeaderAPI}); ok {
+				c.prefer(u)
+				continue
+			}
 		}
 		c.rotate(srv)
 		if k := c.numServers(); (n+1)%k == 0 {
@@ -391,9 +420,9 @@ func (c *Client) retry(ctx context.Context, what string, attempt func(ctx contex
 	return fmt.Errorf("tokenservice: %s: no node answered: %w", what, errs)
 }
 
-// try sends one request to one node; on success it returns the leader API
-// URL the node named, if any.
-func (c *Client) try(ctx context.Context, srv, method, path string, body []byte, out any) (string, error) {
+// try sends one request to one node; on success it returns the leader the
+// node named, if any.
+func (c *Client) try(ctx context.Context, srv, method, path string, body []byte, out any) (leaderHint, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.attemptTimeout)
 	defer cancel()
 	var rd io.Reader
@@ -402,29 +431,39 @@ func (c *Client) try(ctx context.Context, srv, method, path string, body []byte,
 	}
 	req, err := http.NewRequestWithContext(ctx, method, srv+path, rd)
 	if err != nil {
-		return "", err
+		return leaderHint{}, err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	if c.cred != nil {
+		// A node may name a leader URL the caller never gave: check each.
+		if err := c.credentialSafe(srv); err != nil {
+			return leaderHint{}, err
+		}
+		req.Header.Set("Authorization", c.cred.header())
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return leaderHint{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	defer resp.Body.Close()
+	if err := c.checkPinned(srv, resp); err != nil {
+		return leaderHint{}, err
+	}
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return "", fmt.Errorf("%w: read answer: %w", ErrUnavailable, err)
+		return leaderHint{}, fmt.Errorf("%w: read answer: %w", ErrUnavailable, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return "", decodeError(resp.StatusCode, data)
+		return leaderHint{}, decodeError(resp.StatusCode, data)
 	}
-	leader := resp.Header.Get(leaderHeader)
+	leader := leaderHint{ID: resp.Header.Get(leaderIDHeader), URL: resp.Header.Get(leaderHeader)}
 	if out == nil {
 		return leader, nil
 	}
 	if err := json.Unmarshal(data, out); err != nil {
-		return "", fmt.Errorf("%w: decode answer %.200q: %v", ErrInternal, data, err)
+		return leaderHint{}, fmt.Errorf("%w: decode answer %.200q: %v", ErrInternal, data, err)
 	}
 	return leader, nil
 }
@@ -486,3 +525,71 @@ func (e nodeErrors) Error() string {
 }
 
 func (e nodeErrors) Unwrap() []error { return e }
+
+// errCredentialInClear is returned instead of sending a bearer credential
+// over plain HTTP to another host.
+var errCredentialInClear = errors.New("tokenservice: refusing to send a bearer credential over plain HTTP to another host")
+
+// credentialSafe reports whether the credential may be sent to url: over
+// https, or over http to a loopback address.
+func (c *Client) credentialSafe(url string) error {
+	if c.cred == nil || strings.HasPrefix(url, "https://") || isLoopback(hostOf(url)) {
+		return nil
+	}
+	return &APIError{Status: 0, Code: CodeBadRequest, Message: fmt.Sprintf("%v: %s; use https:// addresses and the cluster CA", errCredentialInClear, url)}
+}
+
+// leaderHint is the leader a node named in its answer.
+type leaderHint struct{ ID, URL string }
+
+// follow returns the URL of the leader a node named, if the client may
+// follow it. Over TLS a URL the caller did not give is followed only with
+// the leader's ID, and is pinned to it: whoever answers there must present
+// that node's certificate. So a member address recorded by mistake or by
+// an attacker cannot lead the client to another node, even one holding a
+// genuine peer certificate.
+func (c *Client) follow(h leaderHint) (string, bool) {
+	if h.URL == "" {
+		return "", false
+	}
+	u, err := NormalizeURL(h.URL)
+	if err != nil {
+		return "", false
+	}
+	if rest, ok := strings.CutPrefix(u, "http://"); ok && c.tlsConfig != nil {
+		u = "https://" + rest // a client over TLS never follows into plain HTTP
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if slices.Contains(c.given, u) {
+		return u, true
+	}
+	if strings.HasPrefix(u, "https://") {
+		if h.ID == "" {
+			return "", false
+		}
+		if c.pinned == nil {
+			c.pinned = map[string]string{}
+		}
+		c.pinned[u] = h.ID
+	}
+	return u, true
+}
+
+// checkPinned refuses an answer from a followed URL that does not come from
+// the node it was followed for.
+func (c *Client) checkPinned(srv string, resp *http.Response) error {
+	c.mu.Lock()
+	want, ok := c.pinned[srv]
+	c.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	if resp.TLS == nil || len(resp.TLS.PeerCertificates) == 0 {
+		return fmt.Errorf("%w: %s, followed as leader %s, answered without TLS; refused", ErrUnavailable, srv, want)
+	}
+	if got := resp.TLS.PeerCertificates[0].Subject.CommonName; got != want {
+		return fmt.Errorf("%w: %s, followed as leader %s, answered as %q; refused", ErrUnavailable, srv, want, got)
+	}
+	return nil
+}

@@ -83,6 +83,14 @@ type Config struct {
 	// Logger receives the node's logs. The default is
 	// slog.Default().With("component", "tokenservice").
 	Logger *slog.Logger
+	// TLS turns on TLS for the API, mutual TLS for Raft and for calls to
+	// other nodes, and authentication with roles (see Routes); load it with
+	// LoadNodeTLS. The default, nil, is plain HTTP and TCP with every route
+	// open: for loopback only (a node bound elsewhere warns at start).
+	TLS *NodeTLS
+	// Credentials are the bearer credentials the API accepts besides client
+	// certificates (LoadCredentials); they need TLS. The default is none.
+	Credentials *Credentials
 	// Dial opens connections to other nodes, both Raft and API forwarding.
 	// Tests route it through fault-injecting relays. The default is a plain
 	// TCP dial.

@@ -30,8 +30,9 @@
 //	GET    /readyz            200 once the node knows a leader and has applied all it knows committed
 //
 // Errors are JSON {"error":"...","code":"..."} with code bad_request (400),
-// not_leader (503, with "leader_api" when known), no_quorum or unavailable
-// (503; retry) and internal (500). A follower forwards token requests to the
+// unauthenticated (401) and forbidden (403), each naming the role the route
+// needs, not_leader (503, with "leader_api" and "leader_id" when known),
+// no_quorum or unavailable (503; retry) and internal (500). A follower forwards token requests to the
 // leader (at most 2 hops), batching its concurrent requests into one
 // forwarded call, so clients may talk to any node.
 //
@@ -43,6 +44,20 @@
 // group commit amortises the commit, not the transport. Keep-alive
 // connections avoid per-request handshakes.
 //
+// # Security: TLS, identities, roles
+//
+// With Config.TLS (LoadNodeTLS) a node serves the API over TLS, speaks
+// mutual TLS on Raft and to other nodes, and authenticates every request.
+// An identity comes from a client certificate of the cluster CA (each OU of
+// its subject a role, the CN its name; a node's CN is its ID) or from a
+// bearer credential ("Authorization: Bearer NAME:SECRET") listed, as a
+// SHA-256 hash, in the node's credentials file (LoadCredentials). Roles:
+// peer (internal allocation, Raft; certificates only), client (tokens,
+// status) and admin (membership, status); Routes lists what each route
+// needs. A follower forwards only to the leader its Raft names and accepts
+// the answer only from a node presenting that leader's peer certificate.
+// Without TLS every route is open: for loopback only. See DESIGN.md.
+//
 // # Client
 //
 // Client takes the addresses of all nodes, sends each call to the node that
@@ -52,7 +67,9 @@
 // that arrive while a token request to a node is in flight go out together
 // as one batch request when it returns (WithCoalescing(false) turns this
 // off). A call only joins a request not yet sent, so the guarantee above
-// holds per call. Errors name what each node answered and satisfy
+// holds per call. WithTLS (LoadClientTLS) and WithCredential
+// (LoadClientCredential) give it the cluster CA and an identity. Errors
+// name what each node answered and satisfy
 // errors.Is with the sentinels below and with context.Canceled or
 // context.DeadlineExceeded when the context ended.
 package tokenservice

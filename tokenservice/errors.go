@@ -30,6 +30,21 @@ var (
 	ErrBadPeers = errors.New("tokenservice: bad peers")
 	// ErrBadConfig is returned by Start for an invalid Config.
 	ErrBadConfig = errors.New("tokenservice: bad configuration")
+	// ErrUnauthenticated (HTTP 401) means the request carried no valid
+	// identity: no client certificate of the cluster CA, no valid bearer
+	// credential. The message names the role the route needs.
+	ErrUnauthenticated = errors.New("tokenservice: unauthenticated")
+	// ErrForbidden (HTTP 403) means the request's identity lacks the role
+	// the route needs; the message names it.
+	ErrForbidden = errors.New("tokenservice: forbidden")
+	// ErrBadTLS means a certificate, key or CA file cannot be used: missing
+	// or unreadable, not PEM, expired, signed by another CA, a key that does
+	// not match, or a certificate without the role it needs. The message
+	// names the file.
+	ErrBadTLS = errors.New("tokenservice: bad TLS material")
+	// ErrBadCredentials means a credentials file cannot be used; the
+	// message names the file and the line.
+	ErrBadCredentials = errors.New("tokenservice: bad credentials file")
 )
 
 // Error codes carried in the "code" field of an error response.
@@ -39,6 +54,10 @@ const (
 	CodeNoQuorum    = "no_quorum"
 	CodeUnavailable = "unavailable"
 	CodeInternal    = "internal"
+	// CodeUnauthenticated (401) and CodeForbidden (403) answer requests
+	// without an identity or without the role a route needs.
+	CodeUnauthenticated = "unauthenticated"
+	CodeForbidden       = "forbidden"
 )
 
 // APIError is an error answered by a node. It unwraps to the sentinel of its
@@ -48,6 +67,7 @@ type APIError struct {
 	Code      string // one of the Code constants
 	Message   string
 	LeaderAPI string // the leader's API URL, when the node knows it
+	LeaderID  string // the leader's ID, when the node knows it
 }
 
 func (e *APIError) Error() string { return e.Message }
@@ -56,7 +76,9 @@ func (e *APIError) Error() string { return e.Message }
 func (e *APIError) Unwrap() error { return codeSentinel(e.Code) }
 
 // Retryable reports whether the same request may succeed later.
-func (e *APIError) Retryable() bool { return e.Code != CodeBadRequest }
+func (e *APIError) Retryable() bool {
+	return e.Code != CodeBadRequest && e.Code != CodeUnauthenticated && e.Code != CodeForbidden
+}
 
 func codeSentinel(code string) error {
 	switch code {
@@ -68,6 +90,10 @@ func codeSentinel(code string) error {
 		return ErrNoQuorum
 	case CodeUnavailable:
 		return ErrUnavailable
+	case CodeUnauthenticated:
+		return ErrUnauthenticated
+	case CodeForbidden:
+		return ErrForbidden
 	default:
 		return ErrInternal
 	}
@@ -79,6 +105,10 @@ func codeStatus(code string) int {
 		return http.StatusBadRequest
 	case CodeNotLeader, CodeNoQuorum, CodeUnavailable:
 		return http.StatusServiceUnavailable
+	case CodeUnauthenticated:
+		return http.StatusUnauthorized
+	case CodeForbidden:
+		return http.StatusForbidden
 	default:
 		return http.StatusInternalServerError
 	}

@@ -7,24 +7,40 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/fencegate/fencegate/raftstore"
 )
 
-// leaderAPI returns the API URL of the leader this node knows, or an error
-// that says why it cannot forward.
-func (s *Server) leaderAPI() (string, error) {
-	id, api := s.store.Leader()
+// leaderAPI returns the ID and API URL of the leader this node's Raft
+// reports (LeaderWithID), or an error that says why it cannot forward.
+// With TLS the URL is https whatever was recorded: every node serves TLS.
+func (s *Server) leaderAPI() (id, api string, err error) {
+	id, api = s.leader()
 	switch {
 	case id == "":
-		return "", fmt.Errorf("%w: node %s knows no leader", ErrNoQuorum, s.cfg.ID)
+		return "", "", fmt.Errorf("%w: node %s knows no leader", ErrNoQuorum, s.cfg.ID)
 	case id == s.cfg.ID:
-		return "", fmt.Errorf("%w: node %s is between terms", ErrNoQuorum, s.cfg.ID)
+		return "", "", fmt.Errorf("%w: node %s is between terms", ErrNoQuorum, s.cfg.ID)
 	case api == "":
-		return "", fmt.Errorf("%w: the API address of leader %s is not known yet", ErrUnavailable, id)
+		return "", "", fmt.Errorf("%w: the API address of leader %s is not known yet", ErrUnavailable, id)
 	}
-	return api, nil
+	return id, api, nil
+}
+
+// leader returns the ID and API URL of the leader Raft names; with TLS the
+// URL is https whatever scheme was recorded (a cluster that ran without TLS
+// before recorded http), since every node of a TLS cluster serves https.
+func (s *Server) leader() (id, api string) {
+	id, api = s.store.Leader()
+	if s.auth != nil {
+		if rest, ok := strings.CutPrefix(api, "http://"); ok {
+			api = "https://" + rest
+		}
+	}
+	return id, api
 }
 
 // forwardAlloc asks the leader to allocate n tokens in one entry.
@@ -46,7 +62,7 @@ func (s *Server) forwardAlloc(ctx context.Context, n, hops int) (raftstore.Range
 
 // forwardRaw sends a request to the leader and returns its status and body.
 func (s *Server) forwardRaw(ctx context.Context, method, path string, body []byte, hops int) (int, []byte, error) {
-	api, err := s.leaderAPI()
+	leader, api, err := s.leaderAPI()
 	if err != nil {
 		return 0, nil, err
 	}
@@ -63,6 +79,9 @@ func (s *Server) forwardRaw(ctx context.Context, method, path string, body []byt
 		return 0, nil, fmt.Errorf("%w: forward to leader at %s: %w", ErrUnavailable, api, err)
 	}
 	defer resp.Body.Close()
+	if err := s.checkLeaderIdentity(resp, leader, api); err != nil {
+		return 0, nil, err
+	}
 	out, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
 		return 0, nil, fmt.Errorf("%w: read leader's answer from %s: %w", ErrUnavailable, api, err)
@@ -80,5 +99,28 @@ func decodeError(status int, body []byte) error {
 		}
 		return &APIError{Status: status, Code: code, Message: fmt.Sprintf("%v: HTTP %d: %.200s", codeSentinel(code), status, body)}
 	}
-	return &APIError{Status: status, Code: e.Code, Message: e.Error, LeaderAPI: e.LeaderAPI}
+	return &APIError{Status: status, Code: e.Code, Message: e.Error, LeaderAPI: e.LeaderAPI, LeaderID: e.LeaderID}
+}
+
+// checkLeaderIdentity refuses an answer that does not come from leader:
+// with TLS the node that answered must present a peer certificate of the
+// cluster CA for exactly the node Raft reports as leader. An address
+// recorded for the leader by mistake or by an attacker, or a host that took
+// over the leader's address, cannot put its numbers into this node's
+// answers.
+func (s *Server) checkLeaderIdentity(resp *http.Response, leader, api string) error {
+	if s.auth == nil {
+		return nil // plain HTTP: loopback only, nothing to check against
+	}
+	if resp.TLS == nil || len(resp.TLS.PeerCertificates) == 0 {
+		s.log.Warn("refused an answer from the leader's address: not TLS", "leader", leader, "api", api)
+		return fmt.Errorf("%w: the answer from %s for leader %s came without TLS; refused", ErrUnavailable, api, leader)
+	}
+	cert := resp.TLS.PeerCertificates[0]
+	if got := cert.Subject.CommonName; got != leader || !slices.Contains(rolesOf(cert), RolePeer) {
+		s.log.Warn("refused an answer from the leader's address: another identity", "leader", leader, "api", api,
+			"answered_as", got, "roles", rolesOf(cert))
+		return fmt.Errorf("%w: the node at %s answered as %q (roles %v), not as leader %s; its answer is refused", ErrUnavailable, api, got, rolesOf(cert), leader)
+	}
+	return nil
 }

@@ -24,18 +24,51 @@ const maxResource = 1024
 // ({"resources":[...]}) may name.
 const MaxBatchResources = 4096
 
+// Route is one endpoint of the API and the roles that may call it (when the
+// node runs with TLS; without it every route is open, for loopback only).
+type Route struct {
+	Method string
+	Path   string // a net/http pattern path, e.g. /v1/members/{id}
+	Roles  []Role
+}
+
+// anyRole is for routes every authenticated identity may call.
+var anyRole = []Role{RolePeer, RoleClient, RoleAdmin}
+
+// routeTable is the API: each route, the roles it needs and its handler.
+var routeTable = []struct {
+	Route
+	serve func(*Server, http.ResponseWriter, *http.Request)
+}{
+	{Route{"POST", "/v1/tokens", []Role{RoleClient}}, (*Server).handleToken},
+	{Route{"POST", "/v1/internal/allocate", []Role{RolePeer}}, (*Server).handleAllocate},
+	{Route{"GET", "/v1/status", []Role{RoleClient, RoleAdmin}}, (*Server).handleStatus},
+	{Route{"POST", "/v1/members", []Role{RoleAdmin}}, (*Server).handleJoin},
+	{Route{"DELETE", "/v1/members/{id}", []Role{RoleAdmin}}, (*Server).handleRemove},
+	{Route{"GET", "/healthz", anyRole}, (*Server).handleHealth},
+	{Route{"GET", "/readyz", anyRole}, (*Server).handleReady},
+}
+
+// Routes lists the API's routes and the roles each needs.
+func Routes() []Route {
+	out := make([]Route, len(routeTable))
+	for i, rt := range routeTable {
+		out[i] = rt.Route
+	}
+	return out
+}
+
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/tokens", s.handleToken)
-	mux.HandleFunc("POST /v1/internal/allocate", s.handleAllocate)
-	mux.HandleFunc("GET /v1/status", s.handleStatus)
-	mux.HandleFunc("POST /v1/members", s.handleJoin)
-	mux.HandleFunc("DELETE /v1/members/{id}", s.handleRemove)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "id": s.cfg.ID})
-	})
-	mux.HandleFunc("GET /readyz", s.handleReady)
+	for _, rt := range routeTable {
+		serve := rt.serve
+		mux.HandleFunc(rt.Method+" "+rt.Path, s.require(rt.Route, func(w http.ResponseWriter, r *http.Request) { serve(s, w, r) }))
+	}
 	return mux
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "id": s.cfg.ID})
 }
 
 func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
@@ -57,8 +90,9 @@ func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
-	if _, api := s.store.Leader(); api != "" {
+	if id, api := s.leader(); api != "" {
 		w.Header().Set(leaderHeader, api)
+		w.Header().Set(leaderIDHeader, id)
 	}
 	writeJSON(w, http.StatusOK, tokenResponse{Resource: req.Resource, Token: rng.First, Term: rng.Term, Index: rng.Index, Leader: rng.Leader})
 }
@@ -92,8 +126,9 @@ func (s *Server) handleTokenBatch(w http.ResponseWriter, r *http.Request, req to
 		s.writeError(w, fmt.Errorf("allocated %d tokens for %d resources", rng.Count, len(req.Resources)))
 		return
 	}
-	if _, api := s.store.Leader(); api != "" {
+	if id, api := s.leader(); api != "" {
 		w.Header().Set(leaderHeader, api)
+		w.Header().Set(leaderIDHeader, id)
 	}
 	out := batchResponse{Tokens: make([]batchToken, len(req.Resources)), Term: rng.Term, Index: rng.Index, Leader: rng.Leader}
 	for i, res := range req.Resources {
@@ -107,6 +142,13 @@ func (s *Server) handleAllocate(w http.ResponseWriter, r *http.Request) {
 	var req allocRequest
 	if err := decodeBody(r, &req); err != nil {
 		s.writeError(w, err)
+		return
+	}
+	if id, ok := IdentityFrom(r.Context()); ok && !s.store.IsMember(id.Name) {
+		// A peer certificate outlives its node's membership (there is no
+		// revocation): only a current member may allocate.
+		s.log.Info("refused request", "status", http.StatusForbidden, "path", r.URL.Path, "identity", id.Name, "reason", "not a member")
+		s.writeError(w, fmt.Errorf("%w: %s %s needs a current member of the cluster; %q is not one", ErrForbidden, r.Method, r.URL.Path, id.Name))
 		return
 	}
 	if req.Count < 1 || req.Count > 1<<20 {
@@ -196,6 +238,12 @@ func (s *Server) forwardIfNotLeader(w http.ResponseWriter, r *http.Request, err 
 	if !errors.Is(err, raftstore.ErrNotLeader) {
 		return false
 	}
+	if s.auth != nil {
+		// With authentication the leader must see the caller's own
+		// identity, not this node's: answer not_leader with the leader's
+		// address, and the client retries there.
+		return false
+	}
 	hops := hopsOf(r)
 	if hops >= maxHops {
 		return false
@@ -248,6 +296,10 @@ func (s *Server) classify(err error) *APIError {
 	switch {
 	case errors.Is(err, ErrBadRequest):
 		code = CodeBadRequest
+	case errors.Is(err, ErrUnauthenticated):
+		code = CodeUnauthenticated
+	case errors.Is(err, ErrForbidden):
+		code = CodeForbidden
 	case errors.Is(err, raftstore.ErrNotLeader):
 		code = CodeNotLeader
 	case errors.Is(err, raftstore.ErrNoLeader), errors.Is(err, raftstore.ErrLeadershipLost), errors.Is(err, ErrNoQuorum):
@@ -261,6 +313,10 @@ func (s *Server) classify(err error) *APIError {
 		}
 	}
 	msg := err.Error()
+	if code == CodeUnauthenticated || code == CodeForbidden {
+		// Nothing about the cluster for callers without the right role.
+		return &APIError{Status: codeStatus(code), Code: code, Message: msg}
+	}
 	switch code {
 	case CodeNoQuorum:
 		msg = fmt.Sprintf("%v: node %s cannot reach a quorum (%v); nothing was minted by it, retry on another node or later", ErrNoQuorum, s.cfg.ID, err)
@@ -271,8 +327,8 @@ func (s *Server) classify(err error) *APIError {
 	case CodeInternal:
 		msg = fmt.Sprintf("%v: node %s: %v", ErrInternal, s.cfg.ID, err)
 	}
-	_, leaderAPI := s.store.Leader()
-	return &APIError{Status: codeStatus(code), Code: code, Message: msg, LeaderAPI: leaderAPI}
+	leaderID, leaderAPI := s.leader()
+	return &APIError{Status: codeStatus(code), Code: code, Message: msg, LeaderAPI: leaderAPI, LeaderID: leaderID}
 }
 
 func (s *Server) writeError(w http.ResponseWriter, err error) {
@@ -280,7 +336,7 @@ func (s *Server) writeError(w http.ResponseWriter, err error) {
 	if ae.Code == CodeInternal {
 		s.log.Error("request failed", "err", err)
 	}
-	writeJSON(w, ae.Status, errorResponse{Error: ae.Message, Code: ae.Code, LeaderAPI: ae.LeaderAPI})
+	writeJSON(w, ae.Status, errorResponse{Error: ae.Message, Code: ae.Code, LeaderAPI: ae.LeaderAPI, LeaderID: ae.LeaderID})
 }
 
 // hopsOf is how many times r was forwarded already, from its hops header.

@@ -22,6 +22,8 @@ type proc struct {
 	t    testing.TB
 	name string
 	args []string
+	// wrap, when set, runs the binary through it (e.g. ip netns exec NS).
+	wrap []string
 	cmd  *exec.Cmd
 	mu   sync.Mutex
 	logs bytes.Buffer
@@ -36,7 +38,8 @@ func (p *proc) Write(b []byte) (int, error) {
 // start runs the process and waits until it prints that it serves.
 func (p *proc) start() {
 	p.t.Helper()
-	cmd := exec.Command(testutil.Binary(p.t), p.args...)
+	argv := append(append(append([]string(nil), p.wrap...), testutil.Binary(p.t)), p.args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Stderr = p
 	out, err := cmd.StdoutPipe()
@@ -88,6 +91,25 @@ func (p *proc) tail() string {
 	return s
 }
 
+// startAll starts procs, kills them when the test ends, and logs their
+// output's tail if it failed.
+func startAll(t *testing.T, procs []*proc) {
+	t.Helper()
+	for _, p := range procs {
+		t.Cleanup(p.kill)
+	}
+	for _, p := range procs {
+		p.start()
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range procs {
+				t.Logf("--- %s log tail:\n%s", p.name, p.tail())
+			}
+		}
+	})
+}
+
 // startProcCluster starts n fencegate token serve processes of a new cluster.
 func startProcCluster(t *testing.T, n int) ([]*proc, []string) {
 	t.Helper()
@@ -107,18 +129,8 @@ func startProcCluster(t *testing.T, n int) ([]*proc, []string) {
 			"--heartbeat-timeout", "200ms", "--election-timeout", "200ms", "--leader-lease-timeout", "150ms",
 		}}
 		procs = append(procs, p)
-		t.Cleanup(p.kill)
 	}
-	for _, p := range procs {
-		p.start()
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, p := range procs {
-				t.Logf("--- %s log tail:\n%s", p.name, p.tail())
-			}
-		}
-	})
+	startAll(t, procs)
 	return procs, urls
 }
 

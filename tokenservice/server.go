@@ -2,6 +2,7 @@ package tokenservice
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,8 +21,12 @@ const maxHops = 2
 const hopsHeader = "X-Fencegate-Hops"
 
 // leaderHeader carries, on a successful token answer, the API URL of the
-// leader, so clients can skip the forwarding hop next time.
-const leaderHeader = "X-Fencegate-Leader-Api"
+// leader, so clients can skip the forwarding hop next time; leaderIDHeader
+// its ID, which a client over TLS requires of the node answering there.
+const (
+	leaderHeader   = "X-Fencegate-Leader-Api"
+	leaderIDHeader = "X-Fencegate-Leader-Id"
+)
 
 // Server is one node of the token service: a raftstore.Store and the HTTP
 // API in front of it.
@@ -37,6 +42,9 @@ type Server struct {
 	ln                    net.Listener
 	srv                   *http.Server
 	fwd                   *http.Client
+	// auth establishes request identities; nil without TLS (every route
+	// open, for loopback only).
+	auth *authenticator
 
 	closeOnce sync.Once
 	closeErr  error
@@ -68,14 +76,17 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.MaxInflight <= 0 {
 		cfg.MaxInflight = 1
 	}
-	apiURL, err := NormalizeURL(cfg.APIAddr)
+	// TLS and authentication (see auth.go, tlsconfig.go).
+	hostPort, scheme, err := apiHostPort(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%w: api address: %v", ErrBadConfig, err)
+		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, apiURL: apiURL, served: make(chan struct{})}
-	hostPort := apiURL[len("http://"):]
-	if len(apiURL) > 8 && apiURL[:8] == "https://" {
-		return nil, fmt.Errorf("%w: the API serves plain HTTP; give --api-addr as HOST:PORT", ErrBadConfig)
+	if err := checkSecurity(&cfg); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, apiURL: scheme + "://" + hostPort, served: make(chan struct{})}
+	if cfg.TLS != nil {
+		s.auth = &authenticator{creds: cfg.Credentials}
 	}
 	// Listen before opening the store, so a taken port fails before any
 	// state is created.
@@ -84,9 +95,26 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if _, port, _ := net.SplitHostPort(hostPort); port == "0" {
-		s.apiURL = "http://" + s.ln.Addr().String()
+		s.apiURL = scheme + "://" + s.ln.Addr().String()
 	}
-	s.store, err = raftstore.Open(cfg.storeConfig(s.apiURL))
+	scfg := cfg.storeConfig(s.apiURL)
+	if cfg.TLS != nil {
+		s.ln = tls.NewListener(s.ln, cfg.TLS.serverTLS())
+		raftLn, err := raftstore.Listen("raft", cfg.RaftAddr, "--raft-addr")
+		if err != nil {
+			s.ln.Close()
+			return nil, err
+		}
+		scfg.Layer, err = raftstore.NewTLSLayer(raftLn, cfg.Dial, cfg.TLS.raftTLS(), raftstore.TLSLayerOptions{
+			HandshakeTimeout: cfg.TransportTimeout, Logger: cfg.Logger,
+		})
+		if err != nil {
+			raftLn.Close()
+			s.ln.Close()
+			return nil, err
+		}
+	}
+	s.store, err = raftstore.Open(scfg)
 	if err != nil {
 		s.ln.Close()
 		return nil, err
@@ -95,20 +123,29 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	s.fwdBatch = raftstore.NewBatcher(func(ctx context.Context, n int) (raftstore.Range, error) {
 		return s.forwardAlloc(ctx, n, 1)
 	}, raftstore.WithMaxBatch(cfg.MaxBatch), raftstore.WithMaxInflight(cfg.MaxInflight))
-	s.fwd = &http.Client{Transport: &http.Transport{
+	fwdTransport := &http.Transport{
 		DialContext:         cfg.Dial,
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     time.Minute,
 		DisableCompression:  true,
-	}}
-	s.srv = &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
+	}
+	if cfg.TLS != nil {
+		fwdTransport.TLSClientConfig = cfg.TLS.forwardTLS()
+		fwdTransport.TLSHandshakeTimeout = cfg.ForwardTimeout
+	}
+	s.fwd = &http.Client{Transport: fwdTransport}
+	s.srv = &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second,
+		// TLS handshake failures ("http: TLS handshake error from ...")
+		// land here; they carry no secret.
+		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelInfo)}
 	go func() {
 		defer close(s.served)
 		if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("serve api", "err", err)
 		}
 	}()
-	s.log.Info("serving", "id", cfg.ID, "api", s.apiURL, "raft", s.store.RaftAddr())
+	s.log.Info("serving", "id", cfg.ID, "api", s.apiURL, "raft", s.store.RaftAddr(), "tls", cfg.TLS != nil,
+		"bearer_credentials", cfg.Credentials.Len())
 	return s, nil
 }
 

@@ -85,5 +85,6 @@ type (
 		Error     string `json:"error"`
 		Code      string `json:"code"`
 		LeaderAPI string `json:"leader_api,omitempty"`
+		LeaderID  string `json:"leader_id,omitempty"`
 	}
 )

@@ -28,6 +28,8 @@ type Option func(*options)
 type options struct {
 	configure []func(i int, cfg *tokenservice.Config)
 	logger    *slog.Logger
+	// tls: see WithTLS (tls.go).
+	tls *tlsOptions
 }
 
 // WithConfig lets the test adjust node i's Config before it starts (and
@@ -103,7 +105,7 @@ func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 			apiAddr:  StableAddr(t),
 		}
 		c.nodes = append(c.nodes, nd)
-		peers = append(peers, tokenservice.Peer{ID: nd.id, RaftAddr: nd.raftAddr, APIAddr: "http://" + nd.apiAddr})
+		peers = append(peers, tokenservice.Peer{ID: nd.id, RaftAddr: nd.raftAddr, APIAddr: c.scheme() + nd.apiAddr})
 	}
 	for i := range n {
 		c.nodes[i].peers = peers
@@ -242,7 +244,7 @@ func (c *Cluster) Node(i int) *tokenservice.Server {
 func (c *Cluster) ID(i int) string { return c.nodes[i].id }
 
 // APIURL returns node i's API base URL.
-func (c *Cluster) APIURL(i int) string { return "http://" + c.nodes[i].apiAddr }
+func (c *Cluster) APIURL(i int) string { return c.scheme() + c.nodes[i].apiAddr }
 
 // APIURLs returns every node's API base URL (killed nodes included).
 func (c *Cluster) APIURLs() []string {
@@ -250,7 +252,7 @@ func (c *Cluster) APIURLs() []string {
 	defer c.mu.Unlock()
 	out := make([]string, len(c.nodes))
 	for i, nd := range c.nodes {
-		out[i] = "http://" + nd.apiAddr
+		out[i] = c.scheme() + nd.apiAddr
 	}
 	return out
 }
@@ -405,8 +407,8 @@ func (c *Cluster) AddNode(t testing.TB) int {
 	c.start(i)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl := c.Client(t)
-	if err := cl.Join(ctx, nd.id, nd.raftAddr, "http://"+nd.apiAddr); err != nil {
+	cl := c.Client(t, c.adminOptions()...)
+	if err := cl.Join(ctx, nd.id, nd.raftAddr, c.scheme()+nd.apiAddr); err != nil {
 		t.Fatalf("join %s: %v", nd.id, err)
 	}
 	return i
@@ -423,7 +425,7 @@ func (c *Cluster) Remove(t testing.TB, i int) {
 			urls = append(urls, u)
 		}
 	}
-	if err := c.ClientFor(t, urls).Remove(ctx, c.nodes[i].id); err != nil {
+	if err := c.ClientFor(t, urls, c.adminOptions()...).Remove(ctx, c.nodes[i].id); err != nil {
 		t.Fatalf("remove %s: %v", c.nodes[i].id, err)
 	}
 	c.Kill(i)

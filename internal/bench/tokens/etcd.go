@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -19,30 +20,37 @@ import (
 // --initial-cluster bootstrap, fsync on (etcd's default).
 type etcdCluster struct {
 	clientURLs []string
+	procs      []*bench.Proc
+	tls        *benchTLS // nil: plain HTTP
 }
 
 // startEtcd starts the members under g with data in dir and waits until
-// each one reports itself healthy (it has a leader).
-func startEtcd(ctx context.Context, g *bench.Group, etcdBin, dir string) (*etcdCluster, error) {
+// each one reports itself healthy (it has a leader). With tc the members
+// speak mutual TLS to clients and to each other (--client-cert-auth,
+// --peer-client-cert-auth), as fencegate does with TLS on.
+func startEtcd(ctx context.Context, g *bench.Group, etcdBin, dir string, tc *benchTLS) (*etcdCluster, error) {
 	ports, err := bench.FreePorts(6)
 	if err != nil {
 		return nil, err
 	}
-	c := &etcdCluster{}
+	c := &etcdCluster{tls: tc}
+	scheme := "http://"
+	if tc != nil {
+		scheme = "https://"
+	}
 	var names, peerURLs, initial []string
 	for i := range 3 {
 		name := "e" + strconv.Itoa(i+1)
-		peer := "http://127.0.0.1:" + strconv.Itoa(ports[2*i])
+		peer := scheme + "127.0.0.1:" + strconv.Itoa(ports[2*i])
 		names = append(names, name)
 		peerURLs = append(peerURLs, peer)
-		c.clientURLs = append(c.clientURLs, "http://127.0.0.1:"+strconv.Itoa(ports[2*i+1]))
+		c.clientURLs = append(c.clientURLs, scheme+"127.0.0.1:"+strconv.Itoa(ports[2*i+1]))
 		initial = append(initial, name+"="+peer)
 	}
 	token := "fencegate-bench-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	var procs []*bench.Proc
 	for i, name := range names {
-		cmd := exec.Command(etcdBin,
-			"--name", name,
+		args := []string{"--name", name,
 			"--data-dir", filepath.Join(dir, name),
 			"--listen-peer-urls", peerURLs[i],
 			"--initial-advertise-peer-urls", peerURLs[i],
@@ -52,24 +60,46 @@ func startEtcd(ctx context.Context, g *bench.Group, etcdBin, dir string) (*etcdC
 			"--initial-cluster-state", "new",
 			"--initial-cluster-token", token,
 			"--logger", "zap",
-			"--log-level", "warn")
-		p, err := g.Start("etcd-"+name, cmd)
+			"--log-level", "warn"}
+		if tc != nil {
+			cert, key, err := tc.server("etcd-" + name)
+			if err != nil {
+				return nil, err
+			}
+			args = append(args, "--cert-file", cert, "--key-file", key, "--trusted-ca-file", tc.caFile, "--client-cert-auth",
+				"--peer-cert-file", cert, "--peer-key-file", key, "--peer-trusted-ca-file", tc.caFile, "--peer-client-cert-auth")
+		}
+		p, err := g.Start("etcd-"+name+tlsSuffix(tc), exec.Command(etcdBin, args...))
 		if err != nil {
 			return nil, err
 		}
 		procs = append(procs, p)
 	}
+	c.procs = procs
+	var hc *http.Client
+	if tc != nil {
+		hc = &http.Client{Transport: &http.Transport{TLSClientConfig: tc.etcdClient()}}
+	}
 	for i, p := range procs {
-		if err := bench.WaitReady(ctx, p, 60*time.Second, httpOK(c.clientURLs[i]+"/health")); err != nil {
+		if err := bench.WaitReady(ctx, p, 60*time.Second, httpOK(hc, c.clientURLs[i]+"/health")); err != nil {
 			return nil, err
 		}
 	}
 	return c, nil
 }
 
+// pids returns the members' process IDs.
+func (c *etcdCluster) pids() []int {
+	var out []int
+	for _, p := range c.procs {
+		out = append(out, p.Pid())
+	}
+	return out
+}
+
 // leaderURL returns the client URL of the member that currently leads.
 func (c *etcdCluster) leaderURL(ctx context.Context) (string, error) {
-	cli, err := newEtcdClient(c.clientURLs)
+	cli, err := newEtcdClient(c.clientURLs, c.tls)
 	if err != nil {
 		return "", err
 	}
@@ -90,12 +120,16 @@ func (c *etcdCluster) leaderURL(ctx context.Context) (string, error) {
 	return "", fmt.Errorf("find etcd leader: no member says it leads (%s)", strings.Join(errs, "; "))
 }
 
-func newEtcdClient(endpoints []string) (*clientv3.Client, error) {
-	cli, err := clientv3.New(clientv3.Config{
+func newEtcdClient(endpoints []string, tc *benchTLS) (*clientv3.Client, error) {
+	cfg := clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: 5 * time.Second,
 		Logger:      zap.NewNop(),
-	})
+	}
+	if tc != nil {
+		cfg.TLS = tc.etcdClient()
+	}
+	cli, err := clientv3.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to etcd %s: %w", strings.Join(endpoints, ","), err)
 	}
@@ -109,8 +143,8 @@ type etcdMinter struct {
 	key string
 }
 
-func newEtcdMinter(endpoints []string, resource string) (*etcdMinter, error) {
-	cli, err := newEtcdClient(endpoints)
+func newEtcdMinter(endpoints []string, tc *benchTLS, resource string) (*etcdMinter, error) {
+	cli, err := newEtcdClient(endpoints, tc)
 	if err != nil {
 		return nil, err
 	}

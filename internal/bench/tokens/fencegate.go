@@ -17,23 +17,30 @@ import (
 
 // fencegateCluster is three "fencegate token serve" processes on loopback.
 type fencegateCluster struct {
-	ids  []string
-	urls []string // API base URLs, in the order of ids
+	ids   []string
+	urls  []string // API base URLs, in the order of ids
+	procs []*bench.Proc
+	tls   *benchTLS // nil: plain HTTP
 }
 
 // startFencegate starts a three-node token cluster under g with data in
-// dir, and waits until every node answers /readyz with 200.
-func startFencegate(ctx context.Context, g *bench.Group, bin, dir string) (*fencegateCluster, error) {
+// dir, and waits until every node answers /readyz with 200. With tc the
+// nodes run with TLS (API, Raft, forwarding) and authentication.
+func startFencegate(ctx context.Context, g *bench.Group, bin, dir string, tc *benchTLS) (*fencegateCluster, error) {
 	ports, err := bench.FreePorts(6)
 	if err != nil {
 		return nil, err
 	}
-	c := &fencegateCluster{}
+	c := &fencegateCluster{tls: tc}
+	scheme := "http://"
+	if tc != nil {
+		scheme = "https://"
+	}
 	var peers []string
 	for i := range 3 {
 		id := "n" + strconv.Itoa(i+1)
 		raft := "127.0.0.1:" + strconv.Itoa(ports[2*i])
-		api := "http://127.0.0.1:" + strconv.Itoa(ports[2*i+1])
+		api := scheme + "127.0.0.1:" + strconv.Itoa(ports[2*i+1])
 		c.ids = append(c.ids, id)
 		c.urls = append(c.urls, api)
 		peers = append(peers, id+"="+raft+"="+api)
@@ -44,35 +51,60 @@ func startFencegate(ctx context.Context, g *bench.Group, bin, dir string) (*fenc
 		if err := os.MkdirAll(data, 0o755); err != nil {
 			return nil, fmt.Errorf("create data dir: %w", err)
 		}
-		cmd := exec.Command(bin, "token", "serve",
+		args := []string{"token", "serve",
 			"--id", id,
 			"--data-dir", data,
-			"--raft-addr", "127.0.0.1:"+strconv.Itoa(ports[2*i]),
-			"--api-addr", strings.TrimPrefix(c.urls[i], "http://"),
+			"--raft-addr", "127.0.0.1:" + strconv.Itoa(ports[2*i]),
+			"--api-addr", strings.TrimPrefix(c.urls[i], scheme),
 			"--peers", strings.Join(peers, ","),
-			"--log-level", "warn")
-		p, err := g.Start("fencegate-"+id, cmd)
+			"--log-level", "warn"}
+		if tc != nil {
+			cert, key, err := tc.server(id)
+			if err != nil {
+				return nil, err
+			}
+			args = append(args, "--tls-ca", tc.caFile, "--tls-cert", cert, "--tls-key", key)
+		}
+		p, err := g.Start("fencegate-"+id+tlsSuffix(tc), exec.Command(bin, args...))
 		if err != nil {
 			return nil, err
 		}
 		procs = append(procs, p)
 	}
+	c.procs = procs
+	var hc *http.Client
+	if tc != nil {
+		hc = &http.Client{Transport: &http.Transport{TLSClientConfig: tc.fencegateClient()}}
+	}
 	for i, p := range procs {
-		if err := bench.WaitReady(ctx, p, 60*time.Second, httpOK(c.urls[i]+"/readyz")); err != nil {
+		if err := bench.WaitReady(ctx, p, 60*time.Second, httpOK(hc, c.urls[i]+"/readyz")); err != nil {
 			return nil, err
 		}
 	}
 	return c, nil
 }
 
-// httpOK is a readiness check: GET url answers 200.
-func httpOK(url string) func(context.Context) error {
+// pids returns the node processes' IDs.
+func (c *fencegateCluster) pids() []int {
+	var out []int
+	for _, p := range c.procs {
+		out = append(out, p.Pid())
+	}
+	return out
+}
+
+// httpOK is a readiness check: GET url with hc (http.DefaultClient when
+// nil) answers 200.
+func httpOK(hc *http.Client, url string) func(context.Context) error {
+	if hc == nil {
+		hc = http.DefaultClient
+	}
 	return func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return err
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := hc.Do(req)
 		if err != nil {
 			return err
 		}

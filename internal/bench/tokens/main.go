@@ -4,8 +4,13 @@
 //
 //	go run ./internal/bench/tokens [--runs 3] [--duration 5s] [--concurrency 1,64] [--json] [--keep]
 //
-// For each concurrency it reports tokens/s and the p50/p99 latency of one
-// token, the median of --runs runs, and the ratios fencegate/etcd. Each side
+// For each concurrency it reports tokens/s, the p50/p99 latency of one
+// token and the CPU time the three server processes spent per token (with
+// the hypervisor's steal beside it), the median of --runs runs, and the
+// ratios fencegate/etcd. The TLS variants (fencegate-tls: TLS on the API,
+// mutual TLS on Raft and between nodes, client certificates; etcd-tls:
+// --client-cert-auth and --peer-client-cert-auth) run beside the plain
+// ones, so the table shows what encryption costs each. Each side
 // gets the same treatment: a fresh client per measured run, a warm-up on
 // that client first, connections reused, requests sent to the leader. The
 // order of the systems alternates from run to run. Everything the command
@@ -51,16 +56,18 @@ type system struct {
 	name      string
 	version   string
 	newMinter func(ctx context.Context) (minter, error)
+	// pids are the server processes whose CPU time is counted.
+	pids func() []int
 }
 
-var knownSystems = []string{"fencegate", "etcd"}
+var knownSystems = []string{"fencegate", "etcd", "fencegate-tls", "etcd-tls"}
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("tokens", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var f bench.Flags
 	f.Register(fs, []int{1, 64})
-	systemsFlag := fs.String("systems", "fencegate,etcd", "comma-separated systems to measure")
+	systemsFlag := fs.String("systems", strings.Join(knownSystems, ","), "comma-separated systems to measure: fencegate, etcd, and their TLS variants fencegate-tls and etcd-tls")
 	resource := fs.String("resource", "bench", "resource name tokens are asked for")
 	binFlag := fs.String("fencegate-bin", "", "fencegate binary to run (default: build ./cmd/fencegate into the temporary directory)")
 	leaderFirst := fs.Bool("leader-first", true, "send both clients' requests to the current leader: fencegate's client gets the leader's URL first, etcd's client the leader's endpoint alone; false gives both every node, so fencegate starts at n1 (a follower forwards) and clientv3 balances across members")
@@ -85,7 +92,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	var etcdBin string
 	var err error
-	if slices.Contains(want, "etcd") {
+	if slices.Contains(want, "etcd") || slices.Contains(want, "etcd-tls") {
 		if etcdBin, err = bench.LookPath("etcd", "etcd-server"); err != nil {
 			return err
 		}
@@ -108,15 +115,36 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cl.Add(func() { g.StopAll(10 * time.Second) })
 	logf := func(format string, a ...any) { fmt.Fprintf(stderr, format+"\n", a...) }
 
+	var tc *benchTLS
+	if slices.Contains(want, "fencegate-tls") || slices.Contains(want, "etcd-tls") {
+		if tc, err = newBenchTLS(filepath.Join(dir, "certs")); err != nil {
+			return err
+		}
+	}
+	bin, version := *binFlag, "prebuilt "+*binFlag
+	if bin == "" && (slices.Contains(want, "fencegate") || slices.Contains(want, "fencegate-tls")) {
+		logf("building fencegate")
+		if bin, version, err = bench.BuildFencegate(ctx, dir); err != nil {
+			return err
+		}
+	}
 	var systems []system
 	for _, name := range want {
 		var s system
 		var err error
 		switch name {
-		case "fencegate":
-			s, err = setupFencegate(ctx, g, *binFlag, dir, *resource, *leaderFirst, logf)
-		case "etcd":
-			s, err = setupEtcd(ctx, g, etcdBin, dir, *resource, *leaderFirst, logf)
+		case "fencegate", "fencegate-tls":
+			var t *benchTLS
+			if name == "fencegate-tls" {
+				t = tc
+			}
+			s, err = setupFencegate(ctx, g, bin, version, dir, *resource, *leaderFirst, t, logf)
+		case "etcd", "etcd-tls":
+			var t *benchTLS
+			if name == "etcd-tls" {
+				t = tc
+			}
+			s, err = setupEtcd(ctx, g, etcdBin, dir, *resource, *leaderFirst, t, logf)
 		}
 		if err != nil {
 			return err
@@ -136,8 +164,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				if err != nil {
 					return fmt.Errorf("run %d, %s at concurrency %d: %w", r+1, s.name, c, err)
 				}
-				logf("run %d/%d  c=%-3d %-9s %s tokens/s  p50 %s ms  p99 %s ms", r+1, f.Runs, c, s.name,
-					bench.FormatRate(res.PerSec), bench.FormatMillis(res.P50), bench.FormatMillis(res.P99))
+				logf("run %d/%d  c=%-3d %-13s %s tokens/s  p50 %s ms  p99 %s ms  %s µs CPU/token  steal %.0f%%", r+1, f.Runs, c, s.name,
+					bench.FormatRate(res.PerSec), bench.FormatMillis(res.P50), bench.FormatMillis(res.P99),
+					formatMicros(res.CPUPerOp), 100*res.Steal)
 				rep.add(s.name, c, res)
 			}
 		}
@@ -148,11 +177,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return rep.writeText(stdout)
 }
 
+// runResult is one measured run: the load's figures, the CPU time the
+// system's server processes spent per token, and the share of the
+// machine's CPU time the hypervisor stole meanwhile.
+type runResult struct {
+	bench.Result
+	CPUPerOp time.Duration `json:"server_cpu_per_token"`
+	Steal    float64       `json:"steal"`
+}
+
 // measure warms a fresh client up at concurrency c and then measures one run.
-func measure(ctx context.Context, s system, c int, f bench.Flags) (bench.Result, error) {
+func measure(ctx context.Context, s system, c int, f bench.Flags) (runResult, error) {
 	m, err := s.newMinter(ctx)
 	if err != nil {
-		return bench.Result{}, err
+		return runResult{}, err
 	}
 	defer m.Close()
 	op := func(ctx context.Context, _ int) error {
@@ -163,56 +201,89 @@ func measure(ctx context.Context, s system, c int, f bench.Flags) (bench.Result,
 		if _, err := bench.RunClosed(ctx, c, f.Warmup, op); err != nil && ctx.Err() == nil {
 			// Failures while warming up are only fatal when they persist.
 			if res, err := bench.RunClosed(ctx, 1, 100*time.Millisecond, op); err != nil || res.Ops == 0 {
-				return bench.Result{}, fmt.Errorf("warm up: %w", err)
+				return runResult{}, fmt.Errorf("warm up: %w", err)
 			}
 		}
 	}
+	cpu0, cpuErr := serverCPU(s.pids())
+	mach0, machErr := bench.ReadMachineCPU()
 	res, err := bench.RunClosed(ctx, c, f.Duration, op)
 	if ctx.Err() != nil {
-		return bench.Result{}, ctx.Err()
+		return runResult{}, ctx.Err()
 	}
 	if err != nil && (res.Ops == 0 || res.Errors*100 > res.Ops) {
-		return bench.Result{}, err
+		return runResult{}, err
 	}
-	return res, nil
+	out := runResult{Result: res}
+	cpu1, err1 := serverCPU(s.pids())
+	mach1, err2 := bench.ReadMachineCPU()
+	if cpuErr == nil && err1 == nil && res.Ops > 0 {
+		out.CPUPerOp = (cpu1 - cpu0) / time.Duration(res.Ops)
+	}
+	if machErr == nil && err2 == nil {
+		out.Steal = mach1.Sub(mach0).StealShare()
+	}
+	return out, nil
 }
 
-func setupFencegate(ctx context.Context, g *bench.Group, bin, dir, resource string, leaderFirst bool, logf func(string, ...any)) (system, error) {
-	version := "prebuilt " + bin
-	if bin == "" {
-		logf("building fencegate")
-		var err error
-		if bin, version, err = bench.BuildFencegate(ctx, dir); err != nil {
-			return system{}, err
+// serverCPU sums the CPU time of the processes pids.
+func serverCPU(pids []int) (time.Duration, error) {
+	var total time.Duration
+	for _, pid := range pids {
+		d, err := bench.ProcessCPU(pid)
+		if err != nil {
+			return 0, err
 		}
+		total += d
 	}
+	return total, nil
+}
+
+func formatMicros(d time.Duration) string {
+	if d <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", float64(d)/float64(time.Microsecond))
+}
+
+func setupFencegate(ctx context.Context, g *bench.Group, bin, version, dir, resource string, leaderFirst bool, tc *benchTLS, logf func(string, ...any)) (system, error) {
 	if !bench.HasCommand(ctx, bin, "token", "serve") {
 		return system{}, errNoTokenService
 	}
-	logf("starting 3 fencegate token nodes")
-	c, err := startFencegate(ctx, g, bin, filepath.Join(dir, "fencegate"))
+	name := "fencegate" + tlsSuffix(tc)
+	logf("starting 3 fencegate token nodes%s", withTLS(tc))
+	c, err := startFencegate(ctx, g, bin, filepath.Join(dir, name), tc)
 	if err != nil {
 		return system{}, err
 	}
+	if tc != nil {
+		version += "; TLS on the API, mutual TLS on Raft and between nodes, client certificates (ECDSA P-256)"
+	}
 	return system{
-		name:    "fencegate",
+		name:    name,
 		version: version,
 		newMinter: func(ctx context.Context) (minter, error) {
 			return newFencegateMinter(ctx, c, resource, leaderFirst)
 		},
+		pids: c.pids,
 	}, nil
 }
 
-func setupEtcd(ctx context.Context, g *bench.Group, etcdBin, dir, resource string, leaderFirst bool, logf func(string, ...any)) (system, error) {
-	logf("starting 3 etcd members")
-	c, err := startEtcd(ctx, g, etcdBin, filepath.Join(dir, "etcd"))
+func setupEtcd(ctx context.Context, g *bench.Group, etcdBin, dir, resource string, leaderFirst bool, tc *benchTLS, logf func(string, ...any)) (system, error) {
+	name := "etcd" + tlsSuffix(tc)
+	logf("starting 3 etcd members%s", withTLS(tc))
+	c, err := startEtcd(ctx, g, etcdBin, filepath.Join(dir, name), tc)
 	if err != nil {
 		return system{}, err
 	}
+	version := strings.Replace(bench.Version(ctx, etcdBin, "--version"), "etcd Version: ", "etcd ", 1) +
+		" (server), go.etcd.io/etcd/client/v3 v3.6.12 (client)"
+	if tc != nil {
+		version += "; --client-cert-auth, --peer-client-cert-auth (ECDSA P-256)"
+	}
 	return system{
-		name: "etcd",
-		version: strings.Replace(bench.Version(ctx, etcdBin, "--version"), "etcd Version: ", "etcd ", 1) +
-			" (server), go.etcd.io/etcd/client/v3 v3.6.12 (client)",
+		name:    name,
+		version: version,
 		newMinter: func(ctx context.Context) (minter, error) {
 			endpoints := c.clientURLs
 			if leaderFirst {
@@ -222,7 +293,8 @@ func setupEtcd(ctx context.Context, g *bench.Group, etcdBin, dir, resource strin
 				}
 				endpoints = []string{leader}
 			}
-			return newEtcdMinter(endpoints, resource)
+			return newEtcdMinter(endpoints, c.tls, resource)
 		},
+		pids: c.pids,
 	}, nil
 }

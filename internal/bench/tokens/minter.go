@@ -19,8 +19,12 @@ type fencegateMinter struct {
 // etcd's do; otherwise the list starts at n1 and a follower forwards.
 func newFencegateMinter(ctx context.Context, cl *fencegateCluster, resource string, leaderFirst bool) (minter, error) {
 	servers := slices.Clone(cl.urls)
+	var opts []tokenservice.ClientOption
+	if cl.tls != nil {
+		opts = append(opts, tokenservice.WithTLS(cl.tls.fencegateClient()))
+	}
 	if leaderFirst {
-		c, err := tokenservice.NewClient(servers)
+		c, err := tokenservice.NewClient(servers, opts...)
 		if err != nil {
 			return nil, err
 		}
@@ -35,7 +39,7 @@ func newFencegateMinter(ctx context.Context, cl *fencegateCluster, resource stri
 			return nil, fmt.Errorf("find fencegate leader: status names %q, not one of %v", st.LeaderAPI, servers)
 		}
 	}
-	c, err := tokenservice.NewClient(servers)
+	c, err := tokenservice.NewClient(servers, opts...)
 	if err != nil {
 		return nil, err
 	}

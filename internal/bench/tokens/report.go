@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/fencegate/fencegate/internal/bench"
 )
@@ -24,19 +25,34 @@ type report struct {
 
 // entry is one system at one concurrency.
 type entry struct {
-	System      string         `json:"system"`
-	Concurrency int            `json:"concurrency"`
-	Median      bench.Result   `json:"median"`
-	Runs        []bench.Result `json:"runs"`
+	System      string       `json:"system"`
+	Concurrency int          `json:"concurrency"`
+	Median      bench.Result `json:"median"`
+	// MedianCPU is the median CPU time the servers spent per token;
+	// MedianSteal the median share of the machine's CPU stolen.
+	MedianCPU   time.Duration `json:"median_server_cpu_per_token"`
+	MedianSteal float64       `json:"median_steal"`
+	Runs        []runResult   `json:"runs"`
 }
 
-// ratio compares fencegate with etcd at one concurrency: fencegate's figure
-// divided by etcd's (above 1 is better for throughput, below 1 for latency).
+// ratio compares two systems at one concurrency: the first one's figure
+// divided by the second's (above 1 is better for throughput, below 1 for
+// latency and CPU).
 type ratio struct {
+	Of          string  `json:"of"` // "fencegate/etcd", "fencegate-tls/fencegate", ...
 	Concurrency int     `json:"concurrency"`
 	PerSec      float64 `json:"tokens_per_sec"`
 	P50         float64 `json:"p50"`
 	P99         float64 `json:"p99"`
+	CPU         float64 `json:"server_cpu_per_token"`
+}
+
+// ratioPairs are the comparisons reported when both systems ran: each
+// against its peer, and each TLS variant against its plain self (what
+// encryption costs).
+var ratioPairs = [][2]string{
+	{"fencegate", "etcd"}, {"fencegate-tls", "etcd-tls"},
+	{"fencegate-tls", "fencegate"}, {"etcd-tls", "etcd"},
 }
 
 func newReport(f bench.Flags, systems []system) *report {
@@ -66,26 +82,38 @@ func (r *report) entry(system string, c int) *entry {
 	return e
 }
 
-func (r *report) add(system string, c int, res bench.Result) {
+func (r *report) add(system string, c int, res runResult) {
 	e := r.entry(system, c)
 	e.Runs = append(e.Runs, res)
-	e.Median = bench.MedianResult(e.Runs)
+	var results []bench.Result
+	var cpu []time.Duration
+	var steal []float64
+	for _, run := range e.Runs {
+		results = append(results, run.Result)
+		cpu = append(cpu, run.CPUPerOp)
+		steal = append(steal, run.Steal)
+	}
+	e.Median, e.MedianCPU, e.MedianSteal = bench.MedianResult(results), bench.MedianDuration(cpu), bench.Median(steal)
 }
 
 // finish computes the ratios once all runs are in.
 func (r *report) finish() {
 	r.Ratios = nil
 	for _, c := range r.Concurrency {
-		fg, et := r.find("fencegate", c), r.find("etcd", c)
-		if fg == nil || et == nil {
-			continue
+		for _, pair := range ratioPairs {
+			a, b := r.find(pair[0], c), r.find(pair[1], c)
+			if a == nil || b == nil {
+				continue
+			}
+			r.Ratios = append(r.Ratios, ratio{
+				Of:          pair[0] + "/" + pair[1],
+				Concurrency: c,
+				PerSec:      bench.Ratio(a.Median.PerSec, b.Median.PerSec),
+				P50:         bench.Ratio(float64(a.Median.P50), float64(b.Median.P50)),
+				P99:         bench.Ratio(float64(a.Median.P99), float64(b.Median.P99)),
+				CPU:         bench.Ratio(float64(a.MedianCPU), float64(b.MedianCPU)),
+			})
 		}
-		r.Ratios = append(r.Ratios, ratio{
-			Concurrency: c,
-			PerSec:      bench.Ratio(fg.Median.PerSec, et.Median.PerSec),
-			P50:         bench.Ratio(float64(fg.Median.P50), float64(et.Median.P50)),
-			P99:         bench.Ratio(float64(fg.Median.P99), float64(et.Median.P99)),
-		})
 	}
 }
 
@@ -110,10 +138,10 @@ func (r *report) writeText(w io.Writer) error {
 	fmt.Fprintf(w, "Token issuance, 3 nodes each on 127.0.0.1, fsync on. Median of %d runs of %s (warm-up %s).\n",
 		r.Runs, r.Duration, r.Warmup)
 	for _, s := range r.systems {
-		fmt.Fprintf(w, "  %-9s %s\n", s, r.Versions[s])
+		fmt.Fprintf(w, "  %-13s %s\n", s, r.Versions[s])
 	}
 	fmt.Fprintln(w)
-	t := bench.NewTable("clients", "system", "tokens/s", "p50 ms", "p99 ms", "errors", "tokens/s of each run").Labels(2)
+	t := bench.NewTable("clients", "system", "tokens/s", "p50 ms", "p99 ms", "CPU µs/token", "steal", "errors", "tokens/s of each run").Labels(2)
 	for i, c := range r.Concurrency {
 		if i > 0 {
 			t.Separator()
@@ -128,17 +156,19 @@ func (r *report) writeText(w io.Writer) error {
 				per = append(per, run.PerSec)
 			}
 			t.Row(fmt.Sprint(c), s, bench.FormatRate(e.Median.PerSec), bench.FormatMillis(e.Median.P50),
-				bench.FormatMillis(e.Median.P99), fmt.Sprint(e.Median.Errors), bench.JoinRates(per))
+				bench.FormatMillis(e.Median.P99), formatMicros(e.MedianCPU), fmt.Sprintf("%.0f%%", 100*e.MedianSteal),
+				fmt.Sprint(e.Median.Errors), bench.JoinRates(per))
 		}
 		for _, q := range r.Ratios {
 			if q.Concurrency == c {
-				t.Row(fmt.Sprint(c), "fencegate/etcd", bench.FormatRatio(q.PerSec), bench.FormatRatio(q.P50), bench.FormatRatio(q.P99))
+				t.Row(fmt.Sprint(c), q.Of, bench.FormatRatio(q.PerSec), bench.FormatRatio(q.P50), bench.FormatRatio(q.P99), bench.FormatRatio(q.CPU))
 			}
 		}
 	}
 	_, err := t.WriteTo(w)
 	if err == nil && len(r.Ratios) > 0 {
-		fmt.Fprintln(w, "\nRatios are fencegate's figure over etcd's: above 1 is better for tokens/s, below 1 is better for latency.")
+		fmt.Fprintln(w, "\nRatios are the first system's figure over the second's: above 1 is better for tokens/s, below 1 for latency and CPU.\n"+
+			"CPU µs/token is the user+system time of the three server processes per token; steal the share of the machine's CPU the hypervisor took.")
 	}
 	return err
 }

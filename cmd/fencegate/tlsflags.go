@@ -1,0 +1,95 @@
+package main
+
+import (
+	"flag"
+	"strings"
+
+	"github.com/fencegate/fencegate/tokenservice"
+)
+
+// tlsFlags are the TLS and credential flags of every token subcommand:
+// the same four names and meanings on serve, next, status and the others.
+type tlsFlags struct {
+	ca, cert, key, creds string
+}
+
+// addTLSFlags adds --tls-ca, --tls-cert, --tls-key and --credentials-file
+// to fs.
+func addTLSFlags(fs *flag.FlagSet) *tlsFlags {
+	f := &tlsFlags{}
+	fs.StringVar(&f.ca, "tls-ca", "", "PEM `FILE` of the cluster CA; turns TLS on (default empty: plain HTTP, for loopback only)")
+	fs.StringVar(&f.cert, "tls-cert", "", "PEM certificate `FILE`: a node's own for serve (OU=peer, CN=its --id), a client's otherwise (OU=client or admin) (default empty)")
+	fs.StringVar(&f.key, "tls-key", "", "PEM private key `FILE` of --tls-cert (default empty)")
+	fs.StringVar(&f.creds, "credentials-file", "", "bearer credentials `FILE`: for serve, the NAME ROLES sha256:HASH lines it accepts; for a client, its NAME SECRET line (default empty: none)")
+	return f
+}
+
+// on reports whether TLS was asked for.
+func (f *tlsFlags) on() bool { return f.ca != "" || f.cert != "" || f.key != "" }
+
+// node loads a node's TLS material and credentials, checking every file
+// now. Without any TLS flag it returns nil, nil: plain HTTP.
+func (f *tlsFlags) node() (*tokenservice.NodeTLS, *tokenservice.Credentials, error) {
+	if !f.on() {
+		if f.creds != "" {
+			return nil, nil, usagef("--credentials-file needs TLS: add --tls-ca, --tls-cert and --tls-key (bearer secrets must not cross the network in clear)")
+		}
+		return nil, nil, nil
+	}
+	if f.ca == "" || f.cert == "" || f.key == "" {
+		return nil, nil, usagef("--tls-ca, --tls-cert and --tls-key go together: a node needs the cluster CA, its own certificate and its key")
+	}
+	nt, err := tokenservice.LoadNodeTLS(f.ca, f.cert, f.key)
+	if err != nil {
+		return nil, nil, err
+	}
+	var creds *tokenservice.Credentials
+	if f.creds != "" {
+		if creds, err = tokenservice.LoadCredentials(f.creds); err != nil {
+			return nil, nil, err
+		}
+	}
+	return nt, creds, nil
+}
+
+// clientOptions loads a client's TLS configuration and credential, checking
+// every file now.
+func (f *tlsFlags) clientOptions() ([]tokenservice.ClientOption, error) {
+	var opts []tokenservice.ClientOption
+	if (f.cert == "") != (f.key == "") {
+		return nil, usagef("--tls-cert and --tls-key go together")
+	}
+	if f.cert != "" && f.ca == "" {
+		return nil, usagef("--tls-cert needs --tls-ca, the cluster CA that verifies the nodes")
+	}
+	if f.ca != "" {
+		cfg, err := tokenservice.LoadClientTLS(f.ca, f.cert, f.key)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, tokenservice.WithTLS(cfg))
+	}
+	if f.creds != "" {
+		cred, err := tokenservice.LoadClientCredential(f.creds)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, tokenservice.WithCredential(cred))
+	}
+	return opts, nil
+}
+
+// servers turns a --servers value into URLs; with TLS the loopback
+// defaults become https.
+func (f *tlsFlags) servers(list string) []string {
+	if f.ca != "" && list == defaultServers {
+		list = strings.ReplaceAll(list, "http://", "https://")
+	}
+	var out []string
+	for _, s := range strings.Split(list, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}

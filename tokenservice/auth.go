@@ -1,0 +1,368 @@
+package tokenservice
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Role is what an identity may do. A route needs one of a set of roles
+// (see Routes); an identity holds one or more.
+type Role string
+
+// The roles.
+const (
+	// RolePeer is a node of the cluster: Raft, forwarding token requests
+	// to the leader, internal allocation. Only certificates give it.
+	RolePeer Role = "peer"
+	// RoleClient mints tokens and reads status.
+	RoleClient Role = "client"
+	// RoleAdmin changes membership and takes or restores snapshots.
+	RoleAdmin Role = "admin"
+)
+
+// Roles lists every role.
+var Roles = []Role{RolePeer, RoleClient, RoleAdmin}
+
+// Identity is who sent a request, established by a client certificate
+// signed by the cluster CA (CN = Name, each OU naming a role) or by a bearer
+// credential from the node's credentials file.
+type Identity struct {
+	Name  string
+	Roles []Role
+	// Method is "certificate" or "bearer" (or both, joined by "+").
+	Method string
+}
+
+// Has reports whether the identity holds role r.
+func (id Identity) Has(r Role) bool { return slices.Contains(id.Roles, r) }
+
+type identityKey struct{}
+
+// IdentityFrom returns the identity a handler's request was authenticated
+// with; false when the node runs without TLS (no authentication).
+func IdentityFrom(ctx context.Context) (Identity, bool) {
+	id, ok := ctx.Value(identityKey{}).(Identity)
+	return id, ok
+}
+
+// rolesOf reads the roles of a certificate from its subject's OUs.
+func rolesOf(c *x509.Certificate) []Role {
+	var out []Role
+	for _, ou := range c.Subject.OrganizationalUnit {
+		if r := Role(ou); slices.Contains(Roles, r) && !slices.Contains(out, r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Credentials are the bearer credentials a node accepts, as read from its
+// credentials file. The file holds only SHA-256 hashes of the secrets.
+type Credentials struct {
+	byName map[string]credential
+}
+
+type credential struct {
+	hash  [sha256.Size]byte
+	roles []Role
+}
+
+var credName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// minSecret is the shortest secret accepted: 32 bytes of randomness in
+// base64url (NewClientCredential makes 43 characters).
+const minSecret = 32
+
+// LoadCredentials reads a node's credentials file: one credential a line,
+//
+//	NAME ROLES sha256:HEX
+//
+// where ROLES is client, admin or both joined by a comma, and HEX the
+// SHA-256 of the secret (ClientCredential.ServerLine prints such a line).
+// Blank lines and lines starting with # are ignored. The peer role is not
+// allowed: nodes identify each other by certificate.
+func LoadCredentials(path string) (*Credentials, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return nil, fmt.Errorf("%w: cannot read %s: %v", ErrBadCredentials, path, err)
+	}
+	defer f.Close()
+	return ParseCredentials(f, path)
+}
+
+// ParseCredentials parses a credentials file read from r; name names it in
+// errors.
+func ParseCredentials(r io.Reader, name string) (*Credentials, error) {
+	c := &Credentials{byName: map[string]credential{}}
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		bad := func(format string, a ...any) error {
+			return fmt.Errorf("%w: %s line %d: %s", ErrBadCredentials, name, n, fmt.Sprintf(format, a...))
+		}
+		f := strings.Fields(line)
+		if len(f) == 2 && len(f[1]) >= minSecret {
+			return nil, bad("looks like a client's NAME SECRET line; a node's file holds NAME ROLES sha256:HEX (the secret's hash, never the secret)")
+		}
+		if len(f) != 3 {
+			return nil, bad("want NAME ROLES sha256:HEX, e.g. app client sha256:<64 hex digits>")
+		}
+		if !credName.MatchString(f[0]) {
+			return nil, bad("name %q: use letters, digits, '.', '_' or '-' (at most 64)", f[0])
+		}
+		if _, dup := c.byName[f[0]]; dup {
+			return nil, bad("name %q appears twice; keep one line per name", f[0])
+		}
+		var cr credential
+		for _, r := range strings.Split(f[1], ",") {
+			switch Role(r) {
+			case RoleClient, RoleAdmin:
+				if !slices.Contains(cr.roles, Role(r)) {
+					cr.roles = append(cr.roles, Role(r))
+				}
+			case RolePeer:
+				return nil, bad("role peer is given only by certificates (nodes identify each other by certificate); use client or admin")
+			default:
+				return nil, bad("unknown role %q; use client, admin or client,admin", r)
+			}
+		}
+		h, ok := strings.CutPrefix(f[2], "sha256:")
+		raw, err := hex.DecodeString(h)
+		if !ok || err != nil || len(raw) != sha256.Size {
+			return nil, bad("the hash must be sha256: and 64 hex digits (the output of fencegate token credential)")
+		}
+		copy(cr.hash[:], raw)
+		c.byName[f[0]] = cr
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%w: read %s: %v", ErrBadCredentials, name, err)
+	}
+	return c, nil
+}
+
+// Len returns how many credentials there are.
+func (c *Credentials) Len() int {
+	if c == nil {
+		return 0
+	}
+	return len(c.byName)
+}
+
+// dummyHash is compared against when a name is unknown, so that an unknown
+// name takes as long to refuse as a wrong secret.
+var dummyHash [sha256.Size]byte
+
+// check returns the identity of name and secret, or false.
+func (c *Credentials) check(name, secret string) (Identity, bool) {
+	sum := sha256.Sum256([]byte(secret))
+	cr, found := c.byName[name]
+	want := dummyHash
+	if found {
+		want = cr.hash
+	}
+	if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 || !found {
+		return Identity{}, false
+	}
+	return Identity{Name: name, Roles: slices.Clone(cr.roles), Method: "bearer"}, true
+}
+
+// ClientCredential is a client's bearer credential: a name and a secret,
+// sent as "Authorization: Bearer NAME:SECRET". Formatting it with %v, %+v,
+// %#v or slog never shows the secret.
+type ClientCredential struct {
+	Name   string
+	Secret string
+}
+
+// NewClientCredential makes a credential for name with a random 256-bit secret.
+func NewClientCredential(name string) (ClientCredential, error) {
+	if !credName.MatchString(name) {
+		return ClientCredential{}, fmt.Errorf("%w: name %q: use letters, digits, '.', '_' or '-' (at most 64)", ErrBadCredentials, name)
+	}
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return ClientCredential{}, err
+	}
+	return ClientCredential{Name: name, Secret: base64.RawURLEncoding.EncodeToString(b)}, nil
+}
+
+// LoadClientCredential reads a client's credential file: one line
+// "NAME SECRET" (blank lines and # comments are ignored).
+func LoadClientCredential(path string) (ClientCredential, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return ClientCredential{}, fmt.Errorf("%w: cannot read %s: %v", ErrBadCredentials, path, err)
+	}
+	var cred ClientCredential
+	for n, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		bad := func(format string, a ...any) error {
+			return fmt.Errorf("%w: %s line %d: %s", ErrBadCredentials, path, n+1, fmt.Sprintf(format, a...))
+		}
+		if cred.Name != "" {
+			return ClientCredential{}, bad("a client's file holds one credential; this is a second one")
+		}
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 3 && strings.HasPrefix(f[2], "sha256:"):
+			return ClientCredential{}, bad("this is a node's line (NAME ROLES sha256:HASH); a client's file holds NAME SECRET")
+		case len(f) != 2:
+			return ClientCredential{}, bad("want NAME SECRET")
+		case !credName.MatchString(f[0]):
+			return ClientCredential{}, bad("name %q: use letters, digits, '.', '_' or '-' (at most 64)", f[0])
+		case len(f[1]) < minSecret || strings.ContainsAny(f[1], ":"):
+			return ClientCredential{}, bad("the secret is too short or malformed; make one with fencegate token credential")
+		}
+		cred = ClientCredential{Name: f[0], Secret: f[1]}
+	}
+	if cred.Name == "" {
+		return ClientCredential{}, fmt.Errorf("%w: %s holds no credential; want one line NAME SECRET", ErrBadCredentials, path)
+	}
+	return cred, nil
+}
+
+// FileLine is the line of a client's credential file: "NAME SECRET".
+func (c ClientCredential) FileLine() string { return c.Name + " " + c.Secret }
+
+// ServerLine is the line of a node's credentials file for this credential
+// with the given roles: "NAME ROLES sha256:HEX".
+func (c ClientCredential) ServerLine(roles ...Role) string {
+	sum := sha256.Sum256([]byte(c.Secret))
+	rs := make([]string, len(roles))
+	for i, r := range roles {
+		rs[i] = string(r)
+	}
+	return fmt.Sprintf("%s %s sha256:%s", c.Name, strings.Join(rs, ","), hex.EncodeToString(sum[:]))
+}
+
+// String shows the name only.
+func (c ClientCredential) String() string { return c.Name + ":[redacted]" }
+
+// GoString shows the name only.
+func (c ClientCredential) GoString() string { return c.String() }
+
+// LogValue shows the name only.
+func (c ClientCredential) LogValue() slog.Value { return slog.StringValue(c.String()) }
+
+func (c ClientCredential) header() string { return "Bearer " + c.Name + ":" + c.Secret }
+
+// authenticator establishes the identity of API requests.
+type authenticator struct {
+	creds *Credentials // nil: certificates only
+}
+
+// identify returns the request's identity; false with a reason when it
+// has none. A bearer credential that is present must be valid.
+func (a *authenticator) identify(r *http.Request) (Identity, string, bool) {
+	var id Identity
+	var methods []string
+	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
+		leaf := r.TLS.VerifiedChains[0][0]
+		id.Name, id.Roles = leaf.Subject.CommonName, rolesOf(leaf)
+		methods = append(methods, "certificate")
+	}
+	if h := r.Header.Get("Authorization"); h != "" {
+		tok, ok := strings.CutPrefix(h, "Bearer ")
+		name, secret, ok2 := strings.Cut(tok, ":")
+		if !ok || !ok2 {
+			return Identity{}, "the Authorization header is not \"Bearer NAME:SECRET\"", false
+		}
+		if a.creds == nil {
+			return Identity{}, "this node accepts no bearer credentials (it has no credentials file)", false
+		}
+		bid, ok := a.creds.check(name, secret)
+		if !ok {
+			if !credName.MatchString(name) {
+				// Not a name: it could be a secret pasted in the wrong place.
+				return Identity{}, "the bearer credential's name is malformed", false
+			}
+			return Identity{}, fmt.Sprintf("bearer credential %q is not valid (unknown name or wrong secret)", name), false
+		}
+		if id.Name == "" {
+			id.Name = bid.Name
+		} else if id.Name != bid.Name {
+			id.Name += "+" + bid.Name
+		}
+		for _, r := range bid.Roles {
+			if !id.Has(r) {
+				id.Roles = append(id.Roles, r)
+			}
+		}
+		methods = append(methods, "bearer")
+	}
+	if len(methods) == 0 {
+		return Identity{}, "no client certificate and no bearer credential", false
+	}
+	id.Method = strings.Join(methods, "+")
+	return id, "", true
+}
+
+// require wraps h so that it runs only for an identity that holds one of
+// rt's roles: 401 without an identity, 403 with the wrong role.
+func (s *Server) require(rt Route, h http.HandlerFunc) http.HandlerFunc {
+	if s.auth == nil {
+		return h
+	}
+	needs := rolesText(rt.Roles)
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, why, ok := s.auth.identify(r)
+		if !ok {
+			s.log.Info("refused request", "status", http.StatusUnauthorized, "method", r.Method, "path", r.URL.Path, "from", r.RemoteAddr, "reason", why)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="fencegate"`)
+			s.writeError(w, fmt.Errorf("%w: %s %s needs %s: %s; present a certificate signed by the cluster CA or a bearer credential",
+				ErrUnauthenticated, rt.Method, rt.Path, needs, why))
+			return
+		}
+		if !slices.ContainsFunc(rt.Roles, id.Has) {
+			s.log.Info("refused request", "status", http.StatusForbidden, "method", r.Method, "path", r.URL.Path, "from", r.RemoteAddr,
+				"identity", id.Name, "roles", id.Roles, "needs", needs)
+			s.writeError(w, fmt.Errorf("%w: %s %s needs %s; %q (%s) has %s",
+				ErrForbidden, rt.Method, rt.Path, needs, id.Name, id.Method, rolesText(id.Roles)))
+			return
+		}
+		h(w, r.WithContext(context.WithValue(r.Context(), identityKey{}, id)))
+	}
+}
+
+func rolesText(rs []Role) string {
+	if len(rs) == 0 {
+		return "no role"
+	}
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = string(r)
+	}
+	if len(parts) == 1 {
+		return "role " + parts[0]
+	}
+	return "role " + strings.Join(parts[:len(parts)-1], ", ") + " or " + parts[len(parts)-1]
+}

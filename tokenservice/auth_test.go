@@ -1,0 +1,292 @@
+package tokenservice_test
+
+import (
+	"bytes"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/internal/pki"
+	"github.com/fencegate/fencegate/internal/tokentest"
+	"github.com/fencegate/fencegate/tokenservice"
+)
+
+// caller is one way of calling the API: a TLS configuration (certificate
+// or none) and an Authorization header (or none).
+type caller struct {
+	name  string
+	roles []tokenservice.Role // what the node should grant; nil: no identity
+	tls   *tls.Config
+	auth  string
+	// refusedAtHandshake: the TLS handshake itself must fail.
+	refusedAtHandshake bool
+}
+
+func issueTLS(t *testing.T, ca, trust *pki.CA, name string, o pki.Options, roles ...tokenservice.Role) *tls.Config {
+	t.Helper()
+	rs := make([]string, len(roles))
+	for i, r := range roles {
+		rs[i] = string(r)
+	}
+	leaf, err := ca.Issue(name, rs, nil, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tokenservice.ClientTLSConfig(trust.Pool(), leaf.TLSCertificate())
+}
+
+// Must show: every endpoint refuses unauthenticated and wrong-role
+// requests. Each route of the route table is called by each kind of
+// caller: no identity gets 401, the wrong role 403 (each naming the role
+// the route needs), the right role neither.
+func TestEveryRouteRefusesWithoutItsRole(t *testing.T) {
+	ca, other := newCA(t, "cluster"), newCA(t, "other")
+	creds, bearer := credentials(t, map[string][]tokenservice.Role{
+		"app": {tokenservice.RoleClient}, "ops": {tokenservice.RoleAdmin}, "both": {tokenservice.RoleClient, tokenservice.RoleAdmin},
+	})
+	c := tokentest.StartCluster(t, 3, tokentest.WithTLS(ca, creds))
+	anon := tokenservice.ClientTLSConfig(ca.Pool())
+	expired := pki.Options{NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-24 * time.Hour)}
+	wrongSecret := bearer["app"]
+	wrongSecret.Secret = strings.Repeat("A", len(wrongSecret.Secret))
+	callers := []caller{
+		{name: "nothing", tls: anon},
+		{name: "client cert", roles: []tokenservice.Role{tokenservice.RoleClient}, tls: issueTLS(t, ca, ca, "app", pki.Options{}, tokenservice.RoleClient)},
+		{name: "admin cert", roles: []tokenservice.Role{tokenservice.RoleAdmin}, tls: issueTLS(t, ca, ca, "ops", pki.Options{}, tokenservice.RoleAdmin)},
+		{name: "peer cert", roles: []tokenservice.Role{tokenservice.RolePeer}, tls: issueTLS(t, ca, ca, "n2", pki.Options{}, tokenservice.RolePeer)},
+		{name: "cert without role", roles: []tokenservice.Role{}, tls: issueTLS(t, ca, ca, "nobody", pki.Options{})},
+		{name: "bearer client", roles: []tokenservice.Role{tokenservice.RoleClient}, tls: anon, auth: "Bearer app:" + bearer["app"].Secret},
+		{name: "bearer admin", roles: []tokenservice.Role{tokenservice.RoleAdmin}, tls: anon, auth: "Bearer ops:" + bearer["ops"].Secret},
+		{name: "bearer client+admin", roles: []tokenservice.Role{tokenservice.RoleClient, tokenservice.RoleAdmin}, tls: anon, auth: "Bearer both:" + bearer["both"].Secret},
+		{name: "bearer wrong secret", tls: anon, auth: "Bearer app:" + wrongSecret.Secret},
+		{name: "bearer unknown name", tls: anon, auth: "Bearer eve:" + bearer["app"].Secret},
+		{name: "bearer malformed", tls: anon, auth: "Bearer " + bearer["app"].Secret},
+		{name: "basic auth", tls: anon, auth: "Basic YXBwOmFwcA=="},
+		{name: "client cert with a wrong bearer", tls: issueTLS(t, ca, ca, "app", pki.Options{}, tokenservice.RoleClient), auth: "Bearer app:" + wrongSecret.Secret},
+		// Go's TLS client leaves out a certificate the server's CA list
+		// does not name: the node sees no identity.
+		{name: "admin cert of another CA", tls: issueTLS(t, other, ca, "ops", pki.Options{}, tokenservice.RoleAdmin)},
+		// An attacker's client sends it anyway: the handshake fails.
+		{name: "admin cert of another CA, forced", tls: forceCert(issueTLS(t, other, ca, "ops", pki.Options{}, tokenservice.RoleAdmin)), refusedAtHandshake: true},
+		{name: "expired admin cert", tls: forceCert(issueTLS(t, ca, ca, "ops", expired, tokenservice.RoleAdmin)), refusedAtHandshake: true},
+	}
+	routes := tokenservice.Routes()
+	if len(routes) < 7 {
+		t.Fatalf("Routes() lists %d routes; want at least the 7 of the API", len(routes))
+	}
+	// The contract: who may call what. Minting is for clients, allocation
+	// for nodes, membership for admins.
+	want := map[string][]tokenservice.Role{
+		"POST /v1/tokens":            {tokenservice.RoleClient},
+		"POST /v1/internal/allocate": {tokenservice.RolePeer},
+		"GET /v1/status":             {tokenservice.RoleClient, tokenservice.RoleAdmin},
+		"POST /v1/members":           {tokenservice.RoleAdmin},
+		"DELETE /v1/members/{id}":    {tokenservice.RoleAdmin},
+		"GET /healthz":               tokenservice.Roles,
+		"GET /readyz":                tokenservice.Roles,
+	}
+	for _, rt := range routes {
+		key := rt.Method + " " + rt.Path
+		if len(rt.Roles) == 0 {
+			t.Errorf("%s needs no role: every route must name the roles that may call it", key)
+		}
+		if w, ok := want[key]; ok && !sameRoles(w, rt.Roles) {
+			t.Errorf("%s needs %v; want %v", key, rt.Roles, w)
+		}
+		if slices.Contains(rt.Roles, tokenservice.RoleClient) && strings.Contains(rt.Path, "members") && rt.Method != http.MethodGet {
+			t.Errorf("%s: a client may change membership", key)
+		}
+	}
+	target := c.APIURL(c.Leader(t))
+	for _, cl := range callers {
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: cl.tls}, Timeout: 10 * time.Second}
+		defer hc.CloseIdleConnections()
+		for _, rt := range routes {
+			t.Run(cl.name+"/"+rt.Method+" "+rt.Path, func(t *testing.T) {
+				path := strings.ReplaceAll(rt.Path, "{id}", "no-such-member")
+				req, err := http.NewRequest(rt.Method, target+path, bytes.NewReader(benignBody(rt)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if cl.auth != "" {
+					req.Header.Set("Authorization", cl.auth)
+				}
+				resp, err := hc.Do(req)
+				if cl.refusedAtHandshake {
+					if err == nil {
+						resp.Body.Close()
+						t.Fatalf("answered %s; want the TLS handshake refused", resp.Status)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				var e struct{ Error, Code string }
+				_ = json.Unmarshal(body, &e)
+				allowed := slices.ContainsFunc(rt.Roles, func(r tokenservice.Role) bool { return slices.Contains(cl.roles, r) })
+				switch {
+				case cl.roles == nil:
+					if resp.StatusCode != http.StatusUnauthorized || e.Code != tokenservice.CodeUnauthenticated {
+						t.Fatalf("got %s %s; want 401 unauthenticated", resp.Status, body)
+					}
+				case !allowed:
+					if resp.StatusCode != http.StatusForbidden || e.Code != tokenservice.CodeForbidden {
+						t.Fatalf("got %s %s; want 403 forbidden", resp.Status, body)
+					}
+				default:
+					if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+						t.Fatalf("got %s %s; the role %v may call this route", resp.Status, body, cl.roles)
+					}
+					return
+				}
+				for _, r := range rt.Roles {
+					if !strings.Contains(e.Error, string(r)) {
+						t.Errorf("message %q does not name role %s, which the route needs", e.Error, r)
+					}
+				}
+				if strings.Contains(string(body), "leader_api") || strings.Contains(string(body), c.Node(0).RaftAddr()) {
+					t.Errorf("a refusal tells the caller about the cluster: %s", body)
+				}
+				for _, b := range bearer {
+					if strings.Contains(string(body), b.Secret) {
+						t.Errorf("a refusal echoes a secret: %s", body)
+					}
+				}
+			})
+		}
+	}
+	// A peer certificate of a node that is not (or no longer) a member may
+	// not allocate: certificates outlive membership.
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: issueTLS(t, ca, ca, "n9", pki.Options{}, tokenservice.RolePeer)}, Timeout: 10 * time.Second}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Post(target+"/v1/internal/allocate", "application/json", strings.NewReader(`{"count":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), "member") {
+		t.Fatalf("allocate with the peer certificate of non-member n9: %s %s; want 403 naming membership", resp.Status, body)
+	}
+}
+
+func sameRoles(a, b []tokenservice.Role) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
+
+// forceCert makes cfg send its certificate whatever CAs the server asks for.
+func forceCert(cfg *tls.Config) *tls.Config {
+	cert := cfg.Certificates[0]
+	cfg.Certificates = nil
+	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }
+	return cfg
+}
+
+// benignBody is a body for rt that changes nothing when accepted: a bad
+// member (400), a one-token allocation or token request.
+func benignBody(rt tokenservice.Route) []byte {
+	switch {
+	case rt.Method == http.MethodGet || rt.Method == http.MethodDelete:
+		return nil
+	case strings.Contains(rt.Path, "allocate"):
+		return []byte(`{"count":1}`)
+	case strings.Contains(rt.Path, "tokens"):
+		return []byte(`{"resource":"orders/42"}`)
+	default:
+		return []byte(`{}`)
+	}
+}
+
+// Bad lines of a node's credentials file are refused with their line
+// number; a client's file likewise; a credential never shows its secret.
+func TestCredentialsFiles(t *testing.T) {
+	good, err := tokenservice.NewClientCredential("app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, file string
+		line       int
+		want       string
+	}{
+		{"too few fields", "# comment\n\napp client\n", 3, "NAME ROLES sha256:HEX"},
+		{"unknown role", good.ServerLine("superuser"), 1, "unknown role"},
+		{"peer role", good.ServerLine(tokenservice.RolePeer), 1, "only by certificates"},
+		{"bad hash", "app client sha256:1234\n", 1, "64 hex digits"},
+		{"no hash prefix", "app client " + strings.Repeat("ab", 32) + "\n", 1, "sha256:"},
+		{"duplicate name", good.ServerLine(tokenservice.RoleClient) + "\n" + good.ServerLine(tokenservice.RoleAdmin), 2, "twice"},
+		{"bad name", "a/b client sha256:" + strings.Repeat("ab", 32), 1, "name"},
+		{"a client's secret line", "# ok\n" + good.FileLine(), 2, "client's NAME SECRET line"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tokenservice.ParseCredentials(strings.NewReader(tc.file), "creds.txt")
+			if !errors.Is(err, tokenservice.ErrBadCredentials) {
+				t.Fatalf("err = %v; want ErrBadCredentials", err)
+			}
+			if want := fmt.Sprintf("creds.txt line %d:", tc.line); !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %q; want %q and %q", err, want, tc.want)
+			}
+			if strings.Contains(err.Error(), good.Secret) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("err = %q: not one line, or shows the secret", err)
+			}
+		})
+	}
+	creds, err := tokenservice.ParseCredentials(strings.NewReader("# node file\n"+good.ServerLine(tokenservice.RoleClient, tokenservice.RoleAdmin)+"\n"), "ok")
+	if err != nil || creds.Len() != 1 {
+		t.Fatalf("ParseCredentials of a good file: %v, %d credentials", err, creds.Len())
+	}
+
+	dir := t.TempDir()
+	write := func(name, s string) string {
+		p := dir + "/" + name
+		if err := pki.WriteNew(p, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	got, err := tokenservice.LoadClientCredential(write("client", "# app's credential\n"+good.FileLine()+"\n"))
+	if err != nil || got != good {
+		t.Fatalf("LoadClientCredential = %v, %v; want %v", got, err, good)
+	}
+	for name, tc := range map[string]struct {
+		file string
+		want string
+	}{
+		"node line":    {good.ServerLine(tokenservice.RoleClient), "line 1: this is a node's line"},
+		"short secret": {"\napp tooshort", "line 2: the secret is too short"},
+		"two lines":    {good.FileLine() + "\n" + good.FileLine(), "line 2: a client's file holds one credential"},
+		"empty":        {"# nothing\n", "holds no credential"},
+	} {
+		_, err := tokenservice.LoadClientCredential(write(name, tc.file))
+		if !errors.Is(err, tokenservice.ErrBadCredentials) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v; want %q", name, err, tc.want)
+		}
+	}
+	if _, err := tokenservice.LoadClientCredential(dir + "/missing"); err == nil || !strings.Contains(err.Error(), dir+"/missing") {
+		t.Errorf("missing file: err = %v; want the path named", err)
+	}
+
+	// The secret never shows in formatting or logs.
+	var buf bytes.Buffer
+	slog.New(slog.NewTextHandler(&buf, nil)).Info("x", "cred", good)
+	for _, s := range []string{fmt.Sprint(good), fmt.Sprintf("%+v", good), fmt.Sprintf("%#v", good), buf.String()} {
+		if strings.Contains(s, good.Secret) || !strings.Contains(s, "app") {
+			t.Errorf("formatted credential %q shows the secret or hides the name", s)
+		}
+	}
+}

@@ -1,0 +1,125 @@
+package tokenservice_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/internal/pki"
+	"github.com/fencegate/fencegate/internal/tokentest"
+	"github.com/fencegate/fencegate/tokenservice"
+)
+
+// newCA makes a CA for one test.
+func newCA(t testing.TB, name string) *pki.CA {
+	t.Helper()
+	ca, err := pki.NewCA(name, pki.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}
+
+// credentials makes bearer credentials: one per name, with the given roles,
+// and the node-side file that accepts them.
+func credentials(t testing.TB, roles map[string][]tokenservice.Role) (*tokenservice.Credentials, map[string]tokenservice.ClientCredential) {
+	t.Helper()
+	var lines []string
+	out := map[string]tokenservice.ClientCredential{}
+	for name, rs := range roles {
+		c, err := tokenservice.NewClientCredential(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[name] = c
+		lines = append(lines, c.ServerLine(rs...))
+	}
+	creds, err := tokenservice.ParseCredentials(strings.NewReader(strings.Join(lines, "\n")), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return creds, out
+}
+
+// A TLS cluster mints through every node, for a certificate client and a
+// bearer client alike, and forwards from followers over mutual TLS.
+func TestTLSClusterMints(t *testing.T) {
+	ca := newCA(t, "cluster")
+	creds, bearer := credentials(t, map[string][]tokenservice.Role{"app": {tokenservice.RoleClient}})
+	c := tokentest.StartCluster(t, 3, tokentest.WithTLS(ca, creds))
+	for _, u := range c.APIURLs() {
+		if !strings.HasPrefix(u, "https://") {
+			t.Fatalf("API URL %s is not https", u)
+		}
+	}
+	certClient := c.Client(t, append(tokentest.ClientTLS(t, ca, "app-cert", tokenservice.RoleClient), tokenservice.WithFollowLeader(false))...)
+	bearerClient := c.Client(t, append(tokentest.ClientTLS(t, ca, ""), tokenservice.WithCredential(bearer["app"]), tokenservice.WithFollowLeader(false))...)
+	leader := c.Leader(t)
+	follower := (leader + 1) % 3
+	viaFollower := c.ClientFor(t, []string{c.APIURL(follower)}, append(tokentest.ClientTLS(t, ca, "app-cert", tokenservice.RoleClient), tokenservice.WithFollowLeader(false))...)
+	var last int64
+	for i, cl := range []*tokenservice.Client{certClient, bearerClient, viaFollower, certClient} {
+		toks := mint(t, cl, 20)
+		if toks[0] <= last {
+			t.Fatalf("client %d: token %d not above %d", i, toks[0], last)
+		}
+		last = toks[len(toks)-1]
+	}
+	// A client without an identity is refused, and not retried.
+	anon := c.Client(t, tokentest.ClientTLS(t, ca, "")...)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := anon.NextToken(ctx, "orders/42")
+	if !errors.Is(err, tokenservice.ErrUnauthenticated) || !strings.Contains(err.Error(), "needs role client") {
+		t.Fatalf("anonymous NextToken: %v; want ErrUnauthenticated naming role client", err)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Errorf("anonymous NextToken took %v: a 401 must not be retried", time.Since(start))
+	}
+}
+
+// A cluster founded without TLS and restarted with it keeps working: the
+// member table still records http API addresses, and nodes and clients use
+// https for them.
+func TestPlainClusterRestartedWithTLS(t *testing.T) {
+	ca := newCA(t, "cluster")
+	var tlsOn atomic.Bool
+	c := tokentest.StartCluster(t, 3, tokentest.WithConfig(func(_ int, cfg *tokenservice.Config) {
+		if !tlsOn.Load() {
+			return
+		}
+		leaf, err := ca.Issue(cfg.ID, []string{string(tokenservice.RolePeer)}, []string{"127.0.0.1"}, pki.Options{})
+		if err != nil {
+			panic(err)
+		}
+		cfg.TLS = &tokenservice.NodeTLS{CA: ca.Pool(), Cert: leaf.TLSCertificate()}
+	}))
+	before := mint(t, c.Client(t), 10)
+	tlsOn.Store(true)
+	for i := range 3 {
+		c.Kill(i)
+	}
+	for i := range 3 {
+		c.Restart(i)
+	}
+	leader := c.Leader(t)
+	for _, m := range c.Node(leader).LocalStatus().Members {
+		t.Logf("member table: %s at %s", m.ID, m.APIAddr)
+	}
+	opts := tokentest.ClientTLS(t, ca, "app", tokenservice.RoleClient)
+	var urls []string
+	for _, u := range c.APIURLs() {
+		urls = append(urls, strings.Replace(u, "http://", "https://", 1))
+	}
+	follower := (leader + 1) % 3
+	viaFollower := c.ClientFor(t, []string{urls[follower]}, append(opts, tokenservice.WithFollowLeader(false))...)
+	after := mint(t, viaFollower, 10)
+	following := mint(t, c.ClientFor(t, []string{urls[follower]}, opts...), 10)
+	if after[0] <= before[len(before)-1] || following[0] <= after[len(after)-1] {
+		t.Fatalf("tokens went back: before %v, through the follower %v, following the leader %v", before, after, following)
+	}
+}

@@ -1,0 +1,374 @@
+package tokenservice
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// NodeTLS is a node's TLS material: the cluster CA, which signs every node,
+// client and admin certificate, and the node's own certificate, which it
+// presents as a server (API and Raft) and as a client (Raft, forwarding).
+// Build it with LoadNodeTLS; Start checks it against the node's ID and
+// addresses.
+type NodeTLS struct {
+	// CA verifies the certificates of peers and clients.
+	CA *x509.CertPool
+	// Cert is this node's certificate (OU=peer, CN=its ID) and key.
+	Cert tls.Certificate
+	// CertFile names the certificate in error messages ("" for one made in memory).
+	CertFile string
+}
+
+// LoadNodeTLS reads a node's CA, certificate and key files and checks them
+// now, not at the first connection: each file readable and PEM, the key
+// matching the certificate, the certificate and the CA valid today, and the
+// certificate signed by the CA. The error names the file and what is wrong.
+func LoadNodeTLS(caFile, certFile, keyFile string) (*NodeTLS, error) {
+	if caFile == "" || certFile == "" || keyFile == "" {
+		return nil, fmt.Errorf("%w: a node needs all three of the CA, its certificate and its key", ErrBadTLS)
+	}
+	pool, err := loadCA(caFile)
+	if err != nil {
+		return nil, err
+	}
+	pair, err := loadPair(certFile, keyFile)
+	if err != nil {
+		return nil, err
+	}
+	if err := verifyLeaf(pair.Leaf, pool, certFile, caFile); err != nil {
+		return nil, err
+	}
+	return &NodeTLS{CA: pool, Cert: pair, CertFile: certFile}, nil
+}
+
+// LoadClientTLS returns the TLS configuration of a client of the token
+// service: the nodes' certificates must verify against the CA in caFile and
+// carry the peer role. certFile and keyFile (both or neither) are the
+// client's own certificate, which identifies it (role client or admin);
+// without them it identifies with a bearer credential (WithCredential).
+// Every file is checked now, as LoadNodeTLS does.
+func LoadClientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
+	if caFile == "" {
+		return nil, fmt.Errorf("%w: no CA file: the client needs the cluster CA to verify the nodes", ErrBadTLS)
+	}
+	if (certFile == "") != (keyFile == "") {
+		return nil, fmt.Errorf("%w: give both a certificate and its key, or neither", ErrBadTLS)
+	}
+	pool, err := loadCA(caFile)
+	if err != nil {
+		return nil, err
+	}
+	var certs []tls.Certificate
+	if certFile != "" {
+		pair, err := loadPair(certFile, keyFile)
+		if err != nil {
+			return nil, err
+		}
+		if err := verifyLeaf(pair.Leaf, pool, certFile, caFile); err != nil {
+			return nil, err
+		}
+		if len(rolesOf(pair.Leaf)) == 0 {
+			return nil, fmt.Errorf("%w: certificate %s names no role (its OU must be client, admin or peer); issue one with a role", ErrBadTLS, certFile)
+		}
+		certs = []tls.Certificate{pair}
+	}
+	return ClientTLSConfig(pool, certs...), nil
+}
+
+// ClientTLSConfig returns a client TLS configuration that trusts ca and
+// accepts only servers that present the peer role; certs (optional) is the
+// client's own certificate.
+func ClientTLSConfig(ca *x509.CertPool, certs ...tls.Certificate) *tls.Config {
+	return &tls.Config{
+		RootCAs:            ca,
+		Certificates:       certs,
+		MinVersion:         tls.VersionTLS12,
+		NextProtos:         []string{"http/1.1"},
+		ClientSessionCache: tls.NewLRUClientSessionCache(64),
+		VerifyConnection:   requirePeerRole,
+	}
+}
+
+// requirePeerRole is a VerifyConnection that refuses a peer whose
+// certificate lacks the peer role (a client's certificate signed by the
+// same CA must not pass for a node).
+func requirePeerRole(cs tls.ConnectionState) error {
+	if len(cs.PeerCertificates) == 0 {
+		return errors.New("tokenservice: the other side presented no certificate")
+	}
+	leaf := cs.PeerCertificates[0]
+	if !slices.Contains(rolesOf(leaf), RolePeer) {
+		return fmt.Errorf("tokenservice: certificate of %q has roles %v, not peer: it is not a node of this cluster", leaf.Subject.CommonName, rolesOf(leaf))
+	}
+	return nil
+}
+
+// checkNode verifies that the node's certificate is a peer certificate for
+// node id whose subject alternative names cover the hosts it advertises.
+func (n *NodeTLS) checkNode(id string, addrs ...string) error {
+	name := n.CertFile
+	if name == "" {
+		name = "(in memory)"
+	}
+	leaf := n.Cert.Leaf
+	if leaf == nil {
+		var err error
+		if leaf, err = x509.ParseCertificate(n.Cert.Certificate[0]); err != nil {
+			return fmt.Errorf("%w: certificate %s: %v", ErrBadTLS, name, err)
+		}
+		n.Cert.Leaf = leaf
+	}
+	if !slices.Contains(rolesOf(leaf), RolePeer) {
+		return fmt.Errorf("%w: certificate %s has roles %v; a node needs a peer certificate (OU=peer, CN=%s)", ErrBadTLS, name, rolesOf(leaf), id)
+	}
+	if leaf.Subject.CommonName != id {
+		return fmt.Errorf("%w: certificate %s is for node %q (CN) but this node's ID is %q; give node %s its own certificate", ErrBadTLS, name, leaf.Subject.CommonName, id, id)
+	}
+	if len(leaf.ExtKeyUsage) > 0 && (!slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageServerAuth) || !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageClientAuth)) {
+		return fmt.Errorf("%w: certificate %s is not valid for both serverAuth and clientAuth; a node's certificate needs both (it serves and dials)", ErrBadTLS, name)
+	}
+	for _, a := range addrs {
+		host, _, err := net.SplitHostPort(strings.TrimPrefix(strings.TrimPrefix(a, "https://"), "http://"))
+		if err != nil || host == "" {
+			continue
+		}
+		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+			continue
+		}
+		if err := leaf.VerifyHostname(host); err != nil {
+			return fmt.Errorf("%w: certificate %s does not name %s (it names %s); peers reach this node there, so issue it with that address", ErrBadTLS, name, host, strings.Join(sansOf(leaf), ", "))
+		}
+	}
+	if left := time.Until(leaf.NotAfter); left < 30*24*time.Hour {
+		// Not an error yet: the caller logs it.
+		return &expiringError{file: name, at: leaf.NotAfter}
+	}
+	return nil
+}
+
+// expiringError reports a certificate that expires within 30 days.
+type expiringError struct {
+	file string
+	at   time.Time
+}
+
+func (e *expiringError) Error() string {
+	return fmt.Sprintf("certificate %s expires on %s; issue a new one before then", e.file, e.at.UTC().Format(time.DateOnly))
+}
+
+func sansOf(c *x509.Certificate) []string {
+	out := slices.Clone(c.DNSNames)
+	for _, ip := range c.IPAddresses {
+		out = append(out, ip.String())
+	}
+	if len(out) == 0 {
+		out = []string{"no host"}
+	}
+	return out
+}
+
+// serverTLS is the API's TLS configuration: client certificates are
+// verified when presented (bearer credentials need none).
+func (n *NodeTLS) serverTLS() *tls.Config {
+	return &tls.Config{
+		Certificates: []tls.Certificate{n.Cert},
+		ClientCAs:    n.CA,
+		ClientAuth:   tls.VerifyClientCertIfGiven,
+		MinVersion:   tls.VersionTLS12,
+		NextProtos:   []string{"http/1.1"},
+	}
+}
+
+// raftTLS is the Raft layer's configuration: mutual, peers only.
+func (n *NodeTLS) raftTLS() *tls.Config {
+	return &tls.Config{
+		Certificates:     []tls.Certificate{n.Cert},
+		RootCAs:          n.CA,
+		ClientCAs:        n.CA,
+		ClientAuth:       tls.RequireAndVerifyClientCert,
+		MinVersion:       tls.VersionTLS13,
+		VerifyConnection: requirePeerRole,
+	}
+}
+
+// forwardTLS is the configuration of calls to other nodes' APIs: this node
+// presents its certificate and accepts only peers; which peer is checked
+// per request (forward.go).
+func (n *NodeTLS) forwardTLS() *tls.Config {
+	return ClientTLSConfig(n.CA, n.Cert)
+}
+
+func readFile(what, path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return nil, fmt.Errorf("%w: cannot read %s %s (%v); check the path and its permissions", ErrBadTLS, what, path, err)
+	}
+	return b, nil
+}
+
+func loadCA(path string) (*x509.CertPool, error) {
+	b, err := readFile("CA file", path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	n := 0
+	now := time.Now()
+	for rest := b; ; {
+		var blk *pem.Block
+		blk, rest = pem.Decode(rest)
+		if blk == nil {
+			break
+		}
+		if blk.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("%w: CA file %s holds a certificate that does not parse: %v", ErrBadTLS, path, err)
+		}
+		if now.After(c.NotAfter) {
+			return nil, fmt.Errorf("%w: CA certificate %q in %s expired on %s; make a new CA and reissue the certificates", ErrBadTLS, c.Subject.CommonName, path, c.NotAfter.UTC().Format(time.DateOnly))
+		}
+		pool.AddCert(c)
+		n++
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("%w: CA file %s holds no PEM certificate; give the cluster CA's certificate (ca.pem)", ErrBadTLS, path)
+	}
+	return pool, nil
+}
+
+func loadPair(certFile, keyFile string) (tls.Certificate, error) {
+	cb, err := readFile("certificate", certFile)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	kb, err := readFile("key", keyFile)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	if blk, _ := pem.Decode(cb); blk == nil || blk.Type != "CERTIFICATE" {
+		return tls.Certificate{}, fmt.Errorf("%w: %s holds no PEM certificate", ErrBadTLS, certFile)
+	}
+	if blk, _ := pem.Decode(kb); blk == nil || !strings.Contains(blk.Type, "PRIVATE KEY") {
+		return tls.Certificate{}, fmt.Errorf("%w: %s holds no PEM private key", ErrBadTLS, keyFile)
+	}
+	pair, err := tls.X509KeyPair(cb, kb)
+	if err != nil {
+		if strings.Contains(err.Error(), "does not match") {
+			return tls.Certificate{}, fmt.Errorf("%w: key %s does not match certificate %s; give the key made together with that certificate", ErrBadTLS, keyFile, certFile)
+		}
+		return tls.Certificate{}, fmt.Errorf("%w: certificate %s with key %s: %v", ErrBadTLS, certFile, keyFile, err)
+	}
+	return pair, nil
+}
+
+// verifyLeaf checks that leaf is valid today and signed by the CA.
+func verifyLeaf(leaf *x509.Certificate, ca *x509.CertPool, certFile, caFile string) error {
+	now := time.Now()
+	switch {
+	case now.After(leaf.NotAfter):
+		return fmt.Errorf("%w: certificate %s expired on %s; issue a new one signed by the cluster CA", ErrBadTLS, certFile, leaf.NotAfter.UTC().Format(time.DateOnly))
+	case now.Before(leaf.NotBefore):
+		return fmt.Errorf("%w: certificate %s is not valid before %s; check this host's clock", ErrBadTLS, certFile, leaf.NotBefore.UTC().Format(time.RFC3339))
+	}
+	_, err := leaf.Verify(x509.VerifyOptions{Roots: ca, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}, CurrentTime: now})
+	if err == nil {
+		return nil
+	}
+	var ua x509.UnknownAuthorityError
+	if errors.As(err, &ua) {
+		return fmt.Errorf("%w: certificate %s (issued by %q) is not signed by the CA in %s; use a certificate of this cluster's CA, or the CA that signed it", ErrBadTLS, certFile, leaf.Issuer.CommonName, caFile)
+	}
+	return fmt.Errorf("%w: certificate %s does not verify against the CA in %s: %v", ErrBadTLS, certFile, caFile, err)
+}
+
+// apiHostPort returns the API's HOST:PORT and scheme: https with TLS, http
+// without. An address given with the other scheme is refused.
+func apiHostPort(cfg Config) (hostPort, scheme string, err error) {
+	scheme = "http"
+	if cfg.TLS != nil {
+		scheme = "https"
+	}
+	hostPort = strings.TrimSuffix(strings.TrimSpace(cfg.APIAddr), "/")
+	if given, rest, ok := strings.Cut(hostPort, "://"); ok {
+		if given != scheme {
+			if cfg.TLS != nil {
+				return "", "", fmt.Errorf("%w: api address %s says %s but the API serves https (TLS is configured); give it as HOST:PORT", ErrBadConfig, cfg.APIAddr, given)
+			}
+			return "", "", fmt.Errorf("%w: api address %s says %s but the API serves plain HTTP (no TLS configured); give it as HOST:PORT", ErrBadConfig, cfg.APIAddr, given)
+		}
+		hostPort = rest
+	}
+	if _, _, err := net.SplitHostPort(hostPort); err != nil {
+		return "", "", fmt.Errorf("%w: api address %q is not HOST:PORT", ErrBadConfig, cfg.APIAddr)
+	}
+	return hostPort, scheme, nil
+}
+
+// checkSecurity checks the TLS and credential settings of a node before
+// anything listens, and warns when a node without TLS is reachable from
+// other hosts. With TLS, the peers' API addresses become https.
+func checkSecurity(cfg *Config) error {
+	if cfg.TLS == nil {
+		if cfg.Credentials != nil {
+			return fmt.Errorf("%w: bearer credentials need TLS (a CA, a certificate and a key): secrets must not cross the network in clear, and nodes identify each other by certificate", ErrBadConfig)
+		}
+		for _, a := range []string{cfg.APIAddr, cfg.RaftAddr} {
+			if host := hostOf(a); !isLoopback(host) {
+				cfg.Logger.Warn("NO TLS on an address other hosts can reach: anyone who reaches " + a +
+					" can mint tokens, change membership and speak Raft to this node; configure TLS (a CA, a certificate and a key) or bind to 127.0.0.1")
+			}
+		}
+		return nil
+	}
+	if err := cfg.TLS.checkNode(cfg.ID, cfg.APIAddr, cfg.RaftAddr); err != nil {
+		var exp *expiringError
+		if !errors.As(err, &exp) {
+			return err
+		}
+		cfg.Logger.Warn(exp.Error())
+	}
+	peers := slices.Clone(cfg.Peers)
+	for i, p := range peers {
+		if rest, ok := strings.CutPrefix(p.APIAddr, "http://"); ok {
+			peers[i].APIAddr = "https://" + rest
+		}
+	}
+	cfg.Peers = peers
+	return nil
+}
+
+// hostOf returns the host of HOST:PORT or URL a.
+func hostOf(a string) string {
+	if _, rest, ok := strings.Cut(a, "://"); ok {
+		a = rest
+	}
+	host, _, err := net.SplitHostPort(strings.TrimSuffix(a, "/"))
+	if err != nil {
+		return a
+	}
+	return host
+}
+
+// isLoopback reports whether host is a loopback name or address.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
