@@ -41,19 +41,28 @@ var (
 	// example two different resources or tokens in one transaction (SQLSTATE
 	// FG003).
 	ErrFenceMisuse = errors.New("lockclient: fence misuse")
+
+	// ErrTokenUnavailable means the lock was granted but no fencing token
+	// could be had: the TokenSource failed, or did not answer within the
+	// token timeout (WithTokenTimeout) or the grant's validity. The lock
+	// was released again; the TokenSource's error stays in the chain.
+	ErrTokenUnavailable = errors.New("lockclient: no fencing token")
 )
 
 // NotAcquiredError reports a failed attempt to take a lock. It matches
 // ErrNotAcquired with errors.Is; Unwrap yields the per-node errors (joined
-// with errors.Join), so errors.Is(err, context.DeadlineExceeded) tells that
-// a node timed out.
+// with errors.Join, each a *NodeError), so errors.Is(err, NodeAuthFailed)
+// tells that a node refused the credentials and errors.Is(err,
+// context.DeadlineExceeded) that a node timed out.
 type NotAcquiredError struct {
 	// Resource is the resource the lock protects.
 	Resource string
 	// Granted lists the nodes that granted the lock during the attempt (it
 	// was released on them again).
 	Granted []string
-	// Taken lists the nodes on which another client held the lock.
+	// Taken lists the nodes that refused: another client held the lock
+	// there (or, when the lock was being confirmed, the key no longer held
+	// this grant).
 	Taken []string
 	// Failed lists the nodes that returned an error or did not answer in
 	// time; NodeErrs has the details.
@@ -67,9 +76,10 @@ type NotAcquiredError struct {
 	Nodes int
 	// Quorum is the number of grants needed.
 	Quorum int
-	// NodeErrs joins the errors of the failed nodes and, when the attempt
-	// ended because a token could not be minted, that error.
+	// NodeErrs joins the errors of the failed nodes (each a *NodeError).
 	NodeErrs error
+
+	extend bool // the attempt was the confirmation (compare-and-pexpire)
 }
 
 // Error describes the attempt in one line.
@@ -81,7 +91,11 @@ func (e *NotAcquiredError) Error() string {
 		b.WriteString(", validity used up before the grant completed")
 	}
 	if len(e.Taken) > 0 {
-		fmt.Fprintf(&b, "; held by another client on %s", strings.Join(e.Taken, ", "))
+		why := "held by another client"
+		if e.extend {
+			why = "the key no longer holds this grant"
+		}
+		fmt.Fprintf(&b, "; refused (%s) on %s", why, strings.Join(e.Taken, ", "))
 	}
 	if len(e.Failed) > 0 {
 		fmt.Fprintf(&b, "; failed on %s", strings.Join(e.Failed, ", "))
@@ -98,14 +112,65 @@ func (e *NotAcquiredError) Is(target error) bool { return target == ErrNotAcquir
 // Unwrap returns the joined per-node errors.
 func (e *NotAcquiredError) Unwrap() error { return e.NodeErrs }
 
-// NodeError is the error of one Redis node.
-type NodeError struct {
-	Node string // the node's address (or "node<i>")
-	Err  error
+// NodeErrorKind says what went wrong with one Redis node. It is an error
+// itself, so errors.Is(err, NodeAuthFailed) finds it in any error of the
+// package.
+type NodeErrorKind uint8
+
+const (
+	// NodeUnreachable: no connection could be made, the connection broke,
+	// or no answer came within the node timeout. Later attempts may
+	// succeed.
+	NodeUnreachable NodeErrorKind = iota + 1
+	// NodeAuthFailed: the node rejected the credentials (NOAUTH, WRONGPASS:
+	// check the user and password of the Redis URL), or the TLS handshake
+	// failed to authenticate the server or the client (certificates).
+	NodeAuthFailed
+	// NodeNotPermitted: the node's ACL does not let the user run the lock's
+	// commands (SET, EVALSHA, EVAL) on its keys (NOPERM).
+	NodeNotPermitted
+	// NodeBadAnswer: the node answered, but not as the lock protocol
+	// expects: an error reply (READONLY from a replica, LOADING, an unknown
+	// command), a reply of another type, or a non-TLS answer to a TLS
+	// client.
+	NodeBadAnswer
+)
+
+// String returns the words used in error messages: "unreachable",
+// "authentication failed", "not permitted", "bad answer".
+func (k NodeErrorKind) String() string {
+	switch k {
+	case NodeUnreachable:
+		return "unreachable"
+	case NodeAuthFailed:
+		return "authentication failed"
+	case NodeNotPermitted:
+		return "not permitted"
+	case NodeBadAnswer:
+		return "bad answer"
+	}
+	return "error"
 }
 
-// Error prefixes the node's error with its name.
-func (e *NodeError) Error() string { return e.Node + ": " + e.Err.Error() }
+// Error makes a NodeErrorKind usable as an errors.Is target.
+func (k NodeErrorKind) Error() string { return "lockclient: Redis node " + k.String() }
 
-// Unwrap returns the node's error.
-func (e *NodeError) Unwrap() error { return e.Err }
+// NodeError is the error of one Redis node.
+type NodeError struct {
+	Node string        // the node's address (never its credentials)
+	Kind NodeErrorKind // what went wrong
+	Err  error         // the client library's error
+}
+
+func newNodeError(node string, err error) *NodeError {
+	return &NodeError{Node: node, Kind: classify(err), Err: err}
+}
+
+// Error names the node, the kind and the cause: "10.0.0.2:6379: unreachable:
+// dial tcp 10.0.0.2:6379: connect: connection refused".
+func (e *NodeError) Error() string {
+	return e.Node + ": " + e.Kind.String() + ": " + e.Err.Error()
+}
+
+// Unwrap returns the kind and the node's error.
+func (e *NodeError) Unwrap() []error { return []error{e.Kind, e.Err} }

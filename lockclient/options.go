@@ -1,6 +1,7 @@
 package lockclient
 
 import (
+	"crypto/tls"
 	"log/slog"
 	"math/rand/v2"
 	"time"
@@ -10,23 +11,29 @@ import (
 type Option func(*options)
 
 type options struct {
-	ttl          time.Duration
-	nodeTimeout  time.Duration
-	driftFactor  float64
-	retry        RetryStrategy
-	autoRefresh  bool
-	refreshEvery time.Duration
-	keyPrefix    string
-	logger       *slog.Logger
+	ttl            time.Duration
+	nodeTimeout    time.Duration
+	driftFactor    float64
+	retry          RetryStrategy
+	autoRefresh    bool
+	refreshEvery   time.Duration
+	keyPrefix      string
+	logger         *slog.Logger
+	tokenTimeout   time.Duration
+	maxUnreachable time.Duration
+	tlsConfig      *tls.Config
+	clock          clock // tests jump it; systemClock otherwise
 }
 
 func defaultOptions() options {
 	return options{
-		ttl:         10 * time.Second,
-		nodeTimeout: 100 * time.Millisecond,
-		driftFactor: 0.01,
-		retry:       ExponentialRetry(5*time.Millisecond, 250*time.Millisecond),
-		keyPrefix:   "fencegate:lock:",
+		ttl:            10 * time.Second,
+		nodeTimeout:    100 * time.Millisecond,
+		driftFactor:    0.01,
+		retry:          ExponentialRetry(5*time.Millisecond, 250*time.Millisecond),
+		keyPrefix:      "fencegate:lock:",
+		tokenTimeout:   5 * time.Second,
+		maxUnreachable: 2 * time.Second,
 	}
 }
 
@@ -58,6 +65,31 @@ func WithAutoRefresh(every time.Duration) Option {
 // WithKeyPrefix sets the prefix of the Redis keys: a lock on resource r is
 // the key prefix+r. The default is "fencegate:lock:".
 func WithKeyPrefix(p string) Option { return func(o *options) { o.keyPrefix = p } }
+
+// WithTokenTimeout bounds how long Acquire and TryAcquire wait for the
+// TokenSource to mint a token, whatever the deadline of their context (a
+// context without one included). The wait also ends when the grant's
+// validity passes: a token that comes later could not be confirmed. On
+// either bound the lock is released and the error matches
+// ErrTokenUnavailable. The default is 5s.
+func WithTokenTimeout(d time.Duration) Option { return func(o *options) { o.tokenTimeout = d } }
+
+// WithMaxUnreachable bounds how long Acquire keeps retrying while too few
+// nodes can be reached to grant the lock (connection refused or broken, no
+// answer within the node timeout), whatever the deadline of its context.
+// Time spent waiting for a lock another client holds does not count: that
+// wait lasts until the context ends or the retry strategy stops. Failures
+// no retry can mend (authentication, ACL, a bad answer) end Acquire at the
+// first attempt. The default is 2s; 0 gives up at the first attempt that
+// found too few nodes.
+func WithMaxUnreachable(d time.Duration) Option { return func(o *options) { o.maxUnreachable = d } }
+
+// WithRedisTLS sets the TLS configuration Dial uses for rediss:// nodes:
+// root CAs for a private certificate authority, client certificates for
+// servers started with tls-auth-clients. Dial clones it per node and sets
+// ServerName from the node's host when it is empty. The default is the
+// system's roots, no client certificate.
+func WithRedisTLS(cfg *tls.Config) Option { return func(o *options) { o.tlsConfig = cfg } }
 
 // WithLogger sets the logger. The default is slog.Default() with
 // component=lockclient.
