@@ -115,6 +115,10 @@ func (o *options) validate() error {
 		return fmt.Errorf("lockclient: token timeout %v must be positive", o.tokenTimeout)
 	case o.maxUnreachable < 0:
 		return fmt.Errorf("lockclient: unreachable bound %v must not be negative", o.maxUnreachable)
+	case o.commitTimeout <= 0:
+		return fmt.Errorf("lockclient: commit timeout %v must be positive", o.commitTimeout)
+	case o.txRetries < 0:
+		return fmt.Errorf("lockclient: transaction retries %d must not be negative; use 0 to turn them off", o.txRetries)
 	}
 	return nil
 }

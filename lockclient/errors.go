@@ -42,6 +42,23 @@ var (
 	// FG003).
 	ErrFenceMisuse = errors.New("lockclient: fence misuse")
 
+	// ErrCommitUnknown means the connection failed, or the commit timeout
+	// passed, while COMMIT was on its way: the transaction may have
+	// committed or not, and nothing on this connection can tell. Do not
+	// simply run the work again under a new lock: the fence would let the
+	// retry through (it carries a newer token) and the work would be done
+	// twice. Make the write idempotent instead (see the InTx documentation)
+	// and look in the database for the first attempt's trace. A COMMIT that
+	// answered is never reported as unknown.
+	ErrCommitUnknown = errors.New("lockclient: commit outcome unknown (the transaction may have committed)")
+
+	// ErrSerialization means the transaction failed with a serialization
+	// failure (SQLSTATE 40001) or a deadlock (40P01) on every attempt InTx
+	// was allowed (see WithTxRetries), or once more when the lease had no
+	// time left for another attempt. Nothing of it was committed. The last
+	// *pgconn.PgError stays reachable with errors.As.
+	ErrSerialization = errors.New("lockclient: serialization failure")
+
 	// ErrTokenUnavailable means the lock was granted but no fencing token
 	// could be had: the TokenSource failed, or did not answer within the
 	// token timeout (WithTokenTimeout) or the grant's validity. The lock

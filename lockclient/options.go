@@ -21,6 +21,8 @@ type options struct {
 	logger         *slog.Logger
 	tokenTimeout   time.Duration
 	maxUnreachable time.Duration
+	commitTimeout  time.Duration
+	txRetries      int
 	tlsConfig      *tls.Config
 	clock          clock // tests jump it; systemClock otherwise
 }
@@ -34,6 +36,8 @@ func defaultOptions() options {
 		keyPrefix:      "fencegate:lock:",
 		tokenTimeout:   5 * time.Second,
 		maxUnreachable: 2 * time.Second,
+		commitTimeout:  5 * time.Second,
+		txRetries:      5,
 	}
 }
 
@@ -83,6 +87,22 @@ func WithTokenTimeout(d time.Duration) Option { return func(o *options) { o.toke
 // first attempt. The default is 2s; 0 gives up at the first attempt that
 // found too few nodes.
 func WithMaxUnreachable(d time.Duration) Option { return func(o *options) { o.maxUnreachable = d } }
+
+// WithCommitTimeout bounds the COMMIT (and the ROLLBACK) that InTx sends.
+// They are sent under a context of their own, not the caller's: once the
+// fence holds the resource's row lock no other holder can write, so
+// finishing the commit after the lease ended is safe, and cancelling it
+// midway would only make its outcome unknown. When the bound passes (or
+// the connection fails) during COMMIT, InTx returns ErrCommitUnknown. The
+// default is 5s.
+func WithCommitTimeout(d time.Duration) Option { return func(o *options) { o.commitTimeout = d } }
+
+// WithTxRetries sets how many times InTx runs a transaction again after a
+// serialization failure (SQLSTATE 40001) or a deadlock (40P01), each time
+// only while the lease is still valid; then it returns an error matching
+// ErrSerialization. fn runs once per attempt. 0 turns retries off. The
+// default is 5.
+func WithTxRetries(n int) Option { return func(o *options) { o.txRetries = n } }
 
 // WithRedisTLS sets the TLS configuration Dial uses for rediss:// nodes:
 // root CAs for a private certificate authority, client certificates for
