@@ -3,6 +3,7 @@ package lockclient
 import (
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -14,23 +15,72 @@ import (
 // parked on it; the kernel fires a deadline that passed while the system was
 // suspended as soon as it resumes. It serves every Client of the process, as
 // the Go runtime's own timers do.
+//
+// Reading CLOCK_BOOTTIME is a system call (the vDSO serves Go's runtime
+// CLOCK_MONOTONIC and CLOCK_REALTIME only), 0.1 to several µs, and a lease
+// is read on every Done, Context and query. now therefore adds to
+// CLOCK_MONOTONIC (time.Now's monotonic reading) the offset
+// CLOCK_BOOTTIME − CLOCK_MONOTONIC, which the kernel changes only when the
+// system resumes from suspend, and which it read with one system call. A
+// resume also moves CLOCK_REALTIME forward by the time slept, while
+// CLOCK_MONOTONIC stands still: so when time.Now's wall reading minus its
+// monotonic reading has moved by more than resyncAfter since the offset was
+// read, now reads the offset again. A wall-clock step or NTP slewing past
+// resyncAfter also triggers a read, which costs one system call and changes
+// nothing.
 type bootClock struct {
 	once     sync.Once
 	q        timerQueue
 	fd       int // the timerfd; -1 when none (then fallback arms)
 	file     *os.File
 	fallback goTimerArm
+
+	origin time.Time // carries the monotonic reading all others are taken against
+	offs   atomic.Pointer[bootSync]
 }
 
+// bootSync is one reading of CLOCK_BOOTTIME − CLOCK_MONOTONIC.
+type bootSync struct {
+	offset time.Duration // CLOCK_BOOTTIME − monotonic time since origin
+	skew   int64         // wall − monotonic time since origin, in ns, when read
+}
+
+// resyncAfter is how far wall − monotonic may move before the offset is
+// read again; a suspend shorter than this may go unseen (the lease's drift
+// allowance is at least 2ms).
+const resyncAfter = time.Millisecond
+
 func newBootClock() *bootClock {
-	c := &bootClock{fd: -1}
+	c := &bootClock{fd: -1, origin: time.Now()}
 	c.q.arm = c.arm
 	c.fallback = goTimerArm{now: c.now, fire: c.fire}
 	return c
 }
 
-// now returns CLOCK_BOOTTIME: time since boot, suspend included.
+// now returns CLOCK_BOOTTIME: time since boot, suspend included. It may
+// read up to one system call's duration late, never early.
 func (c *bootClock) now() time.Duration {
+	t := time.Now()
+	mono := t.Sub(c.origin)
+	skew := t.UnixNano() - int64(mono)
+	s := c.offs.Load()
+	if s == nil || time.Duration(skew-s.skew).Abs() > resyncAfter {
+		s = c.resync(mono, skew)
+	}
+	return mono + s.offset
+}
+
+// resync reads CLOCK_BOOTTIME right after the monotonic reading mono.
+// Reading it after errs on the late side: a lease ends a few µs early
+// rather than late.
+func (c *bootClock) resync(mono time.Duration, skew int64) *bootSync {
+	s := &bootSync{offset: rawBoottime() - mono, skew: skew}
+	c.offs.Store(s)
+	return s
+}
+
+// rawBoottime reads CLOCK_BOOTTIME with a system call.
+func rawBoottime() time.Duration {
 	var ts unix.Timespec
 	// CLOCK_BOOTTIME exists since Linux 2.6.39, older than any kernel Go
 	// supports; clock_gettime cannot fail for it.
