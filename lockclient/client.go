@@ -140,9 +140,11 @@ func (c *Client) Acquire(ctx context.Context, resource string) (*Lock, error) {
 	var (
 		timer       *time.Timer
 		outageSince time.Time // first attempt of a run that found too few nodes
+		tokenBudget = c.opts.tokenTimeout
 	)
 	for attempt := 1; ; attempt++ {
-		l, err := c.TryAcquire(ctx, resource)
+		l, waited, err := c.tryAcquire(ctx, resource, tokenBudget)
+		tokenBudget -= waited
 		if err == nil || !errors.Is(err, ErrNotAcquired) {
 			return l, err
 		}
@@ -167,6 +169,10 @@ func (c *Client) Acquire(ctx context.Context, resource string) (*Lock, error) {
 				}
 			default:
 				outageSince = time.Time{}
+			}
+			if nae.tokenWait && tokenBudget <= 0 {
+				return nil, fmt.Errorf("%w for %q: none within %v (the token timeout) over %s: %w",
+					ErrTokenUnavailable, resource, c.opts.tokenTimeout, attempts(attempt), err)
 			}
 		}
 		d, ok := c.opts.retry.Delay(attempt)
@@ -212,6 +218,8 @@ func (c *Client) diagnose(e *NotAcquiredError) int {
 	switch {
 	case permanent > n-c.quorum:
 		return attemptHopeless
+	case e.tokenWait:
+		return attemptBusy // the token budget bounds these
 	case n-len(e.Failed) < c.quorum || e.Expired:
 		return attemptOutage
 	}
@@ -220,24 +228,37 @@ func (c *Client) diagnose(e *NotAcquiredError) int {
 
 // TryAcquire makes one attempt to take the lock on resource. When another
 // client holds it, the error is a *NotAcquiredError (errors.Is(err,
-// ErrNotAcquired)).
+// ErrNotAcquired)). So it is when the grant's validity passed before a
+// token came (Expired, with the TokenSource's error in NodeErrs): the lock
+// is gone, another attempt may succeed. When the TokenSource failed, or did
+// not answer within WithTokenTimeout, the error matches
+// ErrTokenUnavailable.
 func (c *Client) TryAcquire(ctx context.Context, resource string) (*Lock, error) {
+	l, _, err := c.tryAcquire(ctx, resource, c.opts.tokenTimeout)
+	return l, err
+}
+
+// tryAcquire makes one attempt, waiting at most tokenBudget for a token; it
+// returns how long it waited for one.
+func (c *Client) tryAcquire(ctx context.Context, resource string, tokenBudget time.Duration) (*Lock, time.Duration, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("lockclient: acquire %q: %w", resource, err)
+		return nil, 0, fmt.Errorf("lockclient: acquire %q: %w", resource, err)
 	}
 	key := c.opts.keyPrefix + resource
 	value := newValue()
 	validUntil, err := c.grant(ctx, resource, key, value)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if c.tokens == nil {
-		return c.newLock(resource, key, value, 0, validUntil), nil
+		return c.newLock(resource, key, value, 0, validUntil), 0, nil
 	}
-	token, err := c.mint(ctx, resource, validUntil)
+	start := time.Now()
+	token, err := c.mint(ctx, resource, validUntil, tokenBudget)
+	waited := time.Since(start)
 	if err != nil {
 		c.cleanup(key, value)
-		return nil, err
+		return nil, waited, err
 	}
 	// Confirm: the key still holds our value on a majority, so nobody else
 	// was granted the lock between our grant and the token; extending it
@@ -245,19 +266,19 @@ func (c *Client) TryAcquire(ctx context.Context, resource string) (*Lock, error)
 	ext, err := c.extend(ctx, resource, key, value)
 	if err != nil {
 		c.cleanup(key, value)
-		return nil, err
+		return nil, waited, err
 	}
-	return c.newLock(resource, key, value, token, ext.validUntil), nil
+	return c.newLock(resource, key, value, token, ext.validUntil), waited, nil
 }
 
 // errTokenWait is the cause of the token context when lockclient's own
 // bound ends the wait.
 var errTokenWait = errors.New("lockclient: token wait bound reached")
 
-// mint asks the TokenSource for a token, waiting at most the token timeout
-// and never past the grant's validity.
-func (c *Client) mint(ctx context.Context, resource string, validUntil time.Duration) (int64, error) {
-	wait := min(c.opts.tokenTimeout, validUntil-c.clk.now())
+// mint asks the TokenSource for a token, waiting at most budget and never
+// past the grant's validity.
+func (c *Client) mint(ctx context.Context, resource string, validUntil, budget time.Duration) (int64, error) {
+	wait := min(budget, validUntil-c.clk.now())
 	tctx, cancel := context.WithTimeoutCause(ctx, max(wait, 0), errTokenWait)
 	defer cancel()
 	token, err := c.tokens.NextToken(tctx, resource)
@@ -271,13 +292,15 @@ func (c *Client) mint(ctx context.Context, resource string, validUntil time.Dura
 			err = errors.Join(err, ctx.Err())
 		}
 		return 0, fmt.Errorf("%w for %q: %w", ErrTokenUnavailable, resource, err)
+	case c.clk.now() >= validUntil:
+		// The grant's validity passed first (a slow token service, or this
+		// process paused): the lock is gone either way, and another attempt
+		// may succeed.
+		return 0, &NotAcquiredError{Resource: resource, Expired: true, Nodes: len(c.nodes), Quorum: c.quorum,
+			NodeErrs: fmt.Errorf("no token before the grant's validity passed: %w", err), tokenWait: true}
 	case context.Cause(tctx) == errTokenWait:
-		bound := "the token timeout"
-		if wait < c.opts.tokenTimeout {
-			bound = "the grant's validity"
-		}
-		return 0, fmt.Errorf("%w for %q: none within %v (%s): %w",
-			ErrTokenUnavailable, resource, wait.Round(time.Millisecond), bound, err)
+		return 0, fmt.Errorf("%w for %q: none within %v (the token timeout): %w",
+			ErrTokenUnavailable, resource, c.opts.tokenTimeout, err)
 	}
 	return 0, fmt.Errorf("%w for %q: %w", ErrTokenUnavailable, resource, err)
 }

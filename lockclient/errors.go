@@ -61,8 +61,9 @@ var (
 
 	// ErrTokenUnavailable means the lock was granted but no fencing token
 	// could be had: the TokenSource failed, or did not answer within the
-	// token timeout (WithTokenTimeout) or the grant's validity. The lock
-	// was released again; the TokenSource's error stays in the chain.
+	// token timeout (WithTokenTimeout; for Acquire, over all its attempts).
+	// The lock was released again; the TokenSource's error stays in the
+	// chain.
 	ErrTokenUnavailable = errors.New("lockclient: no fencing token")
 )
 
@@ -93,14 +94,21 @@ type NotAcquiredError struct {
 	Nodes int
 	// Quorum is the number of grants needed.
 	Quorum int
-	// NodeErrs joins the errors of the failed nodes (each a *NodeError).
+	// NodeErrs joins the errors of the failed nodes (each a *NodeError)
+	// and, when the grant's validity passed before a token came, the
+	// TokenSource's error.
 	NodeErrs error
 
-	extend bool // the attempt was the confirmation (compare-and-pexpire)
+	extend    bool // the attempt was the confirmation (compare-and-pexpire)
+	tokenWait bool // the validity passed while waiting for the token
 }
 
 // Error describes the attempt in one line.
 func (e *NotAcquiredError) Error() string {
+	if e.tokenWait {
+		return fmt.Sprintf("lockclient: lock %q not acquired: granted, but the validity was used up waiting for a token: %v",
+			e.Resource, e.NodeErrs)
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "lockclient: lock %q not acquired: %d of %d nodes granted, %d needed",
 		e.Resource, len(e.Granted), e.Nodes, e.Quorum)

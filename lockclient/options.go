@@ -70,12 +70,13 @@ func WithAutoRefresh(every time.Duration) Option {
 // the key prefix+r. The default is "fencegate:lock:".
 func WithKeyPrefix(p string) Option { return func(o *options) { o.keyPrefix = p } }
 
-// WithTokenTimeout bounds how long Acquire and TryAcquire wait for the
-// TokenSource to mint a token, whatever the deadline of their context (a
-// context without one included). The wait also ends when the grant's
-// validity passes: a token that comes later could not be confirmed. On
-// either bound the lock is released and the error matches
-// ErrTokenUnavailable. The default is 5s.
+// WithTokenTimeout bounds how long Acquire (over all its attempts) and
+// TryAcquire wait for the TokenSource to mint tokens, whatever the deadline
+// of their context (a context without one included); then the lock is
+// released and the error matches ErrTokenUnavailable. One wait also ends
+// when the grant's validity passes (a token that comes later could not be
+// confirmed): the attempt fails as not acquired, and Acquire tries again
+// within the bound. The default is 5s.
 func WithTokenTimeout(d time.Duration) Option { return func(o *options) { o.tokenTimeout = d } }
 
 // WithMaxUnreachable bounds how long Acquire keeps retrying while too few
