@@ -109,6 +109,10 @@ func (c *leaseContext) Err() error            { c.l.check(); return c.Context.Er
 // Value also serves context.Cause, which reads the cause through it.
 func (c *leaseContext) Value(key any) any { c.l.check(); return c.Context.Value(key) }
 
+// cause is why the lease ended. Unlike context.Cause(l.Context()) it does
+// not compare with the clock, so it may be called with l.mu held.
+func (l *Lock) cause() error { return context.Cause(l.ctx.Context) }
+
 // check ends the lease when its validity has passed.
 func (l *Lock) check() { l.checkAt(l.c.clk.now()) }
 
@@ -161,7 +165,7 @@ func (l *Lock) Refresh(ctx context.Context) error {
 		if st == lockReleased {
 			return fmt.Errorf("lockclient: refresh %q: %w", l.resource, ErrReleased)
 		}
-		return fmt.Errorf("lockclient: refresh %q: %w", l.resource, context.Cause(l.ctx))
+		return fmt.Errorf("lockclient: refresh %q: %w", l.resource, l.cause())
 	}
 	l.mu.Unlock()
 
@@ -173,7 +177,7 @@ func (l *Lock) Refresh(ctx context.Context) error {
 	case l.state == lockReleased:
 		return fmt.Errorf("lockclient: refresh %q: %w", l.resource, ErrReleased)
 	case l.state == lockLost:
-		return fmt.Errorf("lockclient: refresh %q: %w", l.resource, context.Cause(l.ctx))
+		return fmt.Errorf("lockclient: refresh %q: %w", l.resource, l.cause())
 	case l.c.clk.now() >= l.validUntil:
 		// The answer came too late: between the old validity and now the
 		// lock may have expired and been taken by someone else.
@@ -233,7 +237,7 @@ func (l *Lock) release(ctx context.Context) error {
 	t := l.c.fanout(ctx, opRelease, l.key, l.value, true)
 	switch {
 	case wasLost:
-		return fmt.Errorf("lockclient: release %q: %w", l.resource, context.Cause(l.ctx))
+		return fmt.Errorf("lockclient: release %q: %w", l.resource, l.cause())
 	case t.ctxErr != nil:
 		return fmt.Errorf("lockclient: release %q: %w", l.resource, errors.Join(append(t.errs, t.ctxErr)...))
 	case t.ok >= l.c.quorum:

@@ -108,6 +108,52 @@ func TestLeaseAcrossSuspend(t *testing.T) {
 	})
 }
 
+// TestRefreshWhileLeaseEnds: the lease ends (the clock's wake-up runs)
+// while a Refresh is on its way to Redis; Refresh reports the loss rather
+// than the extension, and returns.
+func TestRefreshWhileLeaseEnds(t *testing.T) {
+	tr := sharedRedis(t)
+	clk := newFakeClock()
+	c := tr.client(t, nil, WithTTL(30*time.Second), withClock(clk))
+	l := mustAcquire(t, c, "refresh-race")
+	tr.clients[0].(*redis.Client).AddHook(suspendDuringScript{clk: clk, d: time.Hour})
+	done := make(chan error, 1)
+	go func() { done <- l.Refresh(ctxT(t)) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrLockLost) {
+			t.Fatalf("Refresh: %v, want ErrLockLost", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Refresh did not return") // and the lock is stuck: no Release
+	}
+	l.Release(ctxT(t))
+}
+
+// suspendDuringScript jumps the clock and runs its wake-up while a script
+// (an extension) is on its way.
+type suspendDuringScript struct {
+	clk *fakeClock
+	d   time.Duration
+}
+
+func (h suspendDuringScript) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h suspendDuringScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if cmd.Name() == "evalsha" || cmd.Name() == "eval" {
+			h.clk.jump(h.d)
+			h.clk.fire()
+		}
+		return err
+	}
+}
+
+func (h suspendDuringScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
 // suspendDuringSet jumps the clock while SET is on its way, as a suspend
 // between the request and its answer would.
 type suspendDuringSet struct {
