@@ -94,29 +94,32 @@ func (l *Lock) inTx(ctx context.Context, db Beginner, fn func(pgx.Tx) error) err
 	if err != nil {
 		return fmt.Errorf("lockclient: begin fenced transaction on %q: %w", l.resource, fenceError(err))
 	}
-	// The end of the transaction has a context of its own (see InTx).
-	endCtx := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.WithoutCancel(ctx), l.c.opts.commitTimeout)
-	}
-	rollback := func() {
-		rctx, cancel := endCtx()
-		_ = tx.Rollback(rctx)
-		cancel()
-	}
 	if err := l.Fence(ctx, tx); err != nil {
-		rollback()
+		l.rollback(ctx, tx)
 		return err
 	}
 	if err := fn(tx); err != nil {
-		rollback()
+		l.rollback(ctx, tx)
 		return fenceError(err)
 	}
-	cctx, cancel := endCtx()
+	cctx, cancel := l.endContext(ctx)
 	defer cancel()
 	if err := tx.Commit(cctx); err != nil {
 		return l.commitError(err)
 	}
 	return nil
+}
+
+// endContext is the context of COMMIT and ROLLBACK: the caller's values,
+// not its cancellation, and the commit timeout (see InTx).
+func (l *Lock) endContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), l.c.opts.commitTimeout)
+}
+
+func (l *Lock) rollback(ctx context.Context, tx pgx.Tx) {
+	rctx, cancel := l.endContext(ctx)
+	_ = tx.Rollback(rctx)
+	cancel()
 }
 
 // commitError tells a COMMIT that PostgreSQL answered (the transaction did
