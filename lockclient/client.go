@@ -37,7 +37,11 @@ type Client struct {
 // single-node mode, or N independent masters (3 or 5 typically) for Redlock,
 // where a lock needs N/2+1 of them. tokens may be nil: the client then works
 // in efficiency mode, where locks carry no fencing token (see the package
-// documentation). The caller keeps ownership of the Redis clients.
+// documentation). The caller keeps ownership of the Redis clients, and of
+// their configuration: lockclient bounds each request by the node timeout
+// and retries whole attempts, so clients with go-redis retries off
+// (MaxRetries -1) fit best, and go-redis's process-wide logger stays as the
+// caller set it (Dial routes it; see there).
 //
 // For Redlock the masters must be independent servers (not replicas of one
 // another, not one cluster).

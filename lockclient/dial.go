@@ -125,6 +125,9 @@ func redisOptions(addr string, o *options) (*redis.Options, error) {
 		}
 		ro = &redis.Options{Addr: addr}
 	}
+	if o.tlsConfig != nil && ro.TLSConfig == nil {
+		return nil, fmt.Errorf("WithRedisTLS is set but this address is plain TCP: use rediss://host:port")
+	}
 	ro.DialTimeout = o.nodeTimeout
 	ro.MaxRetries = -1
 	ro.DialerRetries = 1

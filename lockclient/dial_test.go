@@ -127,6 +127,7 @@ func TestDialURLForms(t *testing.T) {
 		{addr: "rediss://bob:pw@redis.example:6390/1", wantAddr: "redis.example:6390", user: "bob", pass: "pw", db: 1, tls: true, wantServerName: "redis.example"},
 		{addr: "rediss://[::1]:6390", wantAddr: "[::1]:6390", tls: true, wantServerName: "::1"},
 		{addr: "redis://h:1?pool_size=3", wantAddr: "h:1"},
+		{addr: "unix://alice:pw@/run/redis.sock?db=2", wantAddr: "/run/redis.sock", user: "alice", pass: "pw", db: 2},
 		{addr: "localhost", wantErr: "want host:port or a redis://, rediss:// or unix:// URL"},
 		{addr: "alice:d3fault@h:6379", wantErr: "credentials need a URL", wantRedacted: "xxxxx@h:6379"},
 		{addr: "http://alice:d3fault@h:6379", wantErr: "invalid URL scheme", wantRedacted: "http://alice:xxxxx@h:6379"},
@@ -176,6 +177,13 @@ func TestDialURLForms(t *testing.T) {
 	if _, err := Dial([]string{"127.0.0.1:6379", "redis://u:d3fault@h:1/x"}, nil); err == nil ||
 		!strings.Contains(err.Error(), "Redis address 2 (redis://u:xxxxx@h:1/x)") {
 		t.Fatalf("Dial with a bad second address: %v", err)
+	}
+	for _, addr := range []string{"127.0.0.1:6379", "redis://u:d3fault@h:1"} {
+		_, err := Dial([]string{"rediss://h:1", addr}, nil, WithRedisTLS(&tls.Config{}))
+		if err == nil || !strings.Contains(err.Error(), "Redis address 2") || !strings.Contains(err.Error(), "use rediss://") ||
+			strings.Contains(err.Error(), "d3fault") {
+			t.Fatalf("Dial with WithRedisTLS and the plain address %s: %v", redactAddr(addr), err)
+		}
 	}
 }
 
@@ -399,7 +407,7 @@ func TestDialTLS(t *testing.T) {
 		{"server certificate of an unknown authority", url, &tls.Config{RootCAs: pki.otherPool, Certificates: []tls.Certificate{pki.client}}, NodeAuthFailed, "authentication failed"},
 		{"no client certificate", url, &tls.Config{RootCAs: pki.pool}, NodeAuthFailed, "authentication failed"},
 		{"TLS to a plain port", "rediss://:" + pw + "@" + plain.Addr(), good, NodeUnreachable, "unreachable"},
-		{"plain to the TLS port", "redis://:" + pw + "@" + tlsAddr, good, NodeUnreachable, "unreachable"},
+		{"plain to the TLS port", "redis://:" + pw + "@" + tlsAddr, nil, NodeUnreachable, "unreachable"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := Dial([]string{tc.url}, nil, WithRedisTLS(tc.cfg), WithKeyPrefix("lock:"), WithLogger(log),

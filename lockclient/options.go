@@ -108,7 +108,9 @@ func WithTxRetries(n int) Option { return func(o *options) { o.txRetries = n } }
 // WithRedisTLS sets the TLS configuration Dial uses for rediss:// nodes:
 // root CAs for a private certificate authority, client certificates for
 // servers started with tls-auth-clients. Dial clones it per node and sets
-// ServerName from the node's host when it is empty. The default is the
+// ServerName from the node's host when it is empty. With it set, Dial
+// refuses an address that would not use TLS (host:port, redis://), so that
+// a forgotten "s" does not send the password in clear. The default is the
 // system's roots, no client certificate.
 func WithRedisTLS(cfg *tls.Config) Option { return func(o *options) { o.tlsConfig = cfg } }
 
