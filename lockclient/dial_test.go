@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -89,10 +90,29 @@ func startAuthRedis(t *testing.T) string {
 }
 
 // captureLog returns a logger that records every line at debug level.
-func captureLog(t *testing.T) (*slog.Logger, *bytes.Buffer) {
-	var buf bytes.Buffer
-	h := slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})
-	return slog.New(h), &buf
+// go-redis logs from its own goroutines (a dial outlives the request that
+// asked for it), so the record is locked.
+func captureLog(t *testing.T) (*slog.Logger, *lockedBuffer) {
+	buf := &lockedBuffer{}
+	h := slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})
+	return slog.New(h), buf
+}
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func mustNotContainSecret(t *testing.T, what, s string) {
@@ -467,7 +487,9 @@ func TestNodeErrorWords(t *testing.T) {
 				ctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
 				defer cancel()
 			}
-			c, err := Dial([]string{tc.url}, nil, WithKeyPrefix(tc.prefix), WithLogger(testutil.Logger(t)),
+			// Not t.Log: go-redis may log a dial that outlived the test.
+			log, _ := captureLog(t)
+			c, err := Dial([]string{tc.url}, nil, WithKeyPrefix(tc.prefix), WithLogger(log),
 				WithMaxUnreachable(300*time.Millisecond), WithNodeTimeout(time.Second),
 				WithRetry(retryFunc(func(int) (time.Duration, bool) { delays++; return 10 * time.Millisecond, true })))
 			if err != nil {

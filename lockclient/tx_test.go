@@ -289,7 +289,7 @@ func testSerializationRetry(t *testing.T, cluster *tokentest.Cluster) {
 
 // testDeadlockRetry: two holders that update two rows in opposite order
 // deadlock; PostgreSQL aborts one with 40P01, InTx runs it again and both
-// commit.
+// commit, each exactly once.
 func testDeadlockRetry(t *testing.T, cluster *tokentest.Cluster) {
 	proxyDSN, direct := fencedDB(t)
 	if _, err := direct.Exec(ctxT(t), "CREATE TABLE acct (id int PRIMARY KEY, n int); INSERT INTO acct VALUES (1, 0), (2, 0)"); err != nil {
@@ -332,8 +332,10 @@ func testDeadlockRetry(t *testing.T, cluster *tokentest.Cluster) {
 			t.Fatalf("holder %d: %v", i, err)
 		}
 	}
-	if got := attempt[0].Load() + attempt[1].Load(); got != 3 {
-		t.Fatalf("%d attempts, want 3 (one deadlock victim retried)", got)
+	// At least one victim was retried; its retry may win the rows back
+	// before the other and deadlock again, making the other a victim too.
+	if got := attempt[0].Load() + attempt[1].Load(); got < 3 {
+		t.Fatalf("%d attempts, want at least 3 (a deadlock victim retried)", got)
 	}
 	var n1, n2 int
 	if err := direct.QueryRow(ctxT(t), "SELECT (SELECT n FROM acct WHERE id = 1), (SELECT n FROM acct WHERE id = 2)").Scan(&n1, &n2); err != nil {
