@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/proxytest"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/tokentest"
+	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -69,3 +71,51 @@ func benchRedisClient(b *testing.B, addr string) redis.UniversalClient {
 	b.Cleanup(func() { c.Close() })
 	return c
 }
+
+// BenchmarkInTx measures one fenced transaction (BEGIN, the fence, one
+// INSERT, COMMIT) through an in-process fencegate proxy, under the lease's
+// context as the README shows, on one connection.
+func BenchmarkInTx(b *testing.B) {
+	dsn := testutil.PostgresDB(b)
+	ctx := context.Background()
+	setup, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := setup.Exec(ctx, "CREATE TABLE ledger (holder text NOT NULL, token bigint NOT NULL)"); err != nil {
+		b.Fatal(err)
+	}
+	setup.Close(ctx)
+	db, err := pgx.Connect(ctx, proxytest.Start(b, dsn))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close(ctx)
+	addr, prefix := testutil.Redis(b)
+	c, err := New([]redis.UniversalClient{benchRedisClient(b, addr)}, &benchTokens{},
+		WithKeyPrefix(prefix), WithTTL(time.Minute), WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, err := c.Acquire(ctx, "ledger")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Release(ctx)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		err := l.InTx(l.Context(), db, func(tx pgx.Tx) error {
+			_, err := tx.Exec(l.Context(), "INSERT INTO ledger (holder, token) VALUES ('b', $1)", l.Token())
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// benchTokens is a counter standing in for the token service.
+type benchTokens struct{ n atomic.Int64 }
+
+func (s *benchTokens) NextToken(context.Context, string) (int64, error) { return s.n.Add(1), nil }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"runtime"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -31,13 +30,18 @@ type Client struct {
 	drift  time.Duration
 	owned  []redis.UniversalClient
 	log    *slog.Logger
+	clk    clock
 }
 
 // New returns a client over the given Redis masters: one client for
 // single-node mode, or N independent masters (3 or 5 typically) for Redlock,
 // where a lock needs N/2+1 of them. tokens may be nil: the client then works
 // in efficiency mode, where locks carry no fencing token (see the package
-// documentation). The caller keeps ownership of the Redis clients.
+// documentation). The caller keeps ownership of the Redis clients, and of
+// their configuration: lockclient bounds each request by the node timeout
+// and retries whole attempts, so clients with go-redis retries off
+// (MaxRetries -1) fit best, and go-redis's process-wide logger stays as the
+// caller set it (Dial routes it; see there).
 //
 // For Redlock the masters must be independent servers (not replicas of one
 // another, not one cluster).
@@ -61,6 +65,10 @@ func New(nodes []redis.UniversalClient, tokens TokenSource, opts ...Option) (*Cl
 		opts:   o,
 		drift:  time.Duration(float64(o.ttl)*o.driftFactor) + 2*time.Millisecond,
 		log:    o.logger,
+		clk:    o.clock,
+	}
+	if c.clk == nil {
+		c.clk = systemClock
 	}
 	for i, rdb := range nodes {
 		if rdb == nil {
@@ -70,42 +78,9 @@ func New(nodes []redis.UniversalClient, tokens TokenSource, opts ...Option) (*Cl
 		if rc, ok := rdb.(*redis.Client); ok {
 			name = rc.Options().Addr
 		}
-		c.nodes = append(c.nodes, &node{name: name, rdb: rdb, timeout: o.nodeTimeout})
+		c.nodes = append(c.nodes, &node{name: name, rdb: rdb, timeout: o.nodeTimeout,
+			base: context.WithValue(context.Background(), nodeLogKey{}, c.log)})
 	}
-	return c, nil
-}
-
-// Dial connects to the Redis servers at addrs ("host:port"; one for
-// single-node mode, N for Redlock) and returns a client that owns the
-// connections: Close closes them. Connections honour the node timeout and
-// are neither retried nor re-dialled by go-redis (a lock attempt is retried
-// as a whole), so a master that is down fails at once.
-func Dial(addrs []string, tokens TokenSource, opts ...Option) (*Client, error) {
-	o := defaultOptions()
-	for _, opt := range opts {
-		opt(&o)
-	}
-	var rdbs []redis.UniversalClient
-	for _, a := range addrs {
-		rdbs = append(rdbs, redis.NewClient(&redis.Options{
-			Addr:                  a,
-			DialTimeout:           o.nodeTimeout,
-			MaxRetries:            -1,
-			DialerRetries:         1,
-			ContextTimeoutEnabled: true,
-			PoolSize:              max(16, 4*runtime.GOMAXPROCS(0)),
-			PipelinePoolSize:      4,
-			DisableIdentity:       true,
-		}))
-	}
-	c, err := New(rdbs, tokens, opts...)
-	if err != nil {
-		for _, r := range rdbs {
-			r.Close()
-		}
-		return nil, err
-	}
-	c.owned = rdbs
 	return c, nil
 }
 
@@ -140,6 +115,14 @@ func (o *options) validate() error {
 		return fmt.Errorf("lockclient: auto-refresh interval %v must not be negative", o.refreshEvery)
 	case o.autoRefresh && o.refreshEvery >= o.ttl:
 		return fmt.Errorf("lockclient: auto-refresh interval %v must be shorter than the TTL %v", o.refreshEvery, o.ttl)
+	case o.tokenTimeout <= 0:
+		return fmt.Errorf("lockclient: token timeout %v must be positive", o.tokenTimeout)
+	case o.maxUnreachable < 0:
+		return fmt.Errorf("lockclient: unreachable bound %v must not be negative", o.maxUnreachable)
+	case o.commitTimeout <= 0:
+		return fmt.Errorf("lockclient: commit timeout %v must be positive", o.commitTimeout)
+	case o.txRetries < 0:
+		return fmt.Errorf("lockclient: transaction retries %d must not be negative; use 0 to turn them off", o.txRetries)
 	}
 	return nil
 }
@@ -150,10 +133,22 @@ func (o *options) validate() error {
 // minted and the lock was confirmed still held and extended (see the package
 // documentation). When ctx ends the error satisfies errors.Is with ctx's
 // error and with ErrNotAcquired.
+//
+// Acquire does not wait for what retrying cannot bring, whatever ctx says:
+// it stops at once when the nodes reject the credentials, the ACL or the
+// protocol (errors.Is(err, NodeAuthFailed), NodeNotPermitted,
+// NodeBadAnswer), after WithMaxUnreachable when too few nodes can be
+// reached, and after WithTokenTimeout when no token comes
+// (ErrTokenUnavailable).
 func (c *Client) Acquire(ctx context.Context, resource string) (*Lock, error) {
-	var timer *time.Timer
+	var (
+		timer       *time.Timer
+		outageSince time.Time // first attempt of a run that found too few nodes
+		tokenBudget = c.opts.tokenTimeout
+	)
 	for attempt := 1; ; attempt++ {
-		l, err := c.TryAcquire(ctx, resource)
+		l, waited, err := c.tryAcquire(ctx, resource, tokenBudget)
+		tokenBudget -= waited
 		if err == nil || !errors.Is(err, ErrNotAcquired) {
 			return l, err
 		}
@@ -162,6 +157,27 @@ func (c *Client) Acquire(ctx context.Context, resource string) (*Lock, error) {
 				err = errors.Join(err, ctx.Err())
 			}
 			return nil, err
+		}
+		var nae *NotAcquiredError
+		if errors.As(err, &nae) {
+			switch c.diagnose(nae) {
+			case attemptHopeless:
+				return nil, err
+			case attemptOutage:
+				if outageSince.IsZero() {
+					outageSince = time.Now()
+				}
+				if waited := time.Since(outageSince); waited >= c.opts.maxUnreachable {
+					return nil, fmt.Errorf("lockclient: acquire %q: too few Redis nodes reachable for %v: %w",
+						resource, waited.Round(time.Millisecond), err)
+				}
+			default:
+				outageSince = time.Time{}
+			}
+			if nae.tokenWait && tokenBudget <= 0 {
+				return nil, fmt.Errorf("%w for %q: none within %v (the token timeout) over %s: %w",
+					ErrTokenUnavailable, resource, c.opts.tokenTimeout, attempts(attempt), err)
+			}
 		}
 		d, ok := c.opts.retry.Delay(attempt)
 		if !ok {
@@ -185,36 +201,112 @@ func (c *Client) Acquire(ctx context.Context, resource string) (*Lock, error) {
 	}
 }
 
+// What a failed attempt says about the next one.
+const (
+	attemptBusy     = iota // enough nodes answered: the lock is held elsewhere
+	attemptOutage          // too few nodes reachable, or in time: they may come back
+	attemptHopeless        // too many nodes reject us: retrying cannot help
+)
+
+func (c *Client) diagnose(e *NotAcquiredError) int {
+	permanent := 0
+	if j, ok := e.NodeErrs.(interface{ Unwrap() []error }); ok {
+		for _, err := range j.Unwrap() {
+			var ne *NodeError
+			if errors.As(err, &ne) && !retryable(ne) {
+				permanent++
+			}
+		}
+	}
+	n := len(c.nodes)
+	switch {
+	case permanent > n-c.quorum:
+		return attemptHopeless
+	case e.tokenWait:
+		return attemptBusy // the token budget bounds these
+	case n-len(e.Failed) < c.quorum || e.Expired:
+		return attemptOutage
+	}
+	return attemptBusy
+}
+
 // TryAcquire makes one attempt to take the lock on resource. When another
 // client holds it, the error is a *NotAcquiredError (errors.Is(err,
-// ErrNotAcquired)).
+// ErrNotAcquired)). So it is when the grant's validity passed before a
+// token came (Expired, with the TokenSource's error in NodeErrs): the lock
+// is gone, another attempt may succeed. When the TokenSource failed, or did
+// not answer within WithTokenTimeout, the error matches
+// ErrTokenUnavailable.
 func (c *Client) TryAcquire(ctx context.Context, resource string) (*Lock, error) {
+	l, _, err := c.tryAcquire(ctx, resource, c.opts.tokenTimeout)
+	return l, err
+}
+
+// tryAcquire makes one attempt, waiting at most tokenBudget for a token; it
+// returns how long it waited for one.
+func (c *Client) tryAcquire(ctx context.Context, resource string, tokenBudget time.Duration) (*Lock, time.Duration, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("lockclient: acquire %q: %w", resource, err)
+		return nil, 0, fmt.Errorf("lockclient: acquire %q: %w", resource, err)
 	}
 	key := c.opts.keyPrefix + resource
 	value := newValue()
-	g, err := c.grant(ctx, resource, key, value)
+	validUntil, err := c.grant(ctx, resource, key, value)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if c.tokens == nil {
-		return c.newLock(resource, key, value, 0, g.validUntil), nil
+		return c.newLock(resource, key, value, 0, validUntil), 0, nil
 	}
-	token, err := c.tokens.NextToken(ctx, resource)
+	start := time.Now()
+	token, err := c.mint(ctx, resource, validUntil, tokenBudget)
+	waited := time.Since(start)
 	if err != nil {
-		c.cleanup(key, value, g.taken)
-		return nil, fmt.Errorf("lockclient: mint token for %q: %w", resource, err)
+		c.cleanup(key, value)
+		return nil, waited, err
 	}
 	// Confirm: the key still holds our value on a majority, so nobody else
 	// was granted the lock between our grant and the token; extending it
 	// gives the caller a full validity to use the token in.
 	ext, err := c.extend(ctx, resource, key, value)
 	if err != nil {
-		c.cleanup(key, value, g.taken)
-		return nil, err
+		c.cleanup(key, value)
+		return nil, waited, err
 	}
-	return c.newLock(resource, key, value, token, ext.validUntil), nil
+	return c.newLock(resource, key, value, token, ext.validUntil), waited, nil
+}
+
+// errTokenWait is the cause of the token context when lockclient's own
+// bound ends the wait.
+var errTokenWait = errors.New("lockclient: token wait bound reached")
+
+// mint asks the TokenSource for a token, waiting at most budget and never
+// past the grant's validity.
+func (c *Client) mint(ctx context.Context, resource string, validUntil, budget time.Duration) (int64, error) {
+	wait := min(budget, validUntil-c.clk.now())
+	tctx, cancel := context.WithTimeoutCause(ctx, max(wait, 0), errTokenWait)
+	defer cancel()
+	token, err := c.tokens.NextToken(tctx, resource)
+	switch {
+	case err == nil && token <= 0:
+		return 0, fmt.Errorf("%w for %q: the token source returned %d; tokens are positive", ErrTokenUnavailable, resource, token)
+	case err == nil:
+		return token, nil
+	case ctx.Err() != nil:
+		if !errors.Is(err, ctx.Err()) {
+			err = errors.Join(err, ctx.Err())
+		}
+		return 0, fmt.Errorf("%w for %q: %w", ErrTokenUnavailable, resource, err)
+	case c.clk.now() >= validUntil:
+		// The grant's validity passed first (a slow token service, or this
+		// process paused): the lock is gone either way, and another attempt
+		// may succeed.
+		return 0, &NotAcquiredError{Resource: resource, Expired: true, Nodes: len(c.nodes), Quorum: c.quorum,
+			NodeErrs: fmt.Errorf("no token before the grant's validity passed: %w", err), tokenWait: true}
+	case context.Cause(tctx) == errTokenWait:
+		return 0, fmt.Errorf("%w for %q: none within %v (the token timeout): %w",
+			ErrTokenUnavailable, resource, c.opts.tokenTimeout, err)
+	}
+	return 0, fmt.Errorf("%w for %q: %w", ErrTokenUnavailable, resource, err)
 }
 
 // newValue returns a random 128-bit value identifying one grant.

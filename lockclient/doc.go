@@ -58,17 +58,48 @@
 // # The lease
 //
 // A Lock's ValidUntil is start of the last grant or extension + TTL −
-// drift (drift = TTL × drift factor + 2ms), on the monotonic clock. Its Done
-// channel (and Context) closes as soon as the lease is known lost: when the
-// validity passes (a timer on the monotonic clock, so a process resumed
-// after a pause sees it at once), when a refresh finds the lock gone on a
-// majority, when an extension comes back after the validity passed, or on
-// Release. WithAutoRefresh runs a watchdog that extends the lock at a
-// fraction of its TTL and closes Done at once when that fails.
+// drift (drift = TTL × drift factor + 2ms). It is measured on
+// CLOCK_BOOTTIME, which keeps counting while the machine is suspended, as
+// Redis's expiry of the key does; Go's timers and time.Now's monotonic
+// reading run on CLOCK_MONOTONIC, which stops then, and would keep a lease
+// alive for as long as a laptop or VM slept. Its Done channel (and Context)
+// closes as soon as the lease is known lost: when the validity passes (a
+// timerfd on CLOCK_BOOTTIME wakes the process at that moment, or right
+// after a resume or a pause that outlasted it, and every read of Done,
+// Context or ValidUntil compares with the clock first), when a refresh
+// finds the lock gone on a majority, when an extension comes back after the
+// validity passed, or on Release. WithAutoRefresh runs a watchdog that
+// extends the lock at a fraction of its TTL and closes Done at once when
+// that fails.
 //
 // Knowing the lease is lost does not stop a write already on its way: a
 // pause can fall between any check and the write. Only the fence, checked by
 // the database inside the writing transaction, does that.
+//
+// # Fenced transactions
+//
+// Lock.InTx runs BEGIN, the fence, the caller's function and COMMIT. COMMIT
+// goes out under a context of its own (WithCommitTimeout), not the lease's:
+// once the fence holds the resource's row lock no other holder can write, so
+// finishing the commit is safe, and cancelling it midway would only leave
+// its outcome unknown. When the connection fails during COMMIT the outcome
+// is reported as unknown (ErrCommitUnknown), never as a failure: make such
+// writes idempotent (a key of the operation's own, the token stored in the
+// row) and look before trying again; ExampleLock_InTx_idempotent shows how.
+// Serialization failures and deadlocks are retried within the lease
+// (WithTxRetries), then reported as ErrSerialization.
+//
+// # Connecting
+//
+// Dial takes host:port or Redis URLs: redis://user:password@host:port/db,
+// rediss:// for TLS (WithRedisTLS for a private certificate authority or
+// client certificates), unix:///path. No error or log line carries a
+// password. A node's failure is reported in its own words, as a
+// *NodeError with a NodeErrorKind: unreachable, authentication failed, not
+// permitted, bad answer; a lock held elsewhere is "refused". Acquire waits
+// for a lock held elsewhere until its context ends, for unreachable nodes
+// at most WithMaxUnreachable, for a token at most WithTokenTimeout, and not
+// at all for nodes that reject its credentials or requests.
 //
 // # Redlock
 //

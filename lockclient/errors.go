@@ -41,19 +41,46 @@ var (
 	// example two different resources or tokens in one transaction (SQLSTATE
 	// FG003).
 	ErrFenceMisuse = errors.New("lockclient: fence misuse")
+
+	// ErrCommitUnknown means the connection failed, or the commit timeout
+	// passed, while COMMIT was on its way: the transaction may have
+	// committed or not, and nothing on this connection can tell. Do not
+	// simply run the work again under a new lock: the fence would let the
+	// retry through (it carries a newer token) and the work would be done
+	// twice. Make the write idempotent instead (see the InTx documentation)
+	// and look in the database for the first attempt's trace. A COMMIT that
+	// answered is never reported as unknown.
+	ErrCommitUnknown = errors.New("lockclient: commit outcome unknown (the transaction may have committed)")
+
+	// ErrSerialization means the transaction failed with a serialization
+	// failure (SQLSTATE 40001) or a deadlock (40P01) on every attempt InTx
+	// was allowed (see WithTxRetries), or once more when the lease had no
+	// time left for another attempt. Nothing of it was committed. The last
+	// *pgconn.PgError stays reachable with errors.As.
+	ErrSerialization = errors.New("lockclient: serialization failure")
+
+	// ErrTokenUnavailable means the lock was granted but no fencing token
+	// could be had: the TokenSource failed, or did not answer within the
+	// token timeout (WithTokenTimeout; for Acquire, over all its attempts).
+	// The lock was released again; the TokenSource's error stays in the
+	// chain.
+	ErrTokenUnavailable = errors.New("lockclient: no fencing token")
 )
 
 // NotAcquiredError reports a failed attempt to take a lock. It matches
 // ErrNotAcquired with errors.Is; Unwrap yields the per-node errors (joined
-// with errors.Join), so errors.Is(err, context.DeadlineExceeded) tells that
-// a node timed out.
+// with errors.Join, each a *NodeError), so errors.Is(err, NodeAuthFailed)
+// tells that a node refused the credentials and errors.Is(err,
+// context.DeadlineExceeded) that a node timed out.
 type NotAcquiredError struct {
 	// Resource is the resource the lock protects.
 	Resource string
 	// Granted lists the nodes that granted the lock during the attempt (it
 	// was released on them again).
 	Granted []string
-	// Taken lists the nodes on which another client held the lock.
+	// Taken lists the nodes that refused: another client held the lock
+	// there (or, when the lock was being confirmed, the key no longer held
+	// this grant).
 	Taken []string
 	// Failed lists the nodes that returned an error or did not answer in
 	// time; NodeErrs has the details.
@@ -67,13 +94,21 @@ type NotAcquiredError struct {
 	Nodes int
 	// Quorum is the number of grants needed.
 	Quorum int
-	// NodeErrs joins the errors of the failed nodes and, when the attempt
-	// ended because a token could not be minted, that error.
+	// NodeErrs joins the errors of the failed nodes (each a *NodeError)
+	// and, when the grant's validity passed before a token came, the
+	// TokenSource's error.
 	NodeErrs error
+
+	extend    bool // the attempt was the confirmation (compare-and-pexpire)
+	tokenWait bool // the validity passed while waiting for the token
 }
 
 // Error describes the attempt in one line.
 func (e *NotAcquiredError) Error() string {
+	if e.tokenWait {
+		return fmt.Sprintf("lockclient: lock %q not acquired: granted, but the validity was used up waiting for a token: %v",
+			e.Resource, e.NodeErrs)
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "lockclient: lock %q not acquired: %d of %d nodes granted, %d needed",
 		e.Resource, len(e.Granted), e.Nodes, e.Quorum)
@@ -81,7 +116,11 @@ func (e *NotAcquiredError) Error() string {
 		b.WriteString(", validity used up before the grant completed")
 	}
 	if len(e.Taken) > 0 {
-		fmt.Fprintf(&b, "; held by another client on %s", strings.Join(e.Taken, ", "))
+		why := "held by another client"
+		if e.extend {
+			why = "the key no longer holds this grant"
+		}
+		fmt.Fprintf(&b, "; refused (%s) on %s", why, strings.Join(e.Taken, ", "))
 	}
 	if len(e.Failed) > 0 {
 		fmt.Fprintf(&b, "; failed on %s", strings.Join(e.Failed, ", "))
@@ -98,14 +137,65 @@ func (e *NotAcquiredError) Is(target error) bool { return target == ErrNotAcquir
 // Unwrap returns the joined per-node errors.
 func (e *NotAcquiredError) Unwrap() error { return e.NodeErrs }
 
-// NodeError is the error of one Redis node.
-type NodeError struct {
-	Node string // the node's address (or "node<i>")
-	Err  error
+// NodeErrorKind says what went wrong with one Redis node. It is an error
+// itself, so errors.Is(err, NodeAuthFailed) finds it in any error of the
+// package.
+type NodeErrorKind uint8
+
+const (
+	// NodeUnreachable: no connection could be made, the connection broke,
+	// or no answer came within the node timeout. Later attempts may
+	// succeed.
+	NodeUnreachable NodeErrorKind = iota + 1
+	// NodeAuthFailed: the node rejected the credentials (NOAUTH, WRONGPASS:
+	// check the user and password of the Redis URL), or the TLS handshake
+	// failed to authenticate the server or the client (certificates).
+	NodeAuthFailed
+	// NodeNotPermitted: the node's ACL does not let the user run the lock's
+	// commands (SET, EVALSHA, EVAL) on its keys (NOPERM).
+	NodeNotPermitted
+	// NodeBadAnswer: the node answered, but not as the lock protocol
+	// expects: an error reply (READONLY from a replica, LOADING, an unknown
+	// command), a reply of another type, or a non-TLS answer to a TLS
+	// client.
+	NodeBadAnswer
+)
+
+// String returns the words used in error messages: "unreachable",
+// "authentication failed", "not permitted", "bad answer".
+func (k NodeErrorKind) String() string {
+	switch k {
+	case NodeUnreachable:
+		return "unreachable"
+	case NodeAuthFailed:
+		return "authentication failed"
+	case NodeNotPermitted:
+		return "not permitted"
+	case NodeBadAnswer:
+		return "bad answer"
+	}
+	return "error"
 }
 
-// Error prefixes the node's error with its name.
-func (e *NodeError) Error() string { return e.Node + ": " + e.Err.Error() }
+// Error makes a NodeErrorKind usable as an errors.Is target.
+func (k NodeErrorKind) Error() string { return "lockclient: Redis node " + k.String() }
 
-// Unwrap returns the node's error.
-func (e *NodeError) Unwrap() error { return e.Err }
+// NodeError is the error of one Redis node.
+type NodeError struct {
+	Node string        // the node's address (never its credentials)
+	Kind NodeErrorKind // what went wrong
+	Err  error         // the client library's error
+}
+
+func newNodeError(node string, err error) *NodeError {
+	return &NodeError{Node: node, Kind: classify(err), Err: err}
+}
+
+// Error names the node, the kind and the cause: "10.0.0.2:6379: unreachable:
+// dial tcp 10.0.0.2:6379: connect: connection refused".
+func (e *NodeError) Error() string {
+	return e.Node + ": " + e.Kind.String() + ": " + e.Err.Error()
+}
+
+// Unwrap returns the kind and the node's error.
+func (e *NodeError) Unwrap() []error { return []error{e.Kind, e.Err} }

@@ -142,7 +142,32 @@ func ExampleLock_InTx() {
 	switch {
 	case errors.Is(err, lockclient.ErrStaleToken):
 		log.Print("lost the lock to a newer holder; nothing written")
+	case errors.Is(err, lockclient.ErrCommitUnknown):
+		log.Print("may have committed: look before trying again (see the idempotent example)")
 	case err != nil:
 		log.Fatal(err)
 	}
+}
+
+// Dial takes host:port or Redis URLs, with a user, a password, a database
+// and TLS (rediss://); errors show URLs with the password hidden.
+func ExampleDial() {
+	ctx := context.Background()
+	c, err := lockclient.Dial([]string{"redis://" + exampleRedis + "/0"}, nil, examplePrefix())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	l, err := c.Acquire(ctx, "report")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("held:", l.Resource())
+	l.Release(ctx)
+
+	_, err = lockclient.Dial([]string{"rediss://app:s3cret@10.0.0.7:6379/orders"}, nil)
+	fmt.Println(err)
+	// Output:
+	// held: report
+	// lockclient: Redis address 1 (rediss://app:xxxxx@10.0.0.7:6379/orders): redis: invalid database number: "orders"; want redis://[user:password@]host:port[/db], rediss://... for TLS, or unix:///path
 }

@@ -29,51 +29,12 @@ type Beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// InTx runs fn in a fenced transaction on db, which must reach PostgreSQL
-// through the fencegate proxy: it begins, runs FenceSQL with the lock's
-// resource and token before anything else, calls fn, and commits. When fn
-// or any step fails the transaction is rolled back and nothing of it is
-// committed.
-//
-// A stale token (another holder has taken the lock since and written with a
-// higher token) yields an error matching ErrStaleToken, with the proxy's
-// *pgconn.PgError reachable through errors.As. InTx does not look at Done:
-// the fence, checked by the database inside the transaction, is what keeps
-// a holder that lost its lock from writing, even if it lost it a moment
-// after any check it could make. Pass l.Context() (or a context derived from
-// it) as ctx to also stop early once the lock is known lost.
-//
-// A lock without a token (efficiency mode) is refused with ErrNoToken.
-func (l *Lock) InTx(ctx context.Context, db Beginner, fn func(pgx.Tx) error) (err error) {
-	if l.token == 0 {
-		return ErrNoToken
-	}
-	tx, err := db.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("lockclient: begin fenced transaction on %q: %w", l.resource, fenceError(err))
-	}
-	committed := false
-	defer func() {
-		if !committed {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
-		}
-	}()
-	if err := l.Fence(ctx, tx); err != nil {
-		return err
-	}
-	if err := fn(tx); err != nil {
-		return fenceError(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("lockclient: commit fenced transaction on %q: %w", l.resource, fenceError(err))
-	}
-	committed = true
-	return nil
-}
-
 // Fence runs FenceSQL with the lock's resource and token in tx, for callers
 // that manage the transaction themselves; it must be the transaction's
-// first statement. Errors map as in InTx.
+// first statement. Errors map as in InTx. Such callers do what InTx does for
+// them: commit under a context the lease does not cancel, treat a COMMIT
+// whose connection failed as of unknown outcome, and retry serialization
+// failures.
 func (l *Lock) Fence(ctx context.Context, tx pgx.Tx) error {
 	if l.token == 0 {
 		return ErrNoToken

@@ -11,9 +11,11 @@ import (
 // Lock is a held lock. Its methods are safe for concurrent use.
 //
 // The lease is over when Done is closed: after Release, or as soon as the
-// lock is known lost: its validity passed (measured on the monotonic clock,
-// so a process that was paused finds Done closed the moment it resumes), or
-// a refresh found that a majority of nodes no longer hold it.
+// lock is known lost: its validity passed, or a refresh found that a
+// majority of nodes no longer hold it. Validity is measured on a clock that
+// keeps counting while the system is suspended (CLOCK_BOOTTIME on Linux),
+// as Redis's expiry of the key does: a process paused, or on a machine that
+// slept, past its validity finds Done closed the moment it resumes.
 type Lock struct {
 	c        *Client
 	resource string
@@ -21,12 +23,12 @@ type Lock struct {
 	value    string
 	token    int64
 
-	ctx    context.Context
+	ctx    *leaseContext
 	cancel context.CancelCauseFunc
 
 	mu         sync.Mutex
-	validUntil time.Time
-	timer      *time.Timer
+	validUntil time.Duration // on c.clk
+	timer      timer
 	state      uint8 // lockHeld, lockLost or lockReleased
 
 	releaseOnce sync.Once
@@ -39,12 +41,13 @@ const (
 	lockReleased
 )
 
-func (c *Client) newLock(resource, key, value string, token int64, validUntil time.Time) *Lock {
+func (c *Client) newLock(resource, key, value string, token int64, validUntil time.Duration) *Lock {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	l := &Lock{c: c, resource: resource, key: key, value: value, token: token,
-		ctx: ctx, cancel: cancel, validUntil: validUntil}
+		cancel: cancel, validUntil: validUntil}
+	l.ctx = &leaseContext{Context: ctx, l: l}
 	l.mu.Lock()
-	l.timer = time.AfterFunc(time.Until(validUntil), l.checkValidity)
+	l.timer = c.clk.afterFunc(validUntil, l.checkValidity)
 	l.mu.Unlock()
 	if c.opts.autoRefresh {
 		every := c.opts.refreshEvery
@@ -66,37 +69,74 @@ func (l *Lock) Resource() string { return l.resource }
 
 // ValidUntil returns the time until which the lock is held for sure, unless
 // a node restarts without persistence: the start of the last successful
-// grant or extension + TTL − drift. It carries a monotonic clock reading, so
-// time.Until(l.ValidUntil()) is immune to wall-clock jumps.
+// grant or extension + TTL − drift. It is computed at each call from the
+// lease's clock, which counts time the system spent suspended, and carries
+// a monotonic clock reading, so time.Until(l.ValidUntil()) is immune to
+// wall-clock jumps. A time.Time kept across a suspend does not age with the
+// lease: call ValidUntil again rather than keep its result.
 func (l *Lock) ValidUntil() time.Time {
+	now := l.c.clk.now()
+	l.checkAt(now)
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.validUntil
+	left := l.validUntil - now
+	l.mu.Unlock()
+	return time.Now().Add(left)
 }
 
 // Done returns a channel closed when the lease ends: on Release, or as soon
 // as the lock is known lost. context.Cause(l.Context()) tells which
-// (ErrReleased or an error matching ErrLockLost).
+// (ErrReleased or an error matching ErrLockLost). Every call compares the
+// validity with the clock first, so right after a resume Done is already
+// closed even if the clock's wake-up has not run yet.
 func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
 
 // Context returns a context cancelled when Done is closed. Derive the
 // contexts of the work done under the lock from it to stop that work as
-// soon as the lock is lost.
+// soon as the lock is lost. Its Done, Err and Value compare the validity
+// with the clock first, as Lock.Done does.
 func (l *Lock) Context() context.Context { return l.ctx }
 
-// checkValidity runs when the validity timer fires.
+// leaseContext is the lock's context: it checks the validity on every read,
+// so that no reader sees a live lease the clock says is over.
+type leaseContext struct {
+	context.Context // cancelled with the lease's cause
+	l               *Lock
+}
+
+func (c *leaseContext) Done() <-chan struct{} { c.l.check(); return c.Context.Done() }
+func (c *leaseContext) Err() error            { c.l.check(); return c.Context.Err() }
+
+// Value also serves context.Cause, which reads the cause through it.
+func (c *leaseContext) Value(key any) any { c.l.check(); return c.Context.Value(key) }
+
+// cause is why the lease ended. Unlike context.Cause(l.Context()) it does
+// not compare with the clock, so it may be called with l.mu held.
+func (l *Lock) cause() error { return context.Cause(l.ctx.Context) }
+
+// check ends the lease when its validity has passed.
+func (l *Lock) check() { l.checkAt(l.c.clk.now()) }
+
+func (l *Lock) checkAt(now time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state == lockHeld && now >= l.validUntil {
+		l.expireLocked()
+	}
+}
+
+// checkValidity runs when the clock reaches the validity.
 func (l *Lock) checkValidity() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.state != lockHeld {
-		return
+	if l.state == lockHeld && l.c.clk.now() >= l.validUntil {
+		l.expireLocked()
 	}
-	if d := time.Until(l.validUntil); d > 0 {
-		l.timer.Reset(d) // extended meanwhile
-		return
-	}
-	l.loseLocked(fmt.Errorf("lockclient: lock %q: validity passed at %s: %w",
-		l.resource, l.validUntil.Format(time.RFC3339Nano), ErrLockLost))
+}
+
+// expireLocked ends the lease because its validity passed; l.mu is held.
+func (l *Lock) expireLocked() {
+	l.loseLocked(fmt.Errorf("lockclient: lock %q: validity passed %v ago: %w",
+		l.resource, (l.c.clk.now() - l.validUntil).Round(time.Millisecond), ErrLockLost))
 }
 
 // loseLocked marks the lock lost; l.mu is held.
@@ -105,7 +145,7 @@ func (l *Lock) loseLocked(cause error) {
 		return
 	}
 	l.state = lockLost
-	l.timer.Stop()
+	l.timer.stop()
 	l.cancel(cause)
 	l.c.log.Warn("lock lost", "resource", l.resource, "token", l.token, "err", cause)
 }
@@ -125,7 +165,7 @@ func (l *Lock) Refresh(ctx context.Context) error {
 		if st == lockReleased {
 			return fmt.Errorf("lockclient: refresh %q: %w", l.resource, ErrReleased)
 		}
-		return fmt.Errorf("lockclient: refresh %q: %w", l.resource, context.Cause(l.ctx))
+		return fmt.Errorf("lockclient: refresh %q: %w", l.resource, l.cause())
 	}
 	l.mu.Unlock()
 
@@ -137,17 +177,18 @@ func (l *Lock) Refresh(ctx context.Context) error {
 	case l.state == lockReleased:
 		return fmt.Errorf("lockclient: refresh %q: %w", l.resource, ErrReleased)
 	case l.state == lockLost:
-		return fmt.Errorf("lockclient: refresh %q: %w", l.resource, context.Cause(l.ctx))
-	case !time.Now().Before(l.validUntil):
+		return fmt.Errorf("lockclient: refresh %q: %w", l.resource, l.cause())
+	case l.c.clk.now() >= l.validUntil:
 		// The answer came too late: between the old validity and now the
 		// lock may have expired and been taken by someone else.
 		cause := fmt.Errorf("lockclient: lock %q: extension came after the validity passed: %w", l.resource, ErrLockLost)
 		l.loseLocked(cause)
 		return cause
 	case err == nil:
-		if res.validUntil.After(l.validUntil) {
+		if res.validUntil > l.validUntil {
 			l.validUntil = res.validUntil
-			l.timer.Reset(time.Until(res.validUntil))
+			l.timer.stop()
+			l.timer = l.c.clk.afterFunc(res.validUntil, l.checkValidity)
 		}
 		return nil
 	case res.tally.ctxErr != nil:
@@ -188,15 +229,15 @@ func (l *Lock) release(ctx context.Context) error {
 	wasLost := l.state == lockLost
 	if l.state == lockHeld {
 		l.state = lockReleased
-		l.timer.Stop()
+		l.timer.stop()
 		l.cancel(ErrReleased)
 	}
 	l.mu.Unlock()
 
-	t := l.c.fanout(ctx, opRelease, l.key, l.value, nil, true)
+	t := l.c.fanout(ctx, opRelease, l.key, l.value, true)
 	switch {
 	case wasLost:
-		return fmt.Errorf("lockclient: release %q: %w", l.resource, context.Cause(l.ctx))
+		return fmt.Errorf("lockclient: release %q: %w", l.resource, l.cause())
 	case t.ctxErr != nil:
 		return fmt.Errorf("lockclient: release %q: %w", l.resource, errors.Join(append(t.errs, t.ctxErr)...))
 	case t.ok >= l.c.quorum:

@@ -2,7 +2,7 @@ package lockclient
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -56,6 +56,7 @@ type node struct {
 	name    string
 	rdb     redis.UniversalClient
 	timeout time.Duration
+	base    context.Context // carries the client's logger for go-redis's lines (redisLog)
 
 	mu      sync.Mutex
 	queue   []*op
@@ -147,7 +148,7 @@ func (n *node) exec(batch []*op) {
 	if len(live) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), n.timeout)
+	ctx, cancel := context.WithTimeout(n.base, n.timeout)
 	defer cancel()
 	if len(live) == 1 {
 		n.deliver(live[0], n.run(ctx, n.rdb, live[0]))
@@ -222,7 +223,7 @@ func (n *node) deliver(o *op, cmd redis.Cmder) {
 		v, err := c.Int64()
 		r.ok, r.err = v == 1, err
 	default:
-		r.err = errors.New("lockclient: unexpected reply type")
+		r.err = fmt.Errorf("%w %T", errBadReply, cmd)
 	}
 	o.out <- r
 }

@@ -1,6 +1,7 @@
 package lockclient
 
 import (
+	"crypto/tls"
 	"log/slog"
 	"math/rand/v2"
 	"time"
@@ -10,23 +11,33 @@ import (
 type Option func(*options)
 
 type options struct {
-	ttl          time.Duration
-	nodeTimeout  time.Duration
-	driftFactor  float64
-	retry        RetryStrategy
-	autoRefresh  bool
-	refreshEvery time.Duration
-	keyPrefix    string
-	logger       *slog.Logger
+	ttl            time.Duration
+	nodeTimeout    time.Duration
+	driftFactor    float64
+	retry          RetryStrategy
+	autoRefresh    bool
+	refreshEvery   time.Duration
+	keyPrefix      string
+	logger         *slog.Logger
+	tokenTimeout   time.Duration
+	maxUnreachable time.Duration
+	commitTimeout  time.Duration
+	txRetries      int
+	tlsConfig      *tls.Config
+	clock          clock // tests jump it; systemClock otherwise
 }
 
 func defaultOptions() options {
 	return options{
-		ttl:         10 * time.Second,
-		nodeTimeout: 100 * time.Millisecond,
-		driftFactor: 0.01,
-		retry:       ExponentialRetry(5*time.Millisecond, 250*time.Millisecond),
-		keyPrefix:   "fencegate:lock:",
+		ttl:            10 * time.Second,
+		nodeTimeout:    100 * time.Millisecond,
+		driftFactor:    0.01,
+		retry:          ExponentialRetry(5*time.Millisecond, 250*time.Millisecond),
+		keyPrefix:      "fencegate:lock:",
+		tokenTimeout:   5 * time.Second,
+		maxUnreachable: 2 * time.Second,
+		commitTimeout:  5 * time.Second,
+		txRetries:      5,
 	}
 }
 
@@ -58,6 +69,50 @@ func WithAutoRefresh(every time.Duration) Option {
 // WithKeyPrefix sets the prefix of the Redis keys: a lock on resource r is
 // the key prefix+r. The default is "fencegate:lock:".
 func WithKeyPrefix(p string) Option { return func(o *options) { o.keyPrefix = p } }
+
+// WithTokenTimeout bounds how long Acquire (over all its attempts) and
+// TryAcquire wait for the TokenSource to mint tokens, whatever the deadline
+// of their context (a context without one included); then the lock is
+// released and the error matches ErrTokenUnavailable. One wait also ends
+// when the grant's validity passes (a token that comes later could not be
+// confirmed): the attempt fails as not acquired, and Acquire tries again
+// within the bound. The default is 5s.
+func WithTokenTimeout(d time.Duration) Option { return func(o *options) { o.tokenTimeout = d } }
+
+// WithMaxUnreachable bounds how long Acquire keeps retrying while too few
+// nodes can be reached to grant the lock (connection refused or broken, no
+// answer within the node timeout), whatever the deadline of its context.
+// Time spent waiting for a lock another client holds does not count: that
+// wait lasts until the context ends or the retry strategy stops. Failures
+// no retry can mend (authentication, ACL, a bad answer) end Acquire at the
+// first attempt. The default is 2s; 0 gives up at the first attempt that
+// found too few nodes.
+func WithMaxUnreachable(d time.Duration) Option { return func(o *options) { o.maxUnreachable = d } }
+
+// WithCommitTimeout bounds the COMMIT (and the ROLLBACK) that InTx sends.
+// They are sent under a context of their own, not the caller's: once the
+// fence holds the resource's row lock no other holder can write, so
+// finishing the commit after the lease ended is safe, and cancelling it
+// midway would only make its outcome unknown. When the bound passes (or
+// the connection fails) during COMMIT, InTx returns ErrCommitUnknown. The
+// default is 5s.
+func WithCommitTimeout(d time.Duration) Option { return func(o *options) { o.commitTimeout = d } }
+
+// WithTxRetries sets how many times InTx runs a transaction again after a
+// serialization failure (SQLSTATE 40001) or a deadlock (40P01), each time
+// only while the lease is still valid; then it returns an error matching
+// ErrSerialization. fn runs once per attempt. 0 turns retries off. The
+// default is 5.
+func WithTxRetries(n int) Option { return func(o *options) { o.txRetries = n } }
+
+// WithRedisTLS sets the TLS configuration Dial uses for rediss:// nodes:
+// root CAs for a private certificate authority, client certificates for
+// servers started with tls-auth-clients. Dial clones it per node and sets
+// ServerName from the node's host when it is empty. With it set, Dial
+// refuses an address that would not use TLS (host:port, redis://), so that
+// a forgotten "s" does not send the password in clear. The default is the
+// system's roots, no client certificate.
+func WithRedisTLS(cfg *tls.Config) Option { return func(o *options) { o.tlsConfig = cfg } }
 
 // WithLogger sets the logger. The default is slog.Default() with
 // component=lockclient.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"os"
 	"os/exec"
 	"strconv"
@@ -21,21 +22,27 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// childEnv makes the test binary run as the lock holder of
-// TestPausedHolder instead of running tests.
+// childEnv makes the test binary run as a child process of a test
+// instead of running tests: the lock holder of TestPausedHolder, the clock
+// reader of TestBootClockInTimeNamespace, the Redis user of
+// TestNoRedisLogOnStderr.
 const childEnv = "FENCEGATE_LOCKCLIENT_CHILD"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) == "paused-holder" {
+	switch os.Getenv(childEnv) {
+	case "paused-holder":
 		os.Exit(pausedHolder())
+	case "boot-clock":
+		os.Exit(bootClockChild())
+	case "redis-stderr":
+		os.Exit(redisStderrChild())
 	}
-	redis.SetLogger(quietRedisLog{}) // dial errors of killed masters are expected
+	// go-redis's lines about lockclient's requests go to the tests' loggers
+	// as Dial sends them; the others (dials of killed masters through
+	// clients the tests made themselves) are expected and dropped.
+	routeOnce.Do(func() { redis.SetLogger(redisLog{stderr: log.New(io.Discard, "", 0)}) })
 	testutil.Main(m)
 }
-
-type quietRedisLog struct{}
-
-func (quietRedisLog) Printf(context.Context, string, ...any) {}
 
 // pausedHolder is the child process: it takes the lock, reports its token,
 // and waits for a line on stdin (it is SIGSTOPped meanwhile). Once resumed

@@ -13,7 +13,6 @@ const (
 	stateOK            // granted, extended or deleted
 	stateRefused       // key absent or holding another client's value
 	stateFailed        // error or no answer within the node timeout
-	stateSkipped       // not asked
 )
 
 // tally collects the replies of one request sent to every node.
@@ -35,24 +34,18 @@ func (t *tally) names(c *Client, s uint8) []string {
 	return out
 }
 
-// fanout sends one request to every node (but those marked in skip) at
-// once and counts the replies as they arrive. With all false it returns as
-// soon as a quorum said yes or a quorum can no longer be reached; with all
-// true it waits for every node. Nodes that have not answered within the
+// fanout sends one request to every node at once and counts the replies
+// as they arrive. With all false it returns as soon as a quorum said yes or
+// a quorum can no longer be reached; with all true it waits for every node. Nodes that have not answered within the
 // node timeout count as failed. A done ctx stops the wait (the requests
 // still go out) and is reported in ctxErr.
-func (c *Client) fanout(ctx context.Context, kind opKind, key, value string, skip []bool, all bool) *tally {
+func (c *Client) fanout(ctx context.Context, kind opKind, key, value string, all bool) *tally {
 	n := len(c.nodes)
 	t := &tally{state: make([]uint8, n)}
 	out := make(chan reply, n)
 	deadline := time.Now().Add(c.opts.nodeTimeout)
-	sent := 0
 	ops := make([]op, n)
 	for i, nd := range c.nodes {
-		if skip != nil && skip[i] {
-			t.state[i] = stateSkipped
-			continue
-		}
 		o := &ops[i]
 		*o = op{kind: kind, key: key, value: value, ttl: c.opts.ttl, deadline: deadline, node: i, out: out}
 		if n == 1 {
@@ -60,7 +53,6 @@ func (c *Client) fanout(ctx context.Context, kind opKind, key, value string, ski
 		} else {
 			nd.submit(o)
 		}
-		sent++
 	}
 	var timer *time.Timer
 	defer func() {
@@ -68,7 +60,7 @@ func (c *Client) fanout(ctx context.Context, kind opKind, key, value string, ski
 			timer.Stop()
 		}
 	}()
-	for got := 0; got < sent; got++ {
+	for range n {
 		if !all && (t.ok >= c.quorum || t.no > n-c.quorum) {
 			break
 		}
@@ -86,7 +78,8 @@ func (c *Client) fanout(ctx context.Context, kind opKind, key, value string, ski
 					if st == statePending {
 						t.state[i] = stateFailed
 						t.no++
-						t.errs = append(t.errs, &NodeError{Node: c.nodes[i].name, Err: fmt.Errorf("no answer within %v: %w", c.opts.nodeTimeout, context.DeadlineExceeded)})
+						t.errs = append(t.errs, newNodeError(c.nodes[i].name,
+							fmt.Errorf("no answer within %v: %w", c.opts.nodeTimeout, context.DeadlineExceeded)))
 					}
 				}
 				return t
@@ -99,7 +92,7 @@ func (c *Client) fanout(ctx context.Context, kind opKind, key, value string, ski
 		case r.err != nil:
 			t.state[r.node] = stateFailed
 			t.no++
-			t.errs = append(t.errs, &NodeError{Node: c.nodes[r.node].name, Err: r.err})
+			t.errs = append(t.errs, newNodeError(c.nodes[r.node].name, r.err))
 		case r.ok:
 			t.state[r.node] = stateOK
 			t.ok++
@@ -112,8 +105,9 @@ func (c *Client) fanout(ctx context.Context, kind opKind, key, value string, ski
 }
 
 // notAcquired builds the error for a failed grant or confirmation.
-func (c *Client) notAcquired(resource string, t *tally, expired bool) error {
+func (c *Client) notAcquired(resource string, kind opKind, t *tally, expired bool) error {
 	e := &NotAcquiredError{
+		extend:   kind == opExtend,
 		Resource: resource,
 		Granted:  t.names(c, stateOK),
 		Taken:    t.names(c, stateRefused),
@@ -129,50 +123,46 @@ func (c *Client) notAcquired(resource string, t *tally, expired bool) error {
 	return e
 }
 
-type grantResult struct {
-	validUntil time.Time
-	taken      []bool // nodes where another client held the key
-}
-
 // grant runs one Redlock round: SET NX PX on every node, success on a
 // majority within the validity (TTL − elapsed − drift). On failure it
-// deletes the key (compare-and-delete) wherever it may have been set.
-func (c *Client) grant(ctx context.Context, resource, key, value string) (*grantResult, error) {
-	start := time.Now()
-	t := c.fanout(ctx, opAcquire, key, value, nil, false)
-	validUntil := start.Add(c.opts.ttl - c.drift)
-	taken := make([]bool, len(c.nodes))
-	for i, st := range t.state {
-		taken[i] = st == stateRefused
+// deletes the key wherever it may have been set. It returns the validity on
+// c.clk.
+func (c *Client) grant(ctx context.Context, resource, key, value string) (time.Duration, error) {
+	start := c.clk.now()
+	t := c.fanout(ctx, opAcquire, key, value, false)
+	validUntil := start + c.opts.ttl - c.drift
+	if t.ctxErr == nil && t.ok >= c.quorum && c.clk.now() < validUntil {
+		return validUntil, nil
 	}
-	if t.ctxErr == nil && t.ok >= c.quorum && time.Now().Before(validUntil) {
-		return &grantResult{validUntil: validUntil, taken: taken}, nil
-	}
-	c.cleanup(key, value, taken)
-	return nil, c.notAcquired(resource, t, t.ok >= c.quorum)
+	c.cleanup(key, value)
+	return 0, c.notAcquired(resource, opAcquire, t, t.ok >= c.quorum)
 }
 
 type extendResult struct {
-	validUntil time.Time
+	validUntil time.Duration // on c.clk
 	tally      *tally
 }
 
 // extend resets the TTL of the key on every node where it still holds
 // value; it succeeds when a majority did so within the new validity.
 func (c *Client) extend(ctx context.Context, resource, key, value string) (*extendResult, error) {
-	start := time.Now()
-	t := c.fanout(ctx, opExtend, key, value, nil, false)
-	validUntil := start.Add(c.opts.ttl - c.drift)
+	start := c.clk.now()
+	t := c.fanout(ctx, opExtend, key, value, false)
+	validUntil := start + c.opts.ttl - c.drift
 	res := &extendResult{validUntil: validUntil, tally: t}
-	if t.ctxErr == nil && t.ok >= c.quorum && time.Now().Before(validUntil) {
+	if t.ctxErr == nil && t.ok >= c.quorum && c.clk.now() < validUntil {
 		return res, nil
 	}
-	return res, c.notAcquired(resource, t, t.ok >= c.quorum)
+	return res, c.notAcquired(resource, opExtend, t, t.ok >= c.quorum)
 }
 
-// cleanup deletes the key where it holds value, on every node not marked in
-// skip, and waits for the answers (at most the node timeout). It ignores the
+// cleanup deletes the key where it holds value (compare-and-delete) on every
+// node, and waits for the answers (at most the node timeout). Every node
+// means every node: one that answered "held by another client" may hold
+// this very value (a SET whose reply was lost and that a client library
+// resent finds the key it set itself), and one that failed or did not
+// answer in time may have applied the SET all the same. It ignores the
 // caller's context: a lock half taken must not stay behind.
-func (c *Client) cleanup(key, value string, skip []bool) *tally {
-	return c.fanout(context.Background(), opRelease, key, value, skip, true)
+func (c *Client) cleanup(key, value string) *tally {
+	return c.fanout(context.Background(), opRelease, key, value, true)
 }

@@ -23,6 +23,9 @@ func TestWithTokens(t *testing.T) {
 		{"InTx", testInTx},
 		{"PausedHolder", testPausedHolder},
 		{"RedlockRestartDoubleGrant", testRedlockRestartDoubleGrant},
+		{"CommitInFlight", testCommitInFlight},
+		{"SerializationRetry", testSerializationRetry},
+		{"DeadlockRetry", testDeadlockRetry},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, cluster) })
 	}

@@ -75,7 +75,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 }
 
 func TestNotAcquiredError(t *testing.T) {
-	nodeErr := &NodeError{Node: "b:6379", Err: context.DeadlineExceeded}
+	nodeErr := newNodeError("b:6379", context.DeadlineExceeded)
 	err := error(&NotAcquiredError{Resource: "r", Granted: []string{"a:6379"}, Taken: []string{"c:6379"},
 		Failed: []string{"b:6379"}, Nodes: 3, Quorum: 2, NodeErrs: errors.Join(nodeErr)})
 	if !errors.Is(err, ErrNotAcquired) {
@@ -88,7 +88,10 @@ func TestNotAcquiredError(t *testing.T) {
 	if !errors.As(err, &ne) || ne.Node != "b:6379" {
 		t.Fatalf("errors.As NodeError: %v", ne)
 	}
-	want := `lockclient: lock "r" not acquired: 1 of 3 nodes granted, 2 needed; held by another client on c:6379; failed on b:6379: b:6379: context deadline exceeded`
+	if !errors.Is(err, NodeUnreachable) || errors.Is(err, NodeAuthFailed) {
+		t.Fatal("the node error's kind is not reachable, or the wrong one is")
+	}
+	want := `lockclient: lock "r" not acquired: 1 of 3 nodes granted, 2 needed; refused (held by another client) on c:6379; failed on b:6379: b:6379: unreachable: context deadline exceeded`
 	if got := err.Error(); got != want {
 		t.Fatalf("Error()=%q\nwant     %q", got, want)
 	}

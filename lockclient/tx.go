@@ -1,0 +1,170 @@
+package lockclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// SQLSTATEs of PostgreSQL after which InTx runs the transaction again.
+const (
+	sqlstateSerializationFailure = "40001"
+	sqlstateDeadlockDetected     = "40P01"
+)
+
+// InTx runs fn in a fenced transaction on db, which must reach PostgreSQL
+// through the fencegate proxy: it begins, runs FenceSQL with the lock's
+// resource and token before anything else, calls fn, and commits. When fn
+// or any step fails the transaction is rolled back and nothing of it is
+// committed, with one exception said below (ErrCommitUnknown).
+//
+// A stale token (another holder has taken the lock since and written with a
+// higher token) yields an error matching ErrStaleToken, with the proxy's
+// *pgconn.PgError reachable through errors.As. InTx does not look at Done:
+// the fence, checked by the database inside the transaction, is what keeps
+// a holder that lost its lock from writing, even if it lost it a moment
+// after any check it could make. Pass l.Context() (or a context derived from
+// it) as ctx to also stop early once the lock is known lost.
+//
+// COMMIT (and ROLLBACK) are sent under a context of their own, bounded by
+// WithCommitTimeout, not under ctx: once the fence holds the resource's row
+// lock no other holder can write until this transaction ends, so finishing
+// it after the lease ended is safe, while cancelling COMMIT midway would
+// only leave its outcome unknown. If fn returned nil, InTx commits even if
+// ctx has ended meanwhile.
+//
+// When the connection fails, or the commit timeout passes, while COMMIT is
+// on its way, the transaction may or may not have committed: the error then
+// matches ErrCommitUnknown, and only then. A COMMIT that PostgreSQL
+// answered is reported as it answered. Running the work again under a new
+// lock would do it twice if the first COMMIT did land: the new lock's token
+// is newer, so the fence lets the retry through. Make the write idempotent
+// instead: give the operation a key of its own (an order number, a request
+// id) with a unique constraint, store the token in the row, and after
+// ErrCommitUnknown look the key up (through a new connection, under a new
+// lock) before doing anything again; a row carrying this lock's token says
+// the first attempt committed. The package's examples show it.
+//
+// A serialization failure (SQLSTATE 40001, as a fence waiting behind a
+// concurrent one gets under REPEATABLE READ or SERIALIZABLE) or a deadlock
+// (40P01) rolls the attempt back and runs the whole transaction again,
+// fence and fn included, up to WithTxRetries times and only while the lease
+// has time left; then the error matches ErrSerialization. fn may therefore
+// run more than once: it must do nothing outside tx that may not be
+// repeated, and must not commit or roll back tx itself.
+//
+// A lock without a token (efficiency mode) is refused with ErrNoToken.
+func (l *Lock) InTx(ctx context.Context, db Beginner, fn func(pgx.Tx) error) error {
+	if l.token == 0 {
+		return ErrNoToken
+	}
+	for attempt := 1; ; attempt++ {
+		err := l.inTx(ctx, db, fn)
+		if err == nil || !isSerializationFailure(err) {
+			return err
+		}
+		if attempt > l.c.opts.txRetries {
+			return fmt.Errorf("%w on %q after %s: %w", ErrSerialization, l.resource, attempts(attempt), err)
+		}
+		wait := jitter(min(time.Millisecond<<min(attempt-1, 6), 50*time.Millisecond))
+		if left := l.left(); left <= wait {
+			return fmt.Errorf("%w on %q after %s, no lease left for another: %w",
+				ErrSerialization, l.resource, attempts(attempt), err)
+		}
+		l.c.log.Debug("fenced transaction: serialization failure, running it again",
+			"resource", l.resource, "token", l.token, "attempt", attempt, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w on %q after %s: %w", ErrSerialization, l.resource, attempts(attempt),
+				errors.Join(err, ctx.Err()))
+		case <-t.C:
+		}
+	}
+}
+
+// inTx makes one attempt.
+func (l *Lock) inTx(ctx context.Context, db Beginner, fn func(pgx.Tx) error) error {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("lockclient: begin fenced transaction on %q: %w", l.resource, fenceError(err))
+	}
+	if err := l.Fence(ctx, tx); err != nil {
+		l.rollback(ctx, tx)
+		return err
+	}
+	if err := fn(tx); err != nil {
+		l.rollback(ctx, tx)
+		return fenceError(err)
+	}
+	cctx, cancel := l.endContext(ctx)
+	defer cancel()
+	if err := tx.Commit(cctx); err != nil {
+		return l.commitError(err)
+	}
+	return nil
+}
+
+// endContext is the context of COMMIT and ROLLBACK: the caller's values,
+// not its cancellation, and the commit timeout (see InTx).
+func (l *Lock) endContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), l.c.opts.commitTimeout)
+}
+
+func (l *Lock) rollback(ctx context.Context, tx pgx.Tx) {
+	rctx, cancel := l.endContext(ctx)
+	_ = tx.Rollback(rctx)
+	cancel()
+}
+
+// commitError tells a COMMIT that PostgreSQL answered (the transaction did
+// not commit) from one whose outcome is unknown.
+func (l *Lock) commitError(err error) error {
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr):
+		return fmt.Errorf("lockclient: commit fenced transaction on %q: %w", l.resource, fenceError(err))
+	case errors.Is(err, pgx.ErrTxCommitRollback):
+		return fmt.Errorf("lockclient: commit fenced transaction on %q: a statement had failed, PostgreSQL rolled the transaction back: %w",
+			l.resource, err)
+	case errors.Is(err, pgx.ErrTxClosed):
+		return fmt.Errorf("lockclient: commit fenced transaction on %q: fn ended the transaction itself; InTx commits it: %w",
+			l.resource, err)
+	case pgconn.SafeToRetry(err):
+		// COMMIT never left, and pgx closed the connection: the server
+		// rolls the transaction back.
+		return fmt.Errorf("lockclient: commit fenced transaction on %q: COMMIT could not be sent, nothing committed: %w",
+			l.resource, err)
+	}
+	return fmt.Errorf("%w: fenced transaction on %q with token %d: %w", ErrCommitUnknown, l.resource, l.token, err)
+}
+
+func attempts(n int) string {
+	if n == 1 {
+		return "1 attempt"
+	}
+	return fmt.Sprintf("%d attempts", n)
+}
+
+func isSerializationFailure(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) &&
+		(pgErr.Code == sqlstateSerializationFailure || pgErr.Code == sqlstateDeadlockDetected)
+}
+
+// left returns how much of the lease is left: 0 or less once it is over.
+func (l *Lock) left() time.Duration {
+	now := l.c.clk.now()
+	l.checkAt(now)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != lockHeld {
+		return 0
+	}
+	return l.validUntil - now
+}
