@@ -1,0 +1,26 @@
+package pgfence
+
+// healthFunctions is the VALUES list of HealthQuery's "want": every function
+// of schema fencegate with its identity arguments, SECURITY DEFINER, whether
+// application roles may execute it, whether it belongs to the DDL guard, its
+// pinned settings and the md5 of its body. TestHealthFunctions regenerates
+// it from the embedded SQL and fails when it is out of step.
+const healthFunctions = `	('schema_version', '', false, false, false, '{"search_path=pg_catalog, pg_temp"}', 'fc1c7a0bdce312b20bc3780dd6d41aaa'),
+	('fence', 'resource text, token bigint', true, true, false, '{"search_path=pg_catalog, pg_temp",lock_timeout=5s}', '49e48ca817e67f60ea61e0d101d69704'),
+	('fence_many', 'resources text[], token bigint', true, true, false, '{"search_path=pg_catalog, pg_temp",lock_timeout=5s}', '9f4819f494714161365254fdc2d28390'),
+	('check_insert', '', false, false, false, '{"search_path=pg_catalog, pg_temp"}', 'aedd51d69d6aa1b1918855994aff0c23'),
+	('check_update', '', false, false, false, '{"search_path=pg_catalog, pg_temp"}', '75c5a200693d1d6fba2b73b06a43e8b7'),
+	('check_delete', '', false, false, false, '{"search_path=pg_catalog, pg_temp"}', '950eb5c2f7cea4ac1f4ea18cc7019b9d'),
+	('check_row', '', false, false, false, '{"search_path=pg_catalog, pg_temp"}', '4bef56b8771c2fd313b24482c560a275'),
+	('refuse_truncate', '', false, false, false, '{"search_path=pg_catalog, pg_temp"}', '1a92ad27a4a8f6654f32d9d0fb9e61c5'),
+	('tree', 'tbl regclass', false, false, false, '{"search_path=pg_catalog, pg_temp"}', 'e15f261a490503dc005c5a94d653b176'),
+	('shape', 'tbl regclass', false, false, false, '{"search_path=pg_catalog, pg_temp"}', '0de335dd7f63b9ffc0552576eaa4e1ef'),
+	('check_expression', 'probe regclass, tbl regclass', false, false, false, '{"search_path=pg_catalog, pg_temp"}', '72d271deb2c2f4be275d925aaa1a644b'),
+	('protect', 'tbl regclass, resource text', false, false, false, '{"search_path=pg_catalog, pg_temp"}', '6f263acb0095f8441fd83f7ed062fde0'),
+	('unprotect', 'tbl regclass', false, false, false, '{"search_path=pg_catalog, pg_temp"}', 'cbaf82bdef9110557e3113820cfb4fee'),
+	('set_mark', 'resource text, token bigint, reason text', true, false, false, '{"search_path=pg_catalog, pg_temp"}', '6926ab9121062ec5840b934392d90da2'),
+	('guard_relation', 'classid oid, objid oid', false, false, true, '{"search_path=pg_catalog, pg_temp"}', 'e028f62f3867afe950d21f4fc011ca5d'),
+	('guard_type', 'typ oid', false, false, true, '{"search_path=pg_catalog, pg_temp"}', '340b948f0583a77759e9e053900b61fc'),
+	('guard_ddl', '', false, false, true, '{"search_path=pg_catalog, pg_temp"}', '13c1fc9f9e48d460374c100cf4f10609'),
+	('guard_drop', '', false, false, true, '{"search_path=pg_catalog, pg_temp"}', 'a89d3ff0a16e97933210b0f2ec7780e6')
+`
