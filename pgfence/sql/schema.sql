@@ -408,20 +408,34 @@ END
 $fg$;
 
 -- check_expression refuses a resource expression, already stored as the
--- generated column fencegate_resource of table probe, that reaches anything
--- whose result could change after protect ran: objects outside pg_catalog or
--- not owned by the bootstrap superuser (an application could replace them),
--- system columns (their values change on dump and restore), and values of
--- types whose text form depends on session settings (extra_float_digits,
--- bytea_output, DateStyle, ...) or on objects other roles own. PostgreSQL
--- itself refuses volatile and stable functions in a generated column.
+-- generated column fencegate_resource of table probe, whose result could
+-- change after protect ran: one that reaches a function, operator, type or
+-- collation outside pg_catalog or not owned by the bootstrap superuser (an
+-- application could replace it), a system column (its values change on dump
+-- and restore), a function returning cstring (an output function), or that
+-- turns into text a value whose text form depends on session settings:
+-- floats (extra_float_digits), bytea (bytea_output), times (DateStyle),
+-- geometric types, money. Such values may still be used through functions
+-- whose result does not depend on settings (f::numeric, encode(b, 'hex'),
+-- comparisons). PostgreSQL itself refuses volatile and stable functions in a
+-- generated column (after inlining: 'order:' || id is immutable for an
+-- integer id, and so allowed).
 CREATE OR REPLACE FUNCTION fencegate.check_expression(probe regclass, tbl regclass) RETURNS void
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fg$
 DECLARE
-	tree text;
-	bad  text;
+	tree   text;
+	bad    text;
+	tok    text[];
+	names  text[] := '{}';
+	types  oid[] := '{}';
+	funcs  oid[] := '{}';
+	n      integer;
+	field  text;
+	unsafe oid[] := ARRAY['float4', 'float8', 'bytea', 'point', 'lseg', 'line', 'box', 'path', 'polygon', 'circle',
+	                      'time', 'timetz', 'money']::regtype[]::oid[];
+	totext oid[] := ARRAY['textanycat(text, anynonarray)', 'anytextcat(anynonarray, text)']::regprocedure[]::oid[];
 BEGIN
 	SELECT d.adbin::text INTO tree FROM pg_attrdef d JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
 	WHERE d.adrelid = probe AND a.attname = 'fencegate_resource';
@@ -432,31 +446,25 @@ BEGIN
 		RAISE EXCEPTION 'fencegate: the resource expression for % uses a system column (tableoid, ctid, ...), whose values change when rows move or are restored', tbl
 			USING ERRCODE = 'FG003', HINT = 'Use ordinary columns of the table.';
 	END IF;
-	-- Every value the expression computes has a type; each must have a text
-	-- form fixed by the value alone.
-	SELECT format_type(m.oid, NULL) INTO bad
+	SELECT format_type(y.oid, NULL) INTO bad
 	FROM (SELECT DISTINCT x[2]::oid AS oid
-	      FROM regexp_matches(tree, ':(vartype|consttype|paramtype|opresulttype|funcresulttype|resulttype|casetype|coalescetype|minmaxtype|array_typeid|element_typeid|row_typeid|typeId|type|refrestype|refcontainertype|refelemtype) ([0-9]+)', 'g') x) m
-	     JOIN pg_type t ON t.oid = m.oid
-	WHERE m.oid <> 0 AND NOT (
-		t.oid = ANY (ARRAY['text', 'varchar', 'bpchar', 'char', 'name', 'int2', 'int4', 'int8', 'oid', 'numeric', 'bool', 'uuid',
-		                   'inet', 'cidr', 'macaddr', 'macaddr8', 'bit', 'varbit', 'json', 'jsonb']::regtype[]::oid[])
-		OR (t.typelem = ANY (ARRAY['text', 'varchar', 'bpchar', 'char', 'name', 'int2', 'int4', 'int8', 'oid', 'numeric', 'bool', 'uuid',
-		                           'inet', 'cidr', 'macaddr', 'macaddr8', 'bit', 'varbit', 'json', 'jsonb']::regtype[]::oid[])
-		    AND t.typsubscript = 'array_subscript_handler'::regproc))
+	      FROM regexp_matches(tree, ':([A-Za-z_]*type|[A-Za-z_]*typid|typeId) ([0-9]+)', 'g') x) m
+	     JOIN pg_type y ON y.oid = m.oid
+	     LEFT JOIN pg_type e ON e.oid = y.typelem AND y.typsubscript = 'array_subscript_handler'::regproc
+	WHERE NOT (y.typnamespace = 'pg_catalog'::regnamespace AND y.typowner = 10
+	           AND (e.oid IS NULL OR (e.typnamespace = 'pg_catalog'::regnamespace AND e.typowner = 10)))
 	LIMIT 1;
 	IF FOUND THEN
-		RAISE EXCEPTION 'fencegate: the resource expression for % uses type %, whose text form depends on session settings or on objects outside pg_catalog', tbl, bad
-			USING ERRCODE = 'FG003',
-			HINT = 'Resource expressions may compute text, varchar, char, name, integers, oid, numeric, bool, uuid, network addresses, bit strings, json and jsonb (and arrays of them). Convert other values explicitly: numeric for floats, encode(col, ''hex'') for bytea, an integer for dates.';
+		RAISE EXCEPTION 'fencegate: the resource expression for % uses type %, which is not built in (its owner could change what its values mean)', tbl, bad
+			USING ERRCODE = 'FG003', HINT = 'Use columns and values of the types of pg_catalog.';
 	END IF;
 	SELECT p.oid::regprocedure::text INTO bad
 	FROM (SELECT DISTINCT x[2]::oid AS oid FROM regexp_matches(tree, ':(funcid|opfuncid|hashfuncid|negfuncid) ([0-9]+)', 'g') x) f
 	     JOIN pg_proc p ON p.oid = f.oid
-	WHERE f.oid <> 0 AND (p.pronamespace <> 'pg_catalog'::regnamespace OR p.proowner <> 10)
+	WHERE f.oid <> 0 AND (p.pronamespace <> 'pg_catalog'::regnamespace OR p.proowner <> 10 OR p.prorettype = 'cstring'::regtype)
 	LIMIT 1;
 	IF FOUND THEN
-		RAISE EXCEPTION 'fencegate: the resource expression for % calls %, which is not a built-in function', tbl, bad
+		RAISE EXCEPTION 'fencegate: the resource expression for % calls %, which is not a built-in function or is an output function', tbl, bad
 			USING ERRCODE = 'FG003', HINT = 'Use only immutable functions and operators of pg_catalog.';
 	END IF;
 	SELECT o.oid::regoperator::text INTO bad
@@ -477,6 +485,35 @@ BEGIN
 		RAISE EXCEPTION 'fencegate: the resource expression for % uses collation %, which is not built in', tbl, bad
 			USING ERRCODE = 'FG003', HINT = 'Use only collations of pg_catalog.';
 	END IF;
+	-- Walk the node tree: a value of a settings-dependent type may flow into
+	-- any node but an I/O conversion or a text concatenation.
+	FOR tok IN SELECT regexp_matches(tree, '(\{[A-Z_]+|\}|:[A-Za-z_]+ -?[0-9]+)', 'g') LOOP
+		IF left(tok[1], 1) = '{' THEN
+			names := names || substr(tok[1], 2);
+			types := types || 0::oid;
+			funcs := funcs || 0::oid;
+		ELSIF tok[1] = '}' THEN
+			n := cardinality(names);
+			IF n > 1 AND (types[n] = ANY (unsafe) OR (SELECT y.typelem FROM pg_type y WHERE y.oid = types[n]) = ANY (unsafe))
+			   AND (names[n - 1] = 'COERCEVIAIO' OR funcs[n - 1] = ANY (totext)) THEN
+				RAISE EXCEPTION 'fencegate: the resource expression for % turns a value of type % into text, and that text depends on session settings (extra_float_digits, bytea_output, DateStyle)', tbl, format_type(types[n], NULL)
+					USING ERRCODE = 'FG003',
+					HINT = 'Convert the value explicitly first: col::numeric for floats, encode(col, ''hex'') for bytea, extract(...) for times.';
+			END IF;
+			names := names[1:n - 1];
+			types := types[1:n - 1];
+			funcs := funcs[1:n - 1];
+		ELSE
+			n := cardinality(names);
+			field := split_part(tok[1], ' ', 1);
+			IF n > 0 AND types[n] = 0 AND field IN (':vartype', ':consttype', ':paramtype', ':opresulttype', ':funcresulttype', ':resulttype',
+			                                        ':casetype', ':coalescetype', ':minmaxtype', ':array_typeid', ':row_typeid', ':typeId', ':type', ':refrestype') THEN
+				types[n] := split_part(tok[1], ' ', 2)::oid;
+			ELSIF n > 0 AND field IN (':funcid', ':opfuncid') THEN
+				funcs[n] := split_part(tok[1], ' ', 2)::oid;
+			END IF;
+		END IF;
+	END LOOP;
 	-- Backstop: whatever PostgreSQL recorded as a dependency of the
 	-- expression, other than the table's own columns (built-in objects are
 	-- pinned and never recorded).
@@ -528,7 +565,7 @@ BEGIN
 	IF rel.relkind NOT IN ('r', 'p') THEN
 		RAISE EXCEPTION 'fencegate: % is a %, not a table; protect the table it writes to', tbl,
 			CASE rel.relkind WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view' WHEN 'f' THEN 'foreign table'
-			                 WHEN 'S' THEN 'sequence' WHEN 'i' THEN 'index' WHEN 'I' THEN 'index' ELSE 'relation of kind ' || rel.relkind END
+			                 WHEN 'S' THEN 'sequence' WHEN 'i' THEN 'index' WHEN 'I' THEN 'index' ELSE 'relation of kind ' || rel.relkind::text END
 			USING ERRCODE = 'FG003';
 	END IF;
 	IF rel.relpersistence = 't' THEN
