@@ -122,14 +122,17 @@ UNION ALL
 	FROM rels r, pg_catalog.aclexplode(r.relacl) a
 	WHERE a.grantee <> r.relowner AND (a.grantee = 0 OR a.privilege_type <> 'SELECT' OR r.name NOT IN ('marks', 'audit'))
 UNION ALL
-	SELECT pg_catalog.format('table fencegate.%s has row-level security enabled: run "ALTER TABLE fencegate.%s DISABLE ROW LEVEL SECURITY"', r.name, r.name)
+	SELECT pg_catalog.format('table fencegate.%s has row-level security enabled: run "fencegate schema upgrade --db DSN"', r.name)
 	FROM rels r WHERE r.relrowsecurity
 UNION ALL
-	SELECT pg_catalog.format('table fencegate.%s has trigger %s: run "DROP TRIGGER %s ON fencegate.%s"', r.name, t.tgname, pg_catalog.quote_ident(t.tgname), r.name)
+	SELECT pg_catalog.format('table fencegate.%s has trigger %s: run "fencegate schema upgrade --db DSN", which drops it', r.name, t.tgname)
 	FROM rels r JOIN pg_catalog.pg_trigger t ON t.tgrelid = r.oid WHERE NOT t.tgisinternal
 UNION ALL
-	SELECT pg_catalog.format('table fencegate.%s has rule %s: run "DROP RULE %s ON fencegate.%s"', r.name, w.rulename, pg_catalog.quote_ident(w.rulename), r.name)
+	SELECT pg_catalog.format('table fencegate.%s has rule %s: run "fencegate schema upgrade --db DSN", which drops it', r.name, w.rulename)
 	FROM rels r JOIN pg_catalog.pg_rewrite w ON w.ev_class = r.oid WHERE w.rulename <> '_RETURN'
+UNION ALL
+	SELECT pg_catalog.format('table fencegate.%s has policy %s: run "fencegate schema upgrade --db DSN", which drops it', r.name, p.polname)
+	FROM rels r JOIN pg_catalog.pg_policy p ON p.polrelid = r.oid
 UNION ALL
 	SELECT pg_catalog.format('column fencegate.marks.%s is missing or changed: run "fencegate schema upgrade --db DSN"', x.col)
 	FROM rels r, (VALUES ('resource', 'text', true), ('token', 'bigint', false), ('holder_xid', 'xid8', false), ('holder_boot', 'timestamp with time zone', false)) x(col, typ, bytewise)

@@ -2,12 +2,15 @@ package pgfence_test
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/pgfence"
 	"github.com/fencegate/fencegate/pgfence/pgfencetest"
 	"github.com/jackc/pgx/v5"
@@ -68,5 +71,105 @@ func TestHealthFunctions(t *testing.T) {
 	}
 	if got := pgfence.HealthFunctionsForTest(); got != b.String() {
 		t.Fatalf("health_functions.go is out of step with the embedded SQL; replace healthFunctions with:\n%s", b.String())
+	}
+}
+
+// TestHealthFindsAlterations alters the schema or a protected table the
+// ways an owner (or an attacker with its rights) could, and checks that
+// HealthQuery names each problem with its repairing command, that the
+// fence refuses to run where it can tell cheaply, and that the named
+// command (Install, or protect again) repairs it.
+func TestHealthFindsAlterations(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name       string
+		alter      string // as the superuser; {owner} is the owner role, {app} the application role
+		want       string // in a HealthQuery row
+		fenceFails bool   // the fence refuses with FG005
+	}{
+		{name: "fence replaced", alter: `SET ROLE {owner}; CREATE OR REPLACE FUNCTION fencegate.fence(resource text, token bigint) RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET lock_timeout = '5s' AS $fg$BEGIN RETURN token; END$fg$`,
+			want: "function fencegate.fence(text,bigint) is altered (its body)"},
+		{name: "fence overloaded", alter: `SET ROLE {owner}; CREATE FUNCTION fencegate.fence(resource text, token integer) RETURNS bigint LANGUAGE sql AS 'SELECT 1::bigint'`,
+			want: "fencegate.fence(text,integer) is not part of schema fencegate", fenceFails: true},
+		{name: "fence made invoker", alter: `ALTER FUNCTION fencegate.fence(text, bigint) SECURITY INVOKER`, want: "its SECURITY DEFINER"},
+		{name: "search_path unpinned", alter: `ALTER FUNCTION fencegate.check_update() RESET search_path`, want: "fencegate.check_update() is altered (its settings)"},
+		{name: "function given away", alter: `ALTER FUNCTION fencegate.check_row() OWNER TO {app}`, want: "fencegate.check_row() is altered (its owner)"},
+		{name: "function executable by PUBLIC", alter: `GRANT EXECUTE ON FUNCTION fencegate.set_mark(text, bigint, text) TO PUBLIC`, want: "set_mark(text,bigint,text) is executable by PUBLIC"},
+		{name: "function executable by the application", alter: `GRANT EXECUTE ON FUNCTION fencegate.shape(regclass) TO {app}`, want: "shape(regclass) is executable by"},
+		{name: "marks writable", alter: `GRANT UPDATE ON fencegate.marks TO {app}`, want: "UPDATE on fencegate.marks is granted to"},
+		{name: "marks given away", alter: `ALTER TABLE fencegate.marks OWNER TO {app}`, want: "fencegate.marks belongs to role"},
+		{name: "schema writable", alter: `GRANT CREATE ON SCHEMA fencegate TO {app}`, want: "CREATE on schema fencegate is granted to"},
+		{name: "trigger on the marks", alter: `CREATE TRIGGER x BEFORE UPDATE ON fencegate.marks FOR EACH ROW EXECUTE FUNCTION suppress_redundant_updates_trigger()`, want: "table fencegate.marks has trigger x"},
+		{name: "row security on the marks", alter: `ALTER TABLE fencegate.marks ENABLE ROW LEVEL SECURITY`, want: "row-level security"},
+		{name: "check function dropped", alter: `DROP FUNCTION fencegate.check_row() CASCADE`, want: "function fencegate.check_row() is missing"},
+		{name: "version changed", alter: `SET ROLE {owner}; CREATE OR REPLACE FUNCTION fencegate.schema_version() RETURNS integer LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fg$SELECT 1$fg$`,
+			want: "fencegate.schema_version() is altered"},
+		{name: "trigger dropped", alter: `DROP TRIGGER fencegate_upd ON shop.orders`, want: "protected table shop.orders has no working fencegate check (fencegate_upd"},
+		{name: "trigger disabled", alter: `ALTER TABLE shop.orders DISABLE TRIGGER fencegate_ins`, want: "shop.orders has no working fencegate check (fencegate_ins"},
+		{name: "trigger set to origin only", alter: `ALTER TABLE shop.notes ENABLE TRIGGER fencegate_del`, want: "shop.notes has no working fencegate check (fencegate_del"},
+		{name: "replica check dropped", alter: `DROP TRIGGER fencegate_replica ON shop.ledger_2024`, want: "child table shop.ledger_2024 has no working fencegate check (fencegate_replica"},
+		{name: "partition template disabled", alter: `ALTER TABLE ONLY shop.events DISABLE TRIGGER fencegate_row`, want: "shop.events has no working fencegate check (fencegate_row"},
+		{name: "partition check dropped", alter: `DROP TRIGGER fencegate_ins ON shop.events_p1a`, want: "partition shop.events_p1a has no working fencegate check (fencegate_ins"},
+		{name: "partition added", alter: `CREATE TABLE shop.events_p5 PARTITION OF shop.events FOR VALUES FROM (500) TO (600)`, want: "partition shop.events_p5 has no working fencegate check (fencegate_trunc"},
+		{name: "inheritance child added", alter: `CREATE TABLE shop.ledger_2025 () INHERITS (shop.ledger)`, want: "child table shop.ledger_2025 has no working fencegate check (fencegate_ins"},
+		{name: "extra table in the schema", alter: `CREATE TABLE fencegate.extra (i int)`, want: "table fencegate.extra is not part of schema fencegate"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t)
+			alter := strings.NewReplacer("{owner}", f.db.Owner, "{app}", f.db.App).Replace(c.alter)
+			if _, err := f.admin.Exec(ctx, alter+"; RESET ROLE", pgx.QueryExecModeSimpleProtocol); err != nil {
+				t.Fatalf("alter: %v", err)
+			}
+			got := health(t, f.admin)
+			if !slices.ContainsFunc(got, func(p string) bool { return strings.Contains(p, c.want) }) {
+				t.Fatalf("HealthQuery = %q, want a row with %q", got, c.want)
+			}
+			for _, p := range got {
+				if !strings.Contains(p, `run "`) && !strings.Contains(p, "drop it") {
+					t.Fatalf("problem %q names no command", p)
+				}
+			}
+			if c.fenceFails {
+				// The call as clients send it (FenceSQL casts its arguments,
+				// so an overload cannot capture it).
+				err := script(f.app, "BEGIN", "SELECT fencegate.fence('order:1'::text, 1::bigint)", "COMMIT")
+				expectErr(t, "fence on an altered schema", err, fencegate.CodeSchemaInvalid)
+				if !strings.Contains(err.Error(), "fencegate schema upgrade") {
+					t.Fatalf("fence error %q names no command", err)
+				}
+			}
+			if c.name == "extra table in the schema" {
+				return // an administrator drops it; Install never drops relations
+			}
+			if _, err := pgfence.Install(ctx, f.admin, pgfence.InstallOptions{OwnerRole: f.db.Owner}); err != nil {
+				t.Fatalf("repair: %v", err)
+			}
+			if got := health(t, f.admin); len(got) != 0 {
+				t.Fatalf("HealthQuery after the repair = %q", got)
+			}
+			err := attempt(ctx, f.app, []string{"order:2"}, []string{"UPDATE shop.orders SET state = 'x' WHERE id = 1"}, false)
+			wantRefused(t, err, fencegate.CodeUnfenced)
+			err = attempt(ctx, f.app, nil, []string{"INSERT INTO shop.events VALUES (7, 7, 'x')"}, false)
+			wantRefused(t, err, fencegate.CodeUnfenced)
+			if err := attempt(ctx, f.app, []string{"order:1"}, []string{"UPDATE shop.orders SET state = 'x' WHERE id = 1"}, false); err != nil {
+				t.Fatalf("fenced write after the repair: %v", err)
+			}
+		})
+	}
+}
+
+// TestHealthOwnerCanLogin: an owner role that can log in is a problem, and
+// Install refuses to use it.
+func TestHealthOwnerCanLogin(t *testing.T) {
+	db := pgfencetest.New(t)
+	db.Exec(t, "ALTER ROLE "+db.Owner+" LOGIN")
+	admin := db.Admin(t)
+	got := health(t, admin)
+	if len(got) != 1 || !strings.Contains(got[0], "ALTER ROLE "+db.Owner+" NOLOGIN") {
+		t.Fatalf("HealthQuery = %q", got)
+	}
+	_, err := pgfence.Install(context.Background(), admin, pgfence.InstallOptions{OwnerRole: db.Owner})
+	if !errors.Is(err, pgfence.ErrOwnerRole) {
+		t.Fatalf("Install with a login owner: %v, want ErrOwnerRole", err)
 	}
 }

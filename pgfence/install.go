@@ -153,6 +153,9 @@ func (in *installer) run(ctx context.Context) error {
 	if in.rep.FromVersion != SchemaVersion {
 		in.did("installed schema fencegate version %d", SchemaVersion)
 	}
+	if err := in.cleanTables(ctx); err != nil {
+		return err
+	}
 	if err := in.privileges(ctx); err != nil {
 		return err
 	}
@@ -366,6 +369,40 @@ func (in *installer) cleanFunctions(ctx context.Context) error {
 	return nil
 }
 
+// cleanTables drops what does not belong on the marks and the audit:
+// triggers, rules, policies, row-level security.
+func (in *installer) cleanTables(ctx context.Context) error {
+	rows, err := in.tx.Query(ctx, `SELECT format('DROP TRIGGER %I ON %s', t.tgname, t.tgrelid::regclass), format('dropped trigger %s on %s', t.tgname, t.tgrelid::regclass)
+		FROM pg_trigger t WHERE t.tgrelid IN ('fencegate.marks'::regclass, 'fencegate.audit'::regclass) AND NOT t.tgisinternal
+		UNION ALL
+		SELECT format('DROP RULE %I ON %s', r.rulename, r.ev_class::regclass), format('dropped rule %s on %s', r.rulename, r.ev_class::regclass)
+		FROM pg_rewrite r WHERE r.ev_class IN ('fencegate.marks'::regclass, 'fencegate.audit'::regclass)
+		UNION ALL
+		SELECT format('DROP POLICY %I ON %s', p.polname, p.polrelid::regclass), format('dropped policy %s on %s', p.polname, p.polrelid::regclass)
+		FROM pg_policy p WHERE p.polrelid IN ('fencegate.marks'::regclass, 'fencegate.audit'::regclass)
+		UNION ALL
+		SELECT format('ALTER TABLE %s DISABLE ROW LEVEL SECURITY, NO FORCE ROW LEVEL SECURITY', c.oid::regclass), format('disabled row-level security on %s', c.oid::regclass)
+		FROM pg_class c WHERE c.oid IN ('fencegate.marks'::regclass, 'fencegate.audit'::regclass) AND (c.relrowsecurity OR c.relforcerowsecurity)`)
+	if err != nil {
+		return fmt.Errorf("install fencegate schema: inspect the marks: %w", classify(err))
+	}
+	fixes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([2]string, error) {
+		var f [2]string
+		err := r.Scan(&f[0], &f[1])
+		return f, err
+	})
+	if err != nil {
+		return fmt.Errorf("install fencegate schema: inspect the marks: %w", classify(err))
+	}
+	for _, f := range fixes {
+		if err := in.exec(ctx, f[1], f[0]); err != nil {
+			return err
+		}
+		in.did("%s", f[1])
+	}
+	return nil
+}
+
 func lookupFunction(name string) *function {
 	for _, f := range functions {
 		if f.name == name {
@@ -386,7 +423,7 @@ func (in *installer) privileges(ctx context.Context) error {
 			UNION ALL
 			SELECT c.relname::text, (aclexplode(c.relacl)).* FROM pg_class c WHERE c.relnamespace = 'fencegate'::regnamespace
 			UNION ALL
-			SELECT p.oid::regprocedure::text, (aclexplode(coalesce(p.proacl, acldefault('f', p.proowner)))).* FROM pg_proc p WHERE p.pronamespace = 'fencegate'::regnamespace
+			SELECT p.oid::regprocedure::text, (aclexplode(p.proacl)).* FROM pg_proc p WHERE p.pronamespace = 'fencegate'::regnamespace
 		)
 		SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END,
 		       bool_or(a.obj = 'schema' AND a.privilege_type = 'USAGE'),
@@ -472,7 +509,23 @@ func (in *installer) privileges(ctx context.Context) error {
 			}
 		}
 	}
-	apps := slices.Clone(in.opts.Grant)
+	// Roles that may take fences keep every application grant (a change of
+	// owner can fold a grant into the old owner's and lose it).
+	rows, err = in.tx.Query(ctx, `SELECT DISTINCT a.grantee::regrole::text FROM pg_proc p, aclexplode(p.proacl) a
+		WHERE p.oid = 'fencegate.fence(text,bigint)'::regprocedure AND a.grantee <> 0 AND a.grantee <> p.proowner
+		  AND a.privilege_type = 'EXECUTE' ORDER BY 1`)
+	if err != nil {
+		return fmt.Errorf("install fencegate schema: read the application roles: %w", classify(err))
+	}
+	apps, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("install fencegate schema: read the application roles: %w", classify(err))
+	}
+	for _, g := range in.opts.Grant {
+		if !slices.Contains(apps, g) {
+			apps = append(apps, g)
+		}
+	}
 	if in.formerOwner != "" {
 		var super bool
 		if err := in.tx.QueryRow(ctx, "SELECT rolsuper FROM pg_roles WHERE rolname = $1", in.formerOwner).Scan(&super); err == nil && !super && !slices.Contains(apps, in.formerOwner) {

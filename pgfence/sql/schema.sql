@@ -80,9 +80,9 @@ BEGIN
 	END IF;
 	IF (SELECT count(*) FROM pg_proc p
 	    WHERE p.pronamespace = 'fencegate'::regnamespace AND p.proname IN ('fence', 'fence_many')) <> 2 THEN
-		RAISE EXCEPTION 'fencegate: schema fencegate is altered: a function named fence or fence_many was added or removed'
+		RAISE EXCEPTION 'fencegate: schema fencegate is altered (a function named fence or fence_many was added or removed): an administrator runs "fencegate schema upgrade" to repair it'
 			USING ERRCODE = 'FG005',
-			HINT = 'An administrator runs "fencegate schema status" to see the problems and "fencegate schema upgrade" to repair them.';
+			HINT = '"fencegate schema status" lists every problem.';
 	END IF;
 	IF wait IS NOT NULL AND wait <> '' THEN
 		PERFORM set_config('lock_timeout', wait, true);
@@ -139,9 +139,9 @@ BEGIN
 	END IF;
 	IF (SELECT count(*) FROM pg_proc p
 	    WHERE p.pronamespace = 'fencegate'::regnamespace AND p.proname IN ('fence', 'fence_many')) <> 2 THEN
-		RAISE EXCEPTION 'fencegate: schema fencegate is altered: a function named fence or fence_many was added or removed'
+		RAISE EXCEPTION 'fencegate: schema fencegate is altered (a function named fence or fence_many was added or removed): an administrator runs "fencegate schema upgrade" to repair it'
 			USING ERRCODE = 'FG005',
-			HINT = 'An administrator runs "fencegate schema status" to see the problems and "fencegate schema upgrade" to repair them.';
+			HINT = '"fencegate schema status" lists every problem.';
 	END IF;
 	IF wait IS NOT NULL AND wait <> '' THEN
 		PERFORM set_config('lock_timeout', wait, true);
