@@ -49,24 +49,26 @@ owned(what, owner) AS (
 	SELECT pg_catalog.format('type fencegate.%s', y.typname), y.typowner
 	FROM pg_catalog.pg_type y JOIN fg ON y.typnamespace = fg.oid
 	UNION
-	SELECT pg_catalog.format('protected table %s', c.oid::pg_catalog.regclass), c.relowner
-	FROM prot JOIN pg_catalog.pg_class c ON c.oid = prot.relid
-	UNION
-	SELECT pg_catalog.format('schema %s, which holds protected table %s', pg_catalog.quote_ident(n.nspname), c.oid::pg_catalog.regclass), n.nspowner
+	SELECT pg_catalog.format('protected table %I.%I', n.nspname, c.relname), c.relowner
 	FROM prot JOIN pg_catalog.pg_class c ON c.oid = prot.relid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 	UNION
-	SELECT pg_catalog.format('type %s of a column of protected table %s', y.oid::pg_catalog.regtype, a.attrelid::pg_catalog.regclass), y.typowner
-	FROM prot JOIN pg_catalog.pg_attribute a ON a.attrelid = prot.relid AND a.attnum > 0 AND NOT a.attisdropped
+	SELECT pg_catalog.format('schema %I, which holds protected table %I.%I', n.nspname, n.nspname, c.relname), n.nspowner
+	FROM prot JOIN pg_catalog.pg_class c ON c.oid = prot.relid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+	UNION
+	SELECT pg_catalog.format('type %I.%I of a column of protected table %I.%I', yn.nspname, y.typname, n.nspname, c.relname), y.typowner
+	FROM prot JOIN pg_catalog.pg_class c ON c.oid = prot.relid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+	JOIN pg_catalog.pg_attribute a ON a.attrelid = prot.relid AND a.attnum > 0 AND NOT a.attisdropped
 	JOIN pg_catalog.pg_type y ON y.oid IN (a.atttypid, (SELECT e.typelem FROM pg_catalog.pg_type e WHERE e.oid = a.atttypid),
 	                                       (SELECT b.typbasetype FROM pg_catalog.pg_type b WHERE b.oid = a.atttypid))
+	JOIN pg_catalog.pg_namespace yn ON yn.oid = y.typnamespace
 	WHERE y.typnamespace <> 'pg_catalog'::pg_catalog.regnamespace)
 SELECT pg_catalog.format('role %s is a superuser', me.name) FROM me WHERE me.rolsuper
 UNION ALL
 SELECT pg_catalog.format('role %s has CREATEROLE, so it can make itself a member of the roles that own fencegate and the protected tables', me.name)
 FROM me WHERE me.rolcreaterole AND NOT me.rolsuper
 UNION ALL
-SELECT pg_catalog.format('role %s %s %s, which owns %s', me.name,
-       CASE WHEN o.owner = me.oid THEN 'is' ELSE 'is a member of' END, o.owner::pg_catalog.regrole, o.what)
+SELECT CASE WHEN o.owner = me.oid THEN pg_catalog.format('role %s owns %s', me.name, o.what)
+            ELSE pg_catalog.format('role %s is a member of %s, which owns %s', me.name, o.owner::pg_catalog.regrole, o.what) END
 FROM me, owned o
 WHERE NOT me.rolsuper AND pg_catalog.pg_has_role(me.oid, o.owner, 'MEMBER')
 UNION ALL
