@@ -220,4 +220,3 @@ func TestSetMark(t *testing.T) {
 	_, err = app.Exec(ctx, "SELECT * FROM fencegate.audit")
 	expectErr(t, "application role reading the audit", err, "42501")
 }
-

@@ -52,14 +52,22 @@ func TestPrivilegeQuery(t *testing.T) {
 		{"owner of an unprotected table", plainOwner, ""},
 		{"a superuser", "postgres", "is a superuser"},
 		{"CREATEROLE", role("fg_cr_", "LOGIN CREATEROLE"), "has CREATEROLE"},
-		{"member of the owner role", func() string { r := role("fg_mem_", "LOGIN"); mustExec(t, f.admin, "GRANT "+f.db.Owner+" TO "+r); return r }(), "which owns schema fencegate"},
+		{"member of the owner role", func() string {
+			r := role("fg_mem_", "LOGIN")
+			mustExec(t, f.admin, "GRANT "+f.db.Owner+" TO "+r)
+			return r
+		}(), "which owns schema fencegate"},
 		{"member of it without INHERIT", func() string {
 			r := role("fg_noinh_", "LOGIN NOINHERIT")
 			mustExec(t, f.admin, "GRANT "+f.db.Owner+" TO "+r)
 			return r
 		}(), "which owns schema fencegate"},
 		{"owner of a protected table", tableOwner, "owns protected table public.acct"},
-		{"member of a protected table's owner", func() string { r := role("fg_tabmem_", "LOGIN"); mustExec(t, f.admin, "GRANT "+f.data+" TO "+r); return r }(), "which owns protected table shop.orders"},
+		{"member of a protected table's owner", func() string {
+			r := role("fg_tabmem_", "LOGIN")
+			mustExec(t, f.admin, "GRANT "+f.data+" TO "+r)
+			return r
+		}(), "which owns protected table shop.orders"},
 		{"member of a member of the owner", func() string {
 			mid := role("fg_mid_", "NOLOGIN")
 			r := role("fg_deep_", "LOGIN")
@@ -74,8 +82,16 @@ func TestPrivilegeQuery(t *testing.T) {
 			mustExec(t, f.admin, "ALTER FUNCTION fencegate.tree(regclass) OWNER TO "+r)
 			return r
 		}(), "owns function fencegate.tree(regclass)"},
-		{"pg_write_server_files", func() string { r := role("fg_files_", "LOGIN"); mustExec(t, f.admin, "GRANT pg_write_server_files TO "+r); return r }(), "write the server's files"},
-		{"pg_execute_server_program", func() string { r := role("fg_prog_", "LOGIN"); mustExec(t, f.admin, "GRANT pg_execute_server_program TO "+r); return r }(), "run programs on the server"},
+		{"pg_write_server_files", func() string {
+			r := role("fg_files_", "LOGIN")
+			mustExec(t, f.admin, "GRANT pg_write_server_files TO "+r)
+			return r
+		}(), "write the server's files"},
+		{"pg_execute_server_program", func() string {
+			r := role("fg_prog_", "LOGIN")
+			mustExec(t, f.admin, "GRANT pg_execute_server_program TO "+r)
+			return r
+		}(), "run programs on the server"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got := reasons(t, dsn, c.role)
