@@ -9,7 +9,9 @@ package pgfence
 //
 // What it checks: the schema exists and belongs to a role that cannot log in;
 // every function of the schema is there, unaltered (body, SECURITY DEFINER,
-// pinned settings, owner, kind) and executable only by whom it should be;
+// pinned settings, owner, kind) and executable only by whom it should be
+// (application roles: the fence functions; owners of protected tables: the
+// row-level check their new partitions clone);
 // there is no other function (an overload, an addition); the marks and the
 // audit belong to the owner role, have the expected columns, no trigger, rule
 // or row security, and grant nothing beyond SELECT; nothing else lives in the
@@ -98,7 +100,7 @@ UNION ALL
 	       CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::pg_catalog.regrole::text END)
 	FROM have h JOIN want w ON w.name = h.name AND w.args = h.args,
 	     pg_catalog.aclexplode(coalesce(h.proacl, pg_catalog.acldefault('f', h.proowner))) a
-	WHERE a.grantee <> h.proowner AND (a.grantee = 0 OR NOT w.app)
+	WHERE a.grantee <> h.proowner AND (a.grantee = 0 OR NOT (w.app OR w.name = 'check_row'))
 UNION ALL
 	SELECT pg_catalog.format('table fencegate.%s is missing: run "fencegate schema upgrade --db DSN"', x.name)
 	FROM fg, (VALUES ('marks'), ('audit')) x(name)

@@ -16,11 +16,9 @@ const healthFunctions = `	('schema_version', '', false, false, false, '{"search_
 	('tree', 'tbl regclass', false, false, false, '{"search_path=pg_catalog, pg_temp"}', 'e15f261a490503dc005c5a94d653b176'),
 	('shape', 'tbl regclass', false, false, false, '{"search_path=pg_catalog, pg_temp"}', '0de335dd7f63b9ffc0552576eaa4e1ef'),
 	('check_expression', 'probe regclass, tbl regclass', false, false, false, '{"search_path=pg_catalog, pg_temp"}', '78facc8cd29e88512dd95e20b1e94b68'),
-	('protect', 'tbl regclass, resource text', false, false, false, '{"search_path=pg_catalog, pg_temp"}', 'cd7f0694d74429979037e873344f75a2'),
+	('protect', 'tbl regclass, resource text', false, false, false, '{"search_path=pg_catalog, pg_temp"}', 'ee6dd4a0f000e87444b79e2ca9c53899'),
 	('unprotect', 'tbl regclass', false, false, false, '{"search_path=pg_catalog, pg_temp"}', 'cbaf82bdef9110557e3113820cfb4fee'),
 	('set_mark', 'resource text, token bigint, reason text', true, false, false, '{"search_path=pg_catalog, pg_temp"}', '6926ab9121062ec5840b934392d90da2'),
-	('guard_relation', 'classid oid, objid oid', false, false, true, '{"search_path=pg_catalog, pg_temp"}', 'e028f62f3867afe950d21f4fc011ca5d'),
-	('guard_type', 'typ oid', false, false, true, '{"search_path=pg_catalog, pg_temp"}', '340b948f0583a77759e9e053900b61fc'),
-	('guard_ddl', '', false, false, true, '{"search_path=pg_catalog, pg_temp"}', '13c1fc9f9e48d460374c100cf4f10609'),
-	('guard_drop', '', false, false, true, '{"search_path=pg_catalog, pg_temp"}', 'a89d3ff0a16e97933210b0f2ec7780e6')
+	('guard_ddl', '', false, false, true, '{"search_path=pg_catalog, pg_temp"}', '9a5a34d48693e0018407f168d9a58329'),
+	('guard_drop', '', false, false, true, '{"search_path=pg_catalog, pg_temp"}', 'bbceeb1d3b5b2db6c6343ef90a6ea3ed')
 `

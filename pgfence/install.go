@@ -431,10 +431,11 @@ func (in *installer) privileges(ctx context.Context) error {
 		       bool_or(a.obj = 'audit' AND a.privilege_type = 'SELECT'),
 		       bool_or(a.obj = 'fencegate.fence(text,bigint)' AND a.privilege_type = 'EXECUTE'),
 		       bool_or(a.obj = 'fencegate.fence_many(text[],bigint)' AND a.privilege_type = 'EXECUTE'),
+		       bool_or(a.obj = 'fencegate.check_row()' AND a.privilege_type = 'EXECUTE'),
 		       array_agg(DISTINCT a.privilege_type || ' on ' || a.obj) FILTER (WHERE NOT (
 		           (a.obj = 'schema' AND a.privilege_type = 'USAGE') OR
 		           (a.obj IN ('marks', 'audit') AND a.privilege_type = 'SELECT') OR
-		           (a.obj IN ('fencegate.fence(text,bigint)', 'fencegate.fence_many(text[],bigint)') AND a.privilege_type = 'EXECUTE')))
+		           (a.obj IN ('fencegate.fence(text,bigint)', 'fencegate.fence_many(text[],bigint)', 'fencegate.check_row()') AND a.privilege_type = 'EXECUTE')))
 		FROM acl a
 		JOIN pg_namespace n ON n.nspname = 'fencegate'
 		WHERE a.grantee <> n.nspowner AND NOT (a.grantee <> 0 AND EXISTS (
@@ -447,12 +448,13 @@ func (in *installer) privileges(ctx context.Context) error {
 	type grantee struct {
 		name                                  string
 		usage, marks, audit, fence, fenceMany bool
+		checkRow                              bool
 		extra                                 []string
 	}
 	var gs []grantee
 	for rows.Next() {
 		var g grantee
-		if err := rows.Scan(&g.name, &g.usage, &g.marks, &g.audit, &g.fence, &g.fenceMany, &g.extra); err != nil {
+		if err := rows.Scan(&g.name, &g.usage, &g.marks, &g.audit, &g.fence, &g.fenceMany, &g.checkRow, &g.extra); err != nil {
 			return fmt.Errorf("install fencegate schema: %w", err)
 		}
 		gs = append(gs, g)
@@ -473,7 +475,7 @@ func (in *installer) privileges(ctx context.Context) error {
 	}
 	for _, g := range gs {
 		if g.name == "PUBLIC" {
-			if len(g.extra) > 0 || g.usage || g.marks || g.audit || g.fence || g.fenceMany {
+			if len(g.extra) > 0 || g.usage || g.marks || g.audit || g.fence || g.fenceMany || g.checkRow {
 				var all []string
 				all = append(all, g.extra...)
 				in.did("revoked from PUBLIC: %s", strings.Join(all, ", "))
@@ -502,6 +504,9 @@ func (in *installer) privileges(ctx context.Context) error {
 		}
 		if g.fenceMany {
 			grants = append(grants, "GRANT EXECUTE ON FUNCTION fencegate.fence_many(text[], bigint) TO "+ident(g.name))
+		}
+		if g.checkRow {
+			grants = append(grants, "GRANT EXECUTE ON FUNCTION fencegate.check_row() TO "+ident(g.name))
 		}
 		for _, q := range grants {
 			if err := in.exec(ctx, "keep the grants of "+g.name, q); err != nil {

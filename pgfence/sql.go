@@ -64,8 +64,6 @@ var functions = []*function{
 	{name: "protect", args: "tbl regclass, resource text", result: "void", file: "schema"},
 	{name: "unprotect", args: "tbl regclass", result: "void", file: "schema"},
 	{name: "set_mark", args: "resource text, token bigint, reason text", result: "bigint", definer: true, file: "schema"},
-	{name: "guard_relation", args: "classid oid, objid oid", result: "regclass", guard: true, file: "guard"},
-	{name: "guard_type", args: "typ oid", result: "regclass", guard: true, file: "guard"},
 	{name: "guard_ddl", args: "", result: "event_trigger", guard: true, file: "guard"},
 	{name: "guard_drop", args: "", result: "event_trigger", guard: true, file: "guard"},
 }

@@ -6,53 +6,8 @@
 -- (event triggers need one); the functions stay owned by that superuser so
 -- that the owner role cannot change code that runs for every DDL command.
 
--- guard_relation names the protected table an event touches, or NULL: the
--- table itself, or the table of a trigger, rule, column default, constraint,
--- policy or index.
-CREATE OR REPLACE FUNCTION fencegate.guard_relation(classid oid, objid oid) RETURNS regclass
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $fg$
-WITH rel(relid) AS (
-	SELECT CASE classid
-		WHEN 'pg_class'::regclass THEN coalesce((SELECT i.indrelid FROM pg_index i WHERE i.indexrelid = objid), objid)
-		WHEN 'pg_trigger'::regclass THEN (SELECT t.tgrelid FROM pg_trigger t WHERE t.oid = objid)
-		WHEN 'pg_rewrite'::regclass THEN (SELECT r.ev_class FROM pg_rewrite r WHERE r.oid = objid)
-		WHEN 'pg_attrdef'::regclass THEN (SELECT d.adrelid FROM pg_attrdef d WHERE d.oid = objid)
-		WHEN 'pg_constraint'::regclass THEN (SELECT c.conrelid FROM pg_constraint c WHERE c.oid = objid)
-		WHEN 'pg_policy'::regclass THEN (SELECT p.polrelid FROM pg_policy p WHERE p.oid = objid)
-	END
-), up(relid) AS (
-	WITH RECURSIVE up(relid) AS (
-		SELECT relid FROM rel WHERE relid IS NOT NULL
-		UNION
-		SELECT i.inhparent FROM up JOIN pg_inherits i ON i.inhrelid = up.relid)
-	SELECT relid FROM up
-)
-SELECT (SELECT relid FROM rel)::regclass
-WHERE EXISTS (SELECT 1 FROM up JOIN pg_trigger t ON t.tgrelid = up.relid
-              JOIN pg_proc p ON p.oid = t.tgfoid
-              WHERE p.pronamespace = 'fencegate'::regnamespace)
-$fg$;
-
--- guard_type names a protected table that has a column of type typ (or of a
--- domain over it, or an array of it), or NULL.
-CREATE OR REPLACE FUNCTION fencegate.guard_type(typ oid) RETURNS regclass
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $fg$
-WITH RECURSIVE users(t) AS (
-	SELECT typ
-	UNION
-	SELECT y.oid FROM users JOIN pg_type y ON y.typbasetype = users.t OR y.typelem = users.t
-)
-SELECT a.attrelid::regclass FROM pg_attribute a
-JOIN users ON a.atttypid = users.t
-WHERE NOT a.attisdropped AND a.attnum > 0
-  AND EXISTS (SELECT 1 FROM pg_trigger tr JOIN pg_proc p ON p.oid = tr.tgfoid
-              WHERE tr.tgrelid = a.attrelid AND p.pronamespace = 'fencegate'::regnamespace)
-LIMIT 1
-$fg$;
+-- The guard functions call no other function of schema fencegate: every
+-- role that runs DDL runs them, and most have no rights in the schema.
 
 CREATE OR REPLACE FUNCTION fencegate.guard_ddl() RETURNS event_trigger
 LANGUAGE plpgsql
@@ -72,22 +27,51 @@ BEGIN
 	member := pg_has_role(current_user, owner, 'MEMBER');
 	IF NOT member THEN
 		FOR cmd IN SELECT * FROM pg_event_trigger_ddl_commands() LOOP
-			rel := fencegate.guard_relation(cmd.classid, cmd.objid);
+			-- The table the command touched: itself, or the table of a
+			-- trigger, rule, default, constraint, policy or index; refused
+			-- when it or an ancestor carries fencegate's checks.
+			SELECT x.relid::regclass INTO rel
+			FROM (SELECT CASE cmd.classid
+				WHEN 'pg_class'::regclass THEN coalesce((SELECT i.indrelid FROM pg_index i WHERE i.indexrelid = cmd.objid), cmd.objid)
+				WHEN 'pg_trigger'::regclass THEN (SELECT t.tgrelid FROM pg_trigger t WHERE t.oid = cmd.objid)
+				WHEN 'pg_rewrite'::regclass THEN (SELECT r.ev_class FROM pg_rewrite r WHERE r.oid = cmd.objid)
+				WHEN 'pg_attrdef'::regclass THEN (SELECT d.adrelid FROM pg_attrdef d WHERE d.oid = cmd.objid)
+				WHEN 'pg_constraint'::regclass THEN (SELECT c.conrelid FROM pg_constraint c WHERE c.oid = cmd.objid)
+				WHEN 'pg_policy'::regclass THEN (SELECT p.polrelid FROM pg_policy p WHERE p.oid = cmd.objid)
+				END AS relid) x
+			WHERE x.relid IS NOT NULL AND EXISTS (
+				WITH RECURSIVE up(relid) AS (
+					SELECT x.relid
+					UNION
+					SELECT i.inhparent FROM up JOIN pg_inherits i ON i.inhrelid = up.relid)
+				SELECT 1 FROM up JOIN pg_trigger t ON t.tgrelid = up.relid JOIN pg_proc p ON p.oid = t.tgfoid
+				WHERE p.pronamespace = 'fencegate'::regnamespace);
 			IF rel IS NOT NULL THEN
 				RAISE EXCEPTION 'fencegate: % on protected table % refused: role % is not a member of the fencegate owner role', cmd.command_tag, rel, current_user
 					USING ERRCODE = 'FG006',
 					HINT = 'Change protected tables as a member of the role that owns schema fencegate.';
 			END IF;
-			IF cmd.classid = 'pg_type'::regclass THEN
-				rel := fencegate.guard_type(cmd.objid);
-			ELSIF cmd.classid = 'pg_cast'::regclass THEN
-				SELECT coalesce(fencegate.guard_type(c.castsource), fencegate.guard_type(c.casttarget)) INTO rel
-				FROM pg_cast c WHERE c.oid = cmd.objid;
-			END IF;
-			IF rel IS NOT NULL THEN
-				RAISE EXCEPTION 'fencegate: % on a type used by protected table % refused: role % is not a member of the fencegate owner role', cmd.command_tag, rel, current_user
-					USING ERRCODE = 'FG006',
-					HINT = 'Change the types of protected tables as a member of the role that owns schema fencegate.';
+			-- A type (or a cast of one) that a protected table's column
+			-- has, directly, through a domain or as an array element.
+			IF cmd.classid IN ('pg_type'::regclass, 'pg_cast'::regclass) THEN
+				WITH RECURSIVE users(t) AS (
+					SELECT cmd.objid WHERE cmd.classid = 'pg_type'::regclass
+					UNION
+					SELECT c.castsource FROM pg_cast c WHERE cmd.classid = 'pg_cast'::regclass AND c.oid = cmd.objid
+					UNION
+					SELECT c.casttarget FROM pg_cast c WHERE cmd.classid = 'pg_cast'::regclass AND c.oid = cmd.objid
+					UNION
+					SELECT y.oid FROM users JOIN pg_type y ON y.typbasetype = users.t OR y.typelem = users.t)
+				SELECT a.attrelid::regclass INTO rel FROM pg_attribute a JOIN users ON a.atttypid = users.t
+				WHERE NOT a.attisdropped AND a.attnum > 0
+				  AND EXISTS (SELECT 1 FROM pg_trigger tr JOIN pg_proc p ON p.oid = tr.tgfoid
+				              WHERE tr.tgrelid = a.attrelid AND p.pronamespace = 'fencegate'::regnamespace)
+				LIMIT 1;
+				IF rel IS NOT NULL THEN
+					RAISE EXCEPTION 'fencegate: % on a type used by protected table % refused: role % is not a member of the fencegate owner role', cmd.command_tag, rel, current_user
+						USING ERRCODE = 'FG006',
+						HINT = 'Change the types of protected tables as a member of the role that owns schema fencegate.';
+				END IF;
 			END IF;
 		END LOOP;
 		RETURN;
@@ -129,10 +113,12 @@ BEGIN
 		RETURN;
 	END IF;
 	FOR obj IN SELECT * FROM pg_event_trigger_dropped_objects() LOOP
-		IF (obj.object_type = 'trigger' AND obj.address_names[cardinality(obj.address_names)] LIKE 'fencegate\_%')
+		IF (obj.object_type = 'trigger' AND starts_with(obj.address_names[cardinality(obj.address_names)], 'fencegate_'))
 		   OR (obj.object_type = 'table column' AND obj.address_names[3] = 'fencegate_resource')
-		   OR (obj.object_type = 'table column' AND fencegate.guard_relation('pg_class'::regclass,
-		          to_regclass(quote_ident(obj.address_names[1]) || '.' || quote_ident(obj.address_names[2]))) IS NOT NULL)
+		   OR (obj.object_type = 'table column' AND EXISTS (
+		          SELECT 1 FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
+		          WHERE t.tgrelid = to_regclass(quote_ident(obj.address_names[1]) || '.' || quote_ident(obj.address_names[2]))
+		            AND p.pronamespace = 'fencegate'::regnamespace))
 		   OR obj.schema_name = 'fencegate' THEN
 			RAISE EXCEPTION 'fencegate: dropping % refused: role % is not a member of the fencegate owner role', obj.object_identity, current_user
 				USING ERRCODE = 'FG006',

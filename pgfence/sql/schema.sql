@@ -632,10 +632,16 @@ BEGIN
 	LOOP
 		PERFORM fencegate.shape(kid.relid);
 		-- Writes that PostgreSQL runs as the table's owner (foreign-key
-		-- cascades) are checked as the owner, who must read the marks.
+		-- cascades) are checked as the owner, who must read the marks; and
+		-- a partition its owner creates gets a clone of the row-level check,
+		-- which needs EXECUTE on it (the function runs as the writer, so
+		-- the grant gives nothing away).
 		IF NOT has_table_privilege(kid.relowner, 'fencegate.marks', 'SELECT') THEN
 			EXECUTE format('GRANT USAGE ON SCHEMA fencegate TO %I', kid.rolname);
 			EXECUTE format('GRANT SELECT ON fencegate.marks TO %I', kid.rolname);
+		END IF;
+		IF NOT has_function_privilege(kid.relowner, 'fencegate.check_row()', 'EXECUTE') THEN
+			EXECUTE format('GRANT EXECUTE ON FUNCTION fencegate.check_row() TO %I', kid.rolname);
 		END IF;
 		IF kid.rolcanlogin THEN
 			RAISE WARNING 'fencegate: % is owned by role %, which can log in: an owner can drop or disable the checks and rewrite rows without them', kid.relid, kid.rolname
