@@ -42,6 +42,7 @@ func classify(err error) error {
 	case pg.Code == "42501": // insufficient_privilege
 		return fmt.Errorf("%w: %w", ErrPrivilege, err)
 	case pg.Code == "3F000" && pg.Message == `schema "fencegate" does not exist`,
+		pg.Code == "42P01" && strings.HasPrefix(pg.Message, `relation "fencegate.`),
 		pg.Code == "42883" && containsFencegateFunc(pg.Message):
 		return fmt.Errorf("%w: %w", ErrNotInstalled, err)
 	case pg.Code == "FG003", pg.Code == "42P01", pg.Code == "42601", pg.Code == "42703",
