@@ -21,4 +21,16 @@
 // applications get EXECUTE on the two fence functions and SELECT on the
 // marks, nothing else. pgfence/DESIGN.md argues why no message a client can
 // send gets a write past the checks, and what stays unprotected.
+//
+// What the package offers, each also a command of the fencegate binary:
+//
+//	Install, Inspect          fencegate schema install|upgrade|status
+//	Protect, Unprotect        fencegate protect|unprotect
+//	Marks, SetMark, Audit     fencegate marks show|set
+//	PrivilegeQuery            the gate's startup check of a session's role
+//	HealthQuery               one catalog query listing every problem with its repair
+//
+// Errors wrap a sentinel (ErrPrivilege, ErrBadInput, ErrNotInstalled, ...)
+// and keep the database's *pgconn.PgError, with its message and hint,
+// reachable through errors.As. The SQLSTATEs are in package fencegate.
 package pgfence

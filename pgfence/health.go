@@ -163,8 +163,9 @@ UNION ALL
 	       t.relid::pg_catalog.regclass, x.name, t.fix)
 	FROM trees t CROSS JOIN (VALUES ('fencegate_replica'), ('fencegate_row')) x(name)
 	WHERE (x.name = 'fencegate_replica' OR t.relkind = 'p')
-	  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger g WHERE g.tgrelid = t.relid AND g.tgname = x.name AND g.tgenabled = 'A'
-	                  AND g.tgtype = 29 AND (g.tgqual IS NOT NULL) = (x.name = 'fencegate_replica')
+	  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger g WHERE g.tgrelid = t.relid AND g.tgname = x.name
+	                  AND g.tgenabled = CASE x.name WHEN 'fencegate_replica' THEN 'R' ELSE 'A' END
+	                  AND g.tgtype = 29 AND g.tgqual IS NULL
 	                  AND g.tgfoid = (SELECT h.oid FROM have h WHERE h.name = 'check_row' AND h.args = ''))
 UNION ALL
 	SELECT pg_catalog.format('the DDL guard is incomplete or disabled (event trigger %s): run "fencegate schema install --guard-ddl --db DSN" as a superuser', x.name)

@@ -332,12 +332,15 @@ WITH RECURSIVE t(relid, depth) AS (
 SELECT relid::regclass, depth FROM t ORDER BY depth, relid
 $fg$;
 
--- shape gives one table of a protected hierarchy its triggers (all ENABLE
--- ALWAYS): statement-level checks with transition tables, the TRUNCATE
--- refusal, the row-level check for replica sessions (the apply worker), and
--- on a partitioned root the row-level check that PostgreSQL clones to every
--- future partition. On a leaf partition that clone is disabled, because the
--- partition's own statement triggers and its parent's check every write.
+-- shape gives one table of a protected hierarchy its triggers: statement-
+-- level checks with transition tables and the TRUNCATE refusal (ENABLE
+-- ALWAYS: they fire whatever session_replication_role says), the row-level
+-- check for replica sessions such as the apply worker (ENABLE REPLICA: it
+-- fires only there, so ordinary writes pay nothing per row for it), and on a
+-- partitioned root the row-level check that PostgreSQL clones to every
+-- future partition (ENABLE ALWAYS). On a leaf partition that clone is
+-- disabled, because the partition's own statement triggers and its
+-- parent's check every write.
 CREATE OR REPLACE FUNCTION fencegate.shape(tbl regclass) RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -351,19 +354,19 @@ BEGIN
 	SELECT c.relkind, c.relispartition INTO rel FROM pg_class c WHERE c.oid = tbl;
 	FOR want IN
 		SELECT * FROM (VALUES
-			('fencegate_ins', 4, 'fencegate.check_insert()'::regprocedure, NULL::name, 'fg_new'::name, false,
+			('fencegate_ins', 4, 'fencegate.check_insert()'::regprocedure, NULL::name, 'fg_new'::name, 'A',
 			 'AFTER INSERT ON %s REFERENCING NEW TABLE AS fg_new FOR EACH STATEMENT EXECUTE FUNCTION fencegate.check_insert()'),
-			('fencegate_upd', 16, 'fencegate.check_update()'::regprocedure, 'fg_old', 'fg_new', false,
+			('fencegate_upd', 16, 'fencegate.check_update()'::regprocedure, 'fg_old', 'fg_new', 'A',
 			 'AFTER UPDATE ON %s REFERENCING OLD TABLE AS fg_old NEW TABLE AS fg_new FOR EACH STATEMENT EXECUTE FUNCTION fencegate.check_update()'),
-			('fencegate_del', 8, 'fencegate.check_delete()'::regprocedure, 'fg_old', NULL, false,
+			('fencegate_del', 8, 'fencegate.check_delete()'::regprocedure, 'fg_old', NULL, 'A',
 			 'AFTER DELETE ON %s REFERENCING OLD TABLE AS fg_old FOR EACH STATEMENT EXECUTE FUNCTION fencegate.check_delete()'),
-			('fencegate_trunc', 34, 'fencegate.refuse_truncate()'::regprocedure, NULL, NULL, false,
+			('fencegate_trunc', 34, 'fencegate.refuse_truncate()'::regprocedure, NULL, NULL, 'A',
 			 'BEFORE TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION fencegate.refuse_truncate()'),
-			('fencegate_replica', 29, 'fencegate.check_row()'::regprocedure, NULL, NULL, true,
-			 'AFTER INSERT OR UPDATE OR DELETE ON %s FOR EACH ROW WHEN (pg_catalog.current_setting(''session_replication_role'') = ''replica'') EXECUTE FUNCTION fencegate.check_row()'),
-			('fencegate_row', 29, 'fencegate.check_row()'::regprocedure, NULL, NULL, false,
+			('fencegate_replica', 29, 'fencegate.check_row()'::regprocedure, NULL, NULL, 'R',
+			 'AFTER INSERT OR UPDATE OR DELETE ON %s FOR EACH ROW EXECUTE FUNCTION fencegate.check_row()'),
+			('fencegate_row', 29, 'fencegate.check_row()'::regprocedure, NULL, NULL, 'A',
 			 'AFTER INSERT OR UPDATE OR DELETE ON %s FOR EACH ROW EXECUTE FUNCTION fencegate.check_row()')
-		) AS w(name, tgtype, fn, oldtab, newtab, qual, ddl)
+		) AS w(name, tgtype, fn, oldtab, newtab, mode, ddl)
 	LOOP
 		-- Row triggers of a partition are clones of its root's; only the
 		-- root of a partition tree and tables outside partitioning carry
@@ -375,7 +378,7 @@ BEGIN
 		IF have AND NOT (trg.tgfoid = want.fn AND trg.tgtype = want.tgtype
 		                 AND trg.tgoldtable IS NOT DISTINCT FROM want.oldtab
 		                 AND trg.tgnewtable IS NOT DISTINCT FROM want.newtab
-		                 AND (trg.tgqual IS NOT NULL) = want.qual
+		                 AND trg.tgqual IS NULL
 		                 AND trg.tgparentid = 0 AND NOT trg.tgisinternal
 		                 AND trg.tgnargs = 0 AND cardinality(trg.tgattr::int2[]) = 0) THEN
 			EXECUTE format('DROP TRIGGER %I ON %s', want.name, tbl);
@@ -384,23 +387,27 @@ BEGIN
 		IF NOT have THEN
 			EXECUTE format('CREATE TRIGGER %I ', want.name) || format(want.ddl, tbl);
 		END IF;
-		IF NOT have OR trg.tgenabled <> 'A' THEN
-			EXECUTE format('ALTER TABLE ONLY %s ENABLE ALWAYS TRIGGER %I', tbl, want.name);
+		IF NOT have OR trg.tgenabled <> want.mode THEN
+			EXECUTE format('ALTER TABLE ONLY %s ENABLE %s TRIGGER %I', tbl, CASE want.mode WHEN 'R' THEN 'REPLICA' ELSE 'ALWAYS' END, want.name);
 		END IF;
 	END LOOP;
 	IF rel.relispartition THEN
-		-- The clones: the replica check always on, the catch-all row check
-		-- off on leaves (their statement triggers check), on where the
-		-- partition is itself partitioned (its clone is the template of
-		-- its future partitions).
+		-- The clones: the replica check on for replica sessions, the
+		-- catch-all row check off on leaves (their statement triggers
+		-- check), on where the partition is itself partitioned (its clone
+		-- is the template of its future partitions).
 		FOR trg IN SELECT t.tgname, t.tgenabled FROM pg_trigger t
 		           WHERE t.tgrelid = tbl AND t.tgname IN ('fencegate_replica', 'fencegate_row') LOOP
-			IF trg.tgname = 'fencegate_row' AND rel.relkind <> 'p' THEN
+			IF trg.tgname = 'fencegate_replica' THEN
+				IF trg.tgenabled <> 'R' THEN
+					EXECUTE format('ALTER TABLE ONLY %s ENABLE REPLICA TRIGGER fencegate_replica', tbl);
+				END IF;
+			ELSIF rel.relkind <> 'p' THEN
 				IF trg.tgenabled <> 'D' THEN
 					EXECUTE format('ALTER TABLE ONLY %s DISABLE TRIGGER fencegate_row', tbl);
 				END IF;
 			ELSIF trg.tgenabled <> 'A' THEN
-				EXECUTE format('ALTER TABLE ONLY %s ENABLE ALWAYS TRIGGER %I', tbl, trg.tgname);
+				EXECUTE format('ALTER TABLE ONLY %s ENABLE ALWAYS TRIGGER fencegate_row', tbl);
 			END IF;
 		END LOOP;
 	END IF;
