@@ -42,6 +42,7 @@ func withAdmin(admin, owner string, logs *logBuffer) proxytest.Option {
 	return proxytest.WithConfig(func(c *proxy.Config) {
 		c.AdminUpstream = admin
 		c.SchemaOwnerRole = owner
+		c.CheckInterval = -1
 		if logs != nil {
 			c.Logger = slog.New(slog.NewTextHandler(logs, nil))
 		}
@@ -90,7 +91,7 @@ func TestAdminInstallsAndRepairs(t *testing.T) {
 // reinstalled empty (every old token would pass again, and the tables
 // would be unprotected): sessions are refused until an administrator acts.
 func TestAdminDoesNotReinstallADroppedSchema(t *testing.T) {
-	fx := newFixture(t)
+	fx := newFixture(t, everySession)
 	proxied := proxytest.Start(t, fx.direct, withAdmin(fx.admin, fx.db.Owner, nil))
 	admitted(t, proxied)
 	execAdmin(t, fx.admin, "DROP SCHEMA fencegate CASCADE")

@@ -20,7 +20,8 @@ func benchTargets(b *testing.B) map[string]string {
 		b.Fatal(err)
 	}
 	protect(b, db.DSN, "t", "'bench'")
-	return map[string]string{"direct": db.AppDSN, "proxy": proxytest.Start(b, db.AppDSN)}
+	return map[string]string{"direct": db.AppDSN, "proxy": proxytest.Start(b, db.AppDSN),
+		"proxy-check-every-session": proxytest.Start(b, db.AppDSN, everySession)}
 }
 
 // BenchmarkSelect measures a read-only autocommit query, direct and through
@@ -68,11 +69,12 @@ func BenchmarkFencedWrite(b *testing.B) {
 }
 
 // BenchmarkConnect measures opening and closing a session, direct and
-// through the proxy, whose gate adds one round trip of catalog queries
-// (the role and schema checks) to each.
+// through the proxy, whose gate adds one round trip of catalog queries to a
+// session: with the default CheckInterval once a second per database and
+// role, or at every session.
 func BenchmarkConnect(b *testing.B) {
 	targets := benchTargets(b)
-	for _, name := range []string{"direct", "proxy"} {
+	for _, name := range []string{"direct", "proxy", "proxy-check-every-session"} {
 		b.Run(name, func(b *testing.B) {
 			ctx := context.Background()
 			for b.Loop() {

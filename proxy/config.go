@@ -18,6 +18,9 @@ import (
 // DefaultListen is the address the proxy listens on when Config.Listen is empty.
 const DefaultListen = "127.0.0.1:6432"
 
+// DefaultCheckInterval is the default Config.CheckInterval.
+const DefaultCheckInterval = time.Second
+
 // DefaultMaxMessageSize bounds the length of one frontend message.
 const DefaultMaxMessageSize = 64 << 20
 
@@ -48,6 +51,15 @@ type Config struct {
 	// schema has). The default is pgfence.DefaultOwnerRole
 	// ("fencegate_owner"). Used only with AdminUpstream.
 	SchemaOwnerRole string
+	// CheckInterval is how long the proxy trusts a gate check that passed:
+	// a session of a database whose schema was found sound less than
+	// CheckInterval ago skips the schema check, and one of a role admitted
+	// to that database less than CheckInterval ago skips the role check.
+	// Checks that failed are never trusted. A new session's first catalog
+	// queries are expensive (its caches are cold): see DESIGN.md. The
+	// default is DefaultCheckInterval (1s); a negative value checks at
+	// every session.
+	CheckInterval time.Duration
 	// AllowPrivilegedRoles admits sessions whose role could switch
 	// enforcement off (superusers, owners of protected tables or of schema
 	// fencegate, members of such roles). The default (false) refuses them

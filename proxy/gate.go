@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fencegate/fencegate"
@@ -120,20 +121,58 @@ const gatePrelude = "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY; SET LOCAL s
 // check runs the gate's queries: two Query messages in one write, one
 // round trip. Both end in one transaction that sets nothing beyond itself.
 func (s *session) check() (checked, error) {
-	checks := trimSQL(healthQuery)
-	if !s.p.cfg.AllowPrivilegedRoles {
-		checks += ";\n" + trimSQL(privilegeQuery)
+	var checks []string
+	health := !s.p.trusted(&s.p.soundAt, s.database)
+	if health {
+		checks = append(checks, trimSQL(healthQuery))
 	}
-	rows, status, err := s.gateQuery(gatePrelude, checks+";\nCOMMIT")
+	roleKey := s.database + "\x00" + s.user
+	role := !s.p.cfg.AllowPrivilegedRoles && !s.p.trusted(&s.p.admittedAt, roleKey)
+	if role {
+		checks = append(checks, trimSQL(privilegeQuery))
+	}
+	if len(checks) == 0 {
+		return checked{status: s.startStatus}, nil
+	}
+	began := time.Now()
+	rows, status, err := s.gateQuery(gatePrelude, strings.Join(checks, ";\n")+";\nCOMMIT")
 	if err != nil {
 		return checked{}, err
 	}
-	// Statements: BEGIN, 3 SETs | health, [privileges], COMMIT.
-	c := checked{problems: rows[4], status: status}
-	if !s.p.cfg.AllowPrivilegedRoles {
-		c.privileges = rows[5]
+	// Statements: BEGIN, 3 SETs, then the checks in order, then COMMIT.
+	c := checked{status: status}
+	i := 4
+	if health {
+		c.problems = rows[i]
+		i++
+		s.p.checked(&s.p.soundAt, s.database, began, len(c.problems) == 0)
+	}
+	if role {
+		c.privileges = rows[i]
+		// Trusted only together with a sound schema: the role check is
+		// about the objects of that schema.
+		s.p.checked(&s.p.admittedAt, roleKey, began, len(c.privileges) == 0 && len(c.problems) == 0)
 	}
 	return c, nil
+}
+
+// trusted reports whether a check of key that passed began less than
+// Config.CheckInterval ago.
+func (p *Proxy) trusted(m *sync.Map, key string) bool {
+	if p.cfg.CheckInterval <= 0 {
+		return false
+	}
+	v, ok := m.Load(key)
+	return ok && time.Since(v.(time.Time)) < p.cfg.CheckInterval
+}
+
+// checked records the outcome of a check of key that began at began.
+func (p *Proxy) checked(m *sync.Map, key string, began time.Time, passed bool) {
+	if passed && p.cfg.CheckInterval > 0 {
+		m.Store(key, began)
+	} else {
+		m.Delete(key)
+	}
 }
 
 // trimSQL drops a trailing semicolon and white space from a statement.

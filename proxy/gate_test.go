@@ -14,6 +14,7 @@ import (
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/pgfence"
 	"github.com/fencegate/fencegate/pgfence/pgfencetest"
+	"github.com/fencegate/fencegate/proxy"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -232,7 +233,7 @@ func dialStartup(t *testing.T, dsn string) *wire {
 // proxy: the next session is refused with FG005 and the repairing command,
 // until an administrator repairs it; no restart.
 func TestGateNoticesSchemaChanges(t *testing.T) {
-	fx := newFixture(t)
+	fx := newFixture(t, everySession)
 	admitted(t, fx.proxied)
 	for _, tc := range []struct {
 		name, damage, says string
@@ -258,4 +259,25 @@ func TestGateNoticesSchemaChanges(t *testing.T) {
 			admitted(t, fx.proxied)
 		})
 	}
+}
+
+// everySession makes the proxy check the schema at every session.
+var everySession = proxytest.WithConfig(func(c *proxy.Config) { c.CheckInterval = -1 })
+
+// A passed check is trusted for Config.CheckInterval: within it, sessions
+// of the same database skip the schema check, and sessions of a role
+// admitted to it skip the role check; another role is checked, a refusal
+// is never trusted, and with a negative interval every session is checked.
+func TestGateCheckInterval(t *testing.T) {
+	fx := newFixture(t, proxytest.WithConfig(func(c *proxy.Config) { c.CheckInterval = time.Hour }))
+	other := pgfencetest.Role(t, fx.admin, "fg_other_", "LOGIN")
+	admitted(t, fx.proxied)
+	execAdmin(t, fx.admin, "ALTER TABLE orders DISABLE TRIGGER USER; GRANT pg_execute_server_program TO "+fx.role+", "+other)
+	admitted(t, fx.proxied) // both verdicts trusted for an hour
+	refusedWith(t, asUser(t, fx.proxied, other, ""), fencegate.CodePrivilegedRole)
+	refusedWith(t, asUser(t, fx.proxied, other, ""), fencegate.CodePrivilegedRole)
+	strict := proxytest.Start(t, fx.direct, everySession)
+	refusedWith(t, strict, fencegate.CodeSchemaInvalid)
+	installSchema(t, fx.db) // restores the checks
+	refusedWith(t, strict, fencegate.CodePrivilegedRole)
 }

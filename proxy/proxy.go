@@ -33,7 +33,9 @@ type Proxy struct {
 	wg       sync.WaitGroup      // sessions and the accept loop
 	done     chan struct{}       // closed by Close
 
-	nextID atomic.Uint64
+	soundAt    sync.Map // database -> when a check that found its schema sound began
+	admittedAt sync.Map // database NUL role -> when a role check that passed began
+	nextID     atomic.Uint64
 }
 
 // New checks cfg and returns a Proxy that is not yet listening.
@@ -50,6 +52,9 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 10 * time.Second
+	}
+	if cfg.CheckInterval == 0 {
+		cfg.CheckInterval = DefaultCheckInterval
 	}
 	if cfg.RequireClientTLS && cfg.ClientTLS == nil {
 		return nil, fmt.Errorf("proxy: RequireClientTLS needs ClientTLS (a certificate and key)")

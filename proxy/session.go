@@ -38,6 +38,7 @@ type session struct {
 	keySet         bool
 	upPID          uint32
 	upSecret       []byte
+	startStatus    byte // the upstream's ReadyForQuery at the end of startup
 
 	track tracker // requests in flight, shared by the pumps
 

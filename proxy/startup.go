@@ -285,6 +285,7 @@ func (s *session) upstreamStartup(sp *startupParams) error {
 			if len(body) != 1 {
 				return fmt.Errorf("upstream sent a bad ReadyForQuery")
 			}
+			s.startStatus = body[0]
 			return nil
 		default: // ParameterStatus, NoticeResponse, NegotiateProtocolVersion, ...
 			if err := writeMsg(s.cw, typ, body); err != nil {

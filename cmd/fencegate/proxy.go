@@ -38,8 +38,9 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	tlsCert := fs.String("tls-cert", "", "PEM certificate the proxy presents to clients that ask for TLS (default none: clients' SSLRequest is declined)")
 	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert (default none)")
 	requireTLS := fs.Bool("require-client-tls", false, "refuse clients that do not use TLS; needs --tls-cert (default false)")
-	allowPriv := fs.Bool("allow-privileged-roles", false, "admit sessions whose role could switch enforcement off (superusers, owners of protected tables or of schema fencegate, members of such roles) instead of refusing them at startup with SQLSTATE FG007 (default false)")
+	allowPriv := fs.Bool("allow-privileged-roles", false, "admit sessions whose role could switch enforcement off (superusers, CREATEROLE, owners of protected tables, of their schemas or of anything in schema fencegate, members of such roles or of pg_execute_server_program or pg_write_server_files) instead of refusing them at startup with SQLSTATE FG007 (default false)")
 	admin := fs.String("admin-upstream", "", "`DSN` of a role that may install the fencegate schema (URL or key=value; the database is replaced by each client's; keep the password in PGPASSFILE or PGPASSWORD): the proxy then installs and repairs the schema itself (default none: a session whose database lacks a sound schema is refused with SQLSTATE FG005)")
+	checkEvery := fs.Duration("check-interval", proxy.DefaultCheckInterval, "how long a passed startup check is trusted: sessions of a database whose schema was found sound, and of a role admitted to it, within this time skip that check (failed checks are never trusted); 0 checks every session")
 	metricsAddr := fs.String("metrics-addr", "", "address to serve Prometheus metrics on at /metrics, e.g. 127.0.0.1:9187 (default none: no metrics server)")
 	drain := fs.Duration("drain-timeout", 10*time.Second, "on SIGINT/SIGTERM, how long open sessions may finish their transaction before they are closed")
 	maxMsg := fs.Int("max-message-size", proxy.DefaultMaxMessageSize, "largest frontend message accepted, in bytes")
@@ -62,11 +63,15 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("component", "proxy")
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if *checkEvery == 0 {
+		*checkEvery = -1 // proxy.Config reads 0 as "the default"
+	}
 	cfg := proxy.Config{
 		Listen:               *listen,
 		Upstream:             up,
 		AdminUpstream:        *admin,
 		AllowPrivilegedRoles: *allowPriv,
+		CheckInterval:        *checkEvery,
 		RequireClientTLS:     *requireTLS,
 		Logger:               log,
 		Registerer:           reg,
