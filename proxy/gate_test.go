@@ -283,3 +283,17 @@ func TestGateCheckInterval(t *testing.T) {
 	installSchema(t, fx.db) // restores the checks
 	refusedWith(t, strict, fencegate.CodePrivilegedRole)
 }
+
+// Replication connections (a walsender's protocol, physical or logical)
+// are refused before they reach PostgreSQL, with a clear message.
+func TestReplicationConnectionsRefused(t *testing.T) {
+	db := pgfencetest.New(t)
+	proxied := proxytest.Start(t, db.AppDSN)
+	for _, mode := range []string{"true", "database"} {
+		pe := refusedWith(t, withParams(proxied, "replication="+mode), "0A000")
+		if !strings.Contains(pe.Message, "replication") {
+			t.Errorf("replication=%s: %q", mode, pe.Message)
+		}
+	}
+	admitted(t, withParams(proxied, "replication=false"))
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"time"
 )
@@ -141,6 +142,15 @@ func (s *session) run() {
 		s.database = s.user
 	}
 	s.log = s.log.With("user", s.user, "database", s.database)
+	switch strings.ToLower(sp.get("replication")) {
+	case "", "false", "off", "no", "0":
+	default:
+		// A walsender speaks a protocol of its own (physical: not SQL at
+		// all), and applications do not replicate through a gate.
+		s.log.Info("replication connection refused")
+		s.writeFatalRaw("0A000", "fencegate: the proxy does not carry replication connections; connect to PostgreSQL directly")
+		return
+	}
 	max := s.p.cfg.MaxMessageSize
 	var cref, uref *connRef
 	s.cw, s.cf, cref = newBuffered(c, max)
