@@ -13,9 +13,10 @@ import (
 )
 
 // The gate runs once per session, after the upstream authenticated the
-// client and before the client's first ReadyForQuery: one simple Query on
-// the session's own upstream connection, whose answers the proxy consumes.
-// It asks PostgreSQL two things, in one round trip:
+// client and before the client's first ReadyForQuery: two Query messages in
+// one write on the session's own upstream connection (see gatePrelude),
+// whose answers the proxy consumes. It asks PostgreSQL two things, in one
+// round trip:
 //
 //   - whether the session's role could switch enforcement off
 //     (privilegeQuery; skipped with Config.AllowPrivilegedRoles), and
