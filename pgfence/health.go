@@ -19,6 +19,13 @@ package pgfence
 // resource expression and carries every check, enabled; a protected table is
 // not a partition or child of an unprotected one; the DDL guard, where
 // installed, is whole and enabled.
+//
+// A partition created or attached after protect ran, which PostgreSQL gave
+// the cloned row-level check, is sound (checked row by row; TRUNCATE of the
+// partition itself needs the TRUNCATE privilege, which application roles do
+// not hold) and is not a problem: Inspect lists it among the warnings, and
+// Install or protect gives it its statement-level checks. An inheritance
+// child created after protect gets no check from PostgreSQL and is one.
 const HealthQuery = `WITH
 fg AS (
 	SELECT n.oid, n.nspowner, n.nspacl, r.rolname::text AS owner, r.rolcanlogin, r.rolsuper
@@ -154,7 +161,7 @@ UNION ALL
 	       CASE WHEN t.relispartition THEN 'partition' WHEN t.relid = t.root THEN 'protected table' ELSE 'child table' END,
 	       t.relid::pg_catalog.regclass, s.name, t.fix)
 	FROM trees t CROSS JOIN stmt s
-	WHERE NOT (t.relkind = 'r' AND t.relispartition AND t.row_checked AND s.name <> 'fencegate_trunc')
+	WHERE NOT (t.relispartition AND t.row_checked)
 	  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger g WHERE g.tgrelid = t.relid AND g.tgname = s.name AND g.tgenabled = 'A'
 	                  AND g.tgtype = s.tgtype AND g.tgfoid = (SELECT h.oid FROM have h WHERE h.name = s.fn AND h.args = ''))
 UNION ALL
