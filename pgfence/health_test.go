@@ -189,7 +189,9 @@ func TestHealthNewPartition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.ContainsFunc(st.Warnings, func(w string) bool { return strings.Contains(w, "partition shop.events_p5 was added after shop.events was protected") }) {
+	if !slices.ContainsFunc(st.Warnings, func(w string) bool {
+		return strings.Contains(w, "partition shop.events_p5 was added after shop.events was protected")
+	}) {
 		t.Fatalf("Inspect warnings = %q", st.Warnings)
 	}
 	err = attempt(ctx, f.app, []string{"acct:1"}, []string{"INSERT INTO shop.events_p5 VALUES (5, 550, 'x')"}, false)
@@ -198,7 +200,9 @@ func TestHealthNewPartition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.ContainsFunc(rep.Actions, func(a string) bool { return strings.Contains(a, "restored the checks of protected table shop.events_p5") }) {
+	if !slices.ContainsFunc(rep.Actions, func(a string) bool {
+		return strings.Contains(a, "restored the checks of protected table shop.events_p5")
+	}) {
 		t.Fatalf("Install actions = %q", rep.Actions)
 	}
 	if s := shapeOf(t, f.admin, "shop.events_p5"); !strings.Contains(s, "fencegate_ins:A") || !strings.Contains(s, "fencegate_row:D") {
