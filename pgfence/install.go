@@ -17,7 +17,9 @@ type InstallOptions struct {
 	// OwnerRole owns schema fencegate, the marks and the functions; the
 	// fence runs with its rights. It must not be able to log in and must
 	// not be a superuser; Install creates it (NOLOGIN) when it is missing.
-	// The default is DefaultOwnerRole ("fencegate_owner").
+	// The default is the schema's current owner when the schema exists and
+	// that role can neither log in nor is a superuser, else
+	// DefaultOwnerRole ("fencegate_owner").
 	OwnerRole string
 	// Grant names application roles to receive what taking fences needs:
 	// USAGE on schema fencegate, EXECUTE on fencegate.fence and
@@ -65,7 +67,16 @@ type Report struct {
 func Install(ctx context.Context, conn *pgx.Conn, opts InstallOptions) (*Report, error) {
 	owner := opts.OwnerRole
 	if owner == "" {
+		var current *string
+		err := conn.QueryRow(ctx, `SELECT r.rolname::text FROM pg_namespace n JOIN pg_roles r ON r.oid = n.nspowner
+			WHERE n.nspname = 'fencegate' AND NOT r.rolcanlogin AND NOT r.rolsuper`).Scan(&current)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("install fencegate schema: read the schema's owner: %w", classify(err))
+		}
 		owner = DefaultOwnerRole
+		if current != nil {
+			owner = *current
+		}
 	}
 	for _, g := range opts.Grant {
 		if g == "" {

@@ -80,3 +80,16 @@ func TestHealthQueryWithoutSchema(t *testing.T) {
 		t.Fatalf("upgrade of an empty database: %v, want ErrNotInstalled", err)
 	}
 }
+
+// TestInstallKeepsOwner: without an owner role named, Install keeps the
+// schema's current one.
+func TestInstallKeepsOwner(t *testing.T) {
+	db := pgfencetest.New(t)
+	rep, err := pgfence.Install(context.Background(), db.Admin(t), pgfence.InstallOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OwnerRole != db.Owner || len(rep.Actions) != 0 {
+		t.Fatalf("Install without an owner: owner %s, actions %q; want %s and none", rep.OwnerRole, rep.Actions, db.Owner)
+	}
+}

@@ -81,7 +81,7 @@ func runSchemaInstall(ctx context.Context, sub string, args []string, stdout, st
 	var grant stringList
 	fs.Var(&grant, "grant", "an application role to give what taking fences needs (USAGE on schema fencegate, EXECUTE on fence and fence_many, SELECT on the marks); repeat or separate with commas (default none)")
 	guard := fs.Bool("guard-ddl", false, "also install the DDL guard: event triggers refusing DDL on protected tables by roles outside the owner role (needs a superuser)")
-	owner := fs.String("owner", pgfence.DefaultOwnerRole, "the role that owns schema fencegate; created NOLOGIN when missing")
+	owner := fs.String("owner", "", "the role that owns schema fencegate; created NOLOGIN when missing (default: the schema's current owner when nobody can log in as it, else "+pgfence.DefaultOwnerRole+")")
 	pos, err := parseInterspersed(fs, args, stderr)
 	if err != nil {
 		return err
