@@ -47,9 +47,10 @@ type Config struct {
 	// whose database lacks a sound schema is refused with SQLSTATE FG005.
 	AdminUpstream string
 	// SchemaOwnerRole is the NOLOGIN role that owns schema fencegate when
-	// the proxy installs it from nothing (a repair keeps the owner the
-	// schema has). The default is pgfence.DefaultOwnerRole
-	// ("fencegate_owner"). Used only with AdminUpstream.
+	// the proxy installs or repairs it (pgfence.InstallOptions.OwnerRole).
+	// The default (empty) keeps the schema's current owner when nobody can
+	// log in as it, else uses pgfence.DefaultOwnerRole ("fencegate_owner").
+	// Used only with AdminUpstream.
 	SchemaOwnerRole string
 	// CheckInterval is how long the proxy trusts a gate check that passed:
 	// a session of a database whose schema was found sound less than

@@ -20,30 +20,23 @@ var (
 // column protect() adds: it was dropped, with its marks.
 var errOrphans = errors.New("schema fencegate is missing, but tables still carry its resource column, so it was dropped with every mark it held")
 
-// install installs or repairs the schema through an admin connection. It
-// keeps the schema's owner role when that is a usable one (else owner, or
-// pgfence.DefaultOwnerRole when owner is empty), and it does not install
-// from nothing over tables that were protected before: reinstalling would
-// leave them unprotected and accept every old token again.
+// install installs or repairs the schema through an admin connection,
+// owned by owner (empty: pgfence's default, the current owner when it is a
+// usable one). It does not install from nothing over tables that were
+// protected before: reinstalling would leave them unprotected and accept
+// every old token again.
 func install(ctx context.Context, conn *pgx.Conn, owner string) (*pgfence.Report, error) {
-	var current *string
 	var orphans []string
-	err := conn.QueryRow(ctx, `SELECT
-		(SELECT r.rolname::text FROM pg_catalog.pg_namespace n JOIN pg_catalog.pg_roles r ON r.oid = n.nspowner
-		 WHERE n.nspname = 'fencegate' AND NOT r.rolcanlogin AND NOT r.rolsuper),
-		CASE WHEN pg_catalog.to_regnamespace('fencegate') IS NULL THEN ARRAY(
+	err := conn.QueryRow(ctx, `SELECT CASE WHEN pg_catalog.to_regnamespace('fencegate') IS NULL THEN ARRAY(
 			SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) FROM pg_catalog.pg_attribute a
 			JOIN pg_catalog.pg_class c ON c.oid = a.attrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 			WHERE a.attname = 'fencegate_resource' AND NOT a.attisdropped AND a.attnum > 0 AND c.relkind IN ('r', 'p')
-			ORDER BY 1) END`).Scan(&current, &orphans)
+			ORDER BY 1) END`).Scan(&orphans)
 	if err != nil {
 		return nil, fmt.Errorf("read the state of schema fencegate: %w", err)
 	}
 	if len(orphans) > 0 {
 		return nil, fmt.Errorf("%w (%s): an administrator decides: reinstall (fencegate schema install), then protect those tables again", errOrphans, strings.Join(orphans, ", "))
-	}
-	if current != nil {
-		owner = *current
 	}
 	return pgfence.Install(ctx, conn, pgfence.InstallOptions{OwnerRole: owner})
 }
