@@ -154,6 +154,8 @@ type sequence struct {
 	// COPY FROM STDIN with Syncs sent during it, and nothing after; see
 	// track.go): it must then count the session busy, never idle.
 	ambiguous bool
+	// fences is how many fences the proxy must count as accepted.
+	fences float64
 }
 
 // frameEnv is what sequences need besides the connection.
@@ -357,6 +359,16 @@ var sequences = []sequence{
 		w.send(&q{String: "SELECT 'still here'"})
 		w.ready(1)
 	}},
+	{name: "fenced writes and refusals on a protected table", fences: 2, run: func(w *wire, _ *frameEnv) {
+		w.send(&q{String: "BEGIN"}, &pm{Name: "f", Query: "SELECT fencegate.fence($1::text, $2::bigint)"}, &dm{ObjectType: 'S', Name: "f"},
+			&bm{PreparedStatement: "f", Parameters: [][]byte{[]byte("order:42"), []byte("5")}}, &em{},
+			&pm{Query: "UPDATE orders SET state = 'paid' WHERE id = 42"}, &bm{}, &em{}, &sm{}, &q{String: "COMMIT"})
+		w.ready(3)
+		w.send(&q{String: "UPDATE orders SET state = 'x' WHERE id = 43"},
+			&q{String: "BEGIN; SELECT fencegate.fence('order:42', 4); UPDATE orders SET state = 'stale' WHERE id = 42; COMMIT"},
+			&q{String: "ROLLBACK"}, &q{String: "SELECT fencegate.fence_many(ARRAY['order:42', 'order:43'], 5)"})
+		w.ready(4)
+	}},
 	{name: "transaction status across protocols", run: func(w *wire, _ *frameEnv) {
 		w.send(&q{String: "BEGIN"}, &pm{Query: "INSERT INTO t VALUES (30, 'a')"}, &bm{}, &em{}, &sm{},
 			&pm{Query: "SELECT 1/0"}, &bm{}, &em{}, &sm{}, &q{String: "SELECT 1"}, &q{String: "ROLLBACK"})
@@ -384,6 +396,7 @@ func TestFramesMatchDirect(t *testing.T) {
 		t.Run(sq.name, func(t *testing.T) {
 			env.t = t
 			var got [2][]frame
+			fences := testutilCounter(fx.p.Metrics().FencesAccepted)
 			for i, dsn := range []string{fx.direct, fx.proxied} {
 				execAdmin(t, fx.admin, "TRUNCATE t, d")
 				w := dialWire(t, dsn)
@@ -407,6 +420,9 @@ func TestFramesMatchDirect(t *testing.T) {
 					}
 					return nil
 				})
+			}
+			if n := testutilCounter(fx.p.Metrics().FencesAccepted) - fences; n != sq.fences {
+				t.Errorf("fences accepted: %v, want %v", n, sq.fences)
 			}
 			direct, proxied := got[0], got[1]
 			for i := range max(len(direct), len(proxied)) {
