@@ -4,32 +4,29 @@ import (
 	"context"
 	"testing"
 
+	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/internal/proxytest"
-	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/proxy"
+	"github.com/fencegate/fencegate/pgfence/pgfencetest"
 	"github.com/jackc/pgx/v5"
 )
 
-// benchTargets returns the direct DSN and the DSN through a proxy in front
-// of a fresh database.
+// benchTargets returns the application role's DSN straight to a fresh
+// database (schema installed, table t protected with one resource) and
+// through a proxy in front of it.
 func benchTargets(b *testing.B) map[string]string {
-	direct := testutil.PostgresDB(b)
-	c, err := pgx.Connect(context.Background(), direct)
-	if err != nil {
+	db := pgfencetest.New(b)
+	c := connect(b, db.DSN)
+	if _, err := c.Exec(context.Background(), "CREATE TABLE t (id int PRIMARY KEY, n bigint); INSERT INTO t VALUES (1, 0); GRANT SELECT, UPDATE ON t TO "+db.App); err != nil {
 		b.Fatal(err)
 	}
-	defer c.Close(context.Background())
-	if err := proxy.EnsureSchema(context.Background(), c); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := c.Exec(context.Background(), "CREATE TABLE t (id int PRIMARY KEY, n bigint); INSERT INTO t VALUES (1, 0)"); err != nil {
-		b.Fatal(err)
-	}
-	return map[string]string{"direct": direct, "proxy": proxytest.Start(b, direct)}
+	protect(b, db.DSN, "t", "'bench'")
+	return map[string]string{"direct": db.AppDSN, "proxy": proxytest.Start(b, db.AppDSN),
+		"proxy-check-every-session": proxytest.Start(b, db.AppDSN, everySession)}
 }
 
 // BenchmarkSelect measures a read-only autocommit query, direct and through
-// the proxy: the proxy adds no round trip and injects nothing for it.
+// the proxy: the proxy adds no round trip and forwards the frames as they
+// are.
 func BenchmarkSelect(b *testing.B) {
 	targets := benchTargets(b)
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
@@ -48,10 +45,8 @@ func BenchmarkSelect(b *testing.B) {
 	}
 }
 
-// BenchmarkFencedWrite measures BEGIN; fence; UPDATE; COMMIT through the
-// proxy against the same transaction sent direct with the fence's own SQL
-// (proxy.FenceSQL) in place of the fence call. The proxy's read-write
-// switch travels in the same write as the fence: no extra round trip.
+// BenchmarkFencedWrite measures BEGIN; fence; UPDATE; COMMIT on a protected
+// table, direct and through the proxy: the same messages both ways.
 func BenchmarkFencedWrite(b *testing.B) {
 	targets := benchTargets(b)
 	for _, name := range []string{"direct", "proxy"} {
@@ -59,25 +54,35 @@ func BenchmarkFencedWrite(b *testing.B) {
 			ctx := context.Background()
 			c := connect(b, targets[name])
 			for b.Loop() {
-				tx, err := c.Begin(ctx)
+				if err := pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(ctx, fencegate.FenceSQL, "bench", 1); err != nil {
+						return err
+					}
+					_, err := tx.Exec(ctx, "UPDATE t SET n = n + 1 WHERE id = 1")
+					return err
+				}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkConnect measures opening and closing a session, direct and
+// through the proxy, whose gate adds one round trip of catalog queries to a
+// session: with the default CheckInterval once a second per database and
+// role, or at every session.
+func BenchmarkConnect(b *testing.B) {
+	targets := benchTargets(b)
+	for _, name := range []string{"direct", "proxy", "proxy-check-every-session"} {
+		b.Run(name, func(b *testing.B) {
+			ctx := context.Background()
+			for b.Loop() {
+				c, err := pgx.Connect(ctx, targets[name])
 				if err != nil {
 					b.Fatal(err)
 				}
-				if name == "direct" {
-					// FenceSQL with the arguments inlined, in one message.
-					_, err = tx.Exec(ctx, "SET TRANSACTION READ WRITE; SELECT fencegate.fence('bench', 1)", pgx.QueryExecModeSimpleProtocol)
-				} else {
-					_, err = tx.Exec(ctx, "SELECT fencegate.fence($1, $2)", "bench", 1)
-				}
-				if err != nil {
-					b.Fatal(err)
-				}
-				if _, err := tx.Exec(ctx, "UPDATE t SET n = n + 1 WHERE id = 1"); err != nil {
-					b.Fatal(err)
-				}
-				if err := tx.Commit(ctx); err != nil {
-					b.Fatal(err)
-				}
+				c.Close(ctx)
 			}
 		})
 	}

@@ -55,9 +55,9 @@ func TestConcurrentFences(t *testing.T) {
 		t.Fatal(err)
 	}
 	tx5, done5 := begin(5)
-	testutil.WaitFor(t, 10*time.Second, "tx 5 to block on the mark", waitingOnLock(t, fx.direct, 1))
+	testutil.WaitFor(t, 10*time.Second, "tx 5 to block on the mark", waitingOnLock(t, fx.admin, 1))
 	tx7, done7 := begin(7)
-	testutil.WaitFor(t, 10*time.Second, "tx 7 to block on the mark", waitingOnLock(t, fx.direct, 2))
+	testutil.WaitFor(t, 10*time.Second, "tx 7 to block on the mark", waitingOnLock(t, fx.admin, 2))
 	select {
 	case err := <-done5:
 		t.Fatalf("tx 5 did not wait for tx 6: %v", err)
@@ -87,10 +87,10 @@ func TestConcurrentFences(t *testing.T) {
 		t.Fatalf("tx 5: %v, want SQLSTATE FG001", err)
 	}
 	_ = tx5.Rollback(ctx)
-	if got, want := state(t, fx.direct, 42), "by-7"; got != want {
+	if got, want := state(t, fx.admin, 42), "by-7"; got != want {
 		t.Fatalf("state = %q, want %q", got, want)
 	}
-	if got, want := mark(t, fx.direct, "order:42"), int64(7); got != want {
+	if got, want := mark(t, fx.admin, "order:42"), int64(7); got != want {
 		t.Fatalf("mark = %d, want %d", got, want)
 	}
 }
@@ -158,7 +158,7 @@ func TestTwoProxyProcesses(t *testing.T) {
 	if err := write(b, 11, "via-b"); err != nil {
 		t.Fatalf("newer write through the second proxy: %v", err)
 	}
-	if got, want := state(t, fx.direct, 42), "via-b"; got != want {
+	if got, want := state(t, fx.admin, 42), "via-b"; got != want {
 		t.Fatalf("state = %q, want %q", got, want)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -16,6 +17,9 @@ import (
 
 // DefaultListen is the address the proxy listens on when Config.Listen is empty.
 const DefaultListen = "127.0.0.1:6432"
+
+// DefaultCheckInterval is the default Config.CheckInterval.
+const DefaultCheckInterval = time.Second
 
 // DefaultMaxMessageSize bounds the length of one frontend message.
 const DefaultMaxMessageSize = 64 << 20
@@ -28,10 +32,40 @@ type Config struct {
 	// Upstream is the PostgreSQL server, as a URL
 	// ("postgres://127.0.0.1:5432?sslmode=disable") or host:port. Only the
 	// host, port and the sslmode, sslrootcert and sslservername parameters
-	// are used: user, database and credentials come from each client.
-	// sslmode is disable, allow, prefer (the default), require, verify-ca or
+	// are used: user, database and credentials come from each client (a
+	// user or password given here is ignored, and never logged). sslmode is
+	// disable, allow, prefer (the default), require, verify-ca or
 	// verify-full, as in libpq.
 	Upstream string
+	// AdminUpstream, when set, is a connection string (URL or key=value,
+	// as pgx and libpq take it) for a role allowed to install the
+	// fencegate schema, on the same server as Upstream. The proxy then
+	// installs or upgrades the schema in each database it sees clients for
+	// (pgfence.Install), and repairs it when a session finds it missing or
+	// altered; the database in the string is replaced by the client's. The
+	// default (empty) leaves the schema to the administrator: a session
+	// whose database lacks a sound schema is refused with SQLSTATE FG005.
+	AdminUpstream string
+	// SchemaOwnerRole is the NOLOGIN role that owns schema fencegate when
+	// the proxy installs or repairs it (pgfence.InstallOptions.OwnerRole).
+	// The default (empty) keeps the schema's current owner when nobody can
+	// log in as it, else uses pgfence.DefaultOwnerRole ("fencegate_owner").
+	// Used only with AdminUpstream.
+	SchemaOwnerRole string
+	// CheckInterval is how long the proxy trusts a gate check that passed:
+	// a session of a database whose schema was found sound less than
+	// CheckInterval ago skips the schema check, and one of a role admitted
+	// to that database less than CheckInterval ago skips the role check.
+	// Checks that failed are never trusted. A new session's first catalog
+	// queries are expensive (its caches are cold): see DESIGN.md. The
+	// default is DefaultCheckInterval (1s); a negative value checks at
+	// every session.
+	CheckInterval time.Duration
+	// AllowPrivilegedRoles admits sessions whose role could switch
+	// enforcement off (superusers, owners of protected tables or of schema
+	// fencegate, members of such roles). The default (false) refuses them
+	// at startup with SQLSTATE FG007.
+	AllowPrivilegedRoles bool
 	// ClientTLS, when set, lets clients switch to TLS with an SSLRequest.
 	// The default (nil) answers SSLRequest with 'N' (no TLS).
 	ClientTLS *tls.Config
@@ -41,11 +75,9 @@ type Config struct {
 	// UpstreamTLS overrides the TLS configuration built from the upstream's
 	// sslmode parameters. The default (nil) builds it from Upstream.
 	UpstreamTLS *tls.Config
-	// AllowUnfencedWrites lets transactions that took no fence write. The
-	// default (false) rejects their writes with SQLSTATE FG002.
-	AllowUnfencedWrites bool
-	// Logger receives structured logs, one line per rejection. The default
-	// is slog.Default().With("component", "proxy").
+	// Logger receives structured logs: one line per refused session and
+	// per fencegate error (FG001 ...) sent to a client. The default is
+	// slog.Default().With("component", "proxy").
 	Logger *slog.Logger
 	// Registerer receives the proxy's Prometheus metrics. The default (nil)
 	// registers nowhere; the metrics still work through Proxy.Metrics.
@@ -60,9 +92,10 @@ type Config struct {
 
 // upstream is the parsed Config.Upstream.
 type upstream struct {
-	addr    string
-	sslmode string
-	tls     *tls.Config
+	addr     string
+	sslmode  string
+	tls      *tls.Config
+	userInfo bool // the URL named a user or password (ignored)
 }
 
 func parseUpstream(raw string, override *tls.Config) (upstream, error) {
@@ -74,11 +107,13 @@ func parseUpstream(raw string, override *tls.Config) (upstream, error) {
 	if strings.Contains(raw, "://") {
 		pu, err := url.Parse(raw)
 		if err != nil {
-			return upstream{}, fmt.Errorf("%w %q: %v", ErrBadUpstream, raw, err)
+			return upstream{}, fmt.Errorf("%w %q: want postgres://host:port?sslmode=...", ErrBadUpstream, RedactDSN(raw))
 		}
+		raw = RedactDSN(pu.Redacted())
 		if pu.Scheme != "postgres" && pu.Scheme != "postgresql" {
 			return upstream{}, fmt.Errorf("%w %q: scheme must be postgres://", ErrBadUpstream, raw)
 		}
+		u.userInfo = pu.User != nil || pu.Query().Has("user") || pu.Query().Has("password")
 		host, port := pu.Hostname(), pu.Port()
 		if host == "" {
 			host = "127.0.0.1"
@@ -90,7 +125,7 @@ func parseUpstream(raw string, override *tls.Config) (upstream, error) {
 		q = pu.Query()
 	} else {
 		if _, _, err := net.SplitHostPort(raw); err != nil {
-			return upstream{}, fmt.Errorf("%w %q: want postgres://host:port?sslmode=... or host:port", ErrBadUpstream, raw)
+			return upstream{}, fmt.Errorf("%w %q: want postgres://host:port?sslmode=... or host:port", ErrBadUpstream, RedactDSN(raw))
 		}
 		u.addr = raw
 	}
@@ -139,6 +174,23 @@ func parseUpstream(raw string, override *tls.Config) (upstream, error) {
 	u.tls = tc
 	return u, nil
 }
+
+// RedactDSN hides the password in a connection string, which need not
+// parse: in a URL, everything between the user name and the last '@'; in
+// the key=value form and in URL parameters, the value of every password.
+func RedactDSN(raw string) string {
+	if i, at := strings.Index(raw, "://"), strings.LastIndex(raw, "@"); i >= 0 && at > i {
+		user := raw[i+3 : at]
+		if c := strings.Index(user, ":"); c >= 0 {
+			raw = raw[:i+3] + user[:c] + ":xxxxx" + raw[at:]
+		}
+	}
+	return passwordKV.ReplaceAllString(raw, "${1}xxxxx")
+}
+
+// passwordKV matches a password in key=value form, quoted or not, and a
+// password query parameter of a URL.
+var passwordKV = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]*)`)
 
 func verifyChain(raw [][]byte, roots *x509.CertPool) error {
 	if len(raw) == 0 {

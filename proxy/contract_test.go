@@ -2,10 +2,12 @@ package proxy_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -23,24 +25,35 @@ var modes = []struct {
 	{"describe", pgx.QueryExecModeDescribeExec},
 }
 
-func mark(t testing.TB, dsn, resource string) int64 {
+// fencedExec runs sql as the superuser of dsn in a transaction fenced on
+// resource with token: protected tables refuse every other write, the
+// superuser's included.
+func fencedExec(t testing.TB, dsn, resource string, token int64, sql string) {
 	t.Helper()
 	c := connect(t, dsn)
-	var tok int64 = -1
-	err := c.QueryRow(context.Background(), "SELECT token FROM fencegate.marks WHERE resource = $1", resource).Scan(&tok)
-	if err != nil && err != pgx.ErrNoRows {
-		t.Fatal(err)
+	ctx := context.Background()
+	if err := pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, fencegate.FenceSQL, resource, token); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, sql)
+		return err
+	}); err != nil {
+		t.Fatalf("%s (fenced on %s with %d): %v", sql, resource, token, err)
 	}
-	return tok
 }
 
 func TestContractPgx(t *testing.T) {
 	fx := newFixture(t)
 	ctx := context.Background()
-	for _, m := range modes {
+	execAdmin(t, fx.admin, `CREATE FUNCTION set_state(i int, s text) RETURNS int LANGUAGE sql AS $$ UPDATE orders SET state = s WHERE id = i RETURNING 1 $$;
+		GRANT EXECUTE ON FUNCTION set_state(int, text) TO `+fx.role)
+	for i, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			c := connect(t, fx.proxied)
-			res := "order:" + m.name
+			id := 100 + i
+			res := fmt.Sprintf("order:%d", id)
+			fencedExec(t, fx.admin, res, 1, fmt.Sprintf("INSERT INTO orders VALUES (%d, 'new')", id))
 			fence := func(tx pgx.Tx, tok any) (int64, error) {
 				var got int64
 				err := tx.QueryRow(ctx, "SELECT fencegate.fence($1, $2)", m.mode, res, tok).Scan(&got)
@@ -57,13 +70,10 @@ func TestContractPgx(t *testing.T) {
 				} else if got != tok {
 					t.Fatalf("fence(%d) = %d", tok, got)
 				}
-				if _, err := tx.Exec(ctx, "UPDATE orders SET state = $1 WHERE id = 42", m.mode, st); err != nil {
+				if _, err := tx.Exec(ctx, "UPDATE orders SET state = $1 WHERE id = $2", m.mode, st, id); err != nil {
 					return err
 				}
 				return tx.Commit(ctx)
-			}
-			if _, err := connect(t, fx.direct).Exec(ctx, "UPDATE orders SET state = 'new' WHERE id = 42"); err != nil {
-				t.Fatal(err)
 			}
 			// Accepted, then equal token accepted again.
 			if err := setState(34, "paid"); err != nil {
@@ -72,7 +82,7 @@ func TestContractPgx(t *testing.T) {
 			if err := setState(34, "shipped"); err != nil {
 				t.Fatalf("fenced write, equal token: %v", err)
 			}
-			if got, want := state(t, fx.direct, 42), "shipped"; got != want {
+			if got, want := state(t, fx.admin, id), "shipped"; got != want {
 				t.Fatalf("state = %q, want %q", got, want)
 			}
 			// Stale token: FG001 naming resource, offered and current token; nothing commits.
@@ -85,22 +95,22 @@ func TestContractPgx(t *testing.T) {
 					t.Errorf("stale error %q does not name %q", err, part)
 				}
 			}
-			if got, want := state(t, fx.direct, 42), "shipped"; got != want {
+			if got, want := state(t, fx.admin, id), "shipped"; got != want {
 				t.Fatalf("after stale: state = %q, want %q", got, want)
 			}
-			if got, want := mark(t, fx.direct, res), int64(34); got != want {
+			if got, want := mark(t, fx.admin, res), int64(34); got != want {
 				t.Fatalf("mark = %d, want %d", got, want)
 			}
-			// Unfenced writes: autocommit, explicit transaction, function, writable CTE, COPY FROM.
-			if _, err := connect(t, fx.direct).Exec(ctx, `CREATE OR REPLACE FUNCTION set_state(s text) RETURNS int LANGUAGE sql AS $$ UPDATE orders SET state = s WHERE id = 42 RETURNING 1 $$`); err != nil {
-				t.Fatal(err)
-			}
+			// Unfenced writes, refused by PostgreSQL: autocommit, explicit
+			// transaction, function, writable CTE, INSERT, DELETE, MERGE,
+			// COPY FROM.
 			for _, q := range []string{
-				"UPDATE orders SET state = 'x' WHERE id = 42",
-				"SELECT set_state('x')",
-				"WITH u AS (UPDATE orders SET state = 'x' WHERE id = 42 RETURNING id) SELECT count(*) FROM u",
+				fmt.Sprintf("UPDATE orders SET state = 'x' WHERE id = %d", id),
+				fmt.Sprintf("SELECT set_state(%d, 'x')", id),
+				fmt.Sprintf("WITH u AS (UPDATE orders SET state = 'x' WHERE id = %d RETURNING id) SELECT count(*) FROM u", id),
 				"INSERT INTO orders VALUES (99, 'x')",
-				"CREATE TABLE sneaky (a int)",
+				fmt.Sprintf("DELETE FROM orders WHERE id = %d", id),
+				fmt.Sprintf("MERGE INTO orders o USING (VALUES (%d)) v(id) ON o.id = v.id WHEN MATCHED THEN UPDATE SET state = 'x'", id),
 			} {
 				_, err := c.Exec(ctx, q, m.mode)
 				if got, want := sqlstate(err), "FG002"; got != want {
@@ -116,30 +126,23 @@ func TestContractPgx(t *testing.T) {
 				}
 				_ = tx.Commit(ctx)
 			}
-			if _, err := c.PgConn().CopyFrom(ctx, strings.NewReader("77\tcopied\n"), "COPY orders FROM STDIN"); sqlstate(err) != "FG002" {
+			if _, err := c.PgConn().CopyFrom(ctx, strings.NewReader("77\tcopied\n"), "COPY orders (id, state) FROM STDIN"); sqlstate(err) != "FG002" {
 				t.Errorf("COPY FROM: %v, want SQLSTATE FG002", err)
 			}
-			if got, want := state(t, fx.direct, 42), "shipped"; got != want {
+			if got, want := state(t, fx.admin, id), "shipped"; got != want {
 				t.Fatalf("after unfenced writes: state = %q, want %q", got, want)
 			}
 			var n int
-			if err := connect(t, fx.direct).QueryRow(ctx, "SELECT count(*) FROM orders").Scan(&n); err != nil || n != 2 {
-				t.Fatalf("orders rows = %d, %v; want 2", n, err)
+			if err := connect(t, fx.admin).QueryRow(ctx, "SELECT count(*) FROM orders WHERE id IN (77, 99)").Scan(&n); err != nil || n != 0 {
+				t.Fatalf("rows written without a fence = %d, %v; want 0", n, err)
 			}
 			// Reads need no fence.
 			var s string
 			if err := c.QueryRow(ctx, "SELECT state FROM orders WHERE id = 43", m.mode).Scan(&s); err != nil {
 				t.Fatalf("autocommit read: %v", err)
 			}
-			// Misuse: alone in autocommit, NULL/negative token, empty resource, not first.
+			// Misuse: NULL or negative token, empty resource.
 			var got int64
-			err = c.QueryRow(ctx, "SELECT fencegate.fence($1, $2)", m.mode, res, 50).Scan(&got)
-			if sqlstate(err) != "FG003" {
-				t.Errorf("fence alone in autocommit: %v, want SQLSTATE FG003", err)
-			}
-			if got, want := mark(t, fx.direct, res), int64(34); got != want {
-				t.Fatalf("mark after fence alone = %d, want %d", got, want)
-			}
 			for _, args := range [][]any{{res, nil}, {res, -1}, {"", 5}} {
 				tx, err := c.Begin(ctx)
 				if err != nil {
@@ -151,18 +154,20 @@ func TestContractPgx(t *testing.T) {
 				}
 				tx.Rollback(ctx)
 			}
+			// A fence guards exactly its resource: this row's fence does not
+			// let the transaction write order 43.
 			tx, err := c.Begin(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := tx.QueryRow(ctx, "SELECT state FROM orders WHERE id = 42", m.mode).Scan(&s); err != nil {
+			if _, err := fence(tx, 34); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := fence(tx, 40); sqlstate(err) != "FG003" {
-				t.Errorf("fence after a read: %v, want SQLSTATE FG003", err)
+			if _, err := tx.Exec(ctx, "UPDATE orders SET state = 'other' WHERE id = 43", m.mode); sqlstate(err) != "FG002" {
+				t.Errorf("write to another resource's row: %v, want SQLSTATE FG002", err)
 			}
 			tx.Rollback(ctx)
-			// Two fences (two resources) in one transaction.
+			// Two fences (two resources) in one transaction: both rows.
 			tx, err = c.Begin(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -170,11 +175,17 @@ func TestContractPgx(t *testing.T) {
 			if _, err := fence(tx, 35); err != nil {
 				t.Fatalf("first fence: %v", err)
 			}
-			if err := tx.QueryRow(ctx, "SELECT fencegate.fence($1, $2)", m.mode, res+":b", 1).Scan(&got); err != nil {
+			if err := tx.QueryRow(ctx, "SELECT fencegate.fence($1, $2)", m.mode, "order:43", 100+i).Scan(&got); err != nil {
 				t.Fatalf("second fence: %v", err)
+			}
+			if _, err := tx.Exec(ctx, "UPDATE orders SET state = 'both' WHERE id IN ($1, 43)", m.mode, id); err != nil {
+				t.Fatalf("write under two fences: %v", err)
 			}
 			if err := tx.Commit(ctx); err != nil {
 				t.Fatal(err)
+			}
+			if got, want := state(t, fx.admin, id), "both"; got != want {
+				t.Fatalf("state = %q, want %q", got, want)
 			}
 		})
 	}
@@ -196,14 +207,10 @@ func TestContractSimpleMultiStatement(t *testing.T) {
 	if err := run("SELECT fencegate.fence('order:42', 35); UPDATE orders SET state = 'shipped' WHERE id = 42"); err != nil {
 		t.Fatalf("implicit transaction: %v", err)
 	}
-	if got, want := state(t, fx.direct, 42), "shipped"; got != want {
+	if got, want := state(t, fx.admin, 42), "shipped"; got != want {
 		t.Fatalf("state = %q, want %q", got, want)
 	}
-	results, err := pc.Exec(ctx, "SELECT 1; SELECT fencegate.fence('order:42', 36); SELECT 2").ReadAll()
-	if sqlstate(err) != "FG003" || len(results) < 1 || string(results[0].Rows[0][0]) != "1" {
-		t.Fatalf("fence after a read: results = %+v, %v; want FG003 after one result", results, err)
-	}
-	results, err = pc.Exec(ctx, "SELECT fencegate.fence('order:42', 36); SELECT 2").ReadAll()
+	results, err := pc.Exec(ctx, "SELECT fencegate.fence('order:42', 36); SELECT 2").ReadAll()
 	if err != nil || len(results) != 2 || string(results[0].Rows[0][0]) != "36" || string(results[1].Rows[0][0]) != "2" {
 		t.Fatalf("results = %+v, %v", results, err)
 	}
@@ -213,20 +220,28 @@ func TestContractSimpleMultiStatement(t *testing.T) {
 	if err := run("UPDATE orders SET state = 'x' WHERE id = 42; SELECT fencegate.fence('order:42', 40)"); sqlstate(err) != "FG002" {
 		t.Fatalf("write before fence: %v", err)
 	}
-	if err := run("SELECT fencegate.fence('order:42', 40)"); sqlstate(err) != "FG003" {
-		t.Fatalf("alone: %v", err)
+	// A fence taken in one autocommit statement does not outlive it.
+	if err := run("SELECT fencegate.fence('order:42', 40)"); err != nil {
+		t.Fatalf("fence alone: %v", err)
 	}
-	for _, q := range []string{"BEGIN READ WRITE", "SET default_transaction_read_only = off",
-		"SELECT set_config('default_transaction_read_only', 'off', false)", "SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE"} {
+	if err := run("UPDATE orders SET state = 'x' WHERE id = 42"); sqlstate(err) != "FG002" {
+		t.Fatalf("write after an autocommit fence: %v, want SQLSTATE FG002", err)
+	}
+	// Statements that switched enforcement off through the read-only
+	// proxy change nothing now: the server is read-write and the checks
+	// are PostgreSQL's.
+	for _, q := range []string{"BEGIN READ WRITE; UPDATE orders SET state = 'x' WHERE id = 42; COMMIT",
+		"SET default_transaction_read_only = off; UPDATE orders SET state = 'x' WHERE id = 42",
+		"BEGIN; SELECT fencegate.fence('order:42', 41); COMMIT AND CHAIN; UPDATE orders SET state = 'chained' WHERE id = 42; COMMIT"} {
 		if err := run(q); sqlstate(err) != "FG002" {
 			t.Errorf("%q: %v, want SQLSTATE FG002", q, err)
 		}
 		_ = run("ROLLBACK")
 	}
-	if got, want := state(t, fx.direct, 42), "shipped"; got != want {
+	if got, want := state(t, fx.admin, 42), "shipped"; got != want {
 		t.Fatalf("state = %q, want %q", got, want)
 	}
-	if got, want := mark(t, fx.direct, "order:42"), int64(36); got != want {
+	if got, want := mark(t, fx.admin, "order:42"), int64(41); got != want {
 		t.Fatalf("mark = %d, want %d", got, want)
 	}
 }
@@ -283,10 +298,10 @@ func TestContractBatchAndPrepared(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got, want := state(t, fx.direct, 42), "prepared"; got != want {
+	if got, want := state(t, fx.admin, 42), "prepared"; got != want {
 		t.Fatalf("state = %q, want %q", got, want)
 	}
-	if got, want := mark(t, fx.direct, "order:42"), int64(10); got != want {
+	if got, want := mark(t, fx.admin, "order:42"), int64(10); got != want {
 		t.Fatalf("mark = %d, want %d", got, want)
 	}
 }
@@ -327,10 +342,10 @@ func TestPipelinedBeginThenFence(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := state(t, fx.direct, 42), "pipelined"; got != want {
+	if got, want := state(t, fx.admin, 42), "pipelined"; got != want {
 		t.Fatalf("state = %q, want %q", got, want)
 	}
-	if got, want := mark(t, fx.direct, "order:42"), int64(11); got != want {
+	if got, want := mark(t, fx.admin, "order:42"), int64(11); got != want {
 		t.Fatalf("mark = %d, want %d", got, want)
 	}
 }

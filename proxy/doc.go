@@ -1,42 +1,53 @@
-// Package proxy is fencegate's PostgreSQL wire-protocol proxy. It sits
-// between applications and PostgreSQL and makes the database itself reject
-// the writes of a lock holder whose fencing token is stale.
+// Package proxy is fencegate's PostgreSQL wire-protocol gate. It sits
+// between applications and a PostgreSQL server whose tables fencegate
+// protects, and it decides one thing: who may open a session.
 //
-// A client fences a transaction by calling, first in it,
+// The fence itself lives in PostgreSQL (package pgfence): a transaction
+// takes it first,
 //
 //	BEGIN;
-//	SELECT fencegate.fence('order:42', 34);   -- returns 34, the accepted token
+//	SELECT fencegate.fence('order:42', 34);   -- fencegate.FenceSQL; returns 34
 //	UPDATE orders SET state = 'paid' WHERE id = 42;
 //	COMMIT;
 //
-// fencegate.fence is a PL/pgSQL function the proxy installs in each database
-// (schema fencegate, see SchemaSQL and EnsureSchema). It advances the
-// resource's high-water mark in fencegate.marks when the token is not lower
-// than the mark, and keeps the mark's row locked until the transaction ends,
-// so two fenced transactions on one resource serialize and a stale one fails
-// before it reads anything. The errors have SQLSTATEs of their own:
+// and PostgreSQL refuses every write to a row of a protected table unless
+// the same transaction holds a standing fence on that row's resource,
+// whatever the client sends and whichever way it connects. So the proxy
+// reads no SQL and changes no byte: after startup it forwards each
+// session's messages as they come, both ways, and the client receives
+// exactly what the server sent.
 //
-//	FG001  CodeStaleToken  the token is lower than the resource's mark
-//	FG002  CodeUnfenced    a write in a transaction that took no fence
-//	FG003  CodeMisuse      a fence that protects nothing (alone in autocommit,
-//	                       not first in its transaction, NULL or negative
-//	                       token, empty resource)
+// What the proxy adds:
 //
-// The proxy opens every upstream session with default_transaction_read_only
-// on, and switches a transaction to read-write (SET TRANSACTION READ WRITE,
-// sent in the same network write as the fence call) only when the client
-// fences it. PostgreSQL itself then refuses every write of an unfenced
-// transaction, however it is expressed (functions, writable CTEs, COPY,
-// triggers, DDL, sequences); the proxy reports that refusal as FG002. Reads
-// pass through untouched: the proxy adds no round trip and decodes nothing
-// but the few message types it must (see DESIGN.md).
+//   - The gate. After PostgreSQL authenticated the client, and before the
+//     client's first ReadyForQuery, the proxy asks PostgreSQL, on that same
+//     connection, whether the session's role could switch enforcement off
+//     (a superuser, CREATEROLE, the owner of a protected table, of its
+//     schema or of anything in schema fencegate, or a member of such a
+//     role) and whether the database's fencegate schema is sound. It
+//     refuses such a role with a FATAL error, SQLSTATE
+//     fencegate.CodePrivilegedRole (FG007), unless
+//     Config.AllowPrivilegedRoles, and an unsound schema with
+//     fencegate.CodeSchemaInvalid (FG005), naming the command that repairs
+//     it; with Config.AdminUpstream it repairs the schema itself, as that
+//     admin role, and lets the session in.
+//   - TLS on both sides, the server's own authentication (SCRAM included)
+//     passed through, cancel requests routed to the right server session,
+//     a graceful shutdown that closes each session when it is idle, and
+//     Prometheus metrics (sessions refused, fences accepted, fencegate
+//     errors by SQLSTATE and table).
+//   - Hostile bytes (a bad length, an unknown message type) close that one
+//     connection with SQLSTATE 08P01; nothing of them reaches the server.
 //
-// Run it with the fencegate command ("fencegate proxy --listen ... --upstream
-// ...") or embed it:
+// Run it with the fencegate command ("fencegate proxy --listen ...
+// --upstream ...") or embed it:
 //
 //	p, err := proxy.New(proxy.Config{Upstream: "postgres://127.0.0.1:5432?sslmode=disable"})
 //	...
 //	err = p.Start()
 //	...
 //	defer p.Shutdown(ctx)
+//
+// DESIGN.md says why the proxy reads no SQL, how the gate works and what it
+// cannot see, and what a session costs.
 package proxy

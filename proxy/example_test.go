@@ -2,17 +2,23 @@ package proxy_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"time"
 
+	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/pgfence"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// A fenced write through the proxy, and a stale one it rejects.
+// A fenced write through the proxy, and a stale one PostgreSQL rejects.
 func Example() {
+	db, app, drop := exampleDB()
+	defer drop()
 	p, err := proxy.New(proxy.Config{
 		Listen:   "127.0.0.1:0",
 		Upstream: "postgres://127.0.0.1:5432?sslmode=disable",
@@ -29,66 +35,97 @@ func Example() {
 		p.Shutdown(ctx)
 	}()
 	ctx := context.Background()
-	db, drop := exampleDB()
-	defer drop()
-	conn, err := pgx.Connect(ctx, "postgres://postgres@"+p.Addr()+"/"+db+"?sslmode=disable")
+	conn, err := pgx.Connect(ctx, "postgres://"+app+"@"+p.Addr()+"/"+db+"?sslmode=disable")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	resource := "order:42"
-	fence := func(token int64) error {
+	write := func(token int64) error {
 		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			var accepted int64
-			if err := tx.QueryRow(ctx, "SELECT fencegate.fence($1, $2)", resource, token).Scan(&accepted); err != nil {
+			if err := tx.QueryRow(ctx, fencegate.FenceSQL, "order:42", token).Scan(&accepted); err != nil {
 				return err
 			}
 			fmt.Println("accepted", accepted)
-			// ... the transaction's reads and writes ...
-			return nil
+			_, err := tx.Exec(ctx, "UPDATE orders SET state = 'paid' WHERE id = 42")
+			return err
 		})
 	}
-	_ = fence(34)
-	err = fence(33)
-	fmt.Println("stale:", sqlstate(err))
+	_ = write(34)
+	err = write(33)
+	fmt.Println("stale:", code(err))
+	_, err = conn.Exec(ctx, "UPDATE orders SET state = 'unfenced' WHERE id = 42")
+	fmt.Println("unfenced:", code(err))
 	// Output:
 	// accepted 34
 	// stale: FG001
+	// unfenced: FG002
 }
 
-// The SQL the proxy runs for a fence call, for clients that talk to
-// PostgreSQL directly.
-func ExampleEnsureSchema() {
-	ctx := context.Background()
-	db, drop := exampleDB()
+// The gate refuses, at startup, a role that could switch enforcement off.
+func Example_privilegedRole() {
+	db, _, drop := exampleDB()
 	defer drop()
-	conn, err := pgx.Connect(ctx, "postgres://postgres@127.0.0.1:5432/"+db+"?sslmode=disable")
+	p, err := proxy.New(proxy.Config{Listen: "127.0.0.1:0", Upstream: "127.0.0.1:5432"})
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer conn.Close(ctx)
-	if err := proxy.EnsureSchema(ctx, conn); err != nil {
+	if err := p.Start(); err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(proxy.FenceSQL)
+	defer p.Close()
+	_, err = pgx.Connect(context.Background(), "postgres://postgres@"+p.Addr()+"/"+db+"?sslmode=disable")
+	fmt.Println("superuser:", code(err))
 	// Output:
-	// SET TRANSACTION READ WRITE; SELECT fencegate.fence($1, $2)
+	// superuser: FG007
 }
 
-// exampleDB creates a scratch database for an example and returns its name
-// and a function that drops it.
-func exampleDB() (string, func()) {
+func code(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return fmt.Sprint(err)
+}
+
+// exampleDB creates a scratch database with the fencegate schema, a
+// protected orders table and an application role, and returns the
+// database's and the role's names and a function that drops them all.
+func exampleDB() (db, app string, drop func()) {
 	ctx := context.Background()
 	admin, err := pgx.Connect(ctx, testutil.PostgresAdminDSN())
 	if err != nil {
 		log.Fatal(err)
 	}
-	name := testutil.RandomName("fg_example_")
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+	db = testutil.RandomName("fg_example_")
+	app, owner := testutil.RandomName("fg_app_"), testutil.RandomName("fg_owner_")
+	for _, q := range []string{"CREATE DATABASE " + db, "CREATE ROLE " + app + " LOGIN", "CREATE ROLE " + owner + " NOLOGIN"} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			log.Fatal(err)
+		}
+	}
+	cfg := admin.Config().Copy()
+	cfg.Database = db
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
 		log.Fatal(err)
 	}
-	return name, func() {
-		_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+	if _, err := pgfence.Install(ctx, c, pgfence.InstallOptions{OwnerRole: owner, Grant: []string{app}}); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, "CREATE TABLE orders (id int PRIMARY KEY, state text); INSERT INTO orders VALUES (42, 'new'); GRANT SELECT, UPDATE ON orders TO "+app); err != nil {
+		log.Fatal(err)
+	}
+	if err := pgfence.Protect(ctx, c, "orders", "'order:' || id"); err != nil {
+		log.Fatal(err)
+	}
+	c.Close(ctx)
+	return db, app, func() {
+		for _, q := range []string{"DROP DATABASE IF EXISTS " + db + " WITH (FORCE)", "DROP ROLE IF EXISTS " + app, "DROP ROLE IF EXISTS " + owner} {
+			if _, err := admin.Exec(ctx, q); err != nil {
+				log.Print(err)
+			}
+		}
 		admin.Close(ctx)
 	}
 }

@@ -3,7 +3,9 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"sync"
 
+	"github.com/fencegate/fencegate"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -13,15 +15,31 @@ type Metrics struct {
 	Connections prometheus.Gauge
 	// ConnectionsTotal counts accepted client connections.
 	ConnectionsTotal prometheus.Counter
-	// FencesAccepted counts fence calls that returned a token.
+	// SessionsRefused counts sessions the gate refused at startup, by
+	// reason: privileged_role (FG007), schema (FG005: missing, altered or
+	// not repairable) or check_failed (the check itself failed).
+	SessionsRefused *prometheus.CounterVec
+	// SchemaRepairs counts schema installs and repairs made through
+	// Config.AdminUpstream, by database.
+	SchemaRepairs *prometheus.CounterVec
+	// FencesAccepted counts fence calls that returned their token to the
+	// client, as the proxy recognizes them: see DESIGN.md for what it
+	// counts and what it misses.
 	FencesAccepted prometheus.Counter
-	// Rejections counts ErrorResponses with a fencegate SQLSTATE, by code.
+	// Rejections counts ErrorResponses with a fencegate SQLSTATE sent to
+	// clients, by SQLSTATE and table: FG002 names the protected table
+	// written; FG001 and the others carry no table ("").
 	Rejections *prometheus.CounterVec
 	// ProtocolErrors counts connections closed for a protocol violation.
 	ProtocolErrors prometheus.Counter
-	// FenceSeconds observes the time from forwarding a fence call until
-	// its answer, which includes waiting for the row lock of the mark.
+	// FenceSeconds observes the time from forwarding a recognized fence
+	// call until its answer, which includes waiting for the mark's row lock.
 	FenceSeconds prometheus.Histogram
+	// GateSeconds observes the time the gate's check takes at startup.
+	GateSeconds prometheus.Histogram
+
+	mu     sync.Mutex
+	tables map[string]struct{} // table labels in use
 }
 
 func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
@@ -32,28 +50,47 @@ func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		ConnectionsTotal: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fencegate_proxy_connections_total", Help: "Client connections accepted.",
 		}),
+		SessionsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencegate_proxy_sessions_refused_total",
+			Help: "Sessions refused at startup by the gate, by reason (privileged_role, schema, check_failed).",
+		}, []string{"reason"}),
+		SchemaRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencegate_proxy_schema_repairs_total",
+			Help: "Installs and repairs of the fencegate schema through the admin connection, by database.",
+		}, []string{"database"}),
 		FencesAccepted: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fencegate_proxy_fences_accepted_total", Help: "Fence calls that accepted their token.",
+			Name: "fencegate_proxy_fences_accepted_total", Help: "Fence calls that returned their token (recognized by their result column).",
 		}),
 		Rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fencegate_proxy_rejections_total", Help: "Errors with a fencegate SQLSTATE sent to clients, by SQLSTATE.",
-		}, []string{"sqlstate"}),
+			Name: "fencegate_proxy_rejections_total",
+			Help: "Errors with a fencegate SQLSTATE sent to clients, by SQLSTATE and table (FG002 names the protected table).",
+		}, []string{"sqlstate", "table"}),
 		ProtocolErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fencegate_proxy_protocol_errors_total", Help: "Client connections closed for a protocol violation.",
 		}),
 		FenceSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "fencegate_proxy_fence_seconds",
-			Help:    "Time from forwarding a fence call to its answer, including waiting for the mark's row lock.",
+			Help:    "Time from forwarding a recognized fence call to its answer, including waiting for the mark's row lock.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}),
+		GateSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "fencegate_proxy_gate_seconds",
+			Help:    "Time the startup check (role and schema) takes.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}),
+		tables: map[string]struct{}{},
 	}
-	for _, code := range []string{CodeStaleToken, CodeUnfenced, CodeMisuse} {
-		m.Rejections.WithLabelValues(code)
+	for _, code := range []string{fencegate.CodeStaleToken, fencegate.CodeMisuse, fencegate.CodeFenceTimeout} {
+		m.Rejections.WithLabelValues(code, "")
+	}
+	for _, r := range []string{"privileged_role", "schema", "check_failed"} {
+		m.SessionsRefused.WithLabelValues(r)
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.Connections, m.ConnectionsTotal, m.FencesAccepted, m.Rejections, m.ProtocolErrors, m.FenceSeconds} {
+	for _, c := range []prometheus.Collector{m.Connections, m.ConnectionsTotal, m.SessionsRefused, m.SchemaRepairs,
+		m.FencesAccepted, m.Rejections, m.ProtocolErrors, m.FenceSeconds, m.GateSeconds} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {
@@ -63,4 +100,20 @@ func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// reject counts one fencegate error sent to a client.
+func (m *Metrics) reject(code, table string) {
+	if table != "" {
+		m.mu.Lock()
+		if _, ok := m.tables[table]; !ok {
+			if len(m.tables) >= maxTableLabels {
+				table = "other"
+			} else {
+				m.tables[table] = struct{}{}
+			}
+		}
+		m.mu.Unlock()
+	}
+	m.Rejections.WithLabelValues(code, table).Inc()
 }

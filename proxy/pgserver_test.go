@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/pgfence"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -81,12 +83,13 @@ func newTestCA(t *testing.T, dir string) *testCA {
 // pgServer is a throwaway PostgreSQL cluster run as user postgres, with
 // SCRAM-SHA-256 password authentication on 127.0.0.1 and optionally TLS.
 type pgServer struct {
-	t        *testing.T
-	dir      string // owned by postgres
-	port     int
-	password string
-	cmd      *exec.Cmd
-	cred     *syscall.Credential
+	t           *testing.T
+	dir         string // owned by postgres
+	port        int
+	password    string // of the superuser postgres
+	appPassword string // of the application role made by appRole
+	cmd         *exec.Cmd
+	cred        *syscall.Credential
 }
 
 func startPGServer(t *testing.T, ca *testCA) *pgServer {
@@ -152,6 +155,27 @@ func startPGServer(t *testing.T, ca *testCA) *pgServer {
 // DSN returns a DSN with the password for database postgres.
 func (s *pgServer) DSN(sslmode string) string {
 	return fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/postgres?sslmode=%s", s.password, s.port, sslmode)
+}
+
+// appRole creates an application role with a password in database
+// postgres, installs the fencegate schema there with the role's grants, and
+// returns the role's DSN (sslmode=disable).
+func (s *pgServer) appRole(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, s.DSN("disable"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	s.appPassword = "app-" + testutil.RandomName("")
+	if _, err := c.Exec(ctx, "CREATE ROLE app LOGIN PASSWORD '"+s.appPassword+"'"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pgfence.Install(ctx, c, pgfence.InstallOptions{Grant: []string{"app"}}); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("postgres://app:%s@127.0.0.1:%d/postgres?sslmode=disable", s.appPassword, s.port)
 }
 
 // Start starts the server and waits until it accepts connections.

@@ -13,14 +13,16 @@ import (
 	"time"
 )
 
-// Proxy is a PostgreSQL wire-protocol proxy that enforces fencing tokens.
-// Create it with New, run it with Start or Serve, stop it with Shutdown or
-// Close.
+// Proxy is a PostgreSQL wire-protocol proxy in front of a database whose
+// tables fencegate protects: it forwards each session's messages unchanged
+// and admits only sessions whose role cannot switch enforcement off. Create
+// it with New, run it with Start or Serve, stop it with Shutdown or Close.
 type Proxy struct {
 	cfg     Config
 	up      upstream
 	log     *slog.Logger
 	metrics *Metrics
+	keeper  *keeper // nil without Config.AdminUpstream
 
 	mu       sync.Mutex
 	ln       net.Listener
@@ -31,8 +33,9 @@ type Proxy struct {
 	wg       sync.WaitGroup      // sessions and the accept loop
 	done     chan struct{}       // closed by Close
 
-	schemaOK sync.Map // database name -> true once the schema is known installed
-	nextID   atomic.Uint64
+	soundAt    sync.Map // database -> when a check that found its schema sound began
+	admittedAt sync.Map // database NUL role -> when a role check that passed began
+	nextID     atomic.Uint64
 }
 
 // New checks cfg and returns a Proxy that is not yet listening.
@@ -50,6 +53,9 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 10 * time.Second
 	}
+	if cfg.CheckInterval == 0 {
+		cfg.CheckInterval = DefaultCheckInterval
+	}
 	if cfg.RequireClientTLS && cfg.ClientTLS == nil {
 		return nil, fmt.Errorf("proxy: RequireClientTLS needs ClientTLS (a certificate and key)")
 	}
@@ -61,12 +67,18 @@ func New(cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Proxy{
+	p := &Proxy{
 		cfg: cfg, up: up, log: log, metrics: m,
 		sessions: map[*session]struct{}{},
 		keys:     map[uint64]*session{},
 		done:     make(chan struct{}),
-	}, nil
+	}
+	if cfg.AdminUpstream != "" {
+		if p.keeper, err = newKeeper(cfg.AdminUpstream, cfg.SchemaOwnerRole, log, m); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
 }
 
 // Metrics returns the proxy's Prometheus collectors.
@@ -89,9 +101,16 @@ func (p *Proxy) Start() error {
 	p.wg.Add(1)
 	p.mu.Unlock()
 	go p.acceptLoop(ln)
+	admin := "none"
+	if p.keeper != nil {
+		admin = p.keeper.describe()
+	}
 	p.log.Info("proxy listening", "addr", ln.Addr().String(), "upstream", p.up.addr,
 		"upstream_sslmode", p.up.sslmode, "client_tls", p.cfg.ClientTLS != nil,
-		"fences_required", !p.cfg.AllowUnfencedWrites)
+		"allow_privileged_roles", p.cfg.AllowPrivilegedRoles, "admin_upstream", admin)
+	if p.up.userInfo {
+		p.log.Warn("the user and password in the upstream address are not used: each client authenticates as itself")
+	}
 	return nil
 }
 
@@ -112,6 +131,12 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	defer cancel()
 	_ = p.Shutdown(sctx)
 	return ctx.Err()
+}
+
+// Upstream returns the upstream server's address (host:port) and TLS mode,
+// for display; it holds no credentials.
+func (p *Proxy) Upstream() string {
+	return p.up.addr + " (sslmode=" + p.up.sslmode + ")"
 }
 
 // Addr returns the address the proxy listens on, or "" before Start.

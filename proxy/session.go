@@ -10,10 +10,7 @@ import (
 	"net"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // errUpstreamRefused: the upstream sent an ErrorResponse during startup
@@ -27,11 +24,9 @@ var errUpstreamRefused = errors.New("proxy: upstream refused the session")
 // alone writes to the client, except for a final error written after the
 // backend pump ended.
 type session struct {
-	p        *Proxy
-	id       uint64
-	log      *slog.Logger
-	required bool // fences required (not AllowUnfencedWrites)
-	clientRO bool // the client's startup asked for default_transaction_read_only on
+	p   *Proxy
+	id  uint64
+	log *slog.Logger
 
 	client    net.Conn
 	up        net.Conn
@@ -44,15 +39,9 @@ type session struct {
 	keySet         bool
 	upPID          uint32
 	upSecret       []byte
-	readyBody      byte
+	startStatus    byte // the upstream's ReadyForQuery at the end of startup
 
-	status   atomic.Uint32 // last ReadyForQuery status: 'I', 'T' or 'E'
-	sent     atomic.Uint64 // batches (Sync, Query, FunctionCall) forwarded
-	answered atomic.Uint64 // ReadyForQuery messages forwarded
-
-	injections injections
-	front      frontState
-	back       backState
+	track tracker // requests in flight, shared by the pumps
 
 	closeMu     sync.Mutex
 	closeReason error // first reason the session is closing
@@ -64,7 +53,6 @@ func newSession(p *Proxy, c net.Conn) *session {
 	id := p.nextID.Add(1)
 	return &session{
 		p: p, id: id, client: c,
-		required:    !p.cfg.AllowUnfencedWrites,
 		log:         p.log.With("session", id, "client", c.RemoteAddr().String()),
 		backendDone: make(chan struct{}),
 	}
@@ -106,13 +94,14 @@ func (s *session) kill() {
 	}
 }
 
-// drainIfIdle closes the session if no transaction or batch is in flight.
-// The backend pump then tells the client the proxy is shutting down.
+// drainIfIdle closes the session if the server has answered every request
+// and no transaction is open (see tracker.idle). The backend pump then tells
+// the client the proxy is shutting down.
 func (s *session) drainIfIdle() {
 	s.closeMu.Lock()
 	up, ready := s.up, s.ready
 	s.closeMu.Unlock()
-	if !ready || s.status.Load() != 'I' || s.sent.Load() != s.answered.Load() {
+	if !ready || !s.track.closeIfIdle() {
 		return
 	}
 	if s.setClosing(errDraining) {
@@ -153,6 +142,15 @@ func (s *session) run() {
 		s.database = s.user
 	}
 	s.log = s.log.With("user", s.user, "database", s.database)
+	switch strings.ToLower(sp.get("replication")) {
+	case "", "false", "off", "no", "0":
+	default:
+		// A walsender speaks a protocol of its own (physical: not SQL at
+		// all), and applications do not replicate through a gate.
+		s.log.Info("replication connection refused")
+		s.writeFatalRaw("0A000", "fencegate: the proxy does not carry replication connections; connect to PostgreSQL directly")
+		return
+	}
 	max := s.p.cfg.MaxMessageSize
 	var cref, uref *connRef
 	s.cw, s.cf, cref = newBuffered(c, max)
@@ -177,8 +175,17 @@ func (s *session) run() {
 		}
 		return
 	}
-	s.ensureSchema()
-	if err := writeMsg(s.cw, 'Z', []byte{byte(s.status.Load())}); err != nil {
+	// What the client has so far (authentication, parameters, its cancel
+	// key) goes out before the gate runs, so that it can cancel the check.
+	if err := s.cw.Flush(); err != nil {
+		return
+	}
+	status, err := s.gate()
+	if err != nil {
+		s.refuse(err)
+		return
+	}
+	if err := writeMsg(s.cw, 'Z', []byte{status}); err != nil {
 		return
 	}
 	if err := s.cw.Flush(); err != nil {
@@ -186,7 +193,7 @@ func (s *session) run() {
 	}
 	_ = s.client.SetDeadline(time.Time{})
 	_ = up.SetDeadline(time.Time{})
-	s.front.init()
+	s.track.init(status)
 	s.closeMu.Lock()
 	s.ready = true // the pumps run: drainIfIdle may now close the session
 	killed = s.closeReason != nil
@@ -249,6 +256,8 @@ func (s *session) endFrontend(err error) {
 		reason = errClientGone // Terminate
 	case errors.Is(err, errProtocol):
 		reason = err
+	case errors.Is(err, errDraining):
+		reason = errDraining // the backend pump says goodbye
 	default:
 		reason = errClientGone
 	}
@@ -261,55 +270,6 @@ func (s *session) endFrontend(err error) {
 		s.log.Warn("protocol violation; closing the connection", "err", err)
 		s.writeFatal(CodeProtocolViolation, "fencegate: "+err.Error())
 	}
-}
-
-// checkParameter watches ParameterStatus messages: when fences are
-// required, the session must stay read-only by default.
-func (s *session) checkParameter(body []byte) error {
-	if !s.required {
-		return nil
-	}
-	name, rest, ok := cstring(body)
-	if !ok || string(name) != "default_transaction_read_only" {
-		return nil
-	}
-	val, _, _ := cstring(rest)
-	if string(val) == "on" {
-		return nil
-	}
-	return errReadWriteSession
-}
-
-var errReadWriteSession = errors.New("proxy: session switched to read-write by default")
-
-// presented is the ParameterStatus body the client sees. The upstream
-// session runs with default_transaction_read_only on, which is how the
-// proxy enforces fences; told so, libpq's target_session_attrs=read-write
-// would take the proxy for a standby and, in a multi-host DSN, write around
-// it. To the client the proxy is what it is: a server whose transactions
-// become read-write when fenced, so it reports "off", unless the client
-// asked for read-only sessions itself.
-func (s *session) presented(body []byte) []byte {
-	if !s.required || s.clientRO {
-		return body
-	}
-	name, _, ok := cstring(body)
-	if !ok || string(name) != "default_transaction_read_only" {
-		return body
-	}
-	return readOnlyOffStatus
-}
-
-var readOnlyOffStatus = []byte("default_transaction_read_only\x00off\x00")
-
-// isOn reports whether a boolean setting's value is true, as PostgreSQL
-// parses it.
-func isOn(v string) bool {
-	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "on", "true", "yes", "1", "t", "y", "tr", "tru", "ye":
-		return true
-	}
-	return false
 }
 
 // endBackend closes the session from the backend pump's side.
@@ -327,28 +287,9 @@ func (s *session) endBackend(err error) {
 		s.client.Close()
 		return
 	}
-	switch {
-	case errors.Is(err, errReadWriteSession):
-		s.reject(CodeUnfenced, "default_transaction_read_only turned off")
-		s.writeFatal(CodeUnfenced, "fencegate: the session turned default_transaction_read_only off; transactions become read-write only by taking a fence")
-	case err != nil:
+	if err != nil {
 		s.log.Warn("upstream connection lost", "err", err)
 		s.writeFatal("08006", "fencegate: lost the connection to the upstream PostgreSQL server: "+err.Error())
 	}
 	s.client.Close()
-}
-
-// reject counts and logs one rejection sent to the client.
-func (s *session) reject(code, msg string) {
-	s.p.metrics.Rejections.WithLabelValues(code).Inc()
-	s.log.Info("rejected", "sqlstate", code, "message", msg)
-}
-
-// decodeError decodes an ErrorResponse body.
-func decodeError(body []byte) (*pgproto3.ErrorResponse, error) {
-	e := &pgproto3.ErrorResponse{}
-	if err := e.Decode(body); err != nil {
-		return nil, err
-	}
-	return e, nil
 }

@@ -221,22 +221,15 @@ func (p *Proxy) forwardCancel(k uint64) {
 	p.log.Debug("cancel request forwarded", "session", s.id)
 }
 
-// upstreamStartup sends the StartupMessage to the upstream, relays the
-// authentication exchange and the startup parameters to the client, and
-// returns when the upstream is ready for queries (its ReadyForQuery is not
-// yet forwarded).
+// upstreamStartup sends the client's StartupMessage, as it came, to the
+// upstream, relays the authentication exchange and the startup parameters
+// to the client, and returns when the upstream is ready for queries (its
+// ReadyForQuery is not yet forwarded: the gate runs first).
 func (s *session) upstreamStartup(sp *startupParams) error {
 	msg := make([]byte, 8, 256)
 	binary.BigEndian.PutUint32(msg[4:], sp.version)
 	for i, k := range sp.keys {
-		if k == "default_transaction_read_only" && s.required {
-			s.clientRO = isOn(sp.values[i])
-			continue
-		}
 		msg = append(append(append(append(msg, k...), 0), sp.values[i]...), 0)
-	}
-	if s.required {
-		msg = append(msg, "default_transaction_read_only\x00on\x00"...)
 	}
 	msg = append(msg, 0)
 	binary.BigEndian.PutUint32(msg[:4], uint32(len(msg)))
@@ -288,21 +281,13 @@ func (s *session) upstreamStartup(sp *startupParams) error {
 			_ = writeMsg(s.cw, typ, body)
 			_ = s.cw.Flush()
 			return errUpstreamRefused
-		case 'S':
-			if err := s.checkParameter(body); err != nil {
-				return err
-			}
-			if err := writeMsg(s.cw, typ, s.presented(body)); err != nil {
-				return err
-			}
 		case 'Z':
 			if len(body) != 1 {
 				return fmt.Errorf("upstream sent a bad ReadyForQuery")
 			}
-			s.status.Store(uint32(body[0]))
-			s.readyBody = body[0]
+			s.startStatus = body[0]
 			return nil
-		default: // NoticeResponse, NegotiateProtocolVersion, ...
+		default: // ParameterStatus, NoticeResponse, NegotiateProtocolVersion, ...
 			if err := writeMsg(s.cw, typ, body); err != nil {
 				return err
 			}
@@ -323,69 +308,6 @@ func (s *session) relayAuthAnswer() error {
 		return err
 	}
 	return s.uw.Flush()
-}
-
-// ensureSchema makes sure the fencegate schema exists in the session's
-// database, installing it through the session when absent. It runs before
-// the client sees ReadyForQuery; its messages are not forwarded.
-func (s *session) ensureSchema() {
-	if _, ok := s.p.schemaOK.Load(s.database); ok {
-		return
-	}
-	ok, err := s.internalQuery(checkSchemaSQL)
-	if err == nil && !ok {
-		_, err = s.internalQuery(setReadWriteSQL + ";\n" + SchemaSQL)
-		if err == nil {
-			s.log.Info("installed fencegate schema")
-		}
-	}
-	if err != nil {
-		s.log.Warn("fencegate schema not installed; fence calls will fail until it is (run EnsureSchema as a role that may create schemas)",
-			"err", err)
-		return
-	}
-	s.p.schemaOK.Store(s.database, true)
-}
-
-// internalQuery runs sql as a simple query on the upstream and consumes the
-// answer. It returns whether the first column of the first row is "t".
-func (s *session) internalQuery(sql string) (bool, error) {
-	if _, err := s.uw.Write(queryMsg(nil, sql)); err != nil {
-		return false, err
-	}
-	if err := s.uw.Flush(); err != nil {
-		return false, err
-	}
-	var result bool
-	var qerr error
-	for {
-		typ, n, err := s.uf.peekHeader()
-		if err != nil {
-			return false, err
-		}
-		body, err := s.uf.body(n)
-		if err != nil {
-			return false, err
-		}
-		switch typ {
-		case 'D':
-			var d pgproto3.DataRow
-			if d.Decode(body) == nil && len(d.Values) > 0 && string(d.Values[0]) == "t" {
-				result = true
-			}
-		case 'E':
-			var e pgproto3.ErrorResponse
-			_ = e.Decode(body)
-			qerr = fmt.Errorf("%s (SQLSTATE %s)", e.Message, e.Code)
-		case 'S':
-			if err := writeMsg(s.cw, typ, body); err != nil {
-				return false, err
-			}
-		case 'Z':
-			s.status.Store(uint32(body[0]))
-			return result, qerr
-		}
-	}
 }
 
 // newBuffered wraps a connection in the session's buffered reader and writer.

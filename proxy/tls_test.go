@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/internal/proxytest"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/jackc/pgx/v5"
@@ -88,14 +89,17 @@ func TestClientTLSRejectsPipelinedPlaintext(t *testing.T) {
 }
 
 // TestScramTLSAndRestart runs a throwaway PostgreSQL with SCRAM-SHA-256
-// and TLS: SCRAM passes through the proxy over TLS to the upstream, a wrong
-// password fails cleanly, and an upstream restart gives a clean error.
+// and TLS: SCRAM passes through the proxy over TLS to the upstream, for an
+// application role with a password; a wrong password fails cleanly; the
+// gate refuses the server's superuser after it authenticated; and an
+// upstream restart gives a clean error.
 func TestScramTLSAndRestart(t *testing.T) {
 	ca := newTestCA(t, t.TempDir())
 	pg := startPGServer(t, ca)
 	ctx := context.Background()
+	appDSN := pg.appRole(t)
 	// Proxy to upstream over TLS, verified against the CA; client in plaintext.
-	dsn := proxytest.Start(t, pg.DSN("disable"), proxytest.WithConfig(func(c *proxy.Config) {
+	dsn := proxytest.Start(t, appDSN, proxytest.WithConfig(func(c *proxy.Config) {
 		c.Upstream = strings.Replace(c.Upstream, "sslmode=disable", "sslmode=verify-full&sslrootcert="+ca.caFile, 1)
 	}))
 	c, err := pgx.Connect(ctx, dsn)
@@ -106,14 +110,18 @@ func TestScramTLSAndRestart(t *testing.T) {
 	if err := c.QueryRow(ctx, "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").Scan(&ssl); err != nil || !ssl {
 		t.Fatalf("upstream leg ssl = %v, %v; want true", ssl, err)
 	}
-	bad := strings.Replace(dsn, pg.password, "wrong", 1)
+	bad := strings.Replace(dsn, pg.appPassword, "wrong", 1)
 	if _, err := pgx.Connect(ctx, bad); sqlstate(err) != "28P01" {
 		t.Fatalf("wrong password: %v, want SQLSTATE 28P01", err)
+	}
+	super := strings.Replace(dsn, strings.SplitN(strings.TrimPrefix(appDSN, "postgres://"), "@", 2)[0], "postgres:"+pg.password, 1)
+	if _, err := pgx.Connect(ctx, super); sqlstate(err) != fencegate.CodePrivilegedRole {
+		t.Fatalf("superuser with the right password: %v, want SQLSTATE %s", err, fencegate.CodePrivilegedRole)
 	}
 	// TLS client to proxy, plaintext upstream: channel binding is not
 	// offered by the upstream, so clients with channel_binding=prefer use
 	// plain SCRAM-SHA-256.
-	tdsn := proxytest.Start(t, pg.DSN("disable"), clientTLS(ca, true))
+	tdsn := proxytest.Start(t, appDSN, clientTLS(ca, true))
 	tdsn = strings.Replace(tdsn, "sslmode=disable", "sslmode=verify-full&sslrootcert="+ca.caFile, 1)
 	tc, err := pgx.Connect(ctx, tdsn)
 	if err != nil {
@@ -125,7 +133,7 @@ func TestScramTLSAndRestart(t *testing.T) {
 	}
 	// TLS on both legs: channel binding cannot pass a TLS-terminating
 	// proxy; clients connect with channel_binding=disable.
-	bdsn := proxytest.Start(t, pg.DSN("disable"), clientTLS(ca, true), proxytest.WithConfig(func(c *proxy.Config) {
+	bdsn := proxytest.Start(t, appDSN, clientTLS(ca, true), proxytest.WithConfig(func(c *proxy.Config) {
 		c.Upstream = strings.Replace(c.Upstream, "sslmode=disable", "sslmode=require", 1)
 	}))
 	bdsn = strings.Replace(bdsn, "sslmode=disable", "sslmode=require&channel_binding=disable", 1)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/proxy"
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -22,7 +23,7 @@ import (
 func init() {
 	register(&command{
 		name:    "proxy",
-		summary: "run the PostgreSQL wire-protocol fencing proxy",
+		summary: "run the PostgreSQL wire-protocol gate in front of a fenced database",
 		run:     runProxy,
 	})
 }
@@ -37,7 +38,9 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	tlsCert := fs.String("tls-cert", "", "PEM certificate the proxy presents to clients that ask for TLS (default none: clients' SSLRequest is declined)")
 	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert (default none)")
 	requireTLS := fs.Bool("require-client-tls", false, "refuse clients that do not use TLS; needs --tls-cert (default false)")
-	allowUnfenced := fs.Bool("allow-unfenced-writes", false, "let transactions that took no fence write instead of failing them with SQLSTATE FG002 (default false)")
+	allowPriv := fs.Bool("allow-privileged-roles", false, "admit sessions whose role could switch enforcement off (superusers, CREATEROLE, owners of protected tables, of their schemas or of anything in schema fencegate, members of such roles or of pg_execute_server_program or pg_write_server_files) instead of refusing them at startup with SQLSTATE FG007 (default false)")
+	admin := fs.String("admin-upstream", "", "`DSN` of a role that may install the fencegate schema (URL or key=value; the database is replaced by each client's; keep the password in PGPASSFILE or PGPASSWORD): the proxy then installs and repairs the schema itself (default none: a session whose database lacks a sound schema is refused with SQLSTATE FG005)")
+	checkEvery := fs.Duration("check-interval", proxy.DefaultCheckInterval, "how long a passed startup check is trusted: sessions of a database whose schema was found sound, and of a role admitted to it, within this time skip that check (failed checks are never trusted); 0 checks every session")
 	metricsAddr := fs.String("metrics-addr", "", "address to serve Prometheus metrics on at /metrics, e.g. 127.0.0.1:9187 (default none: no metrics server)")
 	drain := fs.Duration("drain-timeout", 10*time.Second, "on SIGINT/SIGTERM, how long open sessions may finish their transaction before they are closed")
 	maxMsg := fs.Int("max-message-size", proxy.DefaultMaxMessageSize, "largest frontend message accepted, in bytes")
@@ -60,14 +63,19 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("component", "proxy")
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if *checkEvery == 0 {
+		*checkEvery = -1 // proxy.Config reads 0 as "the default"
+	}
 	cfg := proxy.Config{
-		Listen:              *listen,
-		Upstream:            up,
-		RequireClientTLS:    *requireTLS,
-		AllowUnfencedWrites: *allowUnfenced,
-		Logger:              log,
-		Registerer:          reg,
-		MaxMessageSize:      *maxMsg,
+		Listen:               *listen,
+		Upstream:             up,
+		AdminUpstream:        *admin,
+		AllowPrivilegedRoles: *allowPriv,
+		CheckInterval:        *checkEvery,
+		RequireClientTLS:     *requireTLS,
+		Logger:               log,
+		Registerer:           reg,
+		MaxMessageSize:       *maxMsg,
 	}
 	if *tlsCert != "" {
 		cert, err := tls.LoadX509KeyPair(*tlsCert, *tlsKey)
@@ -96,7 +104,19 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		go func() { _ = srv.Serve(ln) }()
 		log.Info("metrics listening", "addr", ln.Addr().String())
 	}
-	fmt.Fprintf(stdout, "fencegate proxy listening on %s, upstream %s\n", p.Addr(), cfg.Upstream)
+	fmt.Fprintf(stdout, "fencegate proxy listening on %s, upstream %s\n", p.Addr(), p.Upstream())
+	if *admin != "" {
+		// Say at once when the admin connection does not work, rather than
+		// at the first session that needs a repair. Not fatal: the server
+		// may come up later.
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if c, err := pgx.Connect(cctx, *admin); err != nil {
+			log.Warn("the --admin-upstream connection does not work; sessions of a database whose schema needs a repair will be refused until it does", "err", err)
+		} else {
+			_ = c.Close(cctx)
+		}
+		cancel()
+	}
 	<-ctx.Done()
 	log.Info("shutting down", "drain_timeout", drain.String())
 	sctx, cancel := context.WithTimeout(context.Background(), *drain)
@@ -118,7 +138,7 @@ func upstreamURL(raw, mode, ca string) (string, error) {
 	}
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme == "" {
-		return "", usagef("--upstream-sslmode and --upstream-ca need --upstream as a postgres:// URL, got %q", raw)
+		return "", usagef("--upstream-sslmode and --upstream-ca need --upstream as a postgres:// URL, got %q", proxy.RedactDSN(raw))
 	}
 	q := u.Query()
 	if mode != "" {

@@ -14,10 +14,11 @@ import (
 // Option adjusts the proxy configuration used by Start.
 type Option func(*proxy.Config)
 
-// AllowUnfencedWrites lets unfenced transactions write. The default is to
-// require fences, as the proxy does.
-func AllowUnfencedWrites() Option {
-	return func(c *proxy.Config) { c.AllowUnfencedWrites = true }
+// AllowPrivilegedRoles lets superusers and other roles that could switch
+// enforcement off through the gate. The default is to refuse them, as the
+// proxy does.
+func AllowPrivilegedRoles() Option {
+	return func(c *proxy.Config) { c.AllowPrivilegedRoles = true }
 }
 
 // WithConfig applies f to the configuration, for settings without an

@@ -56,15 +56,30 @@ code = sqlstate_of(bad_token)
 conn.rollback()
 assert code == "FG003", code
 
+def other_resource():
+    cur = conn.cursor()
+    cur.execute("SELECT fencegate.fence(%s, %s)", ("order:43", 34))
+    cur.execute("UPDATE orders SET state = 'other' WHERE id = 42")
+
+
+code = sqlstate_of(other_resource)
+conn.rollback()
+assert code == "FG002", code
+
 conn.autocommit = True
 
+# A fence alone in autocommit guards nothing after its own statement.
+cur = conn.cursor()
+cur.execute("SELECT fencegate.fence(%s, %s)", ("order:42", 35))
+assert cur.fetchone()[0] == 35
 
-def alone():
-    conn.cursor().execute("SELECT fencegate.fence(%s, %s)", ("order:42", 35))
+
+def after_alone():
+    conn.cursor().execute("UPDATE orders SET state = 'alone' WHERE id = 42")
 
 
-code = sqlstate_of(alone)
-assert code == "FG003", code
+code = sqlstate_of(after_alone)
+assert code == "FG002", code
 
 cur = conn.cursor()
 cur.execute("SELECT state FROM orders WHERE id = 42")

@@ -1,0 +1,443 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/fencegate/fencegate/pgfence"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The in-database half: schema fencegate, protected tables, marks.
+//
+//	fencegate schema install|upgrade|status --db DSN [--grant ROLE...] [--guard-ddl] [--owner ROLE]
+//	fencegate protect TABLE --resource EXPR --db DSN
+//	fencegate unprotect TABLE --db DSN
+//	fencegate marks show [RESOURCE...] --db DSN
+//	fencegate marks set RESOURCE TOKEN --db DSN [--reason TEXT]
+
+func init() {
+	register(&command{name: "schema", summary: "install, upgrade or check schema fencegate in a database", run: runSchema})
+	register(&command{name: "protect", summary: "make PostgreSQL refuse unfenced writes to a table", run: runProtect})
+	register(&command{name: "unprotect", summary: "remove a table's protection", run: runUnprotect})
+	register(&command{name: "marks", summary: "show or set resources' high-water marks (audited)", run: runMarks})
+}
+
+const dbFlagHelp = "the database to act on, as a libpq DSN or URL (default $DATABASE_URL)"
+
+// stringList is a repeatable flag; each use may also hold a comma-separated list.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
+}
+
+func runSchema(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	usage := func() {
+		fmt.Fprintln(stderr, "Usage: fencegate schema install|upgrade|status --db DSN [flags]")
+		fmt.Fprintln(stderr)
+		fmt.Fprintln(stderr, "  install  create schema fencegate, or bring it to the current version (idempotent)")
+		fmt.Fprintln(stderr, "  upgrade  the same, for a database that already holds the schema (keeps every mark)")
+		fmt.Fprintln(stderr, "  status   print the schema's version, protected tables and problems (exit status 1 on problems)")
+		fmt.Fprintln(stderr)
+		fmt.Fprintln(stderr, "Run 'fencegate schema SUBCOMMAND --help' for its flags.")
+	}
+	if len(args) == 0 {
+		usage()
+		return usagef("missing subcommand; use install, upgrade or status")
+	}
+	switch args[0] {
+	case "install", "upgrade":
+		return runSchemaInstall(ctx, args[0], args[1:], stdout, stderr)
+	case "status":
+		return runSchemaStatus(ctx, args[1:], stdout, stderr)
+	case "-h", "--help", "help":
+		usage()
+		return flag.ErrHelp
+	}
+	usage()
+	return usagef("unknown subcommand %q; use install, upgrade or status", args[0])
+}
+
+func runSchemaInstall(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("fencegate schema "+sub, flag.ContinueOnError)
+	db := fs.String("db", "", dbFlagHelp)
+	var grant stringList
+	fs.Var(&grant, "grant", "an application role to give what taking fences needs (USAGE on schema fencegate, EXECUTE on fence and fence_many, SELECT on the marks); repeat or separate with commas (default none)")
+	guard := fs.Bool("guard-ddl", false, "also install the DDL guard: event triggers refusing DDL on protected tables by roles outside the owner role (needs a superuser)")
+	owner := fs.String("owner", "", "the role that owns schema fencegate; created NOLOGIN when missing (default: the schema's current owner when nobody can log in as it, else "+pgfence.DefaultOwnerRole+")")
+	pos, err := parseInterspersed(fs, args, stderr)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected argument %q; roles to grant go with --grant", pos[0])
+	}
+	conn, name, err := connectDB(ctx, *db)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	rep, err := pgfence.Install(ctx, conn, pgfence.InstallOptions{OwnerRole: *owner, Grant: grant, GuardDDL: *guard, RequireInstalled: sub == "upgrade"})
+	if err != nil {
+		if errors.Is(err, pgfence.ErrNotInstalled) {
+			return fmt.Errorf("schema fencegate is not installed in %s: run 'fencegate schema install --db DSN' first", name)
+		}
+		return explain(err, name)
+	}
+	switch {
+	case len(rep.Actions) == 0:
+		fmt.Fprintf(stdout, "schema fencegate version %d in %s is up to date; nothing changed\n", rep.ToVersion, name)
+	case rep.FromVersion == 0:
+		fmt.Fprintf(stdout, "installed schema fencegate version %d in %s\n", rep.ToVersion, name)
+	case rep.FromVersion != rep.ToVersion:
+		fmt.Fprintf(stdout, "upgraded schema fencegate from version %d to %d in %s\n", rep.FromVersion, rep.ToVersion, name)
+	default:
+		fmt.Fprintf(stdout, "repaired schema fencegate version %d in %s\n", rep.ToVersion, name)
+	}
+	for _, a := range rep.Actions {
+		fmt.Fprintf(stdout, "  - %s\n", a)
+	}
+	fmt.Fprintf(stdout, "owner role:        %s\n", rep.OwnerRole)
+	fmt.Fprintf(stdout, "application roles: %s\n", listOrNone(rep.AppRoles))
+	if rep.FromVersion == 0 {
+		fmt.Fprintf(stdout, "marks:             %d\n", rep.Marks)
+	} else {
+		fmt.Fprintf(stdout, "marks:             %d (all kept)\n", rep.Marks)
+	}
+	fmt.Fprintf(stdout, "protected tables:  %d checked\n", rep.Tables)
+	fmt.Fprintf(stdout, "DDL guard:         %s\n", onOff(rep.GuardDDL))
+	for _, w := range rep.Warnings {
+		fmt.Fprintf(stdout, "warning: %s\n", w)
+	}
+	return nil
+}
+
+func runSchemaStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("fencegate schema status", flag.ContinueOnError)
+	db := fs.String("db", "", dbFlagHelp)
+	pos, err := parseInterspersed(fs, args, stderr)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected argument %q", pos[0])
+	}
+	conn, name, err := connectDB(ctx, *db)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	st, err := pgfence.Inspect(ctx, conn)
+	if err != nil {
+		return explain(err, name)
+	}
+	fmt.Fprintf(stdout, "database:          %s\n", name)
+	if !st.Installed {
+		fmt.Fprintln(stdout, "schema fencegate:  not installed")
+	} else {
+		v := strconv.Itoa(st.Version)
+		if st.Version != pgfence.SchemaVersion {
+			v += fmt.Sprintf(" (this fencegate installs %d)", pgfence.SchemaVersion)
+		}
+		fmt.Fprintf(stdout, "schema fencegate:  version %s, owned by %s\n", v, st.OwnerRole)
+		fmt.Fprintf(stdout, "application roles: %s\n", listOrNone(st.AppRoles))
+		if st.Marks >= 0 {
+			fmt.Fprintf(stdout, "marks:             %d\n", st.Marks)
+		}
+		timeout := st.FenceTimeout
+		if timeout == "" {
+			timeout = "5s (default; ALTER DATABASE ... SET fencegate.fence_timeout changes it)"
+		}
+		fmt.Fprintf(stdout, "fence timeout:     %s\n", timeout)
+		fmt.Fprintf(stdout, "DDL guard:         %s\n", onOff(st.GuardDDL))
+	}
+	if len(st.Tables) > 0 {
+		fmt.Fprintln(stdout, "protected tables:")
+		tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  TABLE\tRESOURCE\tPROTECTED AS PART OF\tCHECKS\tOWNER")
+		for _, t := range st.Tables {
+			part := "-"
+			if t.Root != t.Table {
+				part = t.Root
+			}
+			checks := "statement"
+			if !t.StatementChecks {
+				checks = "row (run protect again)"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", t.Table, t.Resource, part, checks, t.Owner)
+		}
+		tw.Flush()
+	} else if st.Installed {
+		fmt.Fprintln(stdout, "protected tables:  none (fencegate protect TABLE --resource EXPR --db DSN)")
+	}
+	for _, w := range st.Warnings {
+		fmt.Fprintf(stdout, "warning: %s\n", w)
+	}
+	for _, p := range st.Problems {
+		fmt.Fprintf(stdout, "problem: %s\n", p)
+	}
+	if len(st.Problems) > 0 {
+		return fmt.Errorf("%d problem(s) in %s; each line above names its repair", len(st.Problems), name)
+	}
+	fmt.Fprintln(stdout, "ok: no problems")
+	return nil
+}
+
+func runProtect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("fencegate protect", flag.ContinueOnError)
+	db := fs.String("db", "", dbFlagHelp)
+	resource := fs.String("resource", "", "SQL expression over the table's columns naming each row's resource, e.g. \"'order:' || id\"; a constant such as \"'ledger'\" makes the table one resource (required; no default)")
+	pos, err := parseInterspersed(fs, args, stderr)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("want exactly one TABLE, got %d arguments: fencegate protect TABLE --resource EXPR --db DSN", len(pos))
+	}
+	if strings.TrimSpace(*resource) == "" {
+		return usagef("missing --resource EXPR, the SQL expression naming each row's resource (e.g. --resource \"'order:' || id\")")
+	}
+	var warnings []string
+	conn, name, err := connectDBNotices(ctx, *db, func(n *pgconn.Notice) {
+		if n.Severity == "WARNING" {
+			warnings = append(warnings, strings.TrimPrefix(n.Message, "fencegate: "))
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	if err := pgfence.Protect(ctx, conn, pos[0], *resource); err != nil {
+		return explain(err, name)
+	}
+	st, err := pgfence.Inspect(ctx, conn)
+	if err != nil {
+		return explain(err, name)
+	}
+	n := 0
+	for _, t := range st.Tables {
+		if t.Root != pos[0] && !sameTable(t.Root, pos[0]) {
+			continue
+		}
+		if n == 0 {
+			fmt.Fprintf(stdout, "protected %s in %s: each row's resource is %s\n", t.Root, name, t.Resource)
+		} else {
+			fmt.Fprintf(stdout, "  with %s\n", t.Table)
+		}
+		n++
+	}
+	if n == 0 {
+		fmt.Fprintf(stdout, "protected %s in %s\n", pos[0], name)
+	}
+	for _, w := range warnings {
+		fmt.Fprintf(stdout, "warning: %s\n", w)
+	}
+	return nil
+}
+
+// sameTable compares a schema-qualified name with what the user typed.
+func sameTable(qualified, typed string) bool {
+	return strings.TrimPrefix(qualified, "public.") == strings.TrimPrefix(typed, "public.")
+}
+
+func runUnprotect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("fencegate unprotect", flag.ContinueOnError)
+	db := fs.String("db", "", dbFlagHelp)
+	pos, err := parseInterspersed(fs, args, stderr)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("want exactly one TABLE, got %d arguments: fencegate unprotect TABLE --db DSN", len(pos))
+	}
+	conn, name, err := connectDB(ctx, *db)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	if err := pgfence.Unprotect(ctx, conn, pos[0]); err != nil {
+		return explain(err, name)
+	}
+	fmt.Fprintf(stdout, "unprotected %s in %s: its writes are no longer checked\n", pos[0], name)
+	return nil
+}
+
+func runMarks(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	usage := func() {
+		fmt.Fprintln(stderr, "Usage: fencegate marks show [RESOURCE...] --db DSN")
+		fmt.Fprintln(stderr, "       fencegate marks set RESOURCE TOKEN --db DSN [--reason TEXT]")
+		fmt.Fprintln(stderr)
+		fmt.Fprintln(stderr, "  show  print resources' marks (all of them when none is named)")
+		fmt.Fprintln(stderr, "  set   set a mark to any token, lower included; recorded in fencegate.audit")
+	}
+	if len(args) == 0 {
+		usage()
+		return usagef("missing subcommand; use show or set")
+	}
+	switch args[0] {
+	case "show", "set":
+	case "-h", "--help", "help":
+		usage()
+		return flag.ErrHelp
+	default:
+		usage()
+		return usagef("unknown subcommand %q; use show or set", args[0])
+	}
+	sub := args[0]
+	for _, a := range args[1:] {
+		if _, err := strconv.ParseInt(a, 10, 64); err == nil && strings.HasPrefix(a, "-") {
+			return usagef("TOKEN %s is negative; marks hold non-negative tokens", a)
+		}
+	}
+	fs := flag.NewFlagSet("fencegate marks "+sub, flag.ContinueOnError)
+	db := fs.String("db", "", dbFlagHelp)
+	reason := new(string)
+	if sub == "set" {
+		reason = fs.String("reason", "", "why the mark is set, kept in fencegate.audit with who and when (default none)")
+	}
+	pos, err := parseInterspersed(fs, args[1:], stderr)
+	if err != nil {
+		return err
+	}
+	var token int64
+	if sub == "set" {
+		if len(pos) != 2 {
+			return usagef("want RESOURCE TOKEN, got %d arguments: fencegate marks set RESOURCE TOKEN --db DSN", len(pos))
+		}
+		if token, err = strconv.ParseInt(pos[1], 10, 64); err != nil || token < 0 {
+			return usagef("TOKEN %q is not a non-negative integer", pos[1])
+		}
+	}
+	conn, name, err := connectDB(ctx, *db)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	if sub == "show" {
+		marks, err := pgfence.Marks(ctx, conn, pos...)
+		if err != nil {
+			return explain(err, name)
+		}
+		tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "RESOURCE\tTOKEN\tUPDATED_AT")
+		for _, m := range marks {
+			fmt.Fprintf(tw, "%s\t%d\t%s\n", strconv.Quote(m.Resource)[1:len(strconv.Quote(m.Resource))-1], m.Token, m.UpdatedAt.UTC().Format(time.RFC3339))
+		}
+		tw.Flush()
+		if len(pos) > len(marks) {
+			have := map[string]bool{}
+			for _, m := range marks {
+				have[m.Resource] = true
+			}
+			for _, r := range pos {
+				if !have[r] {
+					fmt.Fprintf(stderr, "fencegate marks: %q has no mark (no fence was ever taken on it)\n", r)
+				}
+			}
+		}
+		return nil
+	}
+	old, err := pgfence.Marks(ctx, conn, pos[0])
+	if err != nil {
+		return explain(err, name)
+	}
+	if err := pgfence.SetMark(ctx, conn, pos[0], token, *reason); err != nil {
+		return explain(err, name)
+	}
+	from := "no mark"
+	if len(old) == 1 {
+		from = strconv.FormatInt(old[0].Token, 10)
+	}
+	fmt.Fprintf(stdout, "mark of %q in %s: %s -> %d (recorded in fencegate.audit)\n", pos[0], name, from, token)
+	return nil
+}
+
+// connectDB connects to dsn (or $DATABASE_URL) and returns the connection
+// and a name for messages (user@host:port/database, no password).
+func connectDB(ctx context.Context, dsn string) (*pgx.Conn, string, error) {
+	return connectDBNotices(ctx, dsn, nil)
+}
+
+func connectDBNotices(ctx context.Context, dsn string, onNotice func(*pgconn.Notice)) (*pgx.Conn, string, error) {
+	if dsn == "" {
+		dsn = os.Getenv("DATABASE_URL")
+	}
+	if dsn == "" {
+		return nil, "", usagef("missing --db DSN: the database to act on (e.g. --db 'postgres://postgres@127.0.0.1:5432/shop'), or set DATABASE_URL")
+	}
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, "", usagef("--db: cannot parse the DSN: %v", errors.Unwrap(err))
+	}
+	name := fmt.Sprintf("database %s at %s:%d as %s", cfg.Database, cfg.Host, cfg.Port, cfg.User)
+	if onNotice != nil {
+		cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { onNotice(n) }
+	}
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(cctx, cfg)
+	if err != nil {
+		var pg *pgconn.PgError
+		if errors.As(err, &pg) {
+			return nil, "", fmt.Errorf("cannot connect to %s: %s; check --db (user, password, database name)", name, pg.Message)
+		}
+		reason := strings.SplitN(err.Error(), "\n", 2)[0]
+		var op *net.OpError
+		if errors.As(err, &op) {
+			reason = op.Err.Error()
+		}
+		return nil, "", fmt.Errorf("cannot connect to %s: %s; check --db and that PostgreSQL runs there", name, reason)
+	}
+	return conn, name, nil
+}
+
+// explain turns a pgfence error into one line saying what is wrong and
+// what to do.
+func explain(err error, name string) error {
+	msg := strings.TrimPrefix(err.Error(), "pgfence: ")
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		msg = strings.TrimPrefix(pg.Message, "fencegate: ")
+		if pg.Hint != "" {
+			msg += " (" + pg.Hint + ")"
+		}
+	}
+	switch {
+	case errors.Is(err, pgfence.ErrNotInstalled):
+		return fmt.Errorf("schema fencegate is not installed in %s: run 'fencegate schema install --db DSN' as a superuser first", name)
+	case errors.Is(err, pgfence.ErrPrivilege):
+		return fmt.Errorf("%s: %s; connect with --db as a superuser, or as a member of the owner role (and, for tables, their owner)", name, msg)
+	}
+	return errors.New(msg)
+}
+
+func listOrNone(l []string) string {
+	if len(l) == 0 {
+		return "none (grant one with --grant ROLE)"
+	}
+	return strings.Join(l, ", ")
+}
+
+func onOff(b bool) string {
+	if b {
+		return "installed"
+	}
+	return "not installed (--guard-ddl, as a superuser)"
+}

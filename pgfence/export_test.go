@@ -1,0 +1,4 @@
+package pgfence
+
+// HealthFunctionsForTest exposes healthFunctions to the external tests.
+func HealthFunctionsForTest() string { return healthFunctions }

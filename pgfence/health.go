@@ -1,0 +1,183 @@
+package pgfence
+
+// HealthQuery is one plain SELECT, without parameters, that returns no rows
+// when schema fencegate is installed at SchemaVersion and unaltered, and
+// otherwise one text row per problem, each naming the command that repairs
+// it. It reads only the system catalogs (readable by every role), so it runs
+// on any database, with the schema or without, as any role, over the simple
+// or the extended protocol.
+//
+// What it checks: the schema exists and belongs to a role that cannot log in;
+// every function of the schema is there, unaltered (body, SECURITY DEFINER,
+// pinned settings, owner, kind) and executable only by whom it should be
+// (application roles: the fence functions; owners of protected tables: the
+// row-level check their new partitions clone);
+// there is no other function (an overload, an addition); the marks and the
+// audit belong to the owner role, have the expected columns, no trigger, rule
+// or row security, and grant nothing beyond SELECT; nothing else lives in the
+// schema; every table of every protected hierarchy computes the root's
+// resource expression and carries every check, enabled; a protected table is
+// not a partition or child of an unprotected one; the DDL guard, where
+// installed, is whole and enabled.
+//
+// A partition created or attached after protect ran, which PostgreSQL gave
+// the cloned row-level check, is sound (checked row by row; TRUNCATE of the
+// partition itself needs the TRUNCATE privilege, which application roles do
+// not hold) and is not a problem: Inspect lists it among the warnings, and
+// Install or protect gives it its statement-level checks. An inheritance
+// child created after protect gets no check from PostgreSQL and is one.
+const HealthQuery = `WITH
+fg AS (
+	SELECT n.oid, n.nspowner, n.nspacl, r.rolname::text AS owner, r.rolcanlogin, r.rolsuper
+	FROM pg_catalog.pg_namespace n JOIN pg_catalog.pg_roles r ON r.oid = n.nspowner
+	WHERE n.nspname = 'fencegate'),
+want(name, args, definer, app, guard, config, body) AS (VALUES
+` + healthFunctions + `),
+have AS (
+	SELECT p.oid, p.proname::text AS name, pg_catalog.pg_get_function_identity_arguments(p.oid) AS args,
+	       p.prosecdef, p.proconfig, p.proowner, p.prokind, p.proacl, pg_catalog.md5(p.prosrc) AS body, r.rolsuper AS owner_super
+	FROM pg_catalog.pg_proc p JOIN fg ON p.pronamespace = fg.oid JOIN pg_catalog.pg_roles r ON r.oid = p.proowner),
+guard AS (
+	SELECT e.evtname::text AS name, e.evtenabled, e.evtevent::text AS event, e.evtfoid,
+	       (SELECT p.proname::text FROM pg_catalog.pg_proc p JOIN fg ON p.pronamespace = fg.oid WHERE p.oid = e.evtfoid) AS fn
+	FROM pg_catalog.pg_event_trigger e WHERE e.evtname IN ('fencegate_guard_ddl', 'fencegate_guard_drop')),
+rels AS (
+	SELECT c.oid, c.relname::text AS name, c.relkind, c.relowner, c.relacl, c.relrowsecurity
+	FROM pg_catalog.pg_class c JOIN fg ON c.relnamespace = fg.oid),
+roots AS (
+	SELECT t.tgrelid AS relid FROM pg_catalog.pg_trigger t
+	WHERE t.tgname = 'fencegate_ins' AND t.tgparentid = 0
+	  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_trigger pt ON pt.tgrelid = i.inhparent AND pt.tgname = 'fencegate_ins'
+	                  WHERE i.inhrelid = t.tgrelid)),
+tree AS (
+	WITH RECURSIVE tr(root, relid) AS (
+		SELECT relid, relid FROM roots
+		UNION ALL
+		SELECT tr.root, i.inhrelid FROM tr JOIN pg_catalog.pg_inherits i ON i.inhparent = tr.relid)
+	SELECT tr.root, tr.relid, c.relkind, c.relispartition,
+	       (SELECT pg_catalog.pg_get_expr(d.adbin, d.adrelid) FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+	        WHERE a.attrelid = tr.relid AND a.attname = 'fencegate_resource' AND NOT a.attisdropped AND a.attgenerated = 's'
+	          AND a.attcollation = 'pg_catalog."C"'::pg_catalog.regcollation) AS expr
+	FROM tr JOIN pg_catalog.pg_class c ON c.oid = tr.relid),
+trees AS (
+	SELECT t.*, r.expr AS root_expr,
+	       pg_catalog.format('run "fencegate protect %s --resource %s --db DSN"', t.root::pg_catalog.regclass,
+	              '''' || pg_catalog.replace(coalesce(r.expr, 'EXPR'), '''', '''' || pg_catalog.chr(92) || '''''') || '''') AS fix,
+	       EXISTS (SELECT 1 FROM pg_catalog.pg_trigger g WHERE g.tgrelid = t.relid AND g.tgname = 'fencegate_row' AND g.tgenabled = 'A'
+	               AND g.tgfoid = (SELECT h.oid FROM have h WHERE h.name = 'check_row')) AS row_checked
+	FROM tree t JOIN tree r ON r.relid = t.root AND r.root = t.root),
+stmt(name, fn, tgtype) AS (VALUES
+	('fencegate_ins', 'check_insert', 4), ('fencegate_upd', 'check_update', 16),
+	('fencegate_del', 'check_delete', 8), ('fencegate_trunc', 'refuse_truncate', 34)),
+problems(problem) AS (
+	SELECT 'schema fencegate is not installed: run "fencegate schema install --db DSN --grant ROLE"'
+	WHERE NOT EXISTS (SELECT 1 FROM fg)
+UNION ALL
+	SELECT pg_catalog.format('role %s owns schema fencegate and %s: run "ALTER ROLE %s NOLOGIN NOSUPERUSER"', fg.owner,
+	       CASE WHEN fg.rolsuper THEN 'is a superuser' ELSE 'can log in' END, fg.owner)
+	FROM fg WHERE fg.rolcanlogin OR fg.rolsuper
+UNION ALL
+	SELECT pg_catalog.format('%s on schema fencegate is granted to %s: run "fencegate schema upgrade --db DSN"', a.privilege_type,
+	       CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::pg_catalog.regrole::text END)
+	FROM fg, pg_catalog.aclexplode(fg.nspacl) a
+	WHERE a.grantee <> fg.nspowner AND (a.grantee = 0 OR a.privilege_type <> 'USAGE')
+UNION ALL
+	SELECT pg_catalog.format('function fencegate.%s(%s) is missing: run "fencegate schema upgrade --db DSN"', w.name, w.args)
+	FROM want w, fg
+	WHERE (NOT w.guard OR EXISTS (SELECT 1 FROM guard))
+	  AND NOT EXISTS (SELECT 1 FROM have h WHERE h.name = w.name AND h.args = w.args)
+UNION ALL
+	SELECT pg_catalog.format('function %s is not part of schema fencegate (an overload or an addition): run "fencegate schema upgrade --db DSN", which drops it', h.oid::pg_catalog.regprocedure)
+	FROM have h WHERE NOT EXISTS (SELECT 1 FROM want w WHERE w.name = h.name AND w.args = h.args)
+UNION ALL
+	SELECT pg_catalog.format('function %s is altered (%s): run "fencegate schema upgrade --db DSN"%s', h.oid::pg_catalog.regprocedure,
+	       pg_catalog.concat_ws(', ',
+	           CASE WHEN h.body <> w.body THEN 'its body' END,
+	           CASE WHEN h.prosecdef <> w.definer THEN 'its SECURITY DEFINER' END,
+	           CASE WHEN h.proconfig IS DISTINCT FROM w.config::text[] THEN 'its settings' END,
+	           CASE WHEN h.prokind <> 'f' THEN 'its kind' END,
+	           CASE WHEN w.guard AND NOT h.owner_super THEN 'its owner, which must be a superuser'
+	                WHEN NOT w.guard AND h.proowner <> fg.nspowner THEN 'its owner' END),
+	       CASE WHEN w.guard THEN ' as a superuser with --guard-ddl' ELSE '' END)
+	FROM have h JOIN want w ON w.name = h.name AND w.args = h.args CROSS JOIN fg
+	WHERE h.body <> w.body OR h.prosecdef <> w.definer OR h.proconfig IS DISTINCT FROM w.config::text[] OR h.prokind <> 'f'
+	   OR (w.guard AND NOT h.owner_super) OR (NOT w.guard AND h.proowner <> fg.nspowner)
+UNION ALL
+	SELECT pg_catalog.format('function %s is executable by %s: run "fencegate schema upgrade --db DSN"', h.oid::pg_catalog.regprocedure,
+	       CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::pg_catalog.regrole::text END)
+	FROM have h JOIN want w ON w.name = h.name AND w.args = h.args,
+	     pg_catalog.aclexplode(coalesce(h.proacl, pg_catalog.acldefault('f', h.proowner))) a
+	WHERE a.grantee <> h.proowner AND (a.grantee = 0 OR NOT (w.app OR w.name = 'check_row'))
+UNION ALL
+	SELECT pg_catalog.format('table fencegate.%s is missing: run "fencegate schema upgrade --db DSN"', x.name)
+	FROM fg, (VALUES ('marks'), ('audit')) x(name)
+	WHERE NOT EXISTS (SELECT 1 FROM rels r WHERE r.name = x.name AND r.relkind = 'r')
+UNION ALL
+	SELECT pg_catalog.format('view fencegate.protected is missing: run "fencegate schema upgrade --db DSN"')
+	FROM fg WHERE NOT EXISTS (SELECT 1 FROM rels r WHERE r.name = 'protected' AND r.relkind = 'v')
+UNION ALL
+	SELECT pg_catalog.format('%s fencegate.%s is not part of schema fencegate: drop it (fencegate schema upgrade does not drop relations)',
+	       CASE r.relkind WHEN 'r' THEN 'table' WHEN 'v' THEN 'view' WHEN 'S' THEN 'sequence' WHEN 'i' THEN 'index' ELSE 'relation' END, r.name)
+	FROM rels r
+	WHERE r.name NOT IN ('marks', 'marks_pkey', 'audit', 'audit_pkey', 'audit_id_seq', 'protected') AND r.relkind <> 't'
+UNION ALL
+	SELECT pg_catalog.format('%s fencegate.%s belongs to role %s, not to the owner role %s: run "fencegate schema upgrade --db DSN"',
+	       CASE r.relkind WHEN 'v' THEN 'view' WHEN 'S' THEN 'sequence' WHEN 'i' THEN 'index' ELSE 'table' END,
+	       r.name, r.relowner::pg_catalog.regrole, fg.owner)
+	FROM rels r, fg WHERE r.relowner <> fg.nspowner AND r.relkind IN ('r', 'v', 'S', 'p', 'm', 'f')
+UNION ALL
+	SELECT pg_catalog.format('%s on fencegate.%s is granted to %s: run "fencegate schema upgrade --db DSN"', a.privilege_type, r.name,
+	       CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::pg_catalog.regrole::text END)
+	FROM rels r, pg_catalog.aclexplode(r.relacl) a
+	WHERE a.grantee <> r.relowner AND (a.grantee = 0 OR a.privilege_type <> 'SELECT' OR r.name NOT IN ('marks', 'audit'))
+UNION ALL
+	SELECT pg_catalog.format('table fencegate.%s has row-level security enabled: run "fencegate schema upgrade --db DSN"', r.name)
+	FROM rels r WHERE r.relrowsecurity
+UNION ALL
+	SELECT pg_catalog.format('table fencegate.%s has trigger %s: run "fencegate schema upgrade --db DSN", which drops it', r.name, t.tgname)
+	FROM rels r JOIN pg_catalog.pg_trigger t ON t.tgrelid = r.oid WHERE NOT t.tgisinternal
+UNION ALL
+	SELECT pg_catalog.format('table fencegate.%s has rule %s: run "fencegate schema upgrade --db DSN", which drops it', r.name, w.rulename)
+	FROM rels r JOIN pg_catalog.pg_rewrite w ON w.ev_class = r.oid WHERE w.rulename <> '_RETURN'
+UNION ALL
+	SELECT pg_catalog.format('table fencegate.%s has policy %s: run "fencegate schema upgrade --db DSN", which drops it', r.name, p.polname)
+	FROM rels r JOIN pg_catalog.pg_policy p ON p.polrelid = r.oid
+UNION ALL
+	SELECT pg_catalog.format('column fencegate.marks.%s is missing or changed: run "fencegate schema upgrade --db DSN"', x.col)
+	FROM rels r, (VALUES ('resource', 'text', true), ('token', 'bigint', false), ('holder_xid', 'xid8', false), ('holder_boot', 'timestamp with time zone', false)) x(col, typ, bytewise)
+	WHERE r.name = 'marks' AND r.relkind = 'r' AND NOT EXISTS (
+		SELECT 1 FROM pg_catalog.pg_attribute a WHERE a.attrelid = r.oid AND a.attname = x.col AND NOT a.attisdropped
+		  AND pg_catalog.format_type(a.atttypid, a.atttypmod) = x.typ
+		  AND (NOT x.bytewise OR a.attcollation = 'pg_catalog."C"'::pg_catalog.regcollation))
+UNION ALL
+	SELECT pg_catalog.format('protected table %s computes no resource, or not the same one as %s: %s', t.relid::pg_catalog.regclass, t.root::pg_catalog.regclass, t.fix)
+	FROM trees t WHERE t.expr IS NULL OR t.expr IS DISTINCT FROM t.root_expr
+UNION ALL
+	SELECT pg_catalog.format('protected table %s is a partition or child of %s, which is not protected, so writes through %s are not checked: run "fencegate unprotect %s --db DSN", then "fencegate protect %s --resource ... --db DSN"',
+	       r.relid::pg_catalog.regclass, i.inhparent::pg_catalog.regclass, i.inhparent::pg_catalog.regclass, r.relid::pg_catalog.regclass, i.inhparent::pg_catalog.regclass)
+	FROM roots r JOIN pg_catalog.pg_inherits i ON i.inhrelid = r.relid
+UNION ALL
+	SELECT pg_catalog.format('%s %s has no working fencegate check (%s missing, disabled or changed): %s',
+	       CASE WHEN t.relispartition THEN 'partition' WHEN t.relid = t.root THEN 'protected table' ELSE 'child table' END,
+	       t.relid::pg_catalog.regclass, s.name, t.fix)
+	FROM trees t CROSS JOIN stmt s
+	WHERE NOT (t.relispartition AND t.row_checked)
+	  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger g WHERE g.tgrelid = t.relid AND g.tgname = s.name AND g.tgenabled = 'A'
+	                  AND g.tgtype = s.tgtype AND g.tgfoid = (SELECT h.oid FROM have h WHERE h.name = s.fn AND h.args = ''))
+UNION ALL
+	SELECT pg_catalog.format('%s %s has no working fencegate check (%s missing, disabled or changed): %s',
+	       CASE WHEN t.relispartition THEN 'partition' WHEN t.relid = t.root THEN 'protected table' ELSE 'child table' END,
+	       t.relid::pg_catalog.regclass, x.name, t.fix)
+	FROM trees t CROSS JOIN (VALUES ('fencegate_replica'), ('fencegate_row')) x(name)
+	WHERE (x.name = 'fencegate_replica' OR t.relkind = 'p')
+	  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger g WHERE g.tgrelid = t.relid AND g.tgname = x.name
+	                  AND g.tgenabled = CASE x.name WHEN 'fencegate_replica' THEN 'R' ELSE 'A' END
+	                  AND g.tgtype = 29 AND g.tgqual IS NULL
+	                  AND g.tgfoid = (SELECT h.oid FROM have h WHERE h.name = 'check_row' AND h.args = ''))
+UNION ALL
+	SELECT pg_catalog.format('the DDL guard is incomplete or disabled (event trigger %s): run "fencegate schema install --guard-ddl --db DSN" as a superuser', x.name)
+	FROM (VALUES ('fencegate_guard_ddl', 'ddl_command_end', 'guard_ddl'), ('fencegate_guard_drop', 'sql_drop', 'guard_drop')) x(name, event, fn)
+	WHERE EXISTS (SELECT 1 FROM guard)
+	  AND NOT EXISTS (SELECT 1 FROM guard g WHERE g.name = x.name AND g.event = x.event AND g.fn = x.fn AND g.evtenabled = 'A')
+)
+SELECT problem FROM problems`

@@ -1,0 +1,139 @@
+package pgfence
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Status describes schema fencegate in one database.
+type Status struct {
+	Installed    bool
+	Version      int      // 0 when not installed; 1 for the proxy's earlier schema
+	OwnerRole    string   // owner of schema fencegate
+	Problems     []string // HealthQuery's rows: each names the command that repairs it; empty when healthy
+	Tables       []ProtectedTable
+	AppRoles     []string // roles granted EXECUTE on fencegate.fence
+	GuardDDL     bool     // the DDL guard's event triggers exist
+	Marks        int64    // number of marks (-1 when the connected role may not read them)
+	FenceTimeout string   // the database's fencegate.fence_timeout, "" when unset (the fence then waits 5s)
+	Warnings     []string // weaker than it should be, though not broken
+}
+
+// ProtectedTable is one table of a protected hierarchy.
+type ProtectedTable struct {
+	Table    string // as SQL names it (schema-qualified)
+	Root     string // the table protect was called on
+	Resource string // the resource expression, as PostgreSQL prints it
+	Owner    string
+	// StatementChecks is false for a partition created after protect ran
+	// and before the DDL guard or a new protect gave it its own checks: it
+	// is checked row by row (sound, slower) and TRUNCATE is not refused on it.
+	StatementChecks bool
+	OwnerCanLogin   bool
+}
+
+// Inspect reports the state of schema fencegate without changing anything.
+// It reads the system catalogs only (and counts the marks when it may), so
+// any role can run it.
+func Inspect(ctx context.Context, conn *pgx.Conn) (*Status, error) {
+	st := &Status{Marks: -1}
+	var owner, versionBody *string
+	var hasV1, hasMarks bool
+	err := conn.QueryRow(ctx, `SELECT n.nspowner::regrole::text,
+		(SELECT p.prosrc FROM pg_proc p WHERE p.oid = to_regprocedure('fencegate.schema_version()')),
+		to_regprocedure('fencegate.schema_v1()') IS NOT NULL,
+		to_regclass('fencegate.marks') IS NOT NULL
+		FROM (SELECT 1) one LEFT JOIN pg_namespace n ON n.nspname = 'fencegate'`).Scan(&owner, &versionBody, &hasV1, &hasMarks)
+	if err != nil {
+		return nil, fmt.Errorf("inspect fencegate schema: %w", classify(err))
+	}
+	if owner != nil {
+		st.Installed = true
+		st.OwnerRole = *owner
+	}
+	switch {
+	case versionBody != nil:
+		st.Version = SchemaVersion
+		if m := versionBodyRE.FindStringSubmatch(*versionBody); m != nil {
+			fmt.Sscan(m[1], &st.Version)
+		}
+	case hasV1 || hasMarks:
+		st.Version = 1
+	}
+	rows, err := conn.Query(ctx, HealthQuery)
+	if err != nil {
+		return nil, fmt.Errorf("inspect fencegate schema: %w", classify(err))
+	}
+	if st.Problems, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		return nil, fmt.Errorf("inspect fencegate schema: %w", classify(err))
+	}
+	rows, err = conn.Query(ctx, protectedTablesSQL)
+	if err != nil {
+		return nil, fmt.Errorf("inspect protected tables: %w", classify(err))
+	}
+	st.Tables, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (ProtectedTable, error) {
+		var t ProtectedTable
+		var expr *string
+		err := r.Scan(&t.Table, &t.Root, &expr, &t.Owner, &t.StatementChecks, &t.OwnerCanLogin)
+		if expr != nil {
+			t.Resource = *expr
+		}
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("inspect protected tables: %w", classify(err))
+	}
+	for _, t := range st.Tables {
+		if t.OwnerCanLogin {
+			st.Warnings = append(st.Warnings, fmt.Sprintf("protected table %s is owned by role %s, which can log in: the owner can drop or disable its checks; give it to a role that cannot log in", t.Table, t.Owner))
+		}
+		if !t.StatementChecks {
+			st.Warnings = append(st.Warnings, fmt.Sprintf("partition %s was added after %s was protected: it is checked row by row; run fencegate protect %s again (or install the DDL guard) to give it statement-level checks", t.Table, t.Root, t.Root))
+		}
+	}
+	if !st.Installed {
+		return st, nil
+	}
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_event_trigger WHERE evtname IN ('fencegate_guard_ddl', 'fencegate_guard_drop')),
+		coalesce((SELECT split_part(c, '=', 2) FROM pg_db_role_setting s, unnest(s.setconfig) c
+		          WHERE s.setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database()) AND s.setrole = 0
+		            AND c LIKE 'fencegate.fence!_timeout=%' ESCAPE '!'), '')`).Scan(&st.GuardDDL, &st.FenceTimeout); err != nil {
+		return nil, fmt.Errorf("inspect fencegate schema: %w", classify(err))
+	}
+	rows, err = conn.Query(ctx, `SELECT DISTINCT a.grantee::regrole::text FROM pg_proc p, aclexplode(p.proacl) a
+		WHERE p.pronamespace = 'fencegate'::regnamespace AND p.proname = 'fence' AND a.grantee <> 0 AND a.grantee <> p.proowner
+		  AND a.privilege_type = 'EXECUTE' ORDER BY 1`)
+	if err != nil {
+		return nil, fmt.Errorf("inspect fencegate schema: %w", classify(err))
+	}
+	if st.AppRoles, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		return nil, fmt.Errorf("inspect fencegate schema: %w", classify(err))
+	}
+	var canRead bool
+	if err := conn.QueryRow(ctx, `SELECT to_regclass('fencegate.marks') IS NOT NULL AND has_table_privilege('fencegate.marks', 'SELECT')`).Scan(&canRead); err != nil {
+		return nil, fmt.Errorf("inspect fencegate schema: %w", classify(err))
+	}
+	if canRead {
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM fencegate.marks").Scan(&st.Marks); err != nil {
+			return nil, fmt.Errorf("inspect fencegate schema: count marks: %w", classify(err))
+		}
+	}
+	return st, nil
+}
+
+// protectedTablesSQL lists every table of every protected hierarchy.
+const protectedTablesSQL = `WITH RECURSIVE roots AS (` + protectedRootsSQL + `),
+tree(root, relid, depth) AS (
+	SELECT relid, relid, 0 FROM roots
+	UNION ALL
+	SELECT tree.root, i.inhrelid, tree.depth + 1 FROM tree JOIN pg_inherits i ON i.inhparent = tree.relid)
+SELECT t.relid::regclass::text, t.root::regclass::text,
+       (SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attribute a JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+        WHERE a.attrelid = t.relid AND a.attname = 'fencegate_resource' AND NOT a.attisdropped),
+       r.rolname::text,
+       EXISTS (SELECT 1 FROM pg_trigger g WHERE g.tgrelid = t.relid AND g.tgname = 'fencegate_ins'),
+       r.rolcanlogin
+FROM tree t JOIN pg_class c ON c.oid = t.relid JOIN pg_roles r ON r.oid = c.relowner
+ORDER BY t.root::regclass::text, t.depth, t.relid::regclass::text`

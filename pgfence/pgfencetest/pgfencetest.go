@@ -1,0 +1,149 @@
+// Package pgfencetest gives tests a throwaway PostgreSQL database with
+// schema fencegate installed, a unique owner role and an application role
+// that holds only the application grants. It talks to the real server named
+// by FENCEGATE_TEST_PG (default postgres://postgres@127.0.0.1:5432/postgres);
+// a server that is not reachable fails the test. Everything it creates
+// (database, roles) is dropped when the test ends. It is for tests, not a
+// stable API.
+package pgfencetest
+
+import (
+	"context"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/pgfence"
+	"github.com/jackc/pgx/v5"
+)
+
+// DB is a database with schema fencegate installed.
+type DB struct {
+	// DSN connects to the database as the server's superuser.
+	DSN string
+	// Owner is the NOLOGIN role that owns schema fencegate.
+	Owner string
+	// App is a LOGIN role with the application grants (USAGE on schema
+	// fencegate, EXECUTE on fence and fence_many, SELECT on the marks) and
+	// no rights on any table until the test grants them.
+	App string
+	// AppDSN connects to the database as App.
+	AppDSN string
+	// Report is what Install did.
+	Report *pgfence.Report
+}
+
+// Options tunes New.
+type Options struct {
+	// NoInstall leaves the database without schema fencegate (the roles
+	// are still created).
+	NoInstall bool
+	// GuardDDL installs the DDL guard.
+	GuardDDL bool
+}
+
+// New creates a database, an owner role and an application role, and
+// installs schema fencegate.
+func New(t testing.TB, opts ...Options) *DB {
+	t.Helper()
+	var o Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	dsn := testutil.PostgresDB(t)
+	d := &DB{DSN: dsn}
+	d.Owner = Role(t, dsn, "fg_owner_", "NOLOGIN")
+	d.App = Role(t, dsn, "fg_app_", "LOGIN")
+	d.AppDSN = WithUser(t, dsn, d.App)
+	if o.NoInstall {
+		return d
+	}
+	conn := Connect(t, dsn)
+	rep, err := pgfence.Install(context.Background(), conn, pgfence.InstallOptions{OwnerRole: d.Owner, Grant: []string{d.App}, GuardDDL: o.GuardDDL})
+	if err != nil {
+		t.Fatalf("install fencegate schema: %v", err)
+	}
+	d.Report = rep
+	return d
+}
+
+// Role creates a role with a unique name starting with prefix and the given
+// attributes (e.g. "LOGIN", "NOLOGIN", "LOGIN CREATEROLE"). When the test
+// ends, whatever it owns or was granted in the database of dsn is dropped,
+// then the role.
+func Role(t testing.TB, dsn, prefix, attrs string) string {
+	t.Helper()
+	name := testutil.RandomName(prefix)
+	admin := testutil.PostgresAdminDSN()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		t.Fatalf("PostgreSQL not reachable at %s: %v (start it, or set FENCEGATE_TEST_PG)", admin, err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE ROLE "+name+" "+attrs); err != nil {
+		t.Fatalf("create role %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if c, err := pgx.Connect(ctx, dsn); err == nil {
+			_, _ = c.Exec(ctx, "DROP OWNED BY "+name+" CASCADE")
+			c.Close(ctx)
+		}
+		c, err := pgx.Connect(ctx, admin)
+		if err != nil {
+			t.Errorf("drop role %s: %v", name, err)
+			return
+		}
+		defer c.Close(ctx)
+		_, _ = c.Exec(ctx, "DROP OWNED BY "+name+" CASCADE")
+		if _, err := c.Exec(ctx, "DROP ROLE IF EXISTS "+name); err != nil {
+			t.Errorf("drop role %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+// WithUser returns dsn with its user replaced by user (no password: the test
+// server trusts local connections).
+func WithUser(t testing.TB, dsn, user string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatalf("parse %s: %v", dsn, err)
+	}
+	u.User = url.User(user)
+	return u.String()
+}
+
+// Connect opens a connection that is closed when the test ends.
+func Connect(t testing.TB, dsn string) *pgx.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("connect %s: %v", dsn, err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// Admin connects to the database as the superuser.
+func (d *DB) Admin(t testing.TB) *pgx.Conn { t.Helper(); return Connect(t, d.DSN) }
+
+// AppConn connects to the database as the application role.
+func (d *DB) AppConn(t testing.TB) *pgx.Conn { t.Helper(); return Connect(t, d.AppDSN) }
+
+// Exec runs sql as the superuser and fails the test on error.
+func (d *DB) Exec(t testing.TB, sql string, args ...any) {
+	t.Helper()
+	conn := Connect(t, d.DSN)
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}

@@ -1,0 +1,92 @@
+package pgfence
+
+import (
+	"embed"
+	"regexp"
+)
+
+// SchemaVersion is the version of the fencegate schema this package
+// installs. Version 1 is the schema the proxy used to install by itself
+// (marks owned by the application role, no protected tables).
+const SchemaVersion = 2
+
+// DefaultOwnerRole is the role that owns schema fencegate when
+// InstallOptions.OwnerRole is empty.
+const DefaultOwnerRole = "fencegate_owner"
+
+// installLockKey is the advisory lock under which the schema is installed
+// and upgraded; the version 1 proxy took the same key ("fencegat" in ASCII),
+// so an old proxy never installs version 1 over an upgrade in progress.
+const installLockKey int64 = 0x66656e6365676174
+
+//go:embed sql/schema.sql sql/guard.sql
+var sqlFiles embed.FS
+
+func mustRead(name string) string {
+	b, err := sqlFiles.ReadFile(name)
+	if err != nil {
+		panic("pgfence: missing embedded " + name)
+	}
+	return string(b)
+}
+
+var (
+	schemaSQL = mustRead("sql/schema.sql")
+	guardSQL  = mustRead("sql/guard.sql")
+)
+
+// function describes one function of schema fencegate as this version
+// installs it. HealthQuery holds the same facts, fingerprinted; a test keeps
+// the two in step.
+type function struct {
+	name     string // fencegate.name
+	args     string // pg_get_function_identity_arguments
+	result   string // pg_get_function_result
+	definer  bool   // SECURITY DEFINER
+	app      bool   // EXECUTE granted to application roles
+	guard    bool   // part of the DDL guard, owned by a superuser
+	file     string // the embedded file that defines it
+	bodyFrom string // body text, filled in by init from the file
+}
+
+var functions = []*function{
+	{name: "schema_version", args: "", result: "integer", file: "schema"},
+	{name: "fence", args: "resource text, token bigint", result: "bigint", definer: true, app: true, file: "schema"},
+	{name: "fence_many", args: "resources text[], token bigint", result: "bigint", definer: true, app: true, file: "schema"},
+	{name: "check_insert", args: "", result: "trigger", file: "schema"},
+	{name: "check_update", args: "", result: "trigger", file: "schema"},
+	{name: "check_delete", args: "", result: "trigger", file: "schema"},
+	{name: "check_row", args: "", result: "trigger", file: "schema"},
+	{name: "refuse_truncate", args: "", result: "trigger", file: "schema"},
+	{name: "tree", args: "tbl regclass", result: "TABLE(relid regclass, depth integer)", file: "schema"},
+	{name: "shape", args: "tbl regclass", result: "void", file: "schema"},
+	{name: "check_expression", args: "probe regclass, tbl regclass", result: "void", file: "schema"},
+	{name: "protect", args: "tbl regclass, resource text", result: "void", file: "schema"},
+	{name: "unprotect", args: "tbl regclass", result: "void", file: "schema"},
+	{name: "set_mark", args: "resource text, token bigint, reason text", result: "bigint", definer: true, file: "schema"},
+	{name: "guard_ddl", args: "", result: "event_trigger", guard: true, file: "guard"},
+	{name: "guard_drop", args: "", result: "event_trigger", guard: true, file: "guard"},
+}
+
+// bodyRE finds each function definition of the embedded files and its body
+// (PostgreSQL stores the text between the $fg$ quotes verbatim as prosrc).
+var bodyRE = regexp.MustCompile(`(?s)CREATE OR REPLACE FUNCTION fencegate\.(\w+)\(.*?AS \$fg\$(.*?)\$fg\$;`)
+
+func init() {
+	bodies := map[string]string{}
+	for _, src := range []string{schemaSQL, guardSQL} {
+		for _, m := range bodyRE.FindAllStringSubmatch(src, -1) {
+			bodies[m[1]] = m[2]
+		}
+	}
+	for _, f := range functions {
+		b, ok := bodies[f.name]
+		if !ok {
+			panic("pgfence: no body for fencegate." + f.name + " in the embedded SQL")
+		}
+		f.bodyFrom = b
+	}
+	if len(bodies) != len(functions) {
+		panic("pgfence: the embedded SQL defines functions the package does not list")
+	}
+}

@@ -1,0 +1,283 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fencegate/fencegate"
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// The gate runs once per session, after the upstream authenticated the
+// client and before the client's first ReadyForQuery: two Query messages in
+// one write on the session's own upstream connection (see gatePrelude),
+// whose answers the proxy consumes. It asks PostgreSQL two things, in one
+// round trip:
+//
+//   - whether the session's role could switch enforcement off
+//     (privilegeQuery; skipped with Config.AllowPrivilegedRoles), and
+//   - whether the fencegate schema of the database is sound (healthQuery).
+//
+// Both statements run in one read-only transaction with search_path pinned
+// to pg_catalog and the gate's own timeouts (SET LOCAL), so that nothing
+// the client set up (a search_path in the startup options or in ALTER ROLE
+// ... SET, objects of its own named like catalog functions or operators, a
+// short statement_timeout, a serializable default) changes what they
+// compute or whether they finish; SET LOCAL ends with that transaction, so
+// the client's session starts with exactly the settings it asked for.
+// Nothing of the gate reaches the client but a ParameterStatus the server
+// may report.
+
+// gateTimeout bounds each gate statement on the server (statement_timeout
+// and lock_timeout), below the startup timeout.
+const gateTimeout = "10s"
+
+// refusal is a session the gate refuses: the FATAL error the client gets.
+type refusal struct {
+	reason string // metric label: privileged_role, schema, check_failed
+	code   string
+	msg    string
+	hint   string
+	detail []string // logged
+}
+
+func (r *refusal) Error() string { return r.msg }
+
+// gate runs the startup check and returns the transaction status to give
+// the client in its first ReadyForQuery. A schema problem is reported (or,
+// with an admin connection, repaired) before a role problem: against an
+// unsound schema the role check means little, and the version 1 schema
+// belonged to the application role itself, which the upgrade changes.
+func (s *session) gate() (byte, error) {
+	begun := time.Now()
+	c, err := s.check()
+	if err != nil {
+		return 0, err
+	}
+	if len(c.problems) > 0 && s.p.keeper != nil {
+		if err := s.p.keeper.repair(context.Background(), s.database, begun, c.problems); err != nil {
+			return 0, &refusal{
+				reason: "schema",
+				code:   fencegate.CodeSchemaInvalid,
+				msg: fmt.Sprintf("fencegate: the fencegate schema of database %q is not sound (%s), and the proxy could not repair it: %v",
+					s.database, strings.Join(c.problems, "; "), err),
+				hint:   `Check the role and the reach of the proxy's --admin-upstream, or repair the schema with "fencegate schema upgrade --db DSN".`,
+				detail: c.problems,
+			}
+		}
+		if c, err = s.check(); err != nil {
+			return 0, err
+		}
+	}
+	s.p.metrics.GateSeconds.Observe(time.Since(begun).Seconds())
+	if len(c.problems) > 0 {
+		hint := `An administrator repairs it as the problems say ("fencegate schema status --db DSN" lists them again), ` +
+			`or starts the proxy with --admin-upstream so that it repairs the schema itself.`
+		if s.p.keeper != nil {
+			hint = `The proxy repaired what "fencegate schema upgrade" repairs; an administrator fixes the rest as the problems say.`
+		}
+		return 0, &refusal{
+			reason: "schema",
+			code:   fencegate.CodeSchemaInvalid,
+			msg: fmt.Sprintf("fencegate: the fencegate schema of database %q is not sound, so the proxy refuses sessions until it is repaired: %s",
+				s.database, strings.Join(c.problems, "; ")),
+			hint:   hint,
+			detail: c.problems,
+		}
+	}
+	if len(c.privileges) > 0 {
+		return 0, &refusal{
+			reason: "privileged_role",
+			code:   fencegate.CodePrivilegedRole,
+			msg: fmt.Sprintf("fencegate: this proxy admits application roles only, and %s",
+				strings.Join(c.privileges, "; ")),
+			hint: `Connect as an application role: not a superuser, without CREATEROLE, not the owner of a protected table or of anything in schema fencegate, ` +
+				`not a member of such a role, holding only the grants "fencegate schema install --grant ROLE" gives. ` +
+				`To admit privileged roles through this proxy, start it with --allow-privileged-roles.`,
+			detail: c.privileges,
+		}
+	}
+	return c.status, nil
+}
+
+// checked is what the gate's query found.
+type checked struct {
+	problems   []string // the schema's, one per row of the health query
+	privileges []string // why the role could switch enforcement off
+	status     byte     // the final ReadyForQuery's
+}
+
+// gatePrelude opens the gate's transaction and pins what its statements
+// depend on. It is a Query of its own, sent in the same write as the
+// checks: the client's statement_timeout (armed when a Query arrives, and
+// running while the server parses the whole string) then only bounds this
+// short one, and the checks run under the gate's own timeouts.
+const gatePrelude = "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY; SET LOCAL statement_timeout = '" + gateTimeout + "'; " +
+	"SET LOCAL lock_timeout = '" + gateTimeout + "'; SET LOCAL search_path = pg_catalog, pg_temp"
+
+// check runs the gate's queries: two Query messages in one write, one
+// round trip. Both end in one transaction that sets nothing beyond itself.
+func (s *session) check() (checked, error) {
+	var checks []string
+	health := !s.p.trusted(&s.p.soundAt, s.database)
+	if health {
+		checks = append(checks, trimSQL(healthQuery))
+	}
+	roleKey := s.database + "\x00" + s.user
+	role := !s.p.cfg.AllowPrivilegedRoles && !s.p.trusted(&s.p.admittedAt, roleKey)
+	if role {
+		checks = append(checks, trimSQL(privilegeQuery))
+	}
+	if len(checks) == 0 {
+		return checked{status: s.startStatus}, nil
+	}
+	began := time.Now()
+	rows, status, err := s.gateQuery(gatePrelude, strings.Join(checks, ";\n")+";\nCOMMIT")
+	if err != nil {
+		return checked{}, err
+	}
+	// Statements: BEGIN, 3 SETs, then the checks in order, then COMMIT.
+	c := checked{status: status}
+	i := 4
+	if health {
+		c.problems = rows[i]
+		i++
+		s.p.checked(&s.p.soundAt, s.database, began, len(c.problems) == 0)
+	}
+	if role {
+		c.privileges = rows[i]
+		// Trusted only together with a sound schema: the role check is
+		// about the objects of that schema.
+		s.p.checked(&s.p.admittedAt, roleKey, began, len(c.privileges) == 0 && len(c.problems) == 0)
+	}
+	return c, nil
+}
+
+// trusted reports whether a check of key that passed began less than
+// Config.CheckInterval ago.
+func (p *Proxy) trusted(m *sync.Map, key string) bool {
+	if p.cfg.CheckInterval <= 0 {
+		return false
+	}
+	v, ok := m.Load(key)
+	return ok && time.Since(v.(time.Time)) < p.cfg.CheckInterval
+}
+
+// checked records the outcome of a check of key that began at began.
+func (p *Proxy) checked(m *sync.Map, key string, began time.Time, passed bool) {
+	if passed && p.cfg.CheckInterval > 0 {
+		m.Store(key, began)
+	} else {
+		m.Delete(key)
+	}
+}
+
+// trimSQL drops a trailing semicolon and white space from a statement.
+func trimSQL(q string) string {
+	return strings.TrimRight(strings.TrimSpace(q), "; \t\r\n")
+}
+
+// gateQuery sends each of queries as a simple Query, in one write, and
+// reads their answers up to the last ReadyForQuery. It returns the first
+// column of each row, per statement (counted across the queries), and the
+// final transaction status. An error of a statement is returned as a
+// refusal.
+func (s *session) gateQuery(queries ...string) ([][]string, byte, error) {
+	var msg []byte
+	for _, q := range queries {
+		msg = queryMsg(msg, q)
+	}
+	if _, err := s.uw.Write(msg); err != nil {
+		return nil, 0, err
+	}
+	if err := s.uw.Flush(); err != nil {
+		return nil, 0, err
+	}
+	var rows [][]string
+	stmt, ready := 0, 0
+	var qerr *pgproto3.ErrorResponse
+	for {
+		typ, size, err := s.uf.peekHeader()
+		if err != nil {
+			return nil, 0, fmt.Errorf("read the gate's answer: %w", err)
+		}
+		body, err := s.uf.body(size)
+		if err != nil {
+			return nil, 0, fmt.Errorf("read the gate's answer: %w", err)
+		}
+		switch typ {
+		case 'T':
+		case 'D':
+			var d pgproto3.DataRow
+			if err := d.Decode(body); err != nil {
+				return nil, 0, fmt.Errorf("decode the gate's answer: %w", err)
+			}
+			for len(rows) <= stmt {
+				rows = append(rows, nil)
+			}
+			if len(d.Values) > 0 && d.Values[0] != nil {
+				rows[stmt] = append(rows[stmt], string(d.Values[0]))
+			}
+		case 'C', 'I':
+			stmt++
+			for len(rows) < stmt {
+				rows = append(rows, nil)
+			}
+		case 'E':
+			if qerr == nil {
+				if qerr, err = decodeError(body); err != nil {
+					return nil, 0, fmt.Errorf("decode the gate's answer: %w", err)
+				}
+			}
+		case 'N', 'A':
+			// A notice or notification raised by the gate's statements is
+			// the proxy's, not the client's.
+		case 'S':
+			if err := writeMsg(s.cw, typ, body); err != nil {
+				return nil, 0, err
+			}
+		case 'Z':
+			if len(body) != 1 {
+				return nil, 0, fmt.Errorf("upstream sent a bad ReadyForQuery")
+			}
+			if ready++; ready < len(queries) {
+				continue
+			}
+			if qerr != nil {
+				return nil, 0, &refusal{
+					reason: "check_failed",
+					code:   qerr.Code,
+					msg:    "fencegate: the proxy could not check the session's role and the fencegate schema: " + qerr.Message,
+					hint:   qerr.Hint,
+				}
+			}
+			if body[0] != 'I' {
+				return nil, 0, fmt.Errorf("the gate's query left the session in transaction status %q", body[0])
+			}
+			return rows, body[0], nil
+		default:
+			return nil, 0, fmt.Errorf("upstream sent message type %q to the gate's query", typ)
+		}
+	}
+}
+
+// refuse ends a session the gate refused (or could not check): a FATAL
+// ErrorResponse to the client, a Terminate upstream.
+func (s *session) refuse(err error) {
+	var r *refusal
+	if !errors.As(err, &r) {
+		s.startupFailed(err)
+		return
+	}
+	s.p.metrics.SessionsRefused.WithLabelValues(r.reason).Inc()
+	s.log.Warn("session refused", "reason", r.reason, "sqlstate", r.code, "problems", r.detail, "message", r.msg)
+	_ = writeMsg(s.uw, 'X', nil)
+	_ = s.uw.Flush()
+	_ = s.client.SetWriteDeadline(time.Now().Add(time.Second))
+	_ = writeMsg(s.cw, 'E', errorBody("FATAL", r.code, r.msg, r.hint))
+	_ = s.cw.Flush()
+}
