@@ -15,9 +15,11 @@ var (
 	// ErrNotLeader means the node is not the leader and could not forward.
 	// Retryable, preferably on the leader it names.
 	ErrNotLeader = errors.New("tokenservice: not leader")
-	// ErrNoQuorum means the node cannot reach a quorum (it knows no leader,
-	// or lost leadership before committing). Nothing was minted by it.
-	// Retryable.
+	// ErrNoQuorum means the node cannot reach a quorum: it knows no leader
+	// (no entry was written for the request), or it lost its leadership
+	// after appending the request's entry and before committing it (a new
+	// leader may still commit that entry; its tokens are then never handed
+	// out). Either way no token was handed out for the request. Retryable.
 	ErrNoQuorum = errors.New("tokenservice: no quorum")
 	// ErrUnavailable means the node could not serve the request right now
 	// (shutting down, overloaded, or unreachable). Retryable.

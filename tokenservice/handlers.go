@@ -263,7 +263,14 @@ func (s *Server) classify(err error) *APIError {
 	msg := err.Error()
 	switch code {
 	case CodeNoQuorum:
-		msg = fmt.Sprintf("%v: node %s cannot reach a quorum (%v); nothing was minted by it, retry on another node or later", ErrNoQuorum, s.cfg.ID, err)
+		if errors.Is(err, raftstore.ErrLeadershipLost) {
+			// The entry was appended; a new leader may still commit it.
+			msg = fmt.Sprintf("%v: node %s lost its leadership before the entry for this request was committed (%v); "+
+				"the entry may still be committed by the next leader, and its tokens are then never handed out; retry, the retry gets a larger token",
+				ErrNoQuorum, s.cfg.ID, err)
+		} else {
+			msg = fmt.Sprintf("%v: node %s cannot reach a quorum (%v); no entry was written for this request, retry on another node or later", ErrNoQuorum, s.cfg.ID, err)
+		}
 	case CodeNotLeader:
 		msg = fmt.Sprintf("%v: node %s could not forward to the leader (%v); retry on the leader", ErrNotLeader, s.cfg.ID, err)
 	case CodeUnavailable:
