@@ -14,7 +14,8 @@
 //
 // # API: HTTP/JSON
 //
-// Every node serves the same API on its --api-addr:
+// Every node serves the same API on its --api-addr. Routes lists every
+// endpoint with the role it needs (client, admin, peer, public):
 //
 //	POST   /v1/tokens         {"resource":"R"} → {"resource":"R","token":123,"term":2,"index":57,"leader":"n1"}
 //	POST   /v1/tokens         batch form, up to MaxBatchResources (4096) names:
@@ -22,18 +23,42 @@
 //	                          {"resource":"b","token":125}],"term":2,"index":58,"leader":"n1"}
 //	                          (consecutive tokens from one entry, in request order; one bad
 //	                          name refuses the whole request with 400)
-//	GET    /v1/status         this node's view: id, leader_id, leader_api, state, term,
+//	GET    /v1/status         this node's view: id, cluster_id, leader_id, leader_api, state, term,
 //	                          last_index, commit_index, applied_index, last_token, members
-//	POST   /v1/members        {"id":"n4","raft_addr":"HOST:PORT","api_addr":"http://HOST:PORT"} (idempotent)
-//	DELETE /v1/members/{id}   remove a voter (idempotent)
+//	GET    /v1/members        the committed members, with whether each has caught up (leader)
+//	POST   /v1/members        admin: {"id":"n4","raft_addr":"HOST:PORT","api_addr":"http://HOST:PORT"}
+//	                          adds a running node as a non-voter; the leader promotes it once
+//	                          caught up (leader)
+//	DELETE /v1/members/{id}   admin: remove a member, unless the voters left could not form a
+//	                          quorum (leader)
+//	GET    /v1/snapshot       admin: cluster id and counter, for disaster recovery (leader)
+//	POST   /v1/restore        admin: {"at_least":N} raises the counter, never lowers it (leader)
+//	GET    /metrics           Prometheus metrics
 //	GET    /healthz           200 while the process serves
 //	GET    /readyz            200 once the node knows a leader and has applied all it knows committed
 //
+// and, between nodes: POST /v1/internal/allocate (a follower's batch), GET
+// /v1/internal/state and /v1/internal/configuration (what an empty node
+// asks before it founds or joins), PUT /v1/members/{id}/api-addr (a member
+// publishes its own API address; nobody else changes it).
+//
 // Errors are JSON {"error":"...","code":"..."} with code bad_request (400),
-// not_leader (503, with "leader_api" when known), no_quorum or unavailable
-// (503; retry) and internal (500). A follower forwards token requests to the
-// leader (at most 2 hops), batching its concurrent requests into one
-// forwarded call, so clients may talk to any node.
+// refused (409: a membership change or restore that must not be retried
+// as it is), not_leader (503, with "leader_api" when known), no_quorum or
+// unavailable (503; retry) and internal (500). A follower forwards token
+// requests to the leader (at most 2 hops), batching its concurrent
+// requests into one forwarded call, so clients may talk to any node;
+// membership, snapshot and restore are answered by the leader only (others
+// answer not_leader with its address, which the Client follows).
+//
+// # Founding and replacing nodes
+//
+// A node whose data directory is empty founds the cluster with Config.Peers
+// only when every peer answers and none holds the state of a cluster
+// founded without it; Start otherwise fails with raftstore.ErrMustReplace
+// (or waits, with Config.WaitForFounding). A node that lost its data comes
+// back through membership: RemoveMember, Start with Config.Join, AddMember;
+// the leader promotes it once it has caught up. See raftstore's DESIGN.md.
 //
 // HTTP/JSON rather than gRPC: the API is four small calls; HTTP/JSON is
 // answered by curl, by any language without generated stubs, and by the

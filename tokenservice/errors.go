@@ -24,6 +24,12 @@ var (
 	// ErrUnavailable means the node could not serve the request right now
 	// (shutting down, overloaded, or unreachable). Retryable.
 	ErrUnavailable = errors.New("tokenservice: unavailable")
+	// ErrRefused means a membership change or a restore was refused: it
+	// names an id or an address of another member, a member that already
+	// votes, a node that does not answer, or it would leave the cluster
+	// without a quorum. The message says what to do instead. Not
+	// retryable as it is.
+	ErrRefused = errors.New("tokenservice: refused")
 	// ErrInternal is an unexpected server-side failure.
 	ErrInternal = errors.New("tokenservice: internal error")
 	// ErrNoServers is returned by NewClient without server addresses.
@@ -40,6 +46,7 @@ const (
 	CodeNotLeader   = "not_leader"
 	CodeNoQuorum    = "no_quorum"
 	CodeUnavailable = "unavailable"
+	CodeRefused     = "refused"
 	CodeInternal    = "internal"
 )
 
@@ -58,7 +65,7 @@ func (e *APIError) Error() string { return e.Message }
 func (e *APIError) Unwrap() error { return codeSentinel(e.Code) }
 
 // Retryable reports whether the same request may succeed later.
-func (e *APIError) Retryable() bool { return e.Code != CodeBadRequest }
+func (e *APIError) Retryable() bool { return e.Code != CodeBadRequest && e.Code != CodeRefused }
 
 func codeSentinel(code string) error {
 	switch code {
@@ -70,6 +77,8 @@ func codeSentinel(code string) error {
 		return ErrNoQuorum
 	case CodeUnavailable:
 		return ErrUnavailable
+	case CodeRefused:
+		return ErrRefused
 	default:
 		return ErrInternal
 	}
@@ -79,6 +88,8 @@ func codeStatus(code string) int {
 	switch code {
 	case CodeBadRequest:
 		return http.StatusBadRequest
+	case CodeRefused:
+		return http.StatusConflict
 	case CodeNotLeader, CodeNoQuorum, CodeUnavailable:
 		return http.StatusServiceUnavailable
 	default:

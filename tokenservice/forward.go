@@ -15,7 +15,7 @@ import (
 // leaderAPI returns the API URL of the leader this node knows, or an error
 // that says why it cannot forward.
 func (s *Server) leaderAPI() (string, error) {
-	id, api := s.store.Leader()
+	id, api := s.Store().Leader()
 	switch {
 	case id == "":
 		return "", fmt.Errorf("%w: node %s knows no leader", ErrNoQuorum, s.cfg.ID)
@@ -30,6 +30,7 @@ func (s *Server) leaderAPI() (string, error) {
 // forwardAlloc asks the leader to allocate n tokens in one entry.
 func (s *Server) forwardAlloc(ctx context.Context, n, hops int) (raftstore.Range, error) {
 	body, _ := json.Marshal(allocRequest{Count: n})
+	s.metrics.forwarded(n)
 	status, out, err := s.forwardRaw(ctx, http.MethodPost, "/v1/internal/allocate", body, hops)
 	if err != nil {
 		return raftstore.Range{}, err

@@ -24,18 +24,34 @@ const maxResource = 1024
 // ({"resources":[...]}) may name.
 const MaxBatchResources = 4096
 
-func (s *Server) routes() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/tokens", s.handleToken)
-	mux.HandleFunc("POST /v1/internal/allocate", s.handleAllocate)
-	mux.HandleFunc("GET /v1/status", s.handleStatus)
-	mux.HandleFunc("POST /v1/members", s.handleJoin)
-	mux.HandleFunc("DELETE /v1/members/{id}", s.handleRemove)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "id": s.cfg.ID})
-	})
-	mux.HandleFunc("GET /readyz", s.handleReady)
-	return mux
+// running answers 503 while the node has not started Raft (it is still
+// deciding whether it may found or join), and calls h once it runs.
+func (s *Server) running(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.Store() == nil {
+			s.writeError(w, fmt.Errorf("%w: node %s has not started Raft yet: %s", ErrUnavailable, s.cfg.ID, s.startingReason()))
+			return
+		}
+		h(w, r)
+	}
+}
+
+// startingReason says what a node that has not started Raft waits for.
+func (s *Server) startingReason() string {
+	p := s.pending.Load()
+	if p == nil {
+		return "it is starting"
+	}
+	st := p.State()
+	why := p.Waiting()
+	if why == "" {
+		why = "deciding"
+	}
+	return st.Phase + ": " + why
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "id": s.cfg.ID})
 }
 
 func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
@@ -57,9 +73,10 @@ func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
-	if _, api := s.store.Leader(); api != "" {
+	if _, api := s.Store().Leader(); api != "" {
 		w.Header().Set(leaderHeader, api)
 	}
+	s.metrics.served(1)
 	writeJSON(w, http.StatusOK, tokenResponse{Resource: req.Resource, Token: rng.First, Term: rng.Term, Index: rng.Index, Leader: rng.Leader})
 }
 
@@ -92,9 +109,10 @@ func (s *Server) handleTokenBatch(w http.ResponseWriter, r *http.Request, req to
 		s.writeError(w, fmt.Errorf("allocated %d tokens for %d resources", rng.Count, len(req.Resources)))
 		return
 	}
-	if _, api := s.store.Leader(); api != "" {
+	if _, api := s.Store().Leader(); api != "" {
 		w.Header().Set(leaderHeader, api)
 	}
+	s.metrics.served(len(req.Resources))
 	out := batchResponse{Tokens: make([]batchToken, len(req.Resources)), Term: rng.Term, Index: rng.Index, Leader: rng.Leader}
 	for i, res := range req.Resources {
 		out.Tokens[i] = batchToken{Resource: res, Token: rng.First + int64(i)}
@@ -109,14 +127,14 @@ func (s *Server) handleAllocate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
-	if req.Count < 1 || req.Count > 1<<20 {
-		s.writeError(w, fmt.Errorf("%w: count %d out of range 1..%d", ErrBadRequest, req.Count, 1<<20))
+	if req.Count < 1 || req.Count > maxAllocCount {
+		s.writeError(w, fmt.Errorf("%w: count %d out of range 1..%d", ErrBadRequest, req.Count, maxAllocCount))
 		return
 	}
 	hops := hopsOf(r)
 	var rng raftstore.Range
 	err := raftstore.ErrNotLeader
-	if s.store.IsLeader() {
+	if s.Store().IsLeader() {
 		rng, err = s.leaderBatch.Next(r.Context(), req.Count)
 	}
 	if errors.Is(err, raftstore.ErrNotLeader) {
@@ -138,77 +156,15 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
-	if !s.store.Ready() {
+	if s.Store() == nil {
+		s.writeError(w, fmt.Errorf("%w: node %s has not started Raft yet: %s", ErrUnavailable, s.cfg.ID, s.startingReason()))
+		return
+	}
+	if !s.Store().Ready() {
 		s.writeError(w, fmt.Errorf("%w: node %s knows no leader or has not applied all committed entries yet", ErrUnavailable, s.cfg.ID))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "id": s.cfg.ID})
-}
-
-func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
-	if err != nil {
-		s.writeError(w, fmt.Errorf("%w: read body: %v", ErrBadRequest, err))
-		return
-	}
-	var req memberRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		s.writeError(w, fmt.Errorf("%w: body is not JSON like {\"id\":\"n4\",\"raft_addr\":\"HOST:PORT\",\"api_addr\":\"http://HOST:PORT\"}: %v", ErrBadRequest, err))
-		return
-	}
-	if req.ID == "" || req.RaftAddr == "" {
-		s.writeError(w, fmt.Errorf("%w: join needs \"id\" and \"raft_addr\"", ErrBadRequest))
-		return
-	}
-	if req.APIAddr != "" {
-		if req.APIAddr, err = NormalizeURL(req.APIAddr); err != nil {
-			s.writeError(w, fmt.Errorf("%w: api_addr: %v", ErrBadRequest, err))
-			return
-		}
-	}
-	err = s.store.Join(r.Context(), raftstore.Server{ID: req.ID, RaftAddr: req.RaftAddr, APIAddr: req.APIAddr})
-	if s.forwardIfNotLeader(w, r, err, body) {
-		return
-	}
-	if err != nil {
-		s.writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, req)
-}
-
-func (s *Server) handleRemove(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	err := s.store.Remove(r.Context(), id)
-	if s.forwardIfNotLeader(w, r, err, nil) {
-		return
-	}
-	if err != nil {
-		s.writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": id, "removed": true})
-}
-
-// forwardIfNotLeader relays r to the leader when err says this node is not
-// the leader and the hop budget allows; it reports whether it answered.
-func (s *Server) forwardIfNotLeader(w http.ResponseWriter, r *http.Request, err error, body []byte) bool {
-	if !errors.Is(err, raftstore.ErrNotLeader) {
-		return false
-	}
-	hops := hopsOf(r)
-	if hops >= maxHops {
-		return false
-	}
-	status, out, ferr := s.forwardRaw(r.Context(), r.Method, r.URL.Path, body, hops+1)
-	if ferr != nil {
-		s.writeError(w, ferr)
-		return true
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(out)
-	return true
 }
 
 func validateResource(res string) error {
@@ -246,8 +202,10 @@ func (s *Server) classify(err error) *APIError {
 	}
 	code := CodeInternal
 	switch {
-	case errors.Is(err, ErrBadRequest):
+	case errors.Is(err, ErrBadRequest), errors.Is(err, raftstore.ErrBadConfig):
 		code = CodeBadRequest
+	case errors.Is(err, ErrRefused), errors.Is(err, raftstore.ErrConflict), errors.Is(err, raftstore.ErrQuorumAtRisk):
+		code = CodeRefused
 	case errors.Is(err, raftstore.ErrNotLeader):
 		code = CodeNotLeader
 	case errors.Is(err, raftstore.ErrNoLeader), errors.Is(err, raftstore.ErrLeadershipLost), errors.Is(err, ErrNoQuorum):
@@ -272,18 +230,26 @@ func (s *Server) classify(err error) *APIError {
 			msg = fmt.Sprintf("%v: node %s cannot reach a quorum (%v); no entry was written for this request, retry on another node or later", ErrNoQuorum, s.cfg.ID, err)
 		}
 	case CodeNotLeader:
-		msg = fmt.Sprintf("%v: node %s could not forward to the leader (%v); retry on the leader", ErrNotLeader, s.cfg.ID, err)
+		msg = fmt.Sprintf("%v: node %s is not the leader or could not reach it (%v); retry on the leader", ErrNotLeader, s.cfg.ID, err)
 	case CodeUnavailable:
 		msg = fmt.Sprintf("%v: node %s: %v; retry", ErrUnavailable, s.cfg.ID, err)
+	case CodeRefused:
+		if !errors.Is(err, ErrRefused) {
+			msg = fmt.Sprintf("%v: %v", ErrRefused, err)
+		}
 	case CodeInternal:
 		msg = fmt.Sprintf("%v: node %s: %v", ErrInternal, s.cfg.ID, err)
 	}
-	_, leaderAPI := s.store.Leader()
+	var leaderAPI string
+	if st := s.Store(); st != nil {
+		_, leaderAPI = st.Leader()
+	}
 	return &APIError{Status: codeStatus(code), Code: code, Message: msg, LeaderAPI: leaderAPI}
 }
 
 func (s *Server) writeError(w http.ResponseWriter, err error) {
 	ae := s.classify(err)
+	s.metrics.refused(ae.Code)
 	if ae.Code == CodeInternal {
 		s.log.Error("request failed", "err", err)
 	}

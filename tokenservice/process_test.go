@@ -36,6 +36,25 @@ func (p *proc) Write(b []byte) (int, error) {
 // start runs the process and waits until it prints that it serves.
 func (p *proc) start() {
 	p.t.Helper()
+	p.wait(p.launch())
+}
+
+// startAllProcs launches every process, then waits until each serves: a
+// founding node serves only once every peer answers.
+func startAllProcs(t *testing.T, procs []*proc) {
+	t.Helper()
+	serving := make([]<-chan string, len(procs))
+	for i, p := range procs {
+		serving[i] = p.launch()
+	}
+	for i, p := range procs {
+		p.wait(serving[i])
+	}
+}
+
+// launch runs the process; the channel yields the line saying it serves.
+func (p *proc) launch() <-chan string {
+	p.t.Helper()
 	cmd := exec.Command(testutil.Binary(p.t), p.args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Stderr = p
@@ -57,6 +76,12 @@ func (p *proc) start() {
 		}
 		close(serving)
 	}()
+	return serving
+}
+
+// wait waits for the line saying the process serves.
+func (p *proc) wait(serving <-chan string) {
+	p.t.Helper()
 	select {
 	case line, ok := <-serving:
 		if !ok {
@@ -109,9 +134,7 @@ func startProcCluster(t *testing.T, n int) ([]*proc, []string) {
 		procs = append(procs, p)
 		t.Cleanup(p.kill)
 	}
-	for _, p := range procs {
-		p.start()
-	}
+	startAllProcs(t, procs)
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, p := range procs {
@@ -153,9 +176,7 @@ func TestAllProcessesKilledTokensContinue(t *testing.T) {
 		}
 		t.Logf("round %d: killed all nodes; highest token returned so far %d", round, highest)
 
-		for _, p := range procs {
-			p.start()
-		}
+		startAllProcs(t, procs)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		tok, err := cl.NextToken(ctx, "orders/42")
 		cancel()

@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencegate/fencegate/raftstore"
@@ -15,6 +17,11 @@ import (
 
 // maxHops caps how many times a request is forwarded between nodes.
 const maxHops = 2
+
+// maxAllocCount caps the tokens one forwarded allocation may ask for; a
+// leader refuses more. A node's batch limit (Config.MaxBatch) may not
+// exceed it, so a follower never forwards a count the leader refuses.
+const maxAllocCount = 1 << 20
 
 // hopsHeader counts the forwards a request has been through.
 const hopsHeader = "X-Fencegate-Hops"
@@ -29,7 +36,9 @@ type Server struct {
 	cfg    Config
 	log    *slog.Logger
 	apiURL string
-	store  *raftstore.Store
+	// pending is the node before Raft starts; store once it runs.
+	pending atomic.Pointer[raftstore.Pending]
+	store   atomic.Pointer[raftstore.Store]
 	// leaderBatch merges this node's and forwarded requests into one log
 	// entry while it leads; fwdBatch merges this node's requests into one
 	// forwarded call while it follows.
@@ -37,15 +46,28 @@ type Server struct {
 	ln                    net.Listener
 	srv                   *http.Server
 	fwd                   *http.Client
+	probe                 *httpProber
+	metrics               *metrics
+
+	bgCtx       context.Context
+	bgCancel    context.CancelFunc
+	bg          sync.WaitGroup
+	promoteKick chan struct{}
 
 	closeOnce sync.Once
 	closeErr  error
 	served    chan struct{}
 }
 
-// Start opens the node's store (bootstrapping or resuming), listens on the
-// API address and serves until Close or Kill. ctx bounds the start only.
-func Start(ctx context.Context, cfg Config) (*Server, error) {
+// Start starts a node: it listens on the API address, then opens the
+// node's store. A data directory that holds state resumes. An empty one
+// founds the cluster with Config.Peers or joins it with Config.Join,
+// waiting for its peers as those fields say, while the API already answers
+// them; Start returns once Raft runs, or with the reason it must not run
+// (raftstore.ErrMustReplace, ErrWaitTimeout, ...). Nodes of one cluster
+// started in one process must therefore be started concurrently. ctx
+// bounds the start only.
+func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -65,18 +87,29 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = 4096
 	}
+	if cfg.MaxBatch > maxAllocCount {
+		return nil, fmt.Errorf("%w: the batch limit %d is above %d, the most one forwarded allocation may carry", ErrBadConfig, cfg.MaxBatch, maxAllocCount)
+	}
 	if cfg.MaxInflight <= 0 {
 		cfg.MaxInflight = 1
+	}
+	if cfg.PromoteInterval <= 0 {
+		cfg.PromoteInterval = 500 * time.Millisecond
 	}
 	apiURL, err := NormalizeURL(cfg.APIAddr)
 	if err != nil {
 		return nil, fmt.Errorf("%w: api address: %v", ErrBadConfig, err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, apiURL: apiURL, served: make(chan struct{})}
-	hostPort := apiURL[len("http://"):]
-	if len(apiURL) > 8 && apiURL[:8] == "https://" {
+	if strings.HasPrefix(apiURL, "https://") {
 		return nil, fmt.Errorf("%w: the API serves plain HTTP; give --api-addr as HOST:PORT", ErrBadConfig)
 	}
+	for i, u := range cfg.Join {
+		if cfg.Join[i], err = NormalizeURL(u); err != nil {
+			return nil, fmt.Errorf("%w: --join: %v", ErrBadConfig, err)
+		}
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, apiURL: apiURL, served: make(chan struct{}), promoteKick: make(chan struct{}, 1)}
+	hostPort := strings.TrimPrefix(apiURL, "http://")
 	// Listen before opening the store, so a taken port fails before any
 	// state is created.
 	s.ln, err = raftstore.Listen("api", hostPort, "--api-addr")
@@ -86,21 +119,23 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if _, port, _ := net.SplitHostPort(hostPort); port == "0" {
 		s.apiURL = "http://" + s.ln.Addr().String()
 	}
-	s.store, err = raftstore.Open(cfg.storeConfig(s.apiURL))
-	if err != nil {
-		s.ln.Close()
-		return nil, err
-	}
-	s.leaderBatch = raftstore.NewBatcher(s.store.Allocate, raftstore.WithMaxBatch(cfg.MaxBatch), raftstore.WithMaxInflight(cfg.MaxInflight))
-	s.fwdBatch = raftstore.NewBatcher(func(ctx context.Context, n int) (raftstore.Range, error) {
-		return s.forwardAlloc(ctx, n, 1)
-	}, raftstore.WithMaxBatch(cfg.MaxBatch), raftstore.WithMaxInflight(cfg.MaxInflight))
 	s.fwd = &http.Client{Transport: &http.Transport{
 		DialContext:         cfg.Dial,
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     time.Minute,
 		DisableCompression:  true,
 	}}
+	s.probe = &httpProber{hc: s.fwd}
+	s.metrics = newMetrics(s)
+	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
+	pending, err := raftstore.Prepare(cfg.storeConfig(s.apiURL, s.probe))
+	if err != nil {
+		s.ln.Close()
+		return nil, err
+	}
+	s.pending.Store(pending)
+	// The API answers from now on: peers ask an empty node about itself
+	// while it decides whether it may found or join.
 	s.srv = &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		defer close(s.served)
@@ -108,7 +143,23 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			s.log.Error("serve api", "err", err)
 		}
 	}()
-	s.log.Info("serving", "id", cfg.ID, "api", s.apiURL, "raft", s.store.RaftAddr())
+	st, err := pending.Start(ctx)
+	if err != nil {
+		_ = s.srv.Close()
+		<-s.served
+		s.fwd.CloseIdleConnections()
+		s.bgCancel()
+		return nil, err
+	}
+	s.leaderBatch = raftstore.NewBatcher(s.allocate, raftstore.WithMaxBatch(cfg.MaxBatch), raftstore.WithMaxInflight(cfg.MaxInflight))
+	s.fwdBatch = raftstore.NewBatcher(func(ctx context.Context, n int) (raftstore.Range, error) {
+		return s.forwardAlloc(ctx, n, 1)
+	}, raftstore.WithMaxBatch(cfg.MaxBatch), raftstore.WithMaxInflight(cfg.MaxInflight))
+	s.store.Store(st)
+	s.bg.Add(2)
+	go s.promoteLoop()
+	go s.publishLoop()
+	s.log.Info("serving", "id", cfg.ID, "api", s.apiURL, "raft", st.RaftAddr())
 	return s, nil
 }
 
@@ -119,13 +170,19 @@ func (s *Server) ID() string { return s.cfg.ID }
 func (s *Server) APIURL() string { return s.apiURL }
 
 // RaftAddr returns the address the node's Raft transport listens on.
-func (s *Server) RaftAddr() string { return s.store.RaftAddr() }
+func (s *Server) RaftAddr() string { return s.Store().RaftAddr() }
 
 // Store returns the node's Raft store (for status, snapshots and tests).
-func (s *Server) Store() *raftstore.Store { return s.store }
+func (s *Server) Store() *raftstore.Store { return s.store.Load() }
 
 // LocalStatus returns this node's own view of the cluster.
-func (s *Server) LocalStatus() Status { return statusFrom(s.store.Status()) }
+func (s *Server) LocalStatus() Status {
+	st := s.Store()
+	if st == nil {
+		return Status{ID: s.cfg.ID, State: "Starting", Members: []Member{}}
+	}
+	return statusFrom(st.Status())
+}
 
 // Close shuts the node down cleanly: the API stops accepting and finishes
 // in-flight requests (up to 5s), a leader hands over leadership, and the
@@ -139,10 +196,8 @@ func (s *Server) Close() error {
 			errHTTP = s.srv.Close()
 		}
 		<-s.served
-		s.leaderBatch.Close()
-		s.fwdBatch.Close()
-		s.fwd.CloseIdleConnections()
-		s.closeErr = errors.Join(errHTTP, s.store.Close())
+		s.stopBackground()
+		s.closeErr = errors.Join(errHTTP, s.Store().Close())
 	})
 	return s.closeErr
 }
@@ -151,19 +206,35 @@ func (s *Server) Close() error {
 // closed at once, no leadership transfer, no snapshot, no graceful leave.
 func (s *Server) Kill() {
 	s.closeOnce.Do(func() {
-		s.store.Kill()
+		s.Store().Kill()
 		_ = s.srv.Close()
 		<-s.served
-		s.leaderBatch.Close()
-		s.fwdBatch.Close()
-		s.fwd.CloseIdleConnections()
+		s.stopBackground()
 	})
+}
+
+func (s *Server) stopBackground() {
+	s.bgCancel()
+	s.bg.Wait()
+	s.leaderBatch.Close()
+	s.fwdBatch.Close()
+	s.fwd.CloseIdleConnections()
+}
+
+// allocate commits one allocation entry and records it in the metrics.
+func (s *Server) allocate(ctx context.Context, n int) (raftstore.Range, error) {
+	t0 := time.Now()
+	r, err := s.Store().Allocate(ctx, n)
+	if err == nil {
+		s.metrics.committed(r.Count, time.Since(t0))
+	}
+	return r, err
 }
 
 // next returns n tokens: committed here, merged with other requests, when
 // this node leads; otherwise forwarded to the leader, merged likewise.
 func (s *Server) next(ctx context.Context, n int) (raftstore.Range, error) {
-	if s.store.IsLeader() {
+	if s.Store().IsLeader() {
 		r, err := s.leaderBatch.Next(ctx, n)
 		if !errors.Is(err, raftstore.ErrNotLeader) {
 			return r, err
@@ -174,12 +245,12 @@ func (s *Server) next(ctx context.Context, n int) (raftstore.Range, error) {
 
 func statusFrom(st raftstore.Status) Status {
 	out := Status{
-		ID: st.ID, LeaderID: st.LeaderID, LeaderAPI: st.LeaderAPI, State: st.State, Term: st.Term,
+		ID: st.ID, ClusterID: st.ClusterID, LeaderID: st.LeaderID, LeaderAPI: st.LeaderAPI, State: st.State, Term: st.Term,
 		LastIndex: st.LastIndex, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, LastToken: st.LastToken,
 		Members: []Member{},
 	}
 	for _, m := range st.Members {
-		out.Members = append(out.Members, Member(m))
+		out.Members = append(out.Members, Member{ID: m.ID, RaftAddr: m.RaftAddr, APIAddr: m.APIAddr, Suffrage: m.Suffrage, Leader: m.Leader})
 	}
 	return out
 }

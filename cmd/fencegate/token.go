@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,26 +14,27 @@ import (
 	"github.com/fencegate/fencegate/tokenservice"
 )
 
-// defaultServers are the API addresses of the local development cluster.
-const defaultServers = "http://127.0.0.1:7101,http://127.0.0.1:7102,http://127.0.0.1:7103"
-
 func init() {
-	register(&command{name: "token", summary: "the Raft fencing-token service: serve, next, status", run: runToken})
+	register(&command{name: "token", summary: "the Raft fencing-token service: serve, next, status, members, snapshot, restore", run: runToken})
 }
 
 func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	usage := func() {
-		fmt.Fprintln(stderr, "Usage: fencegate token serve|next|status [flags]")
+		fmt.Fprintln(stderr, "Usage: fencegate token serve|next|status|members|snapshot|restore [flags]")
 		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "  serve   run one node of the token service")
-		fmt.Fprintln(stderr, "  next    print a new fencing token for a resource")
-		fmt.Fprintln(stderr, "  status  print the cluster's status")
+		fmt.Fprintln(stderr, "  serve     run one node of the token service")
+		fmt.Fprintln(stderr, "  next      print a new fencing token for a resource")
+		fmt.Fprintln(stderr, "  status    print the cluster's status")
+		fmt.Fprintln(stderr, "  members   list, add or remove members (add: as a non-voter, promoted once caught up)")
+		fmt.Fprintln(stderr, "  snapshot  save the cluster id and counter to a file, for disaster recovery")
+		fmt.Fprintln(stderr, "  restore   raise the counter to a snapshot's value plus a margin (never lowers it)")
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "Run 'fencegate token SUBCOMMAND --help' for its flags.")
 	}
+	const subs = "serve, next, status, members, snapshot or restore"
 	if len(args) == 0 {
 		usage()
-		return usagef("missing subcommand; use serve, next or status")
+		return usagef("missing subcommand; use %s", subs)
 	}
 	switch args[0] {
 	case "serve":
@@ -43,12 +43,18 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runTokenNext(ctx, args[1:], stdout, stderr)
 	case "status":
 		return runTokenStatus(ctx, args[1:], stdout, stderr)
+	case "members":
+		return runTokenMembers(ctx, args[1:], stdout, stderr)
+	case "snapshot":
+		return runTokenSnapshot(ctx, args[1:], stdout, stderr)
+	case "restore":
+		return runTokenRestore(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		usage()
 		return flag.ErrHelp
 	}
 	usage()
-	return usagef("unknown subcommand %q; use serve, next or status", args[0])
+	return usagef("unknown subcommand %q; use %s", args[0], subs)
 }
 
 // parseInterspersed parses flags that may come before or after positional
@@ -71,79 +77,12 @@ func parseInterspersed(fs *flag.FlagSet, args []string, stderr io.Writer) ([]str
 	}
 }
 
-func runTokenServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("fencegate token serve", flag.ContinueOnError)
-	id := fs.String("id", "", "this node's ID, e.g. n1 (required; no default)")
-	dataDir := fs.String("data-dir", "", "directory for the Raft log, snapshots and cluster identity (required; no default)")
-	raftAddr := fs.String("raft-addr", "127.0.0.1:7201", "HOST:PORT for Raft traffic between nodes")
-	apiAddr := fs.String("api-addr", "127.0.0.1:7101", "HOST:PORT for the HTTP/JSON API")
-	peers := fs.String("peers", "", "voters of a new cluster as ID=RAFTADDR=APIADDR,...; the same on every node; ignored when --data-dir already holds state (default empty: wait to be added with POST /v1/members)")
-	heartbeat := fs.Duration("heartbeat-timeout", time.Second, "Raft heartbeat timeout")
-	election := fs.Duration("election-timeout", time.Second, "Raft election timeout")
-	lease := fs.Duration("leader-lease-timeout", 500*time.Millisecond, "how long a leader without a quorum keeps leading before stepping down; at most --heartbeat-timeout")
-	snapThreshold := fs.Uint64("snapshot-threshold", 8192, "log entries between snapshots")
-	trailing := fs.Uint64("trailing-logs", 10240, "log entries kept after a snapshot")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	via := fs.String("dial-via", "", "reach these peer addresses through others, as ADDR=VIA,... (fault injection: relays between nodes; default empty: dial peers directly)")
-	pos, err := parseInterspersed(fs, args, stderr)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected argument %q; serve takes only flags", pos[0])
-	}
-	if *id == "" || *dataDir == "" {
-		return usagef("--id and --data-dir are required, e.g. --id n1 --data-dir /var/lib/fencegate/n1")
-	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return usagef("--log-level %q: use debug, info, warn or error", *logLevel)
-	}
-	peerList, err := tokenservice.ParsePeers(*peers)
-	if err != nil {
-		return usagef("--peers: %v", err)
-	}
-	dial, err := dialVia(*via)
-	if err != nil {
-		return usagef("--dial-via: %v", err)
-	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("node", *id)
-	srv, err := tokenservice.Start(ctx, tokenservice.Config{
-		ID: *id, DataDir: *dataDir, RaftAddr: *raftAddr, APIAddr: *apiAddr, Peers: peerList, Logger: logger,
-		HeartbeatTimeout: *heartbeat, ElectionTimeout: *election, LeaderLeaseTimeout: *lease,
-		SnapshotThreshold: *snapThreshold, TrailingLogs: *trailing, Dial: dial,
-	})
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "fencegate token: node %s serving api=%s raft=%s\n", *id, srv.APIURL(), srv.RaftAddr())
-	<-ctx.Done()
-	logger.Info("shutting down")
-	return srv.Close()
-}
-
-func serversFlag(fs *flag.FlagSet) *string {
-	return fs.String("servers", defaultServers, "comma-separated API URLs (or HOST:PORT) of the token service nodes")
-}
-
-func newClient(servers string, timeout time.Duration) (*tokenservice.Client, error) {
-	var list []string
-	for _, s := range strings.Split(servers, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			list = append(list, s)
-		}
-	}
-	c, err := tokenservice.NewClient(list, tokenservice.WithMaxWait(timeout))
-	if err != nil {
-		return nil, usagef("--servers: %v", err)
-	}
-	return c, nil
-}
+// tokenNextFlags defines the flags of 'fencegate token next'.
+func tokenNextFlags(fs *flag.FlagSet) *clientOpts { return addClientFlags(fs, 30*time.Second) }
 
 func runTokenNext(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("fencegate token next RESOURCE", flag.ContinueOnError)
-	servers := serversFlag(fs)
-	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long without a token")
+	o := tokenNextFlags(fs)
 	pos, err := parseInterspersed(fs, args, stderr)
 	if err != nil {
 		return err
@@ -154,12 +93,12 @@ func runTokenNext(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if strings.TrimSpace(pos[0]) == "" {
 		return usagef("RESOURCE is empty; name the resource the token fences, e.g. orders/42")
 	}
-	c, err := newClient(*servers, *timeout)
+	c, err := o.client()
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	tok, err := c.NextToken(ctx, pos[0])
 	if err != nil {
@@ -169,11 +108,22 @@ func runTokenNext(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	return nil
 }
 
+// tokenStatusOpts are the flags of 'fencegate token status'.
+type tokenStatusOpts struct {
+	*clientOpts
+	json bool
+}
+
+// tokenStatusFlags defines the flags of 'fencegate token status'.
+func tokenStatusFlags(fs *flag.FlagSet) *tokenStatusOpts {
+	o := &tokenStatusOpts{clientOpts: addClientFlags(fs, 10*time.Second)}
+	fs.BoolVar(&o.json, "json", false, "print the status as JSON (default false: a table)")
+	return o
+}
+
 func runTokenStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("fencegate token status", flag.ContinueOnError)
-	servers := serversFlag(fs)
-	asJSON := fs.Bool("json", false, "print the status as JSON (default false: a table)")
-	timeout := fs.Duration("timeout", 10*time.Second, "give up after this long")
+	o := tokenStatusFlags(fs)
 	pos, err := parseInterspersed(fs, args, stderr)
 	if err != nil {
 		return err
@@ -181,18 +131,18 @@ func runTokenStatus(ctx context.Context, args []string, stdout, stderr io.Writer
 	if len(pos) > 0 {
 		return usagef("unexpected argument %q; status takes only flags", pos[0])
 	}
-	c, err := newClient(*servers, *timeout)
+	c, err := o.client()
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	st, err := c.Status(ctx)
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if o.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(st)
