@@ -23,6 +23,19 @@ func paused() []Event {
 	}
 }
 
+// wiped is paused() with token requests around the wipe of a token node:
+// 5 handed out before it, then after appears.
+func wiped(after int64) []Event {
+	return append(paused(),
+		Event{Time: 100, Client: "c3", Kind: KindTokenCall, Op: 0},
+		Event{Time: 105, Client: "c3", Kind: KindTokenOK, Op: 0, Token: 5},
+		Event{Time: 110, Client: "nemesis", Kind: KindFaultStart, Fault: FaultWipeNode, Target: "n2"},
+		Event{Time: 120, Client: "c3", Kind: KindTokenCall, Op: 1},
+		Event{Time: 125, Client: "c3", Kind: KindTokenOK, Op: 1, Token: after},
+		Event{Time: 130, Client: "nemesis", Kind: KindFaultEnd, Fault: FaultWipeNode, Target: "n2"},
+	)
+}
+
 func TestCheck(t *testing.T) {
 	good := DBState{Counter: 1, Rows: []Row{{Client: "c2", Op: 1, Token: 2, Prev: 0}}}
 	tests := []struct {
@@ -39,6 +52,9 @@ func TestCheck(t *testing.T) {
 		{"counter drift", paused(), DBState{Counter: 5, Rows: good.Rows}, "counter = 5"},
 		{"acknowledged but missing", paused(), DBState{}, "not in the database"},
 		{"no double hold", paused()[3:], good, "did not bite"},
+		{"tokens continue after a wipe", wiped(7), good, ""},
+		{"counter restarted after a wipe", wiped(1), good, "wipe: c3/1 got token 1 after wipe-node of n2 began, not above 5"},
+		{"token equal to one before the wipe", wiped(5), good, "not above 5"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
