@@ -308,21 +308,25 @@ func (s *Store) watchClusterID() {
 		case <-s.fsm.clusterIDSet:
 		}
 		id := s.fsm.clusterID()
-		s.identMu.Lock()
-		old := s.ident.ClusterID
-		if id == "" || old == id {
-			s.identMu.Unlock()
-			continue
-		}
-		s.ident.ClusterID = id
-		ident := s.ident
-		s.identMu.Unlock()
-		if old != "" {
-			s.log.Warn("the log's cluster id differs from the one the data dir recorded; keeping the log's", "recorded", old, "log", id)
-		}
-		if err := writeIdentity(s.cfg.DataDir, ident); err != nil {
+		var old string
+		changed := false
+		err := s.updateIdentity(func(ident *identity) bool {
+			old = ident.ClusterID
+			if id == "" || old == id {
+				return false
+			}
+			ident.ClusterID, changed = id, true
+			return true
+		})
+		if err != nil {
 			s.log.Error("record cluster id", "err", err)
 			continue
+		}
+		if !changed {
+			continue
+		}
+		if old != "" {
+			s.log.Warn("the log's cluster id differs from the one the data dir recorded; keeping the log's", "recorded", old, "log", id)
 		}
 		s.log.Info("cluster id recorded", "cluster", id)
 	}

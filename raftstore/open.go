@@ -120,7 +120,7 @@ func Prepare(cfg Config) (_ *Pending, err error) {
 	switch {
 	case p.existing:
 		p.phase = PhaseRunning
-	case len(cfg.Join) > 0:
+	case len(cfg.Join) > 0 || p.ident.Joining:
 		p.phase = PhaseJoining
 	default:
 		p.phase = PhaseFounding
@@ -202,10 +202,16 @@ func (p *Pending) Start(ctx context.Context) (_ *Store, err error) {
 		if err := p.checkResume(ctx); err != nil {
 			return nil, err
 		}
-	case p.ident.RaftStarted:
+	case p.ident.RaftStarted && !p.ident.Joining:
 		return nil, fmt.Errorf("%w: %s once held the Raft state of node %s and no longer does (its log is gone); it counts as lost: empty it and replace the node through membership",
 			ErrDataDirLost, cfg.DataDir, cfg.ID)
-	case len(cfg.Join) > 0:
+	case len(cfg.Join) > 0 || p.ident.Joining:
+		// A joining node that holds nothing yet (it was not added, or
+		// lost what it received as a non-voter, which counted for
+		// nothing) asks again.
+		if len(p.contacts()) == 0 {
+			return nil, fmt.Errorf("%w: %s was joining a cluster and holds no Raft state yet; give members to join (--join)", ErrNoFounding, cfg.DataDir)
+		}
 		if err := p.waitJoin(ctx); err != nil {
 			return nil, err
 		}
@@ -332,14 +338,21 @@ func (s *Store) isVoter() bool {
 
 // promoted records that this node, which joined, is now a voter.
 func (s *Store) promoted() {
-	s.identMu.Lock()
-	s.ident.Joining = false
-	ident := s.ident
-	s.identMu.Unlock()
-	if err := writeIdentity(s.cfg.DataDir, ident); err != nil {
+	if err := s.updateIdentity(func(id *identity) bool { id.Joining = false; return true }); err != nil {
 		s.log.Error("record promotion", "err", err)
 	}
 	s.log.Info("promoted to voter: votes no longer withheld")
+}
+
+// updateIdentity changes the identity under its lock and, when change
+// reports a change, writes it; writes never interleave.
+func (s *Store) updateIdentity(change func(*identity) bool) error {
+	s.identMu.Lock()
+	defer s.identMu.Unlock()
+	if !change(&s.ident) {
+		return nil
+	}
+	return writeIdentity(s.cfg.DataDir, s.ident)
 }
 
 // others returns the voters of Bootstrap other than this node.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -146,3 +147,5 @@ func BenchmarkStoreBatcherParallel(b *testing.B) {
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
 }
+
+func removeFile(dir, name string) error { return os.Remove(filepath.Join(dir, name)) }
