@@ -3,6 +3,7 @@ package faults
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -101,9 +102,14 @@ func (s *Stack) Replace(ctx context.Context, t *TokenNode) error {
 		_, err := s.status(ctx, t)
 		return err
 	})
-	if err := poll(ctx, 60*time.Second, "members add "+t.ID, func(ctx context.Context) error {
+	if err := poll(ctx, 90*time.Second, "members add "+t.ID, func(ctx context.Context) error {
 		if !t.Proc.Running() {
 			return fmt.Errorf("%w: %s exited while joining; its log ends:\n%s", ErrCheckFailed, t.ID, logTail(t.Proc.LogPath(), 8))
+		}
+		// A retry after an add whose wait for the promotion ran out: the
+		// member may be a voter by now (adding a voter is refused).
+		if s.isVoter(ctx, t, others) {
+			return nil
 		}
 		_, err := s.Operator(ctx, "token", "members", "add", t.ID, t.RaftAddr, "http://"+t.APIAddr,
 			"--servers", others, "--timeout", "10s", "--wait", "30s")
@@ -113,6 +119,27 @@ func (s *Stack) Replace(ctx context.Context, t *TokenNode) error {
 	}
 	s.log.Info("node replaced", "node", t.ID)
 	return nil
+}
+
+// isVoter reports whether the leader lists t as a voter, as
+// 'fencegate token members list --json' says.
+func (s *Stack) isVoter(ctx context.Context, t *TokenNode, servers string) bool {
+	out, err := s.Operator(ctx, "token", "members", "list", "--json", "--servers", servers, "--timeout", "5s")
+	if err != nil {
+		return false
+	}
+	var ms struct {
+		Members []struct{ ID, Suffrage string }
+	}
+	if json.Unmarshal([]byte(out), &ms) != nil {
+		return false
+	}
+	for _, m := range ms.Members {
+		if m.ID == t.ID {
+			return m.Suffrage == "Voter"
+		}
+	}
+	return false
 }
 
 func containsArg(args []string, a string) bool {
