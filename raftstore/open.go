@@ -274,6 +274,12 @@ func (p *Pending) Start(ctx context.Context) (_ *Store, err error) {
 		if err := writeIdentity(cfg.DataDir, ident); err != nil {
 			return nil, err
 		}
+		// From here peers are told this node holds state, with its
+		// record: none of them may take it for an empty peer while Raft
+		// starts and before the Store answers for it.
+		p.mu.Lock()
+		p.ident, p.existing, p.phase = ident, true, PhaseRunning
+		p.mu.Unlock()
 		var conf raft.Configuration
 		for _, v := range cfg.Bootstrap {
 			conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(v.ID), Address: raft.ServerAddress(v.RaftAddr)})
@@ -283,6 +289,9 @@ func (p *Pending) Start(ctx context.Context) (_ *Store, err error) {
 		}
 	case join:
 		ident.Joining, dirty = true, true
+		p.mu.Lock()
+		p.ident, p.existing, p.phase = ident, true, PhaseRunning
+		p.mu.Unlock()
 	}
 	if dirty {
 		// Once Raft may run, a directory without Raft state is a lost one.

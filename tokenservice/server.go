@@ -179,7 +179,14 @@ func (s *Server) Store() *raftstore.Store { return s.store.Load() }
 func (s *Server) LocalStatus() Status {
 	st := s.Store()
 	if st == nil {
-		return Status{ID: s.cfg.ID, State: "Starting", Members: []Member{}}
+		// Raft has not started: the node is deciding whether it may
+		// found or join (its /readyz says what it waits for).
+		state := "Starting"
+		if p := s.pending.Load(); p != nil {
+			ph := p.State().Phase
+			state = strings.ToUpper(ph[:1]) + ph[1:]
+		}
+		return Status{ID: s.cfg.ID, State: state, Members: []Member{}}
 	}
 	return statusFrom(st.Status())
 }

@@ -154,7 +154,7 @@ func runTokenStatus(ctx context.Context, args []string, stdout, stderr io.Writer
 // own view (state, term, indexes, last token).
 func printStatusTable(ctx context.Context, w io.Writer, st tokenservice.Status) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "leader: %s (%s)\n", orDash(st.LeaderID), orDash(st.LeaderAPI))
+	fmt.Fprintf(tw, "cluster: %s  leader: %s (%s)\n", orDash(st.ClusterID), orDash(st.LeaderID), orDash(st.LeaderAPI))
 	fmt.Fprintln(tw, "ID\tSTATE\tSUFFRAGE\tTERM\tLAST INDEX\tAPPLIED\tLAST TOKEN\tRAFT\tAPI")
 	for _, m := range st.Members {
 		row := []string{m.ID, "unreachable", m.Suffrage, "-", "-", "-", "-", m.RaftAddr, orDash(m.APIAddr)}
