@@ -29,11 +29,13 @@ func (s *Server) handleMembers(w http.ResponseWriter, r *http.Request) {
 // it has applied the log.
 func (s *Server) members(ctx context.Context) (Members, error) {
 	st := s.Store()
+	// The commit index before the barrier: by the time the barrier has
+	// committed, every member that keeps up has learned of it.
+	commit := st.Status().CommitIndex
 	conf, err := st.Configuration(ctx)
 	if err != nil {
 		return Members{}, err
 	}
-	commit := st.Status().CommitIndex
 	out := Members{ClusterID: conf.ClusterID, LeaderID: conf.LeaderID, CommitIndex: commit, Members: make([]Member, len(conf.Members))}
 	var wg sync.WaitGroup
 	for i, m := range conf.Members {

@@ -18,15 +18,19 @@ func (s *Server) kickPromote() {
 	}
 }
 
-// promoteLoop runs on every node and acts while it leads: a non-voter that
-// has applied every entry the leader had committed when it asked is
-// promoted to voter. The loop, not the command that added the member,
-// promotes: the promotion then survives the command being interrupted and
-// a change of leader (the new leader's loop carries on).
+// promoteLoop runs on every node and acts while it leads: a non-voter whose
+// applied index has reached the commit index the leader had at the
+// previous check, one interval earlier, is promoted to voter. (The commit
+// index of the very moment would never do under a steady load: a member
+// learns of a commit only with the leader's next append.) The loop, not
+// the command that added the member, promotes: the promotion then survives
+// the command being interrupted and a change of leader (the new leader's
+// loop carries on).
 func (s *Server) promoteLoop() {
 	defer s.bg.Done()
 	t := time.NewTicker(s.cfg.PromoteInterval)
 	defer t.Stop()
+	var floor, term uint64
 	for {
 		select {
 		case <-s.bgCtx.Done():
@@ -34,30 +38,36 @@ func (s *Server) promoteLoop() {
 		case <-t.C:
 		case <-s.promoteKick:
 		}
-		s.promoteCaughtUp(s.bgCtx)
+		st := s.Store()
+		status := st.Status()
+		if status.State != "Leader" {
+			floor, term = 0, 0
+			continue
+		}
+		if status.Term != term {
+			floor, term = 0, status.Term // a new term: sample first
+		}
+		if floor > 0 {
+			s.promoteCaughtUp(s.bgCtx, floor)
+		}
+		floor = status.CommitIndex
 	}
 }
 
-func (s *Server) promoteCaughtUp(ctx context.Context) {
+// promoteCaughtUp promotes the non-voters that have applied floor.
+func (s *Server) promoteCaughtUp(ctx context.Context, floor uint64) {
 	st := s.Store()
-	if !st.IsLeader() {
-		return
-	}
-	status := st.Status()
-	for _, m := range status.Members {
+	for _, m := range st.Status().Members {
 		if m.Suffrage != "Nonvoter" || m.APIAddr == "" {
 			continue
 		}
-		// The leader's commit index before asking: the member's applied
-		// index, read after, must have reached it.
-		commit := st.Status().CommitIndex
 		ns, err := s.askMember(ctx, m)
 		if err != nil {
 			s.log.Debug("non-voter not ready for promotion", "id", m.ID, "why", err)
 			continue
 		}
-		if ns.AppliedIndex < commit {
-			s.log.Debug("non-voter catching up", "id", m.ID, "applied", ns.AppliedIndex, "commit", commit)
+		if ns.AppliedIndex < floor {
+			s.log.Debug("non-voter catching up", "id", m.ID, "applied", ns.AppliedIndex, "leader_commit", floor)
 			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -68,7 +78,7 @@ func (s *Server) promoteCaughtUp(ctx context.Context) {
 			continue
 		}
 		s.metrics.promotions.Inc()
-		s.log.Info("promoted caught-up member to voter", "id", m.ID, "applied", ns.AppliedIndex, "commit", commit)
+		s.log.Info("promoted caught-up member to voter", "id", m.ID, "applied", ns.AppliedIndex, "leader_commit", floor)
 	}
 }
 

@@ -505,11 +505,16 @@ func (c *Cluster) WaitVoter(t testing.TB, i int) {
 			return err
 		}
 		for _, m := range ms.Members {
-			if m.ID == c.nodes[i].id {
-				if m.Suffrage != "Voter" {
-					return fmt.Errorf("%s is a %s (applied %d of %d)", m.ID, m.Suffrage, m.AppliedIndex, ms.CommitIndex)
-				}
+			if m.ID == c.nodes[i].id && m.Suffrage == "Voter" {
 				return nil
+			}
+		}
+		// Each question commits a barrier entry on the leader: ask a few
+		// times a second, not a hundred.
+		time.Sleep(200 * time.Millisecond)
+		for _, m := range ms.Members {
+			if m.ID == c.nodes[i].id {
+				return fmt.Errorf("%s is a %s (applied %d of %d)", m.ID, m.Suffrage, m.AppliedIndex, ms.CommitIndex)
 			}
 		}
 		return fmt.Errorf("%s is not a member", c.nodes[i].id)
