@@ -171,10 +171,19 @@ func checkStale(r *Result, db DBState) {
 // this too, among every other pair of operations; this check names the
 // wipe when it fails.)
 func checkAfterWipes(r *Result, evs []Event) {
-	calls := map[opKey]int64{}
-	for _, e := range evs {
-		if e.Kind == KindTokenCall {
-			calls[opKey{e.Client, e.Op}] = e.Time
+	// A client asks for one token at a time, and may ask several times in
+	// one operation (the lock client retries): each answer belongs to the
+	// client's latest call before it.
+	calledAt := map[int]int64{} // index of a token-ok event -> time of its call
+	pending := map[string]int64{}
+	for i, e := range evs {
+		switch e.Kind {
+		case KindTokenCall:
+			pending[e.Client] = e.Time
+		case KindTokenOK:
+			if at, ok := pending[e.Client]; ok {
+				calledAt[i] = at
+			}
 		}
 	}
 	for _, w := range evs {
@@ -187,11 +196,11 @@ func checkAfterWipes(r *Result, evs []Event) {
 				before = max(before, e.Token)
 			}
 		}
-		for _, e := range evs {
+		for i, e := range evs {
 			if e.Kind != KindTokenOK {
 				continue
 			}
-			if at, ok := calls[opKey{e.Client, e.Op}]; ok && at > w.Time && e.Token <= before {
+			if at, ok := calledAt[i]; ok && at > w.Time && e.Token <= before {
 				r.failf("wipe: %s/%d got token %d after %s of %s began, not above %d handed out before it", e.Client, e.Op, e.Token, w.Fault, w.Target, before)
 			}
 		}
