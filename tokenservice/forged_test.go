@@ -137,6 +137,7 @@ func TestForgedLeaderAddressNeverRelayed(t *testing.T) {
 
 			// 1. On the network.
 			hijack.Store(&[2]string{strings.TrimPrefix(c.APIURL(leader), "https://"), atk.addr})
+			c.ResetAPI() // the followers' kept-alive connections to the leader go
 			takeTokens(t, c, leader, clientOpts)
 			if atk.conns.Load() == 0 {
 				t.Fatal("no node contacted the attacker: the hijack was not exercised")
