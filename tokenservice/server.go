@@ -176,7 +176,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		s.raftLayer = raftstore.NewTCPLayer(raftLn, cfg.Dial)
 	}
 	s.fwd = &http.Client{Transport: fwdTransport}
-	s.probe = &httpProber{hc: s.fwd, scheme: scheme}
+	s.probe = &httpProber{hc: s.fwd, scheme: scheme, verify: cfg.TLS != nil}
 	s.metrics = newMetrics(s)
 	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
 	scfg := cfg.storeConfig(s.apiURL, s.probe)
