@@ -2,6 +2,7 @@ package tokenservice
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -103,6 +104,8 @@ func (s *Server) handleAddMember(w http.ResponseWriter, r *http.Request) {
 			err = fmt.Errorf("%w: raft_addr %q is not HOST:PORT", ErrBadRequest, req.RaftAddr)
 		} else if req.APIAddr, e = NormalizeURL(req.APIAddr); e != nil {
 			err = fmt.Errorf("%w: api_addr: %v", ErrBadRequest, e)
+		} else {
+			req.APIAddr = withScheme(req.APIAddr, s.scheme())
 		}
 	}
 	if err != nil {
@@ -128,7 +131,11 @@ func (s *Server) handleAddMember(w http.ResponseWriter, r *http.Request) {
 
 // checkNewMember refuses, before the configuration changes, a new member
 // that does not answer at its API address as itself, that holds another
-// cluster's state, or whose Raft address does not accept connections.
+// cluster's state, or whose Raft address does not accept connections. With
+// TLS both answers must come from the new member itself: its API from a
+// peer certificate naming its id (the prober checks it), its Raft address
+// from a peer certificate that names that address and its id (dialled
+// through the Raft layer, as Raft will).
 func (s *Server) checkNewMember(ctx context.Context, req memberRequest) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
@@ -142,11 +149,19 @@ func (s *Server) checkNewMember(ctx context.Context, req memberRequest) error {
 	if cid := s.Store().Status().ClusterID; ns.HasState && ns.ClusterID != "" && cid != "" && ns.ClusterID != cid {
 		return fmt.Errorf("%w: %s at %s holds the state of cluster %s, not of this cluster %s; give it an empty data dir", ErrRefused, req.ID, req.APIAddr, ns.ClusterID, cid)
 	}
-	c, err := s.cfg.Dial(ctx, "tcp", req.RaftAddr)
+	c, err := s.raftLayer.Dial(ctx, req.RaftAddr)
 	if err != nil {
+		if s.auth != nil {
+			return fmt.Errorf("%w: no node of this cluster accepts connections at raft address %s (%v); check the address and that the new node's certificate names its host", ErrRefused, req.RaftAddr, err)
+		}
 		return fmt.Errorf("%w: nothing accepts connections at raft address %s (%v); check the address", ErrRefused, req.RaftAddr, err)
 	}
-	c.Close()
+	defer c.Close()
+	if tc, ok := c.(*tls.Conn); ok {
+		if cn := tc.ConnectionState().PeerCertificates[0].Subject.CommonName; cn != req.ID {
+			return fmt.Errorf("%w: the node at raft address %s is %q (its certificate), not %q; check the id and the address", ErrRefused, req.RaftAddr, cn, req.ID)
+		}
+	}
 	return nil
 }
 
@@ -208,6 +223,7 @@ func (s *Server) handleSetAPIAddr(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, fmt.Errorf("%w: api_addr: %v", ErrBadRequest, err))
 		return
 	}
+	api = withScheme(api, s.scheme())
 	if err := s.Store().SetAPIAddr(r.Context(), id, api); err != nil {
 		s.writeError(w, err)
 		return

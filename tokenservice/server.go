@@ -321,6 +321,14 @@ func statusFrom(st raftstore.Status) Status {
 	return out
 }
 
+// scheme is the scheme of every node's API: https with TLS, else http.
+func (s *Server) scheme() string {
+	if s.cfg.TLS != nil {
+		return "https"
+	}
+	return "http"
+}
+
 // withScheme returns the URL u with scheme (http or https): with TLS every
 // node serves https, whatever scheme an address was written or recorded
 // with.

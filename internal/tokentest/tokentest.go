@@ -489,12 +489,14 @@ func (c *Cluster) AddNode(t testing.TB) int {
 	if t.Failed() {
 		t.FailNow()
 	}
-	c.addAndPromote(t, i)
+	c.AddMember(t, i)
 	return i
 }
 
-// addAndPromote adds node i as a member and waits for its promotion.
-func (c *Cluster) addAndPromote(t testing.TB, i int) {
+// AddMember adds node i, which runs in join mode, as a member through the
+// API (with an admin identity when the cluster runs with TLS), and waits
+// until the leader has promoted it to voter once it caught up.
+func (c *Cluster) AddMember(t testing.TB, i int) {
 	t.Helper()
 	nd := c.nodes[i]
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -578,6 +580,18 @@ func (c *Cluster) Replace(t testing.TB, i int) {
 	if err := cl.RemoveMember(ctx, c.nodes[i].id); err != nil {
 		t.Fatalf("remove %s: %v", c.nodes[i].id, err)
 	}
+	c.StartJoin(t, i)
+	c.AddMember(t, i)
+}
+
+// StartJoin starts node i with an empty data directory in join mode: its
+// usual id and addresses, joining through every other node's API, as the
+// replacement procedure starts a node after its lost member was removed.
+// It returns once the node runs Raft as a non-member (it grants no votes
+// until promoted); AddMember adds it.
+func (c *Cluster) StartJoin(t testing.TB, i int) {
+	t.Helper()
+	c.Kill(i)
 	if err := os.RemoveAll(c.nodes[i].dir); err != nil {
 		t.Fatal(err)
 	}
@@ -588,8 +602,11 @@ func (c *Cluster) Replace(t testing.TB, i int) {
 	if err := c.StartErr(i); err != nil {
 		t.Fatalf("start %s to join: %v", c.nodes[i].id, err)
 	}
-	c.addAndPromote(t, i)
 }
+
+// AdminOptions are the client options of an admin identity: nil without
+// TLS, else a certificate of the cluster CA with the admin role.
+func (c *Cluster) AdminOptions() []tokenservice.ClientOption { return c.adminOptions() }
 
 // gatedHandler drops records once the test has ended, so goroutines that
 // outlive a test cannot log into it.
