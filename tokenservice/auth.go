@@ -375,7 +375,7 @@ func (s *Server) require(rt Route, h http.HandlerFunc) http.HandlerFunc {
 				// is no revocation): only a current member may call.
 				s.log.Info("refused request", "status", http.StatusForbidden, "method", r.Method, "path", r.URL.Path, "from", r.RemoteAddr,
 					"identity", id.Name, "reason", "not a member")
-				s.writeError(w, fmt.Errorf("%w: %s %s needs a current member of the cluster; %q is not one", ErrForbidden, rt.Method, rt.Path, id.Name))
+				s.writeError(w, fmt.Errorf("%w: %s %s needs %s held by a current member of the cluster; %q is not one", ErrForbidden, rt.Method, rt.Path, needs, id.Name))
 				return
 			}
 		}

@@ -90,8 +90,8 @@ func (l *countingListener) Accept() (net.Conn, error) {
 // where the leader's API should be, in the two ways open to it: on the
 // network (the followers' connections to the leader's API address reach
 // the attacker instead) and in the replicated member table (POST
-// /v1/members naming the leader with the attacker's address, tried with
-// every identity). The attacker's server is tried in every disguise: plain
+// /v1/members naming the leader with the attacker's address, and PUT
+// /v1/members/{leader}/api-addr, each tried with every identity). The attacker's server is tried in every disguise: plain
 // HTTP, a peer certificate of another CA named like the leader, a client
 // certificate of the cluster CA named like the leader, and a genuine peer
 // certificate of another node of the cluster. Clients pinned to the
@@ -156,6 +156,12 @@ func TestForgedLeaderAddressNeverRelayed(t *testing.T) {
 				{"peer of another node", issueTLS(t, ca, ca, otherID, pki.Options{}, tokenservice.RolePeer)},
 				{"admin", issueTLS(t, ca, ca, "ops", pki.Options{}, tokenservice.RoleAdmin)},
 			} {
+				// The member's own path: only the leader itself may
+				// publish the leader's address, and nobody here is it.
+				put := sendJSON(t, http.MethodPut, c.APIURL(leader)+"/v1/members/"+leaderID+"/api-addr", id.tls, fmt.Sprintf(`{"api_addr":"https://%s"}`, atk.addr))
+				if want := map[bool]int{true: http.StatusUnauthorized, false: http.StatusForbidden}[id.name == "nothing"]; put != want {
+					t.Fatalf("PUT /v1/members/%s/api-addr as %s: %d; want %d", leaderID, id.name, put, want)
+				}
 				status := postMember(t, c.APIURL(leader), id.tls, forged)
 				switch {
 				case status == http.StatusOK:
@@ -230,11 +236,23 @@ func takeTokens(t *testing.T, c *tokentest.Cluster, leader int, opts []tokenserv
 
 func postMember(t *testing.T, url string, cfg *tls.Config, body string) int {
 	t.Helper()
+	return sendJSON(t, http.MethodPost, url+"/v1/members", cfg, body)
+}
+
+// sendJSON sends body to url with method over TLS with cfg and returns the
+// status.
+func sendJSON(t *testing.T, method, url string, cfg *tls.Config, body string) int {
+	t.Helper()
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: 10 * time.Second}
 	defer hc.CloseIdleConnections()
-	resp, err := hc.Post(url+"/v1/members", "application/json", bytes.NewReader([]byte(body)))
+	req, err := http.NewRequest(method, url, bytes.NewReader([]byte(body)))
 	if err != nil {
-		t.Fatalf("POST /v1/members: %v", err)
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
 	}
 	resp.Body.Close()
 	return resp.StatusCode
