@@ -50,17 +50,21 @@ func TestCLIMembers(t *testing.T) {
 		})
 	}
 
-	// A fourth node, started to join, added with the command, which waits
-	// until the leader promoted it; then removed again.
-	raft4, api4 := tokentest.StableAddr(t), "http://"+tokentest.StableAddr(t)
+	// A fourth node, started to join on ports of its own choosing (it is
+	// not restarted), added with the command, which waits until the leader
+	// promoted it; then removed again.
 	n4, err := tokenservice.Start(context.Background(), tokenservice.Config{
-		ID: "n4", DataDir: t.TempDir(), RaftAddr: raft4, APIAddr: api4, Join: c.APIURLs(),
+		ID: "n4", DataDir: t.TempDir(), RaftAddr: "127.0.0.1:0", APIAddr: "127.0.0.1:0", Join: c.APIURLs(),
 		Logger: testutil.Logger(t).With("node", "n4"),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(n4.Kill)
+	raft4, api4 := n4.RaftAddr(), n4.APIURL()
+	if strings.HasSuffix(raft4, ":0") || strings.HasSuffix(api4, ":0") {
+		t.Fatalf("n4 reports raft %s, api %s; want the ports it was given", raft4, api4)
+	}
 	code, out, stderr = runCLI(t, "token", "members", "add", "n4", raft4, api4, "--servers", servers)
 	if code != 0 || !strings.Contains(out, "n4 added as a non-voter") || !strings.Contains(out, "n4 caught up and is a voter") {
 		t.Fatalf("members add: exit %d:\n%s%s", code, out, stderr)

@@ -74,8 +74,13 @@ type Config struct {
 	// DataDir holds the node's Raft log, snapshots and cluster identity. Required.
 	DataDir string
 	// RaftAddr is the HOST:PORT Raft listens on and advertises. Required.
+	// Port 0 takes a free port (Server.RaftAddr reports it): for a node
+	// that joins and is never restarted, as in tests; a founder's address
+	// must be known to its peers beforehand.
 	RaftAddr string
-	// APIAddr is the HOST:PORT (or http://HOST:PORT) the HTTP API listens on. Required.
+	// APIAddr is the HOST:PORT the API listens on (http://HOST:PORT, or
+	// https://HOST:PORT with TLS, are accepted too). Required. Port 0 takes
+	// a free port (Server.APIURL reports it).
 	APIAddr string
 	// Peers are the voters of a new cluster, the same on every node. A node
 	// whose DataDir holds no state founds the cluster with them only once

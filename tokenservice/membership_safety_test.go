@@ -43,16 +43,17 @@ func TestAddMemberRefusals(t *testing.T) {
 	cl := c.Client(t)
 	leader := c.Leader(t)
 	mint(t, cl, 3)
-	// n4 runs, empty, in join mode, but is not a member.
-	n4raft, n4api := tokentest.StableAddr(t), "http://"+tokentest.StableAddr(t)
+	// n4 runs, empty, in join mode, but is not a member; it binds
+	// 127.0.0.1:0 (it is never restarted).
 	n4, err := tokenservice.Start(context.Background(), tokenservice.Config{
-		ID: "n4", DataDir: t.TempDir(), RaftAddr: n4raft, APIAddr: n4api, Join: c.APIURLs(),
+		ID: "n4", DataDir: t.TempDir(), RaftAddr: "127.0.0.1:0", APIAddr: "127.0.0.1:0", Join: c.APIURLs(),
 		Logger: testutil.Logger(t).With("node", "n4"),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(n4.Kill)
+	n4raft, n4api := n4.RaftAddr(), n4.APIURL()
 	before := memberLine(t, cl)
 	silent := tokentest.StableAddr(t)
 	cases := []struct {
