@@ -101,21 +101,14 @@ func (l *countingListener) Accept() (net.Conn, error) {
 // nothing).
 func TestForgedLeaderAddressNeverRelayed(t *testing.T) {
 	ca, other := newCA(t, "cluster"), newCA(t, "attacker")
-	serverTLS := func(ca *pki.CA, name string, role tokenservice.Role) *tls.Config {
-		leaf, err := ca.Issue(name, []string{string(role)}, []string{"127.0.0.1"}, pki.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &tls.Config{Certificates: []tls.Certificate{leaf.TLSCertificate()}}
-	}
 	disguises := []struct {
 		name string
 		tls  func(leaderID, otherID string) *tls.Config
 	}{
 		{"plain HTTP", func(string, string) *tls.Config { return nil }},
-		{"peer certificate of another CA named like the leader", func(l, _ string) *tls.Config { return serverTLS(other, l, tokenservice.RolePeer) }},
-		{"client certificate of the cluster CA named like the leader", func(l, _ string) *tls.Config { return serverTLS(ca, l, tokenservice.RoleClient) }},
-		{"genuine peer certificate of another node", func(_, o string) *tls.Config { return serverTLS(ca, o, tokenservice.RolePeer) }},
+		{"peer certificate of another CA named like the leader", func(l, _ string) *tls.Config { return serverTLS(t, other, l, tokenservice.RolePeer) }},
+		{"client certificate of the cluster CA named like the leader", func(l, _ string) *tls.Config { return serverTLS(t, ca, l, tokenservice.RoleClient) }},
+		{"genuine peer certificate of another node", func(_, o string) *tls.Config { return serverTLS(t, ca, o, tokenservice.RolePeer) }},
 	}
 	for _, d := range disguises {
 		t.Run(d.name, func(t *testing.T) {

@@ -68,23 +68,16 @@ func startImpostor(t *testing.T, cfg *tls.Config, id string, voters []raftstore.
 // certificate (401) and one with a client certificate (403).
 func TestFoundingProbeRefusesStrangers(t *testing.T) {
 	ca, other := newCA(t, "cluster"), newCA(t, "stranger")
-	serverTLS := func(ca *pki.CA, name string, role tokenservice.Role) *tls.Config {
-		leaf, err := ca.Issue(name, []string{string(role)}, []string{"127.0.0.1"}, pki.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &tls.Config{Certificates: []tls.Certificate{leaf.TLSCertificate()}}
-	}
 	for _, d := range []struct {
 		name  string
 		tls   *tls.Config
 		found bool
 	}{
 		{"plain HTTP", nil, false},
-		{"peer certificate of another CA named n2", serverTLS(other, "n2", tokenservice.RolePeer), false},
-		{"client certificate of the cluster CA named n2", serverTLS(ca, "n2", tokenservice.RoleClient), false},
-		{"genuine peer certificate of n3", serverTLS(ca, "n3", tokenservice.RolePeer), false},
-		{"control: n2's own peer certificate", serverTLS(ca, "n2", tokenservice.RolePeer), true},
+		{"peer certificate of another CA named n2", serverTLS(t, other, "n2", tokenservice.RolePeer), false},
+		{"client certificate of the cluster CA named n2", serverTLS(t, ca, "n2", tokenservice.RoleClient), false},
+		{"genuine peer certificate of n3", serverTLS(t, ca, "n3", tokenservice.RolePeer), false},
+		{"control: n2's own peer certificate", serverTLS(t, ca, "n2", tokenservice.RolePeer), true},
 	} {
 		t.Run(d.name, func(t *testing.T) {
 			raft1, api1, raft2 := tokentest.StableAddr(t), tokentest.StableAddr(t), tokentest.StableAddr(t)
