@@ -11,8 +11,9 @@
 // reserves a range of the counter, and a Batcher merges concurrent requests
 // into one entry (group commit), so throughput is not one fsync per token.
 //
-// A Store is one node. Prepare opens its data directory and Raft listener;
-// Pending.Start decides how the node starts and starts Raft. A directory
+// A Store is one node. Prepare opens its data directory and takes its
+// Raft Layer (Config.Layer, or plain TCP on Config.RaftAddr); Pending.Start
+// decides how the node starts and starts Raft on that layer. A directory
 // that holds state resumes. An empty one founds a new cluster with
 // Config.Bootstrap only once every other voter has answered (through
 // Config.Probe) and none holds the state of a cluster founded without this
