@@ -50,7 +50,9 @@ type batchRes struct {
 // BatcherOption configures a Batcher.
 type BatcherOption func(*Batcher)
 
-// WithMaxBatch caps how many tokens one entry allocates. The default is 4096.
+// WithMaxBatch caps how many tokens one entry allocates: callers are merged
+// only while their sum stays within it (a single caller asking for more is
+// allocated alone). The default is 4096.
 func WithMaxBatch(n int) BatcherOption { return func(b *Batcher) { b.maxBatch = max(1, n) } }
 
 // WithMaxInflight caps how many allocations are in flight at once; callers
@@ -128,37 +130,64 @@ func (b *Batcher) Close() {
 
 func (b *Batcher) loop() {
 	defer close(b.loopStopped)
+	// carry is a request taken from the queue that did not fit the batch
+	// being formed; it opens the next one.
+	var carry *batchReq
 	for {
-		var first *batchReq
-		select {
-		case first = <-b.reqs:
-			b.received.Add(1)
-		case <-b.done:
-			b.failPending()
-			return
+		first := carry
+		carry = nil
+		if first == nil {
+			select {
+			case first = <-b.reqs:
+				b.received.Add(1)
+			case <-b.done:
+				b.failPending()
+				return
+			}
 		}
 		batch, total := []*batchReq{first}, first.n
-		// Wait for an in-flight slot, gathering the callers that arrive meanwhile.
+		// Wait for an in-flight slot, gathering the callers that arrive
+		// meanwhile, up to the batch limit: a caller that would push the
+		// batch over it waits for the next batch, and while the batch is
+		// full no more callers are taken from the queue.
+		reqs := b.reqs
+		if total >= b.maxBatch {
+			reqs = nil
+		}
 	gather:
 		for {
 			select {
 			case b.sem <- struct{}{}:
 				break gather
-			case r := <-b.reqs:
+			case r := <-reqs:
 				b.received.Add(1)
+				if total+r.n > b.maxBatch {
+					carry, reqs = r, nil
+					continue
+				}
 				batch, total = append(batch, r), total+r.n
+				if total >= b.maxBatch {
+					reqs = nil
+				}
 			case <-b.done:
+				if carry != nil {
+					batch = append(batch, carry)
+				}
 				fail(batch, ErrBatcherClosed)
 				b.failPending()
 				return
 			}
 		}
-		// Take whatever else is already queued.
+		// Take whatever else is already queued and fits.
 	drain:
-		for total < b.maxBatch {
+		for carry == nil && total < b.maxBatch {
 			select {
 			case r := <-b.reqs:
 				b.received.Add(1)
+				if total+r.n > b.maxBatch {
+					carry = r
+					break drain
+				}
 				batch, total = append(batch, r), total+r.n
 			default:
 				break drain

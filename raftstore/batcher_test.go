@@ -70,6 +70,75 @@ func TestBatcherMergesConcurrentCalls(t *testing.T) {
 	t.Logf("%d calls served by %d allocations %v", n, len(ca.calls), ca.calls)
 }
 
+// The batch limit holds while callers queue behind an allocation in flight:
+// no allocation is larger than the limit (unless one caller alone asks for
+// more), and every caller is served. Before, callers that arrived during a
+// slow commit were all merged, and one follower forwarded 300 x 4096 tokens
+// in a single call that the leader refused.
+func TestBatcherHonoursLimitWhileWaiting(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		limit       int
+		sizes       []int
+		wantLargest int
+	}{
+		{"300 full batches", 4096, repeat(4096, 300), 4096},
+		{"small callers", 10, repeat(3, 200), 10},
+		{"mixed, one oversize", 10, append(repeat(4, 50), 25), 25},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ca := &counterAlloc{gate: make(chan struct{})}
+			b := NewBatcher(ca.alloc, WithMaxInflight(1), WithMaxBatch(tc.limit))
+			defer b.Close()
+			var wg sync.WaitGroup
+			got := make([]Range, len(tc.sizes))
+			for i, n := range tc.sizes {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					r, err := b.Next(context.Background(), n)
+					if err != nil {
+						t.Error(err)
+					}
+					got[i] = r
+				}()
+			}
+			// Everyone queues behind the first allocation, held at the gate.
+			testutil.Eventually(t, 10*time.Second, "the first allocation to be in flight", func() bool { return b.received.Load() >= 1 })
+			time.Sleep(50 * time.Millisecond) // let the rest queue up
+			close(ca.gate)
+			wg.Wait()
+			largest, sum := 0, 0
+			for _, n := range ca.calls {
+				largest = max(largest, n)
+				sum += n
+			}
+			if largest > tc.wantLargest {
+				t.Fatalf("largest allocation %d tokens, limit %d (calls %v)", largest, tc.limit, ca.calls)
+			}
+			want := 0
+			for i, n := range tc.sizes {
+				want += n
+				if got[i].Count != n || got[i].First <= 0 {
+					t.Fatalf("caller %d asked for %d tokens, got %+v", i, n, got[i])
+				}
+			}
+			if sum != want {
+				t.Fatalf("allocated %d tokens for callers asking %d", sum, want)
+			}
+			t.Logf("%d callers, %d allocations, largest %d", len(tc.sizes), len(ca.calls), largest)
+		})
+	}
+}
+
+func repeat(n, times int) []int {
+	out := make([]int, times)
+	for i := range out {
+		out[i] = n
+	}
+	return out
+}
+
 func TestBatcherErrorsAndClose(t *testing.T) {
 	boom := errors.New("boom")
 	b := NewBatcher(func(ctx context.Context, n int) (Range, error) { return Range{}, boom })

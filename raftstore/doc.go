@@ -11,8 +11,18 @@
 // reserves a range of the counter, and a Batcher merges concurrent requests
 // into one entry (group commit), so throughput is not one fsync per token.
 //
-// A Store is one node. Open bootstraps a new cluster from Config.Bootstrap
-// when the data directory is empty, or resumes from the directory's state.
-// Join and Remove change the voters idempotently. See DESIGN.md for the
-// reasoning behind these choices.
+// A Store is one node. Prepare opens its data directory and takes its
+// Raft Layer (Config.Layer, or plain TCP on Config.RaftAddr); Pending.Start
+// decides how the node starts and starts Raft on that layer. A directory
+// that holds state resumes. An empty one founds a new cluster with
+// Config.Bootstrap only once every other voter has answered (through
+// Config.Probe) and none holds the state of a cluster founded without this
+// directory; otherwise it is refused with ErrMustReplace, because an empty
+// node that starts Raft grants votes and acknowledgements in the name of
+// the member whose data it lost. A lost member comes back through
+// membership: Remove, then an empty node started with Config.Join,
+// AddNonvoter, and Promote once it has caught up (its votes are withheld
+// until then). The cluster's id is random, committed in the log by its
+// first leader, and recorded in every data directory. See DESIGN.md for
+// the reasoning behind these choices.
 package raftstore

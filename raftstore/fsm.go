@@ -14,9 +14,11 @@ import (
 
 // Log entry types. The first byte of every command names its type.
 const (
-	cmdAllocate  byte = 1 // uvarint count: allocate count tokens
-	cmdSetMember byte = 2 // JSON memberMeta: record a member's API address
-	cmdDelMember byte = 3 // JSON memberMeta: forget a member's API address
+	cmdAllocate     byte = 1 // uvarint count: allocate count tokens
+	cmdSetMember    byte = 2 // JSON memberMeta: record a member's API address
+	cmdDelMember    byte = 3 // JSON memberMeta: forget a member's API address
+	cmdSetClusterID byte = 4 // the cluster id, as text: recorded only if none is yet
+	cmdRaiseCounter byte = 5 // uvarint value: raise the counter to at least value
 )
 
 // memberMeta is the metadata the FSM keeps per member besides what Raft's
@@ -26,12 +28,13 @@ type memberMeta struct {
 	APIAddr string `json:"api_addr,omitempty"`
 }
 
-// fsmState is the whole replicated state: one global counter and the API
-// address of each member. Its size does not depend on how many resources
-// have asked for tokens.
+// fsmState is the whole replicated state: the cluster's id, one global
+// counter and the API address of each member. Its size does not depend on
+// how many resources have asked for tokens.
 type fsmState struct {
-	Counter  int64             `json:"counter"`
-	APIAddrs map[string]string `json:"api_addrs"`
+	ClusterID string            `json:"cluster_id,omitempty"`
+	Counter   int64             `json:"counter"`
+	APIAddrs  map[string]string `json:"api_addrs"`
 }
 
 // applyResult is what FSM.Apply returns for an allocation: the first token of
@@ -43,21 +46,39 @@ type applyResult struct {
 	Index uint64
 }
 
+// raiseResult is what FSM.Apply returns for a counter raise.
+type raiseResult struct {
+	Before, After int64
+	Term, Index   uint64
+}
+
 // fsm is the token state machine. Apply is the only place tokens are minted.
 type fsm struct {
 	mu    sync.RWMutex
 	state fsmState
+	// clusterIDSet is signalled (without blocking) when the cluster id
+	// changes, so that the store records it in the data directory.
+	clusterIDSet chan struct{}
 }
 
 func newFSM() *fsm {
-	return &fsm{state: fsmState{APIAddrs: map[string]string{}}}
+	return &fsm{state: fsmState{APIAddrs: map[string]string{}}, clusterIDSet: make(chan struct{}, 1)}
 }
 
-func encodeAllocate(n int) []byte {
-	b := make([]byte, 1, 1+binary.MaxVarintLen64)
-	b[0] = cmdAllocate
-	return binary.AppendUvarint(b, uint64(n))
+func (f *fsm) signalClusterID() {
+	select {
+	case f.clusterIDSet <- struct{}{}:
+	default:
+	}
 }
+
+func encodeUvarint(typ byte, v uint64) []byte {
+	b := make([]byte, 1, 1+binary.MaxVarintLen64)
+	b[0] = typ
+	return binary.AppendUvarint(b, v)
+}
+
+func encodeAllocate(n int) []byte { return encodeUvarint(cmdAllocate, uint64(n)) }
 
 func encodeMember(typ byte, m memberMeta) []byte {
 	b, _ := json.Marshal(m) // a struct of strings always marshals
@@ -95,6 +116,23 @@ func (f *fsm) Apply(l *raft.Log) any {
 			delete(f.state.APIAddrs, m.ID)
 		}
 		return nil
+	case cmdSetClusterID:
+		// The first id committed wins: every node applies the same log,
+		// so every node keeps the same one.
+		if f.state.ClusterID == "" && len(l.Data) > 1 {
+			f.state.ClusterID = string(l.Data[1:])
+			f.signalClusterID()
+		}
+		return f.state.ClusterID
+	case cmdRaiseCounter:
+		v, k := binary.Uvarint(l.Data[1:])
+		if k <= 0 || v > math.MaxInt64 {
+			return fmt.Errorf("%w: bad raise entry at index %d", ErrCorrupt, l.Index)
+		}
+		// Never lowers the counter.
+		before := f.state.Counter
+		f.state.Counter = max(before, int64(v))
+		return raiseResult{Before: before, After: f.state.Counter, Term: l.Term, Index: l.Index}
 	default:
 		return fmt.Errorf("%w: unknown entry type %d at index %d", ErrCorrupt, l.Data[0], l.Index)
 	}
@@ -105,6 +143,13 @@ func (f *fsm) counter() int64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.state.Counter
+}
+
+// clusterID returns the cluster id the log committed, or "".
+func (f *fsm) clusterID() string {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.state.ClusterID
 }
 
 // apiAddrs returns a copy of the member API addresses.
@@ -118,7 +163,7 @@ func (f *fsm) apiAddrs() map[string]string {
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return &fsmSnapshot{state: fsmState{Counter: f.state.Counter, APIAddrs: maps.Clone(f.state.APIAddrs)}}, nil
+	return &fsmSnapshot{state: fsmState{ClusterID: f.state.ClusterID, Counter: f.state.Counter, APIAddrs: maps.Clone(f.state.APIAddrs)}}, nil
 }
 
 // Restore replaces the state with a snapshot's.
@@ -132,8 +177,12 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		s.APIAddrs = map[string]string{}
 	}
 	f.mu.Lock()
+	changed := f.state.ClusterID != s.ClusterID
 	f.state = s
 	f.mu.Unlock()
+	if changed {
+		f.signalClusterID()
+	}
 	return nil
 }
 

@@ -66,115 +66,53 @@ func (s *Store) apply(ctx context.Context, cmd []byte) error {
 	return nil
 }
 
-// Join adds srv as a voter. It is idempotent: a server already present with
-// the same ID and address is left alone (its API address is refreshed); one
-// that matches only by ID or only by address is removed first and re-added.
-// Only the leader accepts it.
-func (s *Store) Join(ctx context.Context, srv Server) error {
-	if srv.ID == "" || srv.RaftAddr == "" {
-		return fmt.Errorf("%w: join needs an id and a raft address", ErrBadConfig)
+// Backup is the state a snapshot for disaster recovery holds: the cluster
+// id and the counter, read on the leader at a log index in a term.
+type Backup struct {
+	ClusterID string
+	Counter   int64
+	Index     uint64
+	Term      uint64
+}
+
+// Backup reads the replicated state on the leader after a barrier, so the
+// counter is at least every token handed out before the call.
+func (s *Store) Backup(ctx context.Context) (Backup, error) {
+	if s.raft.State() != raft.Leader {
+		return Backup{}, s.notLeader()
+	}
+	term := s.raft.CurrentTerm()
+	if err := wait(ctx, s.raft.Barrier(enqueueTimeout)); err != nil {
+		return Backup{}, fmt.Errorf("barrier before backup: %w", err)
+	}
+	return Backup{ClusterID: s.fsm.clusterID(), Counter: s.fsm.counter(), Index: s.raft.AppliedIndex(), Term: term}, nil
+}
+
+// Raise is the outcome of RaiseCounter.
+type Raise struct {
+	Before, After int64
+	Term, Index   uint64
+}
+
+// RaiseCounter commits an entry that raises the counter to at least v; it
+// never lowers it. Every token handed out afterwards is above v.
+func (s *Store) RaiseCounter(ctx context.Context, v int64) (Raise, error) {
+	if v < 0 {
+		return Raise{}, fmt.Errorf("%w: raise the counter to %d", ErrBadConfig, v)
 	}
 	if s.raft.State() != raft.Leader {
-		return s.notLeader()
+		return Raise{}, s.notLeader()
 	}
-	cf := s.raft.GetConfiguration()
-	if err := cf.Error(); err != nil {
-		return fmt.Errorf("read configuration: %w", translate(err))
+	f := s.raft.Apply(encodeUvarint(cmdRaiseCounter, uint64(v)), enqueueTimeout)
+	if err := wait(ctx, f); err != nil {
+		return Raise{}, fmt.Errorf("raise counter to %d: %w", v, err)
 	}
-	present := false
-	for _, cur := range cf.Configuration().Servers {
-		sameID, sameAddr := cur.ID == raft.ServerID(srv.ID), cur.Address == raft.ServerAddress(srv.RaftAddr)
-		switch {
-		case sameID && sameAddr && cur.Suffrage == raft.Voter:
-			present = true
-		case sameID || sameAddr:
-			if err := wait(ctx, s.raft.RemoveServer(cur.ID, 0, 0)); err != nil {
-				return fmt.Errorf("remove stale server %s: %w", cur.ID, err)
-			}
-		}
-	}
-	if !present {
-		if err := wait(ctx, s.raft.AddVoter(raft.ServerID(srv.ID), raft.ServerAddress(srv.RaftAddr), 0, 0)); err != nil {
-			return fmt.Errorf("add voter %s: %w", srv.ID, err)
-		}
-		s.log.Info("added voter", "id", srv.ID, "raft_addr", srv.RaftAddr)
-	}
-	if srv.APIAddr != "" && s.fsm.apiAddrs()[srv.ID] != srv.APIAddr {
-		if err := s.apply(ctx, encodeMember(cmdSetMember, memberMeta{ID: srv.ID, APIAddr: srv.APIAddr})); err != nil {
-			return fmt.Errorf("record api address of %s: %w", srv.ID, err)
-		}
-	}
-	return nil
-}
-
-// Remove removes the server with this ID from the cluster. Removing a server
-// that is not a member succeeds. Only the leader accepts it.
-func (s *Store) Remove(ctx context.Context, id string) error {
-	if s.raft.State() != raft.Leader {
-		return s.notLeader()
-	}
-	cf := s.raft.GetConfiguration()
-	if err := cf.Error(); err != nil {
-		return fmt.Errorf("read configuration: %w", translate(err))
-	}
-	for _, cur := range cf.Configuration().Servers {
-		if cur.ID == raft.ServerID(id) {
-			if err := wait(ctx, s.raft.RemoveServer(cur.ID, 0, 0)); err != nil {
-				return fmt.Errorf("remove server %s: %w", id, err)
-			}
-			s.log.Info("removed server", "id", id)
-		}
-	}
-	if _, ok := s.fsm.apiAddrs()[id]; ok {
-		if err := s.apply(ctx, encodeMember(cmdDelMember, memberMeta{ID: id})); err != nil {
-			return fmt.Errorf("forget api address of %s: %w", id, err)
-		}
-	}
-	return nil
-}
-
-// watchLeadership records member API addresses whenever this node becomes
-// leader: its own, and those of the bootstrap voters it knows from its
-// identity file that the replicated state does not have yet.
-func (s *Store) watchLeadership() {
-	defer s.wg.Done()
-	for {
-		select {
-		case <-s.done:
-			return
-		case leader := <-s.notify:
-			if leader {
-				s.syncMembers()
-			}
-		}
-	}
-}
-
-func (s *Store) syncMembers() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	go func() {
-		select {
-		case <-s.done:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	want := map[string]string{}
-	for _, p := range s.ident.Peers {
-		want[p.ID] = p.APIAddr
-	}
-	if s.cfg.APIAddr != "" {
-		want[s.cfg.ID] = s.cfg.APIAddr
-	}
-	have := s.fsm.apiAddrs()
-	for id, api := range want {
-		if api == "" || (have[id] != "" && id != s.cfg.ID) || have[id] == api {
-			continue
-		}
-		if err := s.apply(ctx, encodeMember(cmdSetMember, memberMeta{ID: id, APIAddr: api})); err != nil {
-			s.log.Info("record member api address", "id", id, "err", err)
-			return
-		}
+	switch r := f.Response().(type) {
+	case raiseResult:
+		return Raise(r), nil
+	case error:
+		return Raise{}, fmt.Errorf("raise counter to %d: %w", v, r)
+	default:
+		return Raise{}, fmt.Errorf("raise counter to %d: unexpected FSM response %T", v, r)
 	}
 }

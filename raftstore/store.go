@@ -7,16 +7,15 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
+
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"go.etcd.io/bbolt"
 )
 
 var (
@@ -45,6 +44,28 @@ var (
 	ErrCorrupt = errors.New("raftstore: corrupt log entry")
 	// ErrExhausted means the int64 token space is used up.
 	ErrExhausted = errors.New("raftstore: token counter exhausted")
+	// ErrMustReplace means the data directory is empty but the cluster it
+	// was to found exists: the node lost its data, or is new, and may only
+	// come back through membership (remove, then add as a new member).
+	ErrMustReplace = errors.New("raftstore: node must be replaced through membership")
+	// ErrDataDirLost means the data directory once held Raft state and no
+	// longer does (its log was deleted): it counts as lost.
+	ErrDataDirLost = errors.New("raftstore: data dir lost its raft state")
+	// ErrNoFounding means an empty data directory was given neither the
+	// voters of a new cluster nor members to join.
+	ErrNoFounding = errors.New("raftstore: empty data dir and no way to start")
+	// ErrWaitTimeout means an empty node could neither found nor join
+	// within Config.FoundingTimeout.
+	ErrWaitTimeout = errors.New("raftstore: gave up waiting to found or join")
+	// ErrStillVoter means a node asked to join is still listed as a voter:
+	// the member it replaces must be removed first.
+	ErrStillVoter = errors.New("raftstore: still listed as a voter")
+	// ErrConflict means a membership change names an id or an address that
+	// belongs to another member, or a member that already votes.
+	ErrConflict = errors.New("raftstore: membership conflict")
+	// ErrQuorumAtRisk means a membership change would leave fewer live
+	// voters than a quorum needs.
+	ErrQuorumAtRisk = errors.New("raftstore: change would lose quorum")
 )
 
 // Server is one voter of the cluster: its Raft ID and address, and the
@@ -63,18 +84,41 @@ type Config struct {
 	ID string
 	// DataDir holds the Raft log (raft.db), snapshots and cluster.json. Required.
 	DataDir string
-	// RaftAddr is the TCP address Raft listens on and advertises. Required.
+	// RaftAddr is the TCP address Raft listens on and advertises. Required
+	// unless Layer is set.
 	RaftAddr string
 	// APIAddr is this node's token API base URL, recorded in the replicated
 	// state when this node leads.
 	APIAddr string
 	// Bootstrap lists the voters of a new cluster. It is used only when the
-	// data directory holds no Raft state; it must name this node.
+	// data directory holds no Raft state, and then only once every other
+	// voter has answered through Probe and none holds the state of a
+	// cluster founded without this directory (see DESIGN.md, "Founding").
+	// It must name this node.
 	Bootstrap []Server
+	// Join lists the API addresses of members of an existing cluster. A
+	// node whose data directory holds no Raft state and that is given Join
+	// starts Raft only once the committed configuration lists it as a
+	// non-voter, or not at all; it grants no votes until it is promoted
+	// (see DESIGN.md, "Joining"). Join wins over Bootstrap.
+	Join []string
+	// Probe asks other nodes about themselves before Raft starts. Required
+	// when Bootstrap names other nodes or Join is set.
+	Probe Prober
+	// FoundingTimeout bounds how long a node with an empty data directory
+	// waits for its peers (to found, or to be let in with Join) before
+	// Start fails with ErrWaitTimeout. The default is 2m.
+	FoundingTimeout time.Duration
+	// WaitForFounding makes a node with an empty data directory wait
+	// until its context ends instead of failing: when peers do not answer,
+	// and also when they hold the cluster's state (it then starts once the
+	// cluster lists it as a non-voter, after a membership replacement).
+	// The default is false.
+	WaitForFounding bool
 	// Layer is the network Raft runs on (NewTCPLayer, NewTLSLayer). The
-	// Store owns it from Open on and closes it, also when Open fails. When
-	// it is set, RaftAddr may be empty: it is then Layer.Addr(). The default
-	// is plain TCP on RaftAddr, dialled with Dial.
+	// node owns it from Prepare on and closes it, also when Prepare or
+	// Start fails. When it is set, RaftAddr may be empty: it is then
+	// Layer.Addr(). The default is plain TCP on RaftAddr, dialled with Dial.
 	Layer Layer
 	// Dial opens Raft connections to peers when Layer is nil. The default
 	// is net.Dialer.DialContext.
@@ -128,6 +172,7 @@ func (c *Config) setDefaults() {
 	def(&c.CommitTimeout, 20*time.Millisecond)
 	def(&c.TransportTimeout, 10*time.Second)
 	def(&c.SnapshotInterval, 30*time.Second)
+	def(&c.FoundingTimeout, 2*time.Minute)
 	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
 		c.LeaderLeaseTimeout = c.HeartbeatTimeout
 	}
@@ -179,6 +224,9 @@ func (c *Config) validate() error {
 	return nil
 }
 
+// needsProbe reports whether starting from an empty directory asks peers.
+func (c *Config) needsProbe() bool { return len(c.Join) > 0 || len(c.Bootstrap) > 1 }
+
 // Store is one node of the token Raft group.
 type Store struct {
 	cfg    Config
@@ -187,9 +235,15 @@ type Store struct {
 	fsm    *fsm
 	bolt   *raftboltdb.BoltStore
 	trans  *raft.NetworkTransport
-	layer  Layer // until the transport owns it
-	ident  identity
+	gate   *voteGate // nil unless the node joined and is not yet promoted
 	notify chan bool
+
+	identMu sync.Mutex
+	ident   identity
+
+	leaderChanges atomic.Uint64
+	obs           *raft.Observer
+	obsCh         chan raft.Observation
 
 	closeOnce sync.Once
 	closeErr  error
@@ -197,162 +251,18 @@ type Store struct {
 	wg        sync.WaitGroup
 }
 
-// Open opens (or creates) the node's data directory, starts Raft and, when
-// the directory holds no Raft state and cfg.Bootstrap is set, bootstraps a
-// new cluster with those voters. A directory that holds state resumes from
-// it; cfg.Bootstrap is then only checked against the stored cluster id.
-func Open(cfg Config) (*Store, error) {
-	if cfg.Layer != nil && cfg.RaftAddr == "" {
-		cfg.RaftAddr = cfg.Layer.Addr().String()
-	}
-	if err := cfg.validate(); err != nil {
-		if cfg.Layer != nil {
-			cfg.Layer.Close()
-		}
-		return nil, err
-	}
-	cfg.setDefaults()
-	id, err := readIdentity(cfg.DataDir)
-	if err != nil {
-		if cfg.Layer != nil {
-			cfg.Layer.Close()
-		}
-		return nil, err
-	}
-	if err := checkIdentity(&cfg, id); err != nil {
-		if cfg.Layer != nil {
-			cfg.Layer.Close()
-		}
-		return nil, err
-	}
-	s := &Store{cfg: cfg, log: cfg.Logger, fsm: newFSM(), notify: make(chan bool, 16), done: make(chan struct{})}
-	if id != nil {
-		s.ident = *id
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			s.closeResources()
-		}
-	}()
-
-	// Listen first: a taken port fails before anything is written.
-	s.layer = cfg.Layer
-	if s.layer == nil {
-		ln, err := listen("raft", cfg.RaftAddr, "--raft-addr")
-		if err != nil {
-			return nil, err
-		}
-		s.layer = NewTCPLayer(ln, cfg.Dial)
-	}
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("create data dir: %w", err)
-	}
-	s.bolt, err = raftboltdb.New(raftboltdb.Options{
-		Path: filepath.Join(cfg.DataDir, "raft.db"),
-		// The freelist is rebuilt on open instead of written on every
-		// commit (as Consul runs raft-boltdb): less to write per fsync.
-		BoltOptions: &bbolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
-		NoSync:      false, // every log append is fsynced
-	})
-	if err != nil {
-		if errors.Is(err, bbolt.ErrTimeout) {
-			return nil, fmt.Errorf("%w: %s is open in another process; stop that process or use another --data-dir", ErrDataDirLocked, cfg.DataDir)
-		}
-		return nil, fmt.Errorf("open raft log: %w", err)
-	}
-	hcl := newHCLogger(s.log, "raft")
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, cfg.RetainSnapshots, hcl)
-	if err != nil {
-		return nil, fmt.Errorf("open snapshot store: %w", err)
-	}
-	s.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  raftLayer{s.layer},
-		MaxPool: 4,
-		Timeout: cfg.TransportTimeout,
-		Logger:  hcl,
-	})
-
-	rc := raft.DefaultConfig()
-	rc.LocalID = raft.ServerID(cfg.ID)
-	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
-	rc.ElectionTimeout = cfg.ElectionTimeout
-	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
-	rc.CommitTimeout = cfg.CommitTimeout
-	rc.SnapshotThreshold = cfg.SnapshotThreshold
-	rc.SnapshotInterval = cfg.SnapshotInterval
-	rc.TrailingLogs = cfg.TrailingLogs
-	rc.BatchApplyCh = true
-	rc.NotifyCh = s.notify
-	rc.Logger = hcl
-	if err := raft.ValidateConfig(rc); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadConfig, err)
-	}
-
-	logs, err := raft.NewLogCache(1024, s.bolt)
-	if err != nil {
-		return nil, fmt.Errorf("create log cache: %w", err)
-	}
-	existing, err := raft.HasExistingState(logs, s.bolt, snaps)
-	if err != nil {
-		return nil, fmt.Errorf("check raft state: %w", err)
-	}
-	// Bootstrap before Raft starts: once it runs, a vote request from a
-	// peer that bootstrapped first would store a term and make this node's
-	// state "existing" halfway through.
-	bootstrapped := false
-	if !existing && len(cfg.Bootstrap) > 0 {
-		var conf raft.Configuration
-		for _, p := range cfg.Bootstrap {
-			conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
-		}
-		if err := raft.BootstrapCluster(rc, logs, s.bolt, snaps, s.trans, conf); err != nil {
-			return nil, fmt.Errorf("bootstrap cluster: %w", err)
-		}
-		s.ident = identity{ClusterID: ClusterID(cfg.Bootstrap), NodeID: cfg.ID, Peers: cfg.Bootstrap}
-		if err := writeIdentity(cfg.DataDir, s.ident); err != nil {
-			return nil, err
-		}
-		bootstrapped = true
-	}
-	s.raft, err = raft.NewRaft(rc, s.fsm, logs, s.bolt, snaps, s.trans)
-	if err != nil {
-		return nil, fmt.Errorf("start raft: %w", err)
-	}
-	switch {
-	case bootstrapped:
-		s.log.Info("bootstrapped new cluster", "cluster", s.ident.ClusterID, "voters", len(cfg.Bootstrap))
-	case id == nil:
-		s.ident = identity{NodeID: cfg.ID}
-		if err := writeIdentity(cfg.DataDir, s.ident); err != nil {
-			return nil, err
-		}
-		if !existing {
-			s.log.Info("started without state or peers; waiting to be added to a cluster")
-		}
-	default:
-		s.log.Info("resumed from data dir", "cluster", s.ident.ClusterID, "last_index", s.raft.LastIndex())
-	}
-	s.wg.Add(1)
-	go s.watchLeadership()
-	ok = true
-	return s, nil
-}
-
 // closeResources releases what Open acquired, in reverse order.
 func (s *Store) closeResources() error {
 	var errs []error
-	if s.raft != nil {
-		errs = append(errs, s.raft.Shutdown().Error())
+	if s.obs != nil {
+		s.raft.DeregisterObserver(s.obs)
 	}
-	if s.trans != nil {
-		errs = append(errs, s.trans.Close())
-	} else if s.layer != nil {
-		errs = append(errs, s.layer.Close())
+	errs = append(errs, s.raft.Shutdown().Error())
+	if s.gate != nil {
+		errs = append(errs, s.gate.Close())
 	}
-	if s.bolt != nil {
-		errs = append(errs, s.bolt.Close())
-	}
+	errs = append(errs, s.trans.Close())
+	errs = append(errs, s.bolt.Close())
 	return errors.Join(errs...)
 }
 
@@ -380,26 +290,17 @@ func (s *Store) Kill() {
 		close(s.done)
 		var errs []error
 		errs = append(errs, s.trans.Close())
+		if s.obs != nil {
+			s.raft.DeregisterObserver(s.obs)
+		}
 		errs = append(errs, s.raft.Shutdown().Error())
+		if s.gate != nil {
+			errs = append(errs, s.gate.Close())
+		}
 		errs = append(errs, s.bolt.Close())
 		s.closeErr = errors.Join(errs...)
 		s.wg.Wait()
 	})
-}
-
-// IsMember reports whether id is in this node's latest Raft configuration
-// (as a voter or not).
-func (s *Store) IsMember(id string) bool {
-	f := s.raft.GetConfiguration()
-	if f.Error() != nil {
-		return false
-	}
-	for _, srv := range f.Configuration().Servers {
-		if string(srv.ID) == id {
-			return true
-		}
-	}
-	return false
 }
 
 func (s *Store) voterCount() int {
@@ -441,12 +342,35 @@ func (s *Store) apiAddr(id string) string {
 	if a := s.fsm.apiAddrs()[id]; a != "" {
 		return a
 	}
-	for _, p := range s.ident.Peers {
-		if p.ID == id {
-			return p.APIAddr
+	s.identMu.Lock()
+	defer s.identMu.Unlock()
+	if s.ident.Founding != nil {
+		for _, p := range s.ident.Founding.Peers {
+			if p.ID == id {
+				return p.APIAddr
+			}
 		}
 	}
 	return ""
+}
+
+// APIAddrOf returns the API address the replicated state holds for member
+// id, or "".
+func (s *Store) APIAddrOf(id string) string { return s.fsm.apiAddrs()[id] }
+
+// IsMember reports whether id is in this node's latest Raft configuration
+// (as a voter or not).
+func (s *Store) IsMember(id string) bool {
+	f := s.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	for _, srv := range f.Configuration().Servers {
+		if string(srv.ID) == id {
+			return true
+		}
+	}
+	return false
 }
 
 // LastToken returns the last token this node has applied.
@@ -481,6 +405,7 @@ type Member struct {
 // Status is this node's local view of the cluster.
 type Status struct {
 	ID           string
+	ClusterID    string
 	State        string
 	Term         uint64
 	LastIndex    uint64
@@ -501,6 +426,7 @@ func (s *Store) Status() Status {
 	lid, lapi := s.Leader()
 	st := Status{
 		ID:           s.cfg.ID,
+		ClusterID:    s.fsm.clusterID(),
 		State:        s.raft.State().String(),
 		Term:         s.raft.CurrentTerm(),
 		LastIndex:    s.raft.LastIndex(),
@@ -525,6 +451,20 @@ func (s *Store) Status() Status {
 	}
 	sort.Slice(st.Members, func(i, j int) bool { return st.Members[i].ID < st.Members[j].ID })
 	return st
+}
+
+// State is what this node tells its peers while Raft runs.
+func (s *Store) State() NodeState {
+	s.identMu.Lock()
+	ident := s.ident
+	s.identMu.Unlock()
+	lid, _ := s.Leader()
+	return NodeState{
+		NodeID: s.cfg.ID, DataDirID: ident.DataDirID, Phase: PhaseRunning, HasState: true,
+		ClusterID: cmp.Or(s.fsm.clusterID(), ident.ClusterID), Founding: ident.Founding,
+		RaftState: s.raft.State().String(), Term: s.raft.CurrentTerm(), LastIndex: s.raft.LastIndex(),
+		CommitIndex: s.raft.CommitIndex(), AppliedIndex: s.raft.AppliedIndex(), LeaderID: lid,
+	}
 }
 
 // translate maps hashicorp/raft errors to this package's sentinels.

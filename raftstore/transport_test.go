@@ -3,8 +3,11 @@ package raftstore
 import (
 	"context"
 	"crypto/tls"
+	"errors"
+	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -122,8 +125,31 @@ func TestTLSLayer(t *testing.T) {
 	}
 }
 
+// pendingProber answers founding probes from nodes of this process, as
+// tokenservice does over HTTP: by API address, from the node's Pending
+// until it runs.
+type pendingProber struct {
+	mu    sync.Mutex
+	nodes map[string]*Pending
+}
+
+func (p *pendingProber) State(ctx context.Context, api string) (NodeState, error) {
+	p.mu.Lock()
+	n := p.nodes[api]
+	p.mu.Unlock()
+	if n == nil {
+		return NodeState{}, fmt.Errorf("no node at %s", api)
+	}
+	return n.State(), nil
+}
+
+func (p *pendingProber) Configuration(ctx context.Context, api string) (Configuration, error) {
+	return Configuration{}, errors.New("not asked when founding")
+}
+
 // Stores take their network from the caller: two nodes on 127.0.0.1:0
-// over mutual TLS form a cluster and replicate.
+// over mutual TLS, prepared with their layers, found a cluster together
+// (each asks the other first) and replicate.
 func TestStoresOverTLSLayer(t *testing.T) {
 	ca, err := pki.NewCA("cluster", pki.Options{})
 	if err != nil {
@@ -131,16 +157,41 @@ func TestStoresOverTLSLayer(t *testing.T) {
 	}
 	la, _ := newTestTLSLayer(t, ca, "n1", "127.0.0.1")
 	lb, _ := newTestTLSLayer(t, ca, "n2", "127.0.0.1")
-	boot := []Server{{ID: "n1", RaftAddr: la.Addr().String()}, {ID: "n2", RaftAddr: lb.Addr().String()}}
-	var stores []*Store
+	boot := []Server{{ID: "n1", RaftAddr: la.Addr().String(), APIAddr: "http://n1"}, {ID: "n2", RaftAddr: lb.Addr().String(), APIAddr: "http://n2"}}
+	probe := &pendingProber{nodes: map[string]*Pending{}}
+	var pending []*Pending
 	for i, l := range []Layer{la, lb} {
-		s, err := Open(Config{ID: boot[i].ID, DataDir: t.TempDir(), Layer: l, Bootstrap: boot, Logger: testutil.Logger(t),
+		p, err := Prepare(Config{ID: boot[i].ID, DataDir: t.TempDir(), Layer: l, Bootstrap: boot, Probe: probe, Logger: testutil.Logger(t),
 			HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond, LeaderLeaseTimeout: 150 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { s.Kill() })
-		stores = append(stores, s)
+		probe.nodes[boot[i].APIAddr] = p
+		pending = append(pending, p)
+	}
+	stores := make([]*Store, len(pending))
+	errs := make([]error, len(pending))
+	var wg sync.WaitGroup
+	for i, p := range pending {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			stores[i], errs[i] = p.Start(ctx)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("start %s: %v", boot[i].ID, err)
+		}
+		t.Cleanup(stores[i].Kill)
+	}
+	for i, s := range stores {
+		if got := s.RaftAddr(); got != boot[i].RaftAddr {
+			t.Fatalf("%s advertises %s, want its layer's address %s", boot[i].ID, got, boot[i].RaftAddr)
+		}
 	}
 	var leader *Store
 	testutil.Eventually(t, 10*time.Second, "a leader", func() bool {
@@ -159,4 +210,20 @@ func TestStoresOverTLSLayer(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, "both nodes to apply the allocation", func() bool {
 		return stores[0].LastToken() == r.First+2 && stores[1].LastToken() == r.First+2
 	})
+}
+
+// A layer handed to Prepare is closed when Prepare refuses the
+// configuration: the caller never has to.
+func TestPrepareClosesLayerOnError(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := NewTCPLayer(ln, nil)
+	if _, err := Prepare(Config{DataDir: t.TempDir(), Layer: l}); !errors.Is(err, ErrBadConfig) {
+		t.Fatalf("Prepare without an id: %v, want ErrBadConfig", err)
+	}
+	if _, err := ln.Accept(); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("the layer's listener still accepts after a refused Prepare: %v", err)
+	}
 }

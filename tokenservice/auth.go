@@ -27,11 +27,14 @@ type Role string
 // The roles.
 const (
 	// RolePeer is a node of the cluster: Raft, forwarding token requests
-	// to the leader, internal allocation. Only certificates give it.
+	// to the leader, internal allocation, the questions an empty node asks
+	// before it founds or joins, and publishing its own API address. Only
+	// certificates give it.
 	RolePeer Role = "peer"
-	// RoleClient mints tokens and reads status.
+	// RoleClient mints tokens and reads status and the member list.
 	RoleClient Role = "client"
-	// RoleAdmin changes membership and takes or restores snapshots.
+	// RoleAdmin changes membership, takes snapshots and restores, and
+	// reads status and the member list.
 	RoleAdmin Role = "admin"
 )
 
@@ -327,7 +330,9 @@ func (a *authenticator) identify(r *http.Request) (Identity, string, bool) {
 }
 
 // require wraps h so that it runs only for an identity that holds one of
-// rt's roles: 401 without an identity, 403 with the wrong role.
+// rt's roles: 401 without an identity, 403 with the wrong role, and 403
+// for a Self route called by another identity than the member the path
+// names, or a Member route called by a node that is not a member.
 func (s *Server) require(rt Route, h http.HandlerFunc) http.HandlerFunc {
 	if s.auth == nil {
 		return h
@@ -348,6 +353,31 @@ func (s *Server) require(rt Route, h http.HandlerFunc) http.HandlerFunc {
 			s.writeError(w, fmt.Errorf("%w: %s %s needs %s; %q (%s) has %s",
 				ErrForbidden, rt.Method, rt.Path, needs, id.Name, id.Method, rolesText(id.Roles)))
 			return
+		}
+		if rt.Self {
+			// Only the member itself, by its own peer certificate.
+			if want := r.PathValue("id"); id.Name != want || !strings.Contains(id.Method, "certificate") {
+				s.log.Info("refused request", "status", http.StatusForbidden, "method", r.Method, "path", r.URL.Path, "from", r.RemoteAddr,
+					"identity", id.Name, "reason", "not the member itself")
+				s.writeError(w, fmt.Errorf("%w: %s %s may be called only by member %q itself, with its peer certificate (CN=%s); %q (%s) is not it",
+					ErrForbidden, rt.Method, rt.Path, want, want, id.Name, id.Method))
+				return
+			}
+		}
+		if rt.Member {
+			st := s.Store()
+			if st == nil {
+				s.writeError(w, fmt.Errorf("%w: node %s has not started Raft yet: %s", ErrUnavailable, s.cfg.ID, s.startingReason()))
+				return
+			}
+			if !st.IsMember(id.Name) {
+				// A peer certificate outlives its node's membership (there
+				// is no revocation): only a current member may call.
+				s.log.Info("refused request", "status", http.StatusForbidden, "method", r.Method, "path", r.URL.Path, "from", r.RemoteAddr,
+					"identity", id.Name, "reason", "not a member")
+				s.writeError(w, fmt.Errorf("%w: %s %s needs %s held by a current member of the cluster; %q is not one", ErrForbidden, rt.Method, rt.Path, needs, id.Name))
+				return
+			}
 		}
 		h(w, r.WithContext(context.WithValue(r.Context(), identityKey{}, id)))
 	}

@@ -26,6 +26,10 @@ type caller struct {
 	roles []tokenservice.Role // what the node should grant; nil: no identity
 	tls   *tls.Config
 	auth  string
+	// cn is the certificate's name, when it is the one a Self route's path
+	// names; member whether it names a member (Member routes).
+	cn     string
+	member bool
 	// refusedAtHandshake: the TLS handshake itself must fail.
 	refusedAtHandshake bool
 }
@@ -61,7 +65,11 @@ func TestEveryRouteRefusesWithoutItsRole(t *testing.T) {
 		{name: "nothing", tls: anon},
 		{name: "client cert", roles: []tokenservice.Role{tokenservice.RoleClient}, tls: issueTLS(t, ca, ca, "app", pki.Options{}, tokenservice.RoleClient)},
 		{name: "admin cert", roles: []tokenservice.Role{tokenservice.RoleAdmin}, tls: issueTLS(t, ca, ca, "ops", pki.Options{}, tokenservice.RoleAdmin)},
-		{name: "peer cert", roles: []tokenservice.Role{tokenservice.RolePeer}, tls: issueTLS(t, ca, ca, "n2", pki.Options{}, tokenservice.RolePeer)},
+		{name: "peer cert", roles: []tokenservice.Role{tokenservice.RolePeer}, tls: issueTLS(t, ca, ca, "n2", pki.Options{}, tokenservice.RolePeer), member: true},
+		// A peer certificate named like the path's {id}: the Self rule
+		// lets it through (the member table then refuses a non-member),
+		// the Member rule does not.
+		{name: "peer cert named like the path", roles: []tokenservice.Role{tokenservice.RolePeer}, tls: issueTLS(t, ca, ca, "no-such-member", pki.Options{}, tokenservice.RolePeer), cn: "no-such-member"},
 		{name: "cert without role", roles: []tokenservice.Role{}, tls: issueTLS(t, ca, ca, "nobody", pki.Options{})},
 		{name: "bearer client", roles: []tokenservice.Role{tokenservice.RoleClient}, tls: anon, auth: "Bearer app:" + bearer["app"].Secret},
 		{name: "bearer admin", roles: []tokenservice.Role{tokenservice.RoleAdmin}, tls: anon, auth: "Bearer ops:" + bearer["ops"].Secret},
@@ -79,32 +87,52 @@ func TestEveryRouteRefusesWithoutItsRole(t *testing.T) {
 		{name: "expired admin cert", tls: forceCert(issueTLS(t, ca, ca, "ops", expired, tokenservice.RoleAdmin)), refusedAtHandshake: true},
 	}
 	routes := tokenservice.Routes()
-	if len(routes) < 7 {
-		t.Fatalf("Routes() lists %d routes; want at least the 7 of the API", len(routes))
-	}
-	// The contract: who may call what. Minting is for clients, allocation
-	// for nodes, membership for admins.
+	// The contract: who may call what. Minting is for clients; allocation,
+	// the founding questions and a member's own address for nodes;
+	// membership, snapshot and restore for admins; reading for clients and
+	// admins; metrics and probes for any identity.
 	want := map[string][]tokenservice.Role{
-		"POST /v1/tokens":            {tokenservice.RoleClient},
-		"POST /v1/internal/allocate": {tokenservice.RolePeer},
-		"GET /v1/status":             {tokenservice.RoleClient, tokenservice.RoleAdmin},
-		"POST /v1/members":           {tokenservice.RoleAdmin},
-		"DELETE /v1/members/{id}":    {tokenservice.RoleAdmin},
-		"GET /healthz":               tokenservice.Roles,
-		"GET /readyz":                tokenservice.Roles,
+		"POST /v1/tokens":                {tokenservice.RoleClient},
+		"POST /v1/internal/allocate":     {tokenservice.RolePeer},
+		"GET /v1/internal/state":         {tokenservice.RolePeer},
+		"GET /v1/internal/configuration": {tokenservice.RolePeer},
+		"PUT /v1/members/{id}/api-addr":  {tokenservice.RolePeer},
+		"GET /v1/status":                 {tokenservice.RoleClient, tokenservice.RoleAdmin},
+		"GET /v1/members":                {tokenservice.RoleClient, tokenservice.RoleAdmin},
+		"POST /v1/members":               {tokenservice.RoleAdmin},
+		"DELETE /v1/members/{id}":        {tokenservice.RoleAdmin},
+		"GET /v1/snapshot":               {tokenservice.RoleAdmin},
+		"POST /v1/restore":               {tokenservice.RoleAdmin},
+		"GET /metrics":                   tokenservice.Roles,
+		"GET /healthz":                   tokenservice.Roles,
+		"GET /readyz":                    tokenservice.Roles,
+	}
+	wantSelf := map[string]bool{"PUT /v1/members/{id}/api-addr": true}
+	wantMember := map[string]bool{"POST /v1/internal/allocate": true}
+	if len(routes) != len(want) {
+		t.Errorf("Routes() lists %d routes; the contract below names %d", len(routes), len(want))
 	}
 	for _, rt := range routes {
 		key := rt.Method + " " + rt.Path
 		if len(rt.Roles) == 0 {
 			t.Errorf("%s needs no role: every route must name the roles that may call it", key)
 		}
-		if w, ok := want[key]; ok && !sameRoles(w, rt.Roles) {
+		if w, ok := want[key]; !ok {
+			t.Errorf("%s is not in the contract: add it with the roles it needs", key)
+		} else if !sameRoles(w, rt.Roles) {
 			t.Errorf("%s needs %v; want %v", key, rt.Roles, w)
+		}
+		if rt.Self != wantSelf[key] || rt.Member != wantMember[key] {
+			t.Errorf("%s: Self %v, Member %v; want %v, %v", key, rt.Self, rt.Member, wantSelf[key], wantMember[key])
 		}
 		if slices.Contains(rt.Roles, tokenservice.RoleClient) && strings.Contains(rt.Path, "members") && rt.Method != http.MethodGet {
 			t.Errorf("%s: a client may change membership", key)
 		}
+		if rt.Doc == "" {
+			t.Errorf("%s has no Doc line", key)
+		}
 	}
+	membersBefore := c.Node(0).LocalStatus().Members
 	target := c.APIURL(c.Leader(t))
 	for _, cl := range callers {
 		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: cl.tls}, Timeout: 10 * time.Second}
@@ -135,6 +163,12 @@ func TestEveryRouteRefusesWithoutItsRole(t *testing.T) {
 				var e struct{ Error, Code string }
 				_ = json.Unmarshal(body, &e)
 				allowed := slices.ContainsFunc(rt.Roles, func(r tokenservice.Role) bool { return slices.Contains(cl.roles, r) })
+				if rt.Self && cl.cn != "no-such-member" {
+					allowed = false // only the member the path names
+				}
+				if rt.Member && !cl.member {
+					allowed = false // only a current member
+				}
 				switch {
 				case cl.roles == nil:
 					if resp.StatusCode != http.StatusUnauthorized || e.Code != tokenservice.CodeUnauthenticated {
@@ -147,6 +181,9 @@ func TestEveryRouteRefusesWithoutItsRole(t *testing.T) {
 				default:
 					if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
 						t.Fatalf("got %s %s; the role %v may call this route", resp.Status, body, cl.roles)
+					}
+					if rt.Self && (resp.StatusCode != http.StatusConflict || !strings.Contains(e.Error, "not a member")) {
+						t.Fatalf("got %s %s; want 409: past the Self rule, the member table refuses a non-member", resp.Status, body)
 					}
 					return
 				}
@@ -179,6 +216,11 @@ func TestEveryRouteRefusesWithoutItsRole(t *testing.T) {
 	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), "member") {
 		t.Fatalf("allocate with the peer certificate of non-member n9: %s %s; want 403 naming membership", resp.Status, body)
 	}
+	// Every call above was harmless: the members and their addresses are
+	// as they were.
+	if got := c.Node(0).LocalStatus().Members; !slices.Equal(got, membersBefore) {
+		t.Fatalf("the route table's calls changed the members:\n before %+v\n after  %+v", membersBefore, got)
+	}
 }
 
 func sameRoles(a, b []tokenservice.Role) bool {
@@ -197,11 +239,14 @@ func forceCert(cfg *tls.Config) *tls.Config {
 }
 
 // benignBody is a body for rt that changes nothing when accepted: a bad
-// member (400), a one-token allocation or token request.
+// member (400), a one-token allocation or token request, the address of a
+// member that does not exist (409), a restore to at least 0 (a no-op).
 func benignBody(rt tokenservice.Route) []byte {
 	switch {
 	case rt.Method == http.MethodGet || rt.Method == http.MethodDelete:
 		return nil
+	case strings.HasSuffix(rt.Path, "/api-addr"):
+		return []byte(`{"api_addr":"https://127.0.0.1:1"}`)
 	case strings.Contains(rt.Path, "allocate"):
 		return []byte(`{"count":1}`)
 	case strings.Contains(rt.Path, "tokens"):

@@ -82,16 +82,43 @@ func TestCLIBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	testutil.WaitFor(t, 10*time.Second, "n1's cluster id", func() error {
+		if srv.LocalStatus().ClusterID == "" {
+			return errors.New("not recorded yet")
+		}
+		return nil
+	})
 	if err := srv.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// Another one-node cluster, running, with node n2.
+	raftB, apiB := testutil.FreeAddr(t), testutil.FreeAddr(t)
+	b, err := tokenservice.Start(context.Background(), tokenservice.Config{
+		ID: "n2", DataDir: filepath.Join(dir, "b"), RaftAddr: raftB, APIAddr: apiB, Logger: testutil.Logger(t),
+		Peers: []tokenservice.Peer{{ID: "n2", RaftAddr: raftB, APIAddr: apiB}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Kill()
+	testutil.WaitFor(t, 10*time.Second, "n2's cluster id", func() error {
+		if b.LocalStatus().ClusterID == "" {
+			return errors.New("not recorded yet")
+		}
+		return nil
+	})
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	free1, free2 := testutil.FreeAddr(t), testutil.FreeAddr(t)
-	otherPeers := fmt.Sprintf("n1=%s=http://%s,n2=%s=http://%s", raft1, api1, free1, free2)
+	free1, free2, free3 := testutil.FreeAddr(t), testutil.FreeAddr(t), testutil.FreeAddr(t)
+	// n1's own address next to cluster B's n2.
+	otherPeers := fmt.Sprintf("n1=%s=http://%s,n2=%s=http://%s", raft1, api1, raftB, apiB)
+	// A new node n3 listed next to cluster B's n2, which holds state.
+	besideB := fmt.Sprintf("n2=%s=http://%s,n3=%s=http://%s", raftB, apiB, free1, free2)
+	// n1 and a peer that never answers.
+	silentPeer := fmt.Sprintf("n1=%s=http://%s,n9=%s=http://%s", free1, free2, free3, free3)
 
 	cases := []struct {
 		name string
@@ -100,10 +127,19 @@ func TestCLIBadInput(t *testing.T) {
 		want []string
 	}{
 		{"unknown flag", []string{"token", "serve", "--bogus"}, 2, []string{"-bogus"}},
-		{"unknown subcommand", []string{"token", "mint"}, 2, []string{"serve, next or status"}},
+		{"unknown subcommand", []string{"token", "mint"}, 2, []string{"serve, next, status, members, snapshot, restore, certs or credential"}},
 		{"missing id", []string{"token", "serve", "--data-dir", dir}, 2, []string{"--id"}},
 		{"data dir of another cluster", []string{"token", "serve", "--id", "n1", "--data-dir", filepath.Join(dir, "n1"),
-			"--raft-addr", raft1, "--api-addr", api1, "--peers", otherPeers}, 1, []string{"another", "--data-dir"}},
+			"--raft-addr", raft1, "--api-addr", api1, "--peers", otherPeers}, 1, []string{"another", "peer n2", "holds cluster", "--data-dir"}},
+		{"empty data dir, peers hold state", []string{"token", "serve", "--id", "n3", "--data-dir", filepath.Join(dir, "y"),
+			"--raft-addr", free1, "--api-addr", free2, "--peers", besideB}, 1,
+			[]string{"n2 holds the state of cluster", "members remove n3", "--join", "members add n3", "Replacing a node"}},
+		{"founding timeout", []string{"token", "serve", "--id", "n1", "--data-dir", filepath.Join(dir, "z"),
+			"--raft-addr", free1, "--api-addr", free2, "--peers", silentPeer, "--founding-timeout", "1s"}, 1,
+			[]string{"n9 at http://" + free3 + " does not answer", "start every node", "--wait-for-founding"}},
+		{"join without members", []string{"token", "serve", "--id", "n1", "--data-dir", filepath.Join(dir, "w"),
+			"--raft-addr", free1, "--api-addr", free2, "--join", "http://" + free3, "--founding-timeout", "1s"}, 1,
+			[]string{"joins only once a leader confirms", "--join"}},
 		{"data dir of another node", []string{"token", "serve", "--id", "n2", "--data-dir", filepath.Join(dir, "n1"),
 			"--raft-addr", free1, "--api-addr", free2}, 1, []string{"belongs to node", "--data-dir"}},
 		{"api port in use", []string{"token", "serve", "--id", "n1", "--data-dir", filepath.Join(dir, "x"),

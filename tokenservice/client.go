@@ -339,17 +339,6 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 	return st, err
 }
 
-// Join adds a voter (idempotent).
-func (c *Client) Join(ctx context.Context, id, raftAddr, apiAddr string) error {
-	body, _ := json.Marshal(memberRequest{ID: id, RaftAddr: raftAddr, APIAddr: apiAddr})
-	return c.do(ctx, http.MethodPost, "/v1/members", body, nil, "join "+id)
-}
-
-// Remove removes a voter (idempotent).
-func (c *Client) Remove(ctx context.Context, id string) error {
-	return c.do(ctx, http.MethodDelete, "/v1/members/"+id, nil, nil, "remove "+id)
-}
-
 // do sends the request, failing over and retrying, and decodes a 200 answer into out.
 func (c *Client) do(ctx context.Context, method, path string, body []byte, out any, what string) error {
 	return c.retry(ctx, what, func(ctx context.Context, srv string) (leaderHint, error) {

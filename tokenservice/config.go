@@ -74,12 +74,38 @@ type Config struct {
 	// DataDir holds the node's Raft log, snapshots and cluster identity. Required.
 	DataDir string
 	// RaftAddr is the HOST:PORT Raft listens on and advertises. Required.
+	// Port 0 takes a free port (Server.RaftAddr reports it): for a node
+	// that joins and is never restarted, as in tests; a founder's address
+	// must be known to its peers beforehand.
 	RaftAddr string
-	// APIAddr is the HOST:PORT (or http://HOST:PORT) the HTTP API listens on. Required.
+	// APIAddr is the HOST:PORT the API listens on (http://HOST:PORT, or
+	// https://HOST:PORT with TLS, are accepted too). Required. Port 0 takes
+	// a free port (Server.APIURL reports it).
 	APIAddr string
-	// Peers are the voters of a new cluster, used only when DataDir holds no
-	// state. Empty for a node that will be added with POST /v1/members.
+	// Peers are the voters of a new cluster, the same on every node. A node
+	// whose DataDir holds no state founds the cluster with them only once
+	// every one of them answers and none holds the state of a cluster
+	// founded without this directory; otherwise Start fails with
+	// raftstore.ErrMustReplace (see raftstore's DESIGN.md, "Founding").
+	// Ignored when DataDir holds state.
 	Peers []Peer
+	// Join lists API URLs of members of an existing cluster. A node whose
+	// DataDir holds no state and that is given Join waits until a leader
+	// confirms that the cluster lists it as a non-voter or not at all, and
+	// then starts Raft; it is promoted to voter once it has caught up. A
+	// replacement for a lost member is started this way, after the lost
+	// member was removed (see README, "Replacing a node"). Ignored when
+	// DataDir holds state.
+	Join []string
+	// FoundingTimeout bounds how long a node with an empty DataDir waits
+	// for its peers (to found, or to join) before Start fails. The default
+	// is 2m.
+	FoundingTimeout time.Duration
+	// WaitForFounding makes a node with an empty DataDir wait as long as
+	// ctx allows instead of failing, also when its peers hold state (it
+	// then joins once the cluster lists it as a non-voter). The default is
+	// false.
+	WaitForFounding bool
 	// Logger receives the node's logs. The default is
 	// slog.Default().With("component", "tokenservice").
 	Logger *slog.Logger
@@ -114,9 +140,12 @@ type Config struct {
 	MaxInflight int
 	// ForwardTimeout bounds one forwarded request to the leader. The default is 5s.
 	ForwardTimeout time.Duration
+	// PromoteInterval is how often the leader checks whether a non-voter
+	// has caught up. The default is 500ms.
+	PromoteInterval time.Duration
 }
 
-func (c *Config) storeConfig(apiURL string) raftstore.Config {
+func (c *Config) storeConfig(apiURL string, probe raftstore.Prober) raftstore.Config {
 	var boot []raftstore.Server
 	for _, p := range c.Peers {
 		boot = append(boot, raftstore.Server{ID: p.ID, RaftAddr: p.RaftAddr, APIAddr: p.APIAddr})
@@ -127,6 +156,10 @@ func (c *Config) storeConfig(apiURL string) raftstore.Config {
 		RaftAddr:           c.RaftAddr,
 		APIAddr:            apiURL,
 		Bootstrap:          boot,
+		Join:               c.Join,
+		Probe:              probe,
+		FoundingTimeout:    c.FoundingTimeout,
+		WaitForFounding:    c.WaitForFounding,
 		Dial:               c.Dial,
 		Logger:             c.Logger,
 		HeartbeatTimeout:   c.HeartbeatTimeout,

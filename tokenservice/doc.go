@@ -14,27 +14,56 @@
 //
 // # API: HTTP/JSON
 //
-// Every node serves the same API on its --api-addr:
+// Every node serves the same API on its --api-addr. Routes lists every
+// endpoint with the roles it needs (client, admin, peer):
 //
-//	POST   /v1/tokens         {"resource":"R"} → {"resource":"R","token":123,"term":2,"index":57,"leader":"n1"}
+//	POST   /v1/tokens         client: {"resource":"R"} → {"resource":"R","token":123,"term":2,"index":57,"leader":"n1"}
 //	POST   /v1/tokens         batch form, up to MaxBatchResources (4096) names:
 //	                          {"resources":["a","b"]} → {"tokens":[{"resource":"a","token":124},
 //	                          {"resource":"b","token":125}],"term":2,"index":58,"leader":"n1"}
 //	                          (consecutive tokens from one entry, in request order; one bad
 //	                          name refuses the whole request with 400)
-//	GET    /v1/status         this node's view: id, leader_id, leader_api, state, term,
+//	GET    /v1/status         client, admin: this node's view: id, cluster_id, leader_id, leader_api, state, term,
 //	                          last_index, commit_index, applied_index, last_token, members
-//	POST   /v1/members        {"id":"n4","raft_addr":"HOST:PORT","api_addr":"http://HOST:PORT"} (idempotent)
-//	DELETE /v1/members/{id}   remove a voter (idempotent)
-//	GET    /healthz           200 while the process serves
-//	GET    /readyz            200 once the node knows a leader and has applied all it knows committed
+//	GET    /v1/members        client, admin: the committed members, with whether each has caught up (leader)
+//	POST   /v1/members        admin: {"id":"n4","raft_addr":"HOST:PORT","api_addr":"http://HOST:PORT"}
+//	                          adds a running node as a non-voter; the leader promotes it once
+//	                          caught up (leader)
+//	DELETE /v1/members/{id}   admin: remove a member, unless the voters left could not form a
+//	                          quorum (leader)
+//	GET    /v1/snapshot       admin: cluster id and counter, for disaster recovery (leader)
+//	POST   /v1/restore        admin: {"at_least":N} raises the counter, never lowers it (leader)
+//	GET    /metrics           any role: Prometheus metrics
+//	GET    /healthz           any role: 200 while the process serves
+//	GET    /readyz            any role: 200 once the node knows a leader and has applied all it knows committed
+//
+// and, between nodes (role peer): POST /v1/internal/allocate (a follower's
+// batch; members only), GET /v1/internal/state and
+// /v1/internal/configuration (what an empty node asks before it founds or
+// joins), PUT /v1/members/{id}/api-addr (a member publishes its own API
+// address: only the peer whose certificate names {id} may call it).
 //
 // Errors are JSON {"error":"...","code":"..."} with code bad_request (400),
-// unauthenticated (401) and forbidden (403), each naming the role the route
-// needs, not_leader (503, with "leader_api" and "leader_id" when known),
-// no_quorum or unavailable (503; retry) and internal (500). A follower forwards token requests to the
-// leader (at most 2 hops), batching its concurrent requests into one
-// forwarded call, so clients may talk to any node.
+// unauthenticated (401) and forbidden (403), each naming what the route
+// needs, refused (409: a membership change or restore that must not be
+// retried as it is), not_leader (503, with "leader_api" and "leader_id"
+// when known), no_quorum or unavailable (503; retry) and internal (500). A
+// follower forwards token requests to the leader (at most 2 hops),
+// batching its concurrent requests into one forwarded call, so clients may
+// talk to any node; membership, snapshot and restore are answered by the
+// leader only (others answer not_leader with its address and ID, which the
+// Client follows: the leader sees the caller's own identity).
+//
+// # Founding and replacing nodes
+//
+// A node whose data directory is empty founds the cluster with Config.Peers
+// only when every peer answers and none holds the state of a cluster
+// founded without it; Start otherwise fails with raftstore.ErrMustReplace
+// (or waits, with Config.WaitForFounding). A node that lost its data comes
+// back through membership: RemoveMember, Start with Config.Join, AddMember;
+// the leader promotes it once it has caught up. See raftstore's DESIGN.md.
+// With TLS these questions between nodes go over mutual TLS with the peer
+// role, and an answer counts only from the node its certificate names.
 //
 // HTTP/JSON rather than gRPC: the API is four small calls; HTTP/JSON is
 // answered by curl, by any language without generated stubs, and by the
@@ -52,9 +81,10 @@
 // its subject a role, the CN its name; a node's CN is its ID) or from a
 // bearer credential ("Authorization: Bearer NAME:SECRET") listed, as a
 // SHA-256 hash, in the node's credentials file (LoadCredentials). Roles:
-// peer (internal allocation, Raft; certificates only), client (tokens,
-// status) and admin (membership, status); Routes lists what each route
-// needs. A follower forwards only to the leader its Raft names and accepts
+// peer (Raft and the calls between nodes; certificates only), client
+// (tokens, status, member list) and admin (membership, snapshot, restore,
+// status, member list); any role reads /metrics, /healthz and /readyz;
+// Routes lists what each route needs. A follower forwards only to the leader its Raft names and accepts
 // the answer only from a node presenting that leader's peer certificate.
 // Without TLS every route is open: for loopback only. See DESIGN.md.
 //

@@ -15,13 +15,21 @@ var (
 	// ErrNotLeader means the node is not the leader and could not forward.
 	// Retryable, preferably on the leader it names.
 	ErrNotLeader = errors.New("tokenservice: not leader")
-	// ErrNoQuorum means the node cannot reach a quorum (it knows no leader,
-	// or lost leadership before committing). Nothing was minted by it.
-	// Retryable.
+	// ErrNoQuorum means the node cannot reach a quorum: it knows no leader
+	// (no entry was written for the request), or it lost its leadership
+	// after appending the request's entry and before committing it (a new
+	// leader may still commit that entry; its tokens are then never handed
+	// out). Either way no token was handed out for the request. Retryable.
 	ErrNoQuorum = errors.New("tokenservice: no quorum")
 	// ErrUnavailable means the node could not serve the request right now
 	// (shutting down, overloaded, or unreachable). Retryable.
 	ErrUnavailable = errors.New("tokenservice: unavailable")
+	// ErrRefused means a membership change or a restore was refused: it
+	// names an id or an address of another member, a member that already
+	// votes, a node that does not answer, or it would leave the cluster
+	// without a quorum. The message says what to do instead. Not
+	// retryable as it is.
+	ErrRefused = errors.New("tokenservice: refused")
 	// ErrInternal is an unexpected server-side failure.
 	ErrInternal = errors.New("tokenservice: internal error")
 	// ErrNoServers is returned by NewClient without server addresses.
@@ -53,6 +61,7 @@ const (
 	CodeNotLeader   = "not_leader"
 	CodeNoQuorum    = "no_quorum"
 	CodeUnavailable = "unavailable"
+	CodeRefused     = "refused"
 	CodeInternal    = "internal"
 	// CodeUnauthenticated (401) and CodeForbidden (403) answer requests
 	// without an identity or without the role a route needs.
@@ -61,7 +70,8 @@ const (
 )
 
 // APIError is an error answered by a node. It unwraps to the sentinel of its
-// code (ErrBadRequest, ErrNotLeader, ErrNoQuorum, ErrUnavailable, ErrInternal).
+// code (ErrBadRequest, ErrNotLeader, ErrNoQuorum, ErrUnavailable, ErrRefused,
+// ErrUnauthenticated, ErrForbidden, ErrInternal).
 type APIError struct {
 	Status    int    // HTTP status
 	Code      string // one of the Code constants
@@ -77,7 +87,11 @@ func (e *APIError) Unwrap() error { return codeSentinel(e.Code) }
 
 // Retryable reports whether the same request may succeed later.
 func (e *APIError) Retryable() bool {
-	return e.Code != CodeBadRequest && e.Code != CodeUnauthenticated && e.Code != CodeForbidden
+	switch e.Code {
+	case CodeBadRequest, CodeRefused, CodeUnauthenticated, CodeForbidden:
+		return false
+	}
+	return true
 }
 
 func codeSentinel(code string) error {
@@ -90,6 +104,8 @@ func codeSentinel(code string) error {
 		return ErrNoQuorum
 	case CodeUnavailable:
 		return ErrUnavailable
+	case CodeRefused:
+		return ErrRefused
 	case CodeUnauthenticated:
 		return ErrUnauthenticated
 	case CodeForbidden:
@@ -103,6 +119,8 @@ func codeStatus(code string) int {
 	switch code {
 	case CodeBadRequest:
 		return http.StatusBadRequest
+	case CodeRefused:
+		return http.StatusConflict
 	case CodeNotLeader, CodeNoQuorum, CodeUnavailable:
 		return http.StatusServiceUnavailable
 	case CodeUnauthenticated:

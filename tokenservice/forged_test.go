@@ -90,8 +90,8 @@ func (l *countingListener) Accept() (net.Conn, error) {
 // where the leader's API should be, in the two ways open to it: on the
 // network (the followers' connections to the leader's API address reach
 // the attacker instead) and in the replicated member table (POST
-// /v1/members naming the leader with the attacker's address, tried with
-// every identity). The attacker's server is tried in every disguise: plain
+// /v1/members naming the leader with the attacker's address, and PUT
+// /v1/members/{leader}/api-addr, each tried with every identity). The attacker's server is tried in every disguise: plain
 // HTTP, a peer certificate of another CA named like the leader, a client
 // certificate of the cluster CA named like the leader, and a genuine peer
 // certificate of another node of the cluster. Clients pinned to the
@@ -101,21 +101,14 @@ func (l *countingListener) Accept() (net.Conn, error) {
 // nothing).
 func TestForgedLeaderAddressNeverRelayed(t *testing.T) {
 	ca, other := newCA(t, "cluster"), newCA(t, "attacker")
-	serverTLS := func(ca *pki.CA, name string, role tokenservice.Role) *tls.Config {
-		leaf, err := ca.Issue(name, []string{string(role)}, []string{"127.0.0.1"}, pki.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &tls.Config{Certificates: []tls.Certificate{leaf.TLSCertificate()}}
-	}
 	disguises := []struct {
 		name string
 		tls  func(leaderID, otherID string) *tls.Config
 	}{
 		{"plain HTTP", func(string, string) *tls.Config { return nil }},
-		{"peer certificate of another CA named like the leader", func(l, _ string) *tls.Config { return serverTLS(other, l, tokenservice.RolePeer) }},
-		{"client certificate of the cluster CA named like the leader", func(l, _ string) *tls.Config { return serverTLS(ca, l, tokenservice.RoleClient) }},
-		{"genuine peer certificate of another node", func(_, o string) *tls.Config { return serverTLS(ca, o, tokenservice.RolePeer) }},
+		{"peer certificate of another CA named like the leader", func(l, _ string) *tls.Config { return serverTLS(t, other, l, tokenservice.RolePeer) }},
+		{"client certificate of the cluster CA named like the leader", func(l, _ string) *tls.Config { return serverTLS(t, ca, l, tokenservice.RoleClient) }},
+		{"genuine peer certificate of another node", func(_, o string) *tls.Config { return serverTLS(t, ca, o, tokenservice.RolePeer) }},
 	}
 	for _, d := range disguises {
 		t.Run(d.name, func(t *testing.T) {
@@ -137,6 +130,7 @@ func TestForgedLeaderAddressNeverRelayed(t *testing.T) {
 
 			// 1. On the network.
 			hijack.Store(&[2]string{strings.TrimPrefix(c.APIURL(leader), "https://"), atk.addr})
+			c.ResetAPI() // the followers' kept-alive connections to the leader go
 			takeTokens(t, c, leader, clientOpts)
 			if atk.conns.Load() == 0 {
 				t.Fatal("no node contacted the attacker: the hijack was not exercised")
@@ -155,6 +149,12 @@ func TestForgedLeaderAddressNeverRelayed(t *testing.T) {
 				{"peer of another node", issueTLS(t, ca, ca, otherID, pki.Options{}, tokenservice.RolePeer)},
 				{"admin", issueTLS(t, ca, ca, "ops", pki.Options{}, tokenservice.RoleAdmin)},
 			} {
+				// The member's own path: only the leader itself may
+				// publish the leader's address, and nobody here is it.
+				put := sendJSON(t, http.MethodPut, c.APIURL(leader)+"/v1/members/"+leaderID+"/api-addr", id.tls, fmt.Sprintf(`{"api_addr":"https://%s"}`, atk.addr))
+				if want := map[bool]int{true: http.StatusUnauthorized, false: http.StatusForbidden}[id.name == "nothing"]; put != want {
+					t.Fatalf("PUT /v1/members/%s/api-addr as %s: %d; want %d", leaderID, id.name, put, want)
+				}
 				status := postMember(t, c.APIURL(leader), id.tls, forged)
 				switch {
 				case status == http.StatusOK:
@@ -229,11 +229,23 @@ func takeTokens(t *testing.T, c *tokentest.Cluster, leader int, opts []tokenserv
 
 func postMember(t *testing.T, url string, cfg *tls.Config, body string) int {
 	t.Helper()
+	return sendJSON(t, http.MethodPost, url+"/v1/members", cfg, body)
+}
+
+// sendJSON sends body to url with method over TLS with cfg and returns the
+// status.
+func sendJSON(t *testing.T, method, url string, cfg *tls.Config, body string) int {
+	t.Helper()
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: 10 * time.Second}
 	defer hc.CloseIdleConnections()
-	resp, err := hc.Post(url+"/v1/members", "application/json", bytes.NewReader([]byte(body)))
+	req, err := http.NewRequest(method, url, bytes.NewReader([]byte(body)))
 	if err != nil {
-		t.Fatalf("POST /v1/members: %v", err)
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
 	}
 	resp.Body.Close()
 	return resp.StatusCode

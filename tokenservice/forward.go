@@ -34,7 +34,11 @@ func (s *Server) leaderAPI() (id, api string, err error) {
 // URL is https whatever scheme was recorded (a cluster that ran without TLS
 // before recorded http), since every node of a TLS cluster serves https.
 func (s *Server) leader() (id, api string) {
-	id, api = s.store.Leader()
+	st := s.Store()
+	if st == nil {
+		return "", "" // Raft has not started
+	}
+	id, api = st.Leader()
 	if s.auth != nil {
 		if rest, ok := strings.CutPrefix(api, "http://"); ok {
 			api = "https://" + rest
@@ -46,6 +50,7 @@ func (s *Server) leader() (id, api string) {
 // forwardAlloc asks the leader to allocate n tokens in one entry.
 func (s *Server) forwardAlloc(ctx context.Context, n, hops int) (raftstore.Range, error) {
 	body, _ := json.Marshal(allocRequest{Count: n})
+	s.metrics.forwarded(n)
 	status, out, err := s.forwardRaw(ctx, http.MethodPost, "/v1/internal/allocate", body, hops)
 	if err != nil {
 		return raftstore.Range{}, err

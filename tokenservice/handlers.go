@@ -24,47 +24,30 @@ const maxResource = 1024
 // ({"resources":[...]}) may name.
 const MaxBatchResources = 4096
 
-// Route is one endpoint of the API and the roles that may call it (when the
-// node runs with TLS; without it every route is open, for loopback only).
-type Route struct {
-	Method string
-	Path   string // a net/http pattern path, e.g. /v1/members/{id}
-	Roles  []Role
-}
-
-// anyRole is for routes every authenticated identity may call.
-var anyRole = []Role{RolePeer, RoleClient, RoleAdmin}
-
-// routeTable is the API: each route, the roles it needs and its handler.
-var routeTable = []struct {
-	Route
-	serve func(*Server, http.ResponseWriter, *http.Request)
-}{
-	{Route{"POST", "/v1/tokens", []Role{RoleClient}}, (*Server).handleToken},
-	{Route{"POST", "/v1/internal/allocate", []Role{RolePeer}}, (*Server).handleAllocate},
-	{Route{"GET", "/v1/status", []Role{RoleClient, RoleAdmin}}, (*Server).handleStatus},
-	{Route{"POST", "/v1/members", []Role{RoleAdmin}}, (*Server).handleJoin},
-	{Route{"DELETE", "/v1/members/{id}", []Role{RoleAdmin}}, (*Server).handleRemove},
-	{Route{"GET", "/healthz", anyRole}, (*Server).handleHealth},
-	{Route{"GET", "/readyz", anyRole}, (*Server).handleReady},
-}
-
-// Routes lists the API's routes and the roles each needs.
-func Routes() []Route {
-	out := make([]Route, len(routeTable))
-	for i, rt := range routeTable {
-		out[i] = rt.Route
+// running answers 503 while the node has not started Raft (it is still
+// deciding whether it may found or join), and calls h once it runs.
+func (s *Server) running(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.Store() == nil {
+			s.writeError(w, fmt.Errorf("%w: node %s has not started Raft yet: %s", ErrUnavailable, s.cfg.ID, s.startingReason()))
+			return
+		}
+		h(w, r)
 	}
-	return out
 }
 
-func (s *Server) routes() http.Handler {
-	mux := http.NewServeMux()
-	for _, rt := range routeTable {
-		serve := rt.serve
-		mux.HandleFunc(rt.Method+" "+rt.Path, s.require(rt.Route, func(w http.ResponseWriter, r *http.Request) { serve(s, w, r) }))
+// startingReason says what a node that has not started Raft waits for.
+func (s *Server) startingReason() string {
+	p := s.pending.Load()
+	if p == nil {
+		return "it is starting"
 	}
-	return mux
+	st := p.State()
+	why := p.Waiting()
+	if why == "" {
+		why = "deciding"
+	}
+	return st.Phase + ": " + why
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
@@ -90,11 +73,19 @@ func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
+	s.setLeaderHeaders(w)
+	s.metrics.served(1)
+	writeJSON(w, http.StatusOK, tokenResponse{Resource: req.Resource, Token: rng.First, Term: rng.Term, Index: rng.Index, Leader: rng.Leader})
+}
+
+// setLeaderHeaders names the leader on a successful token answer: its API
+// URL, so that clients skip the forwarding hop next time, and its ID, which
+// a client over TLS requires of the node answering at that URL.
+func (s *Server) setLeaderHeaders(w http.ResponseWriter) {
 	if id, api := s.leader(); api != "" {
 		w.Header().Set(leaderHeader, api)
 		w.Header().Set(leaderIDHeader, id)
 	}
-	writeJSON(w, http.StatusOK, tokenResponse{Resource: req.Resource, Token: rng.First, Term: rng.Term, Index: rng.Index, Leader: rng.Leader})
 }
 
 // handleTokenBatch serves the batch form {"resources":[...]}: one allocation
@@ -126,10 +117,8 @@ func (s *Server) handleTokenBatch(w http.ResponseWriter, r *http.Request, req to
 		s.writeError(w, fmt.Errorf("allocated %d tokens for %d resources", rng.Count, len(req.Resources)))
 		return
 	}
-	if id, api := s.leader(); api != "" {
-		w.Header().Set(leaderHeader, api)
-		w.Header().Set(leaderIDHeader, id)
-	}
+	s.setLeaderHeaders(w)
+	s.metrics.served(len(req.Resources))
 	out := batchResponse{Tokens: make([]batchToken, len(req.Resources)), Term: rng.Term, Index: rng.Index, Leader: rng.Leader}
 	for i, res := range req.Resources {
 		out.Tokens[i] = batchToken{Resource: res, Token: rng.First + int64(i)}
@@ -144,21 +133,14 @@ func (s *Server) handleAllocate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
-	if id, ok := IdentityFrom(r.Context()); ok && !s.store.IsMember(id.Name) {
-		// A peer certificate outlives its node's membership (there is no
-		// revocation): only a current member may allocate.
-		s.log.Info("refused request", "status", http.StatusForbidden, "path", r.URL.Path, "identity", id.Name, "reason", "not a member")
-		s.writeError(w, fmt.Errorf("%w: %s %s needs a current member of the cluster; %q is not one", ErrForbidden, r.Method, r.URL.Path, id.Name))
-		return
-	}
-	if req.Count < 1 || req.Count > 1<<20 {
-		s.writeError(w, fmt.Errorf("%w: count %d out of range 1..%d", ErrBadRequest, req.Count, 1<<20))
+	if req.Count < 1 || req.Count > maxAllocCount {
+		s.writeError(w, fmt.Errorf("%w: count %d out of range 1..%d", ErrBadRequest, req.Count, maxAllocCount))
 		return
 	}
 	hops := hopsOf(r)
 	var rng raftstore.Range
 	err := raftstore.ErrNotLeader
-	if s.store.IsLeader() {
+	if s.Store().IsLeader() {
 		rng, err = s.leaderBatch.Next(r.Context(), req.Count)
 	}
 	if errors.Is(err, raftstore.ErrNotLeader) {
@@ -180,83 +162,15 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
-	if !s.store.Ready() {
+	if s.Store() == nil {
+		s.writeError(w, fmt.Errorf("%w: node %s has not started Raft yet: %s", ErrUnavailable, s.cfg.ID, s.startingReason()))
+		return
+	}
+	if !s.Store().Ready() {
 		s.writeError(w, fmt.Errorf("%w: node %s knows no leader or has not applied all committed entries yet", ErrUnavailable, s.cfg.ID))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "id": s.cfg.ID})
-}
-
-func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
-	if err != nil {
-		s.writeError(w, fmt.Errorf("%w: read body: %v", ErrBadRequest, err))
-		return
-	}
-	var req memberRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		s.writeError(w, fmt.Errorf("%w: body is not JSON like {\"id\":\"n4\",\"raft_addr\":\"HOST:PORT\",\"api_addr\":\"http://HOST:PORT\"}: %v", ErrBadRequest, err))
-		return
-	}
-	if req.ID == "" || req.RaftAddr == "" {
-		s.writeError(w, fmt.Errorf("%w: join needs \"id\" and \"raft_addr\"", ErrBadRequest))
-		return
-	}
-	if req.APIAddr != "" {
-		if req.APIAddr, err = NormalizeURL(req.APIAddr); err != nil {
-			s.writeError(w, fmt.Errorf("%w: api_addr: %v", ErrBadRequest, err))
-			return
-		}
-	}
-	err = s.store.Join(r.Context(), raftstore.Server{ID: req.ID, RaftAddr: req.RaftAddr, APIAddr: req.APIAddr})
-	if s.forwardIfNotLeader(w, r, err, body) {
-		return
-	}
-	if err != nil {
-		s.writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, req)
-}
-
-func (s *Server) handleRemove(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	err := s.store.Remove(r.Context(), id)
-	if s.forwardIfNotLeader(w, r, err, nil) {
-		return
-	}
-	if err != nil {
-		s.writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": id, "removed": true})
-}
-
-// forwardIfNotLeader relays r to the leader when err says this node is not
-// the leader and the hop budget allows; it reports whether it answered.
-func (s *Server) forwardIfNotLeader(w http.ResponseWriter, r *http.Request, err error, body []byte) bool {
-	if !errors.Is(err, raftstore.ErrNotLeader) {
-		return false
-	}
-	if s.auth != nil {
-		// With authentication the leader must see the caller's own
-		// identity, not this node's: answer not_leader with the leader's
-		// address, and the client retries there.
-		return false
-	}
-	hops := hopsOf(r)
-	if hops >= maxHops {
-		return false
-	}
-	status, out, ferr := s.forwardRaw(r.Context(), r.Method, r.URL.Path, body, hops+1)
-	if ferr != nil {
-		s.writeError(w, ferr)
-		return true
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(out)
-	return true
 }
 
 func validateResource(res string) error {
@@ -294,12 +208,14 @@ func (s *Server) classify(err error) *APIError {
 	}
 	code := CodeInternal
 	switch {
-	case errors.Is(err, ErrBadRequest):
+	case errors.Is(err, ErrBadRequest), errors.Is(err, raftstore.ErrBadConfig):
 		code = CodeBadRequest
 	case errors.Is(err, ErrUnauthenticated):
 		code = CodeUnauthenticated
 	case errors.Is(err, ErrForbidden):
 		code = CodeForbidden
+	case errors.Is(err, ErrRefused), errors.Is(err, raftstore.ErrConflict), errors.Is(err, raftstore.ErrQuorumAtRisk):
+		code = CodeRefused
 	case errors.Is(err, raftstore.ErrNotLeader):
 		code = CodeNotLeader
 	case errors.Is(err, raftstore.ErrNoLeader), errors.Is(err, raftstore.ErrLeadershipLost), errors.Is(err, ErrNoQuorum):
@@ -319,11 +235,22 @@ func (s *Server) classify(err error) *APIError {
 	}
 	switch code {
 	case CodeNoQuorum:
-		msg = fmt.Sprintf("%v: node %s cannot reach a quorum (%v); nothing was minted by it, retry on another node or later", ErrNoQuorum, s.cfg.ID, err)
+		if errors.Is(err, raftstore.ErrLeadershipLost) {
+			// The entry was appended; a new leader may still commit it.
+			msg = fmt.Sprintf("%v: node %s lost its leadership before the entry for this request was committed (%v); "+
+				"the entry may still be committed by the next leader, and its tokens are then never handed out; retry, the retry gets a larger token",
+				ErrNoQuorum, s.cfg.ID, err)
+		} else {
+			msg = fmt.Sprintf("%v: node %s cannot reach a quorum (%v); no entry was written for this request, retry on another node or later", ErrNoQuorum, s.cfg.ID, err)
+		}
 	case CodeNotLeader:
-		msg = fmt.Sprintf("%v: node %s could not forward to the leader (%v); retry on the leader", ErrNotLeader, s.cfg.ID, err)
+		msg = fmt.Sprintf("%v: node %s is not the leader or could not reach it (%v); retry on the leader", ErrNotLeader, s.cfg.ID, err)
 	case CodeUnavailable:
 		msg = fmt.Sprintf("%v: node %s: %v; retry", ErrUnavailable, s.cfg.ID, err)
+	case CodeRefused:
+		if !errors.Is(err, ErrRefused) {
+			msg = fmt.Sprintf("%v: %v", ErrRefused, err)
+		}
 	case CodeInternal:
 		msg = fmt.Sprintf("%v: node %s: %v", ErrInternal, s.cfg.ID, err)
 	}
@@ -333,6 +260,7 @@ func (s *Server) classify(err error) *APIError {
 
 func (s *Server) writeError(w http.ResponseWriter, err error) {
 	ae := s.classify(err)
+	s.metrics.refused(ae.Code)
 	if ae.Code == CodeInternal {
 		s.log.Error("request failed", "err", err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/tokentest"
+	"github.com/fencegate/fencegate/tokenservice"
 )
 
 // Must show 5: snapshots compact the log; a restarted node restores from its
@@ -61,9 +62,9 @@ func TestSnapshotCompactionJoinRemove(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	// Joining again is a no-op.
-	if err := cl.Join(ctx, c.ID(n4), c.Node(n4).RaftAddr(), c.APIURL(n4)); err != nil {
-		t.Fatalf("second join of n4: %v", err)
+	// Adding a voter again is refused: a member is replaced by removing it first.
+	if _, err := cl.AddMember(ctx, c.ID(n4), c.Node(n4).RaftAddr(), c.APIURL(n4)); !errors.Is(err, tokenservice.ErrRefused) {
+		t.Fatalf("second add of n4 = %v; want ErrRefused", err)
 	}
 	testutil.WaitFor(t, 20*time.Second, "every node to list 4 voters with API addresses", func() error {
 		for i := range 4 {
@@ -103,7 +104,7 @@ func TestSnapshotCompactionJoinRemove(t *testing.T) {
 		}
 		return nil
 	})
-	if err := cl.Remove(ctx, c.ID(victim)); err != nil {
+	if err := cl.RemoveMember(ctx, c.ID(victim)); err != nil {
 		t.Fatalf("second remove: %v", err)
 	}
 	after := mint(t, cl, 5)

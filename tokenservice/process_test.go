@@ -38,6 +38,13 @@ func (p *proc) Write(b []byte) (int, error) {
 // start runs the process and waits until it prints that it serves.
 func (p *proc) start() {
 	p.t.Helper()
+	p.wait(p.launch())
+}
+
+// launch runs the process (inside p.wrap, e.g. ip netns exec, when set);
+// the channel yields the line saying it serves.
+func (p *proc) launch() <-chan string {
+	p.t.Helper()
 	argv := append(append(append([]string(nil), p.wrap...), testutil.Binary(p.t)), p.args...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -60,6 +67,12 @@ func (p *proc) start() {
 		}
 		close(serving)
 	}()
+	return serving
+}
+
+// wait waits for the line saying the process serves.
+func (p *proc) wait(serving <-chan string) {
+	p.t.Helper()
 	select {
 	case line, ok := <-serving:
 		if !ok {
@@ -91,16 +104,27 @@ func (p *proc) tail() string {
 	return s
 }
 
-// startAll starts procs, kills them when the test ends, and logs their
-// output's tail if it failed.
+// launchAll launches every process, then waits until each serves: a
+// founding node serves only once every peer answers.
+func launchAll(t *testing.T, procs []*proc) {
+	t.Helper()
+	serving := make([]<-chan string, len(procs))
+	for i, p := range procs {
+		serving[i] = p.launch()
+	}
+	for i, p := range procs {
+		p.wait(serving[i])
+	}
+}
+
+// startAll launches procs (launchAll), kills them when the test ends, and
+// logs their output's tail if it failed.
 func startAll(t *testing.T, procs []*proc) {
 	t.Helper()
 	for _, p := range procs {
 		t.Cleanup(p.kill)
 	}
-	for _, p := range procs {
-		p.start()
-	}
+	launchAll(t, procs)
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, p := range procs {
@@ -165,9 +189,7 @@ func TestAllProcessesKilledTokensContinue(t *testing.T) {
 		}
 		t.Logf("round %d: killed all nodes; highest token returned so far %d", round, highest)
 
-		for _, p := range procs {
-			p.start()
-		}
+		launchAll(t, procs)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		tok, err := cl.NextToken(ctx, "orders/42")
 		cancel()

@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencegate/fencegate/raftstore"
@@ -16,6 +18,11 @@ import (
 
 // maxHops caps how many times a request is forwarded between nodes.
 const maxHops = 2
+
+// maxAllocCount caps the tokens one forwarded allocation may ask for; a
+// leader refuses more. A node's batch limit (Config.MaxBatch) may not
+// exceed it, so a follower never forwards a count the leader refuses.
+const maxAllocCount = 1 << 20
 
 // hopsHeader counts the forwards a request has been through.
 const hopsHeader = "X-Fencegate-Hops"
@@ -34,26 +41,53 @@ type Server struct {
 	cfg    Config
 	log    *slog.Logger
 	apiURL string
-	store  *raftstore.Store
+	// pending is the node before Raft starts; store once it runs.
+	pending atomic.Pointer[raftstore.Pending]
+	store   atomic.Pointer[raftstore.Store]
 	// leaderBatch merges this node's and forwarded requests into one log
 	// entry while it leads; fwdBatch merges this node's requests into one
 	// forwarded call while it follows.
 	leaderBatch, fwdBatch *raftstore.Batcher
 	ln                    net.Listener
 	srv                   *http.Server
-	fwd                   *http.Client
+	// fwd carries every call to another node's API: forwarding, the
+	// questions asked before founding or joining, address publishing and
+	// the leader's questions to members. With TLS it presents this node's
+	// peer certificate and accepts only peers.
+	fwd     *http.Client
+	probe   *httpProber
+	metrics *metrics
+	// raftLayer is the network Raft runs on (owned by the store); the
+	// pre-check of a new member dials its Raft address through it.
+	raftLayer raftstore.Layer
 	// auth establishes request identities; nil without TLS (every route
 	// open, for loopback only).
 	auth *authenticator
+
+	bgCtx       context.Context
+	bgCancel    context.CancelFunc
+	bg          sync.WaitGroup
+	promoteKick chan struct{}
 
 	closeOnce sync.Once
 	closeErr  error
 	served    chan struct{}
 }
 
-// Start opens the node's store (bootstrapping or resuming), listens on the
-// API address and serves until Close or Kill. ctx bounds the start only.
-func Start(ctx context.Context, cfg Config) (*Server, error) {
+// Start starts a node: it listens on the API address, then opens the
+// node's store. A data directory that holds state resumes. An empty one
+// founds the cluster with Config.Peers or joins it with Config.Join,
+// waiting for its peers as those fields say, while the API already answers
+// them; Start returns once Raft runs, or with the reason it must not run
+// (raftstore.ErrMustReplace, ErrWaitTimeout, ...). Nodes of one cluster
+// started in one process must therefore be started concurrently. ctx
+// bounds the start only.
+//
+// With Config.TLS the API serves https, Raft runs over mutual TLS and
+// every call to another node presents this node's peer certificate; every
+// request is authenticated (see Routes). An API or Raft address with port 0
+// is given a free port (for tests; a real node restarts on its ports).
+func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -73,8 +107,14 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = 4096
 	}
+	if cfg.MaxBatch > maxAllocCount {
+		return nil, fmt.Errorf("%w: the batch limit %d is above %d, the most one forwarded allocation may carry", ErrBadConfig, cfg.MaxBatch, maxAllocCount)
+	}
 	if cfg.MaxInflight <= 0 {
 		cfg.MaxInflight = 1
+	}
+	if cfg.PromoteInterval <= 0 {
+		cfg.PromoteInterval = 500 * time.Millisecond
 	}
 	// TLS and authentication (see auth.go, tlsconfig.go).
 	hostPort, scheme, err := apiHostPort(cfg)
@@ -84,7 +124,15 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := checkSecurity(&cfg); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, apiURL: scheme + "://" + hostPort, served: make(chan struct{})}
+	join := make([]string, len(cfg.Join))
+	for i, u := range cfg.Join {
+		if join[i], err = NormalizeURL(u); err != nil {
+			return nil, fmt.Errorf("%w: --join: %v", ErrBadConfig, err)
+		}
+		join[i] = withScheme(join[i], scheme)
+	}
+	cfg.Join = join
+	s := &Server{cfg: cfg, log: cfg.Logger, apiURL: scheme + "://" + hostPort, served: make(chan struct{}), promoteKick: make(chan struct{}, 1)}
 	if cfg.TLS != nil {
 		s.auth = &authenticator{creds: cfg.Credentials}
 	}
@@ -97,32 +145,15 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if _, port, _ := net.SplitHostPort(hostPort); port == "0" {
 		s.apiURL = scheme + "://" + s.ln.Addr().String()
 	}
-	scfg := cfg.storeConfig(s.apiURL)
-	if cfg.TLS != nil {
-		s.ln = tls.NewListener(s.ln, cfg.TLS.serverTLS())
-		raftLn, err := raftstore.Listen("raft", cfg.RaftAddr, "--raft-addr")
-		if err != nil {
-			s.ln.Close()
-			return nil, err
-		}
-		scfg.Layer, err = raftstore.NewTLSLayer(raftLn, cfg.Dial, cfg.TLS.raftTLS(), raftstore.TLSLayerOptions{
-			HandshakeTimeout: cfg.TransportTimeout, Logger: cfg.Logger,
-		})
-		if err != nil {
-			raftLn.Close()
-			s.ln.Close()
-			return nil, err
-		}
-	}
-	s.store, err = raftstore.Open(scfg)
+	raftLn, err := raftstore.Listen("raft", cfg.RaftAddr, "--raft-addr")
 	if err != nil {
 		s.ln.Close()
 		return nil, err
 	}
-	s.leaderBatch = raftstore.NewBatcher(s.store.Allocate, raftstore.WithMaxBatch(cfg.MaxBatch), raftstore.WithMaxInflight(cfg.MaxInflight))
-	s.fwdBatch = raftstore.NewBatcher(func(ctx context.Context, n int) (raftstore.Range, error) {
-		return s.forwardAlloc(ctx, n, 1)
-	}, raftstore.WithMaxBatch(cfg.MaxBatch), raftstore.WithMaxInflight(cfg.MaxInflight))
+	if _, port, _ := net.SplitHostPort(cfg.RaftAddr); port == "0" {
+		cfg.RaftAddr = raftLn.Addr().String()
+		s.cfg.RaftAddr = cfg.RaftAddr
+	}
 	fwdTransport := &http.Transport{
 		DialContext:         cfg.Dial,
 		MaxIdleConnsPerHost: 64,
@@ -130,10 +161,35 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		DisableCompression:  true,
 	}
 	if cfg.TLS != nil {
+		s.ln = tls.NewListener(s.ln, cfg.TLS.serverTLS())
+		s.raftLayer, err = raftstore.NewTLSLayer(raftLn, cfg.Dial, cfg.TLS.raftTLS(), raftstore.TLSLayerOptions{
+			HandshakeTimeout: cfg.TransportTimeout, Logger: cfg.Logger,
+		})
+		if err != nil {
+			raftLn.Close()
+			s.ln.Close()
+			return nil, err
+		}
 		fwdTransport.TLSClientConfig = cfg.TLS.forwardTLS()
 		fwdTransport.TLSHandshakeTimeout = cfg.ForwardTimeout
+	} else {
+		s.raftLayer = raftstore.NewTCPLayer(raftLn, cfg.Dial)
 	}
 	s.fwd = &http.Client{Transport: fwdTransport}
+	s.probe = &httpProber{hc: s.fwd, scheme: scheme, verify: cfg.TLS != nil}
+	s.metrics = newMetrics(s)
+	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
+	scfg := cfg.storeConfig(s.apiURL, s.probe)
+	scfg.Layer = s.raftLayer // Prepare owns it from here, also when it fails
+	pending, err := raftstore.Prepare(scfg)
+	if err != nil {
+		s.ln.Close()
+		s.bgCancel()
+		return nil, err
+	}
+	s.pending.Store(pending)
+	// The API answers from now on: peers ask an empty node about itself
+	// while it decides whether it may found or join.
 	s.srv = &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second,
 		// TLS handshake failures ("http: TLS handshake error from ...")
 		// land here; they carry no secret.
@@ -144,7 +200,23 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			s.log.Error("serve api", "err", err)
 		}
 	}()
-	s.log.Info("serving", "id", cfg.ID, "api", s.apiURL, "raft", s.store.RaftAddr(), "tls", cfg.TLS != nil,
+	st, err := pending.Start(ctx)
+	if err != nil {
+		_ = s.srv.Close()
+		<-s.served
+		s.fwd.CloseIdleConnections()
+		s.bgCancel()
+		return nil, err
+	}
+	s.leaderBatch = raftstore.NewBatcher(s.allocate, raftstore.WithMaxBatch(cfg.MaxBatch), raftstore.WithMaxInflight(cfg.MaxInflight))
+	s.fwdBatch = raftstore.NewBatcher(func(ctx context.Context, n int) (raftstore.Range, error) {
+		return s.forwardAlloc(ctx, n, 1)
+	}, raftstore.WithMaxBatch(cfg.MaxBatch), raftstore.WithMaxInflight(cfg.MaxInflight))
+	s.store.Store(st)
+	s.bg.Add(2)
+	go s.promoteLoop()
+	go s.publishLoop()
+	s.log.Info("serving", "id", cfg.ID, "api", s.apiURL, "raft", st.RaftAddr(), "tls", cfg.TLS != nil,
 		"bearer_credentials", cfg.Credentials.Len())
 	return s, nil
 }
@@ -152,17 +224,31 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 // ID returns the node's ID.
 func (s *Server) ID() string { return s.cfg.ID }
 
-// APIURL returns the base URL of the node's API ("http://HOST:PORT").
+// APIURL returns the base URL of the node's API ("http://HOST:PORT", or
+// "https://HOST:PORT" with TLS).
 func (s *Server) APIURL() string { return s.apiURL }
 
 // RaftAddr returns the address the node's Raft transport listens on.
-func (s *Server) RaftAddr() string { return s.store.RaftAddr() }
+func (s *Server) RaftAddr() string { return s.Store().RaftAddr() }
 
 // Store returns the node's Raft store (for status, snapshots and tests).
-func (s *Server) Store() *raftstore.Store { return s.store }
+func (s *Server) Store() *raftstore.Store { return s.store.Load() }
 
 // LocalStatus returns this node's own view of the cluster.
-func (s *Server) LocalStatus() Status { return statusFrom(s.store.Status()) }
+func (s *Server) LocalStatus() Status {
+	st := s.Store()
+	if st == nil {
+		// Raft has not started: the node is deciding whether it may
+		// found or join (its /readyz says what it waits for).
+		state := "Starting"
+		if p := s.pending.Load(); p != nil {
+			ph := p.State().Phase
+			state = strings.ToUpper(ph[:1]) + ph[1:]
+		}
+		return Status{ID: s.cfg.ID, State: state, Members: []Member{}}
+	}
+	return statusFrom(st.Status())
+}
 
 // Close shuts the node down cleanly: the API stops accepting and finishes
 // in-flight requests (up to 5s), a leader hands over leadership, and the
@@ -176,10 +262,8 @@ func (s *Server) Close() error {
 			errHTTP = s.srv.Close()
 		}
 		<-s.served
-		s.leaderBatch.Close()
-		s.fwdBatch.Close()
-		s.fwd.CloseIdleConnections()
-		s.closeErr = errors.Join(errHTTP, s.store.Close())
+		s.stopBackground()
+		s.closeErr = errors.Join(errHTTP, s.Store().Close())
 	})
 	return s.closeErr
 }
@@ -188,19 +272,35 @@ func (s *Server) Close() error {
 // closed at once, no leadership transfer, no snapshot, no graceful leave.
 func (s *Server) Kill() {
 	s.closeOnce.Do(func() {
-		s.store.Kill()
+		s.Store().Kill()
 		_ = s.srv.Close()
 		<-s.served
-		s.leaderBatch.Close()
-		s.fwdBatch.Close()
-		s.fwd.CloseIdleConnections()
+		s.stopBackground()
 	})
+}
+
+func (s *Server) stopBackground() {
+	s.bgCancel()
+	s.bg.Wait()
+	s.leaderBatch.Close()
+	s.fwdBatch.Close()
+	s.fwd.CloseIdleConnections()
+}
+
+// allocate commits one allocation entry and records it in the metrics.
+func (s *Server) allocate(ctx context.Context, n int) (raftstore.Range, error) {
+	t0 := time.Now()
+	r, err := s.Store().Allocate(ctx, n)
+	if err == nil {
+		s.metrics.committed(r.Count, time.Since(t0))
+	}
+	return r, err
 }
 
 // next returns n tokens: committed here, merged with other requests, when
 // this node leads; otherwise forwarded to the leader, merged likewise.
 func (s *Server) next(ctx context.Context, n int) (raftstore.Range, error) {
-	if s.store.IsLeader() {
+	if s.Store().IsLeader() {
 		r, err := s.leaderBatch.Next(ctx, n)
 		if !errors.Is(err, raftstore.ErrNotLeader) {
 			return r, err
@@ -211,12 +311,30 @@ func (s *Server) next(ctx context.Context, n int) (raftstore.Range, error) {
 
 func statusFrom(st raftstore.Status) Status {
 	out := Status{
-		ID: st.ID, LeaderID: st.LeaderID, LeaderAPI: st.LeaderAPI, State: st.State, Term: st.Term,
+		ID: st.ID, ClusterID: st.ClusterID, LeaderID: st.LeaderID, LeaderAPI: st.LeaderAPI, State: st.State, Term: st.Term,
 		LastIndex: st.LastIndex, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, LastToken: st.LastToken,
 		Members: []Member{},
 	}
 	for _, m := range st.Members {
-		out.Members = append(out.Members, Member(m))
+		out.Members = append(out.Members, Member{ID: m.ID, RaftAddr: m.RaftAddr, APIAddr: m.APIAddr, Suffrage: m.Suffrage, Leader: m.Leader})
 	}
 	return out
+}
+
+// scheme is the scheme of every node's API: https with TLS, else http.
+func (s *Server) scheme() string {
+	if s.cfg.TLS != nil {
+		return "https"
+	}
+	return "http"
+}
+
+// withScheme returns the URL u with scheme (http or https): with TLS every
+// node serves https, whatever scheme an address was written or recorded
+// with.
+func withScheme(u, scheme string) string {
+	if _, rest, ok := strings.Cut(u, "://"); ok {
+		return scheme + "://" + rest
+	}
+	return scheme + "://" + u
 }

@@ -92,4 +92,44 @@ func TestCLITLSCluster(t *testing.T) {
 		t.Fatalf("token status as admin: exit %d\n%s%s; want three reachable https members", code, out, stderr)
 	}
 	t.Logf("status:\n%s", out)
+
+	// The admin commands take the same flags: an admin lists the members
+	// and takes a snapshot and restores it; a client may do neither
+	// change, and is told which role it needs, in one line.
+	admin := []string{"--servers", servers, "--tls-ca", ca, "--tls-cert", filepath.Join(certs, "admin-ops.pem"), "--tls-key", filepath.Join(certs, "admin-ops-key.pem")}
+	client := []string{"--servers", servers, "--tls-ca", ca, "--credentials-file", credFile}
+	code, out, stderr = runCLI(t, append([]string{"token", "members", "list"}, admin...)...)
+	if code != 0 || strings.Count(out, "Voter") != 3 || strings.Count(out, "yes") != 3 || strings.Count(out, "https://") != 3 {
+		t.Fatalf("members list as admin: exit %d\n%s%s; want three caught-up https voters", code, out, stderr)
+	}
+	snap := filepath.Join(dir, "snapshot.json")
+	for _, tc := range []struct {
+		args []string
+		who  []string
+		code int
+		want string
+	}{
+		{[]string{"token", "members", "remove", "n3"}, client, 1, "needs role admin"},
+		{[]string{"token", "members", "add", "n4", "127.0.0.1:1", "127.0.0.1:2"}, client, 1, "needs role admin"},
+		{[]string{"token", "snapshot", "--out", snap}, client, 1, "needs role admin"},
+		{[]string{"token", "snapshot", "--out", snap}, admin, 0, "snapshot of cluster"},
+		{[]string{"token", "restore", "--from", snap, "--margin", "1000"}, client, 1, "needs role admin"},
+		{[]string{"token", "restore", "--from", snap, "--margin", "1000"}, admin, 0, "counter raised"},
+	} {
+		code, out, stderr := runCLI(t, append(tc.args, tc.who...)...)
+		got := out
+		if tc.code != 0 {
+			got = stderr
+			if n := strings.Count(strings.TrimRight(stderr, "\n"), "\n"); n != 0 {
+				t.Errorf("%v: %d lines on stderr, want 1:\n%s", tc.args, n+1, stderr)
+			}
+		}
+		if code != tc.code || !strings.Contains(got, tc.want) {
+			t.Fatalf("%v as %s: exit %d (want %d)\n%s%s; want %q", tc.args, tc.who[len(tc.who)-2], code, tc.code, out, stderr, tc.want)
+		}
+	}
+	code, out, stderr = runCLI(t, "token", "next", "orders/42", "--servers", servers, "--tls-ca", ca, "--credentials-file", credFile)
+	if tok, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64); code != 0 || err != nil || tok <= last+1000 {
+		t.Fatalf("token next after the restore: exit %d %q %s; want a token above %d", code, out, stderr, last+1000)
+	}
 }

@@ -2,6 +2,7 @@ package tokenservice_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"strings"
 	"sync/atomic"
@@ -21,6 +22,18 @@ func newCA(t testing.TB, name string) *pki.CA {
 		t.Fatal(err)
 	}
 	return ca
+}
+
+// serverTLS is the TLS configuration of a server presenting a certificate
+// of ca named name with role, for 127.0.0.1: an impostor's, in the tests
+// that put one where a node should answer.
+func serverTLS(t testing.TB, ca *pki.CA, name string, role tokenservice.Role) *tls.Config {
+	t.Helper()
+	leaf, err := ca.Issue(name, []string{string(role)}, []string{"127.0.0.1"}, pki.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{leaf.TLSCertificate()}}
 }
 
 // credentials makes bearer credentials: one per name, with the given roles,

@@ -1,5 +1,7 @@
 package tokenservice
 
+import "time"
+
 // Token is a fencing token and where it came from.
 type Token struct {
 	// Resource is the resource the token was asked for (tokens come from one
@@ -19,13 +21,57 @@ type Member struct {
 	ID       string `json:"id"`
 	RaftAddr string `json:"raft_addr"`
 	APIAddr  string `json:"api_addr"`
+	// Suffrage is "Voter" or "Nonvoter" (a new member catching up).
 	Suffrage string `json:"suffrage"`
 	Leader   bool   `json:"leader"`
+	// The fields below are filled by the leader in the member list (GET
+	// /v1/members), from asking each member: whether it has applied every
+	// entry the leader had committed when it asked (nil when the member
+	// did not answer), its applied index, and why it did not answer.
+	CaughtUp     *bool  `json:"caught_up,omitempty"`
+	AppliedIndex uint64 `json:"applied_index,omitempty"`
+	Problem      string `json:"problem,omitempty"`
+}
+
+// Members is the member list as the leader has committed it.
+type Members struct {
+	ClusterID   string   `json:"cluster_id"`
+	LeaderID    string   `json:"leader_id"`
+	CommitIndex uint64   `json:"commit_index"`
+	Members     []Member `json:"members"`
+}
+
+// Snapshot is the state `fencegate token snapshot` saves for disaster
+// recovery: the cluster id and the counter, read on the leader after a
+// barrier (so the counter is at least every token handed out before), at
+// a log index and term, at a time.
+type Snapshot struct {
+	Format    string    `json:"format"`
+	ClusterID string    `json:"cluster_id"`
+	Counter   int64     `json:"counter"`
+	Index     uint64    `json:"index"`
+	Term      uint64    `json:"term"`
+	Time      time.Time `json:"time"`
+	Leader    string    `json:"leader"`
+}
+
+// SnapshotFormat names the snapshot file format.
+const SnapshotFormat = "fencegate-token-snapshot/1"
+
+// Restored is what a restore did: the counter before and after a committed
+// entry that raised it to at least AtLeast (it never lowers it).
+type Restored struct {
+	AtLeast int64  `json:"at_least"`
+	Before  int64  `json:"before"`
+	After   int64  `json:"after"`
+	Index   uint64 `json:"index"`
+	Term    uint64 `json:"term"`
 }
 
 // Status is one node's view of the cluster, as GET /v1/status returns it.
 type Status struct {
 	ID           string   `json:"id"`
+	ClusterID    string   `json:"cluster_id,omitempty"`
 	LeaderID     string   `json:"leader_id"`
 	LeaderAPI    string   `json:"leader_api"`
 	State        string   `json:"state"`
@@ -80,6 +126,12 @@ type (
 		ID       string `json:"id"`
 		RaftAddr string `json:"raft_addr"`
 		APIAddr  string `json:"api_addr"`
+	}
+	apiAddrRequest struct {
+		APIAddr string `json:"api_addr"`
+	}
+	restoreRequest struct {
+		AtLeast int64 `json:"at_least"`
 	}
 	errorResponse struct {
 		Error     string `json:"error"`

@@ -85,11 +85,5 @@ func (f *tlsFlags) servers(list string) []string {
 	if f.ca != "" && list == defaultServers {
 		list = strings.ReplaceAll(list, "http://", "https://")
 	}
-	var out []string
-	for _, s := range strings.Split(list, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			out = append(out, s)
-		}
-	}
-	return out
+	return splitList(list)
 }

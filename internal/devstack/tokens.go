@@ -45,20 +45,37 @@ func StartTokens(ctx context.Context, dataDir string, apiAddrs, raftAddrs []stri
 			t.Close()
 		}
 	}()
-	for _, p := range peers {
-		s, err := tokenservice.Start(ctx, tokenservice.Config{
-			ID:       p.ID,
-			DataDir:  filepath.Join(dataDir, "tokens", p.ID),
-			RaftAddr: p.RaftAddr,
-			APIAddr:  p.APIAddr,
-			Peers:    peers,
-			Logger:   log.With("node", p.ID),
-		})
-		if err != nil {
-			return nil, fmt.Errorf("start token node %s: %w", p.ID, err)
+	// A founding node waits in Start until every peer answers: start them
+	// all at once.
+	servers := make([]*tokenservice.Server, len(peers))
+	errs := make([]error, len(peers))
+	var wg sync.WaitGroup
+	for i, p := range peers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			servers[i], errs[i] = tokenservice.Start(ctx, tokenservice.Config{
+				ID:       p.ID,
+				DataDir:  filepath.Join(dataDir, "tokens", p.ID),
+				RaftAddr: p.RaftAddr,
+				APIAddr:  p.APIAddr,
+				Peers:    peers,
+				Logger:   log.With("node", p.ID),
+			})
+			if errs[i] != nil {
+				errs[i] = fmt.Errorf("start token node %s: %w", p.ID, errs[i])
+			}
+		}()
+	}
+	wg.Wait()
+	for _, s := range servers {
+		if s != nil {
+			t.Servers = append(t.Servers, s)
+			t.URLs = append(t.URLs, s.APIURL())
 		}
-		t.Servers = append(t.Servers, s)
-		t.URLs = append(t.URLs, s.APIURL())
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	c, err := tokenservice.NewClient(t.URLs, tokenservice.WithMaxWait(30*time.Second))
 	if err != nil {

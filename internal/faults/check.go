@@ -94,6 +94,7 @@ func Check(evs []Event, db DBState) Result {
 	checkData(&r, db, calls, oks, unknown)
 	checkNoTrace(&r, db, rejected)
 	checkStale(&r, db)
+	checkAfterWipes(&r, evs)
 	r.DoubleHolds = countDoubleHolds(evs)
 	if r.DoubleHolds == 0 {
 		r.failf("no double hold of the lock: the faults did not bite")
@@ -160,6 +161,48 @@ func checkStale(r *Result, db DBState) {
 		}
 		if row.Token > max {
 			max, maxRow = row.Token, row
+		}
+	}
+}
+
+// checkAfterWipes requires every token asked for after a token node lost
+// (or had replaced) its data directory to be above every token handed out
+// before: the lost disk must not restart the counter. (Porcupine checks
+// this too, among every other pair of operations; this check names the
+// wipe when it fails.)
+func checkAfterWipes(r *Result, evs []Event) {
+	// A client asks for one token at a time, and may ask several times in
+	// one operation (the lock client retries): each answer belongs to the
+	// client's latest call before it.
+	calledAt := map[int]int64{} // index of a token-ok event -> time of its call
+	pending := map[string]int64{}
+	for i, e := range evs {
+		switch e.Kind {
+		case KindTokenCall:
+			pending[e.Client] = e.Time
+		case KindTokenOK:
+			if at, ok := pending[e.Client]; ok {
+				calledAt[i] = at
+			}
+		}
+	}
+	for _, w := range evs {
+		if w.Kind != KindFaultStart || (w.Fault != FaultWipeNode && w.Fault != FaultReplaceNode) {
+			continue
+		}
+		var before int64
+		for _, e := range evs {
+			if e.Kind == KindTokenOK && e.Time < w.Time {
+				before = max(before, e.Token)
+			}
+		}
+		for i, e := range evs {
+			if e.Kind != KindTokenOK {
+				continue
+			}
+			if at, ok := calledAt[i]; ok && at > w.Time && e.Token <= before {
+				r.failf("wipe: %s/%d got token %d after %s of %s began, not above %d handed out before it", e.Client, e.Op, e.Token, w.Fault, w.Target, before)
+			}
 		}
 	}
 }

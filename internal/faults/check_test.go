@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"sort"
 	"strings"
 	"testing"
 )
@@ -23,6 +24,24 @@ func paused() []Event {
 	}
 }
 
+// wiped is paused() with token requests around the wipe of a token node:
+// 5 handed out before it, then after appears.
+func wiped(after int64) []Event {
+	return append(paused(),
+		Event{Time: 100, Client: "c3", Kind: KindTokenCall, Op: 0},
+		Event{Time: 105, Client: "c3", Kind: KindTokenOK, Op: 0, Token: 5},
+		Event{Time: 110, Client: "nemesis", Kind: KindFaultStart, Fault: FaultWipeNode, Target: "n2"},
+		Event{Time: 120, Client: "c3", Kind: KindTokenCall, Op: 1},
+		Event{Time: 125, Client: "c3", Kind: KindTokenOK, Op: 1, Token: after},
+		Event{Time: 130, Client: "nemesis", Kind: KindFaultEnd, Fault: FaultWipeNode, Target: "n2"},
+	)
+}
+
+func sortByTime(evs []Event) []Event {
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].Time < evs[j].Time })
+	return evs
+}
+
 func TestCheck(t *testing.T) {
 	good := DBState{Counter: 1, Rows: []Row{{Client: "c2", Op: 1, Token: 2, Prev: 0}}}
 	tests := []struct {
@@ -39,6 +58,19 @@ func TestCheck(t *testing.T) {
 		{"counter drift", paused(), DBState{Counter: 5, Rows: good.Rows}, "counter = 5"},
 		{"acknowledged but missing", paused(), DBState{}, "not in the database"},
 		{"no double hold", paused()[3:], good, "did not bite"},
+		{"tokens continue after a wipe", wiped(7), good, ""},
+		{"counter restarted after a wipe", wiped(1), good, "wipe: c3/1 got token 1 after wipe-node of n2 began, not above 5"},
+		{"token equal to one before the wipe", wiped(5), good, "not above 5"},
+		// One operation that asked twice (the lock client retried): its
+		// first answer (4) came before the wipe and below the 5 handed out
+		// then, its second (8) after the wipe; neither is stale. (Once,
+		// the first answer was taken for an answer to the second call.)
+		{"two token calls in one operation around a wipe", sortByTime(append(wiped(7),
+			Event{Time: 100, Client: "c4", Kind: KindTokenCall, Op: 2},
+			Event{Time: 102, Client: "c4", Kind: KindTokenOK, Op: 2, Token: 4},
+			Event{Time: 115, Client: "c4", Kind: KindTokenCall, Op: 2},
+			Event{Time: 128, Client: "c4", Kind: KindTokenOK, Op: 2, Token: 8},
+		)), good, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -10,15 +10,17 @@
 // on a seeded schedule, pauses clients past the lock's TTL, pauses the Raft
 // leader and Redis masters, kills and restarts token nodes (one, a majority,
 // all), Redis masters (which lose their keys) and proxies, partitions the
-// Raft nodes, jumps a Redis master's clock past the TTL and stalls a token
-// node's fsyncs.
+// Raft nodes, jumps a Redis master's clock past the TTL, stalls a token
+// node's fsyncs, and wipes or replaces a token node's data directory (the
+// wiped node must refuse to start; both come back through membership).
 //
 // Every operation lands in a history (JSON lines, one Event per line, with
 // timestamps from the machine-wide monotonic clock). The checkers then
 // require: (1) tokens strictly increasing in real-time order (porcupine);
 // (2) the data invariant, counter = committed increments, without lost
 // updates; (3) no trace of any rejected transaction; (4) at least one double
-// hold of the lock (otherwise the faults did not bite and the run fails).
+// hold of the lock (otherwise the faults did not bite and the run fails);
+// (5) no token asked for after a wipe at or below one handed out before.
 // And, the point of it all, no accepted write whose token is below one
 // accepted before it.
 //

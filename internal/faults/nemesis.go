@@ -25,6 +25,8 @@ const (
 	FaultPartitionRing     = "partition-ring"      // majority ring: a-b and b-c connected, a-c cut
 	FaultClockRedis        = "clock-redis"         // jump a Redis master's (Redlock: a majority's) clock past the TTL
 	FaultSlowDisk          = "slow-disk"           // throttle the Raft leader's disk writes: every fsync stalls
+	FaultWipeNode          = "wipe-node"           // kill -9 a token node, delete its data dir, restart it as before (it must refuse), replace it
+	FaultReplaceNode       = "replace-node"        // stop a token node, empty its data dir, replace it through membership
 )
 
 // AllFaults lists every fault the nemesis can inject, in a stable order.
@@ -33,6 +35,7 @@ var AllFaults = []string{
 	FaultKillToken, FaultKillTokenMajority, FaultKillTokenAll,
 	FaultKillRedis, FaultKillProxy,
 	FaultPartitionLeader, FaultPartitionRing, FaultClockRedis, FaultSlowDisk,
+	FaultWipeNode, FaultReplaceNode,
 }
 
 // biting faults can by themselves make two clients hold the lock at once.
@@ -231,6 +234,10 @@ func (n *Nemesis) Inject(ctx context.Context, fault string) error {
 		err = n.clockRedis(ctx)
 	case FaultSlowDisk:
 		err = n.slowDisk(ctx)
+	case FaultWipeNode:
+		err = n.wipeNode(ctx)
+	case FaultReplaceNode:
+		err = n.replaceNode(ctx)
 	default:
 		return fmt.Errorf("%w %q", ErrUnknownFault, fault)
 	}

@@ -79,6 +79,21 @@ func (s *Supervisor) Add(name, path string, args []string, opts ...ProcOption) *
 	return p
 }
 
+// SetArgs replaces the command line used by later starts (an operator
+// editing a node's unit file).
+func (p *Proc) SetArgs(args []string) {
+	p.mu.Lock()
+	p.args = append([]string(nil), args...)
+	p.mu.Unlock()
+}
+
+// Args returns the command line used by the next start.
+func (p *Proc) Args() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.args...)
+}
+
 // Name returns the process's name (also its log file's base name).
 func (p *Proc) Name() string { return p.name }
 

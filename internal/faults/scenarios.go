@@ -39,6 +39,14 @@ var Scenarios = map[string][]string{
 	// A proxy killed and restarted: the fences live in PostgreSQL, so the
 	// restarted proxy still rejects the paused holder's stale write.
 	"proxy-crash": {FaultKillProxy, FaultPauseClient},
+	// A token node loses its disk and is restarted with its usual flags:
+	// it must refuse to start (an empty node once voted a stale node into
+	// leadership and the counter restarted at 1), and comes back through
+	// the replacement procedure; then a holder is paused.
+	"lost-disk": {FaultWipeNode, FaultPauseClient},
+	// A healthy token node replaced through membership (remove, start with
+	// --join, add, promoted once caught up); then a holder is paused.
+	"node-replacement": {FaultReplaceNode, FaultPauseClient},
 }
 
 // ScenarioNames returns the scenario names, sorted.

@@ -51,6 +51,7 @@ type TokenNode struct {
 	ID       string
 	RaftAddr string
 	APIAddr  string
+	DataDir  string
 	Proc     *Proc
 	// Out maps a peer's ID to the relay this node dials that peer through.
 	Out map[string]*netfault.Relay
@@ -265,8 +266,9 @@ func (s *Stack) startTokens(ctx context.Context) error {
 			t.Out[p.ID] = r
 			via = append(via, p.RaftAddr+"="+r.Addr())
 		}
+		t.DataDir = filepath.Join(s.cfg.Dir, "data", t.ID)
 		args := []string{"token", "serve", "--id", t.ID,
-			"--data-dir", filepath.Join(s.cfg.Dir, "data", t.ID),
+			"--data-dir", t.DataDir,
 			"--raft-addr", t.RaftAddr, "--api-addr", t.APIAddr,
 			"--peers", strings.Join(peers, ","),
 			"--dial-via", strings.Join(via, ",")}

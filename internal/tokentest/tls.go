@@ -18,8 +18,9 @@ type tlsOptions struct {
 // (CN = its ID, SAN 127.0.0.1), mutual TLS on Raft and between nodes, and
 // authentication on the API, with creds as the bearer credentials each
 // node accepts (nil: certificates only). Clients need TLS options of their
-// own (ClientTLS); AddNode and Remove use an admin certificate of ca. The
-// default is plain HTTP and TCP.
+// own (ClientTLS); the membership helpers (AddNode, AddMember, Remove,
+// Replace, WaitVoter) use an admin certificate of ca. The default is plain
+// HTTP and TCP.
 func WithTLS(ca *pki.CA, creds *tokenservice.Credentials) Option {
 	return func(o *options) {
 		o.tls = &tlsOptions{ca: ca, creds: creds}

@@ -7,9 +7,11 @@ package tokentest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/netfault"
 	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/raftstore"
 	"github.com/fencegate/fencegate/tokenservice"
 )
 
@@ -73,6 +76,7 @@ type node struct {
 	raftAddr string
 	apiAddr  string // HOST:PORT
 	peers    []tokenservice.Peer
+	join     []string // API URLs to join through; empty: found with peers
 	srv      *tokenservice.Server
 	cut      bool
 }
@@ -115,8 +119,16 @@ func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 			}
 		}
 	}
+	// Every node waits in Start until all of them answer, as a real
+	// founding does: start them all at once.
+	var wg sync.WaitGroup
 	for i := range n {
-		c.start(i)
+		wg.Add(1)
+		go func() { defer wg.Done(); c.start(i) }()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
 	}
 	c.Leader(t)
 	return c
@@ -168,6 +180,7 @@ func (c *Cluster) config(i int) tokenservice.Config {
 		RaftAddr:           nd.raftAddr,
 		APIAddr:            nd.apiAddr,
 		Peers:              nd.peers,
+		Join:               nd.join,
 		Logger:             c.log.With("node", nd.id),
 		Dial:               c.dialer(i),
 		HeartbeatTimeout:   200 * time.Millisecond,
@@ -182,20 +195,35 @@ func (c *Cluster) config(i int) tokenservice.Config {
 	return cfg
 }
 
+// start starts node i, failing the test (from any goroutine) when it cannot.
 func (c *Cluster) start(i int) {
-	c.t.Helper()
+	if err := c.StartErr(i); err != nil {
+		c.t.Errorf("start %s: %v", c.nodes[i].id, err)
+	}
+}
+
+// StartErr starts node i with its usual configuration (as an operator
+// would restart it) and returns what Start returned: nil once it serves,
+// or why it refused to start.
+func (c *Cluster) StartErr(i int) error {
 	cfg := c.config(i)
-	var srv *tokenservice.Server
 	// The ports were free when chosen; another process may grab one in
 	// between, and a restarted node's old sockets may linger briefly.
-	testutil.WaitFor(c.t, 10*time.Second, "start node "+cfg.ID, func() error {
-		var err error
-		srv, err = tokenservice.Start(context.Background(), cfg)
-		return err
-	})
-	c.mu.Lock()
-	c.nodes[i].srv = srv
-	c.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		srv, err := tokenservice.Start(context.Background(), cfg)
+		if errors.Is(err, raftstore.ErrAddrInUse) && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		c.mu.Lock()
+		c.nodes[i].srv = srv
+		c.mu.Unlock()
+		return nil
+	}
 }
 
 func (c *Cluster) stopAll() {
@@ -385,9 +413,59 @@ func (c *Cluster) setCut(i int, cut bool) {
 	}
 }
 
-// AddNode starts a new node with an empty data directory and no peers, adds
-// it to the cluster as a voter through the API, and returns its index. It
-// catches up from the leader (by snapshot when the log was compacted).
+// ResetAPI closes every open connection between the nodes' APIs (forwarded
+// requests, address publishing, the leader's questions to members); the
+// nodes dial anew on their next call.
+func (c *Cluster) ResetAPI() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, a := range c.apiLinks {
+		a.Reset()
+	}
+}
+
+// DelayAPI delays every byte node i sends to node j's API (forwarded
+// requests) by d; 0 ends the delay.
+func (c *Cluster) DelayAPI(i, j int, d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.apiLinks[[2]int{i, j}].SetDelay(d)
+}
+
+// MoveAPI restarts node i on a new API address (the node then publishes
+// it to the cluster itself) and returns the new URL.
+func (c *Cluster) MoveAPI(t testing.TB, i int) string {
+	t.Helper()
+	c.Kill(i)
+	addr := StableAddr(t)
+	c.mu.Lock()
+	c.nodes[i].apiAddr = addr
+	for j := range c.nodes {
+		if j == i {
+			continue
+		}
+		old := c.apiLinks[[2]int{j, i}]
+		a, err := netfault.NewRelay("127.0.0.1:0", addr)
+		if err != nil {
+			c.mu.Unlock()
+			t.Fatalf("start relay: %v", err)
+		}
+		if c.nodes[i].cut || c.nodes[j].cut {
+			a.Cut()
+		}
+		c.apiLinks[[2]int{j, i}] = a
+		old.Close()
+	}
+	c.mu.Unlock()
+	if err := c.StartErr(i); err != nil {
+		t.Fatalf("restart %s on a new api address: %v", c.nodes[i].id, err)
+	}
+	return c.scheme() + addr
+}
+
+// AddNode starts a new node with an empty data directory in join mode,
+// adds it through the API (as a non-voter), waits until the leader has
+// promoted it to voter once it caught up, and returns its index.
 func (c *Cluster) AddNode(t testing.TB) int {
 	t.Helper()
 	c.mu.Lock()
@@ -398,6 +476,9 @@ func (c *Cluster) AddNode(t testing.TB) int {
 		raftAddr: StableAddr(t),
 		apiAddr:  StableAddr(t),
 	}
+	for j := range i {
+		nd.join = append(nd.join, c.scheme()+c.nodes[j].apiAddr)
+	}
 	c.nodes = append(c.nodes, nd)
 	for j := range i {
 		c.addLinks(i, j)
@@ -405,13 +486,65 @@ func (c *Cluster) AddNode(t testing.TB) int {
 	}
 	c.mu.Unlock()
 	c.start(i)
+	if t.Failed() {
+		t.FailNow()
+	}
+	c.AddMember(t, i)
+	return i
+}
+
+// AddMember adds node i, which runs in join mode, as a member through the
+// API (with an admin identity when the cluster runs with TLS), and waits
+// until the leader has promoted it to voter once it caught up.
+func (c *Cluster) AddMember(t testing.TB, i int) {
+	t.Helper()
+	nd := c.nodes[i]
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl := c.Client(t, c.adminOptions()...)
-	if err := cl.Join(ctx, nd.id, nd.raftAddr, c.scheme()+nd.apiAddr); err != nil {
-		t.Fatalf("join %s: %v", nd.id, err)
+	cl := c.ClientFor(t, c.others(i), c.adminOptions()...)
+	if _, err := cl.AddMember(ctx, nd.id, nd.raftAddr, c.scheme()+nd.apiAddr); err != nil {
+		t.Fatalf("add %s: %v", nd.id, err)
 	}
-	return i
+	c.WaitVoter(t, i)
+}
+
+// WaitVoter waits (up to 30s) until the leader lists node i as a voter.
+func (c *Cluster) WaitVoter(t testing.TB, i int) {
+	t.Helper()
+	cl := c.ClientFor(t, c.others(i), append(c.adminOptions(), tokenservice.WithMaxWait(2*time.Second))...)
+	testutil.WaitFor(t, 30*time.Second, c.nodes[i].id+" promoted to voter", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		ms, err := cl.Members(ctx)
+		if err != nil {
+			return err
+		}
+		for _, m := range ms.Members {
+			if m.ID == c.nodes[i].id && m.Suffrage == "Voter" {
+				return nil
+			}
+		}
+		// Each question commits a barrier entry on the leader: ask a few
+		// times a second, not a hundred.
+		time.Sleep(200 * time.Millisecond)
+		for _, m := range ms.Members {
+			if m.ID == c.nodes[i].id {
+				return fmt.Errorf("%s is a %s (applied %d of %d)", m.ID, m.Suffrage, m.AppliedIndex, ms.CommitIndex)
+			}
+		}
+		return fmt.Errorf("%s is not a member", c.nodes[i].id)
+	})
+}
+
+// others returns the API URLs of every node but i.
+func (c *Cluster) others(i int) []string {
+	var urls []string
+	for j, u := range c.APIURLs() {
+		if j != i {
+			urls = append(urls, u)
+		}
+	}
+	return urls
 }
 
 // Remove removes node i from the cluster through the API and stops it.
@@ -419,17 +552,61 @@ func (c *Cluster) Remove(t testing.TB, i int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var urls []string
-	for j, u := range c.APIURLs() {
-		if j != i {
-			urls = append(urls, u)
-		}
-	}
-	if err := c.ClientFor(t, urls, c.adminOptions()...).Remove(ctx, c.nodes[i].id); err != nil {
+	if err := c.ClientFor(t, c.others(i), c.adminOptions()...).RemoveMember(ctx, c.nodes[i].id); err != nil {
 		t.Fatalf("remove %s: %v", c.nodes[i].id, err)
 	}
 	c.Kill(i)
 }
+
+// Wipe kills node i and deletes its data directory: a lost disk.
+func (c *Cluster) Wipe(t testing.TB, i int) {
+	t.Helper()
+	c.Kill(i)
+	if err := os.RemoveAll(c.nodes[i].dir); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Replace brings node i, whose data directory was lost, back as the
+// README's replacement procedure does: remove it from the cluster, start
+// it with an empty data directory in join mode (same id and addresses),
+// add it as a member, and wait until the leader has promoted it.
+func (c *Cluster) Replace(t testing.TB, i int) {
+	t.Helper()
+	c.Kill(i)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := c.ClientFor(t, c.others(i), c.adminOptions()...)
+	if err := cl.RemoveMember(ctx, c.nodes[i].id); err != nil {
+		t.Fatalf("remove %s: %v", c.nodes[i].id, err)
+	}
+	c.StartJoin(t, i)
+	c.AddMember(t, i)
+}
+
+// StartJoin starts node i with an empty data directory in join mode: its
+// usual id and addresses, joining through every other node's API, as the
+// replacement procedure starts a node after its lost member was removed.
+// It returns once the node runs Raft as a non-member (it grants no votes
+// until promoted); AddMember adds it.
+func (c *Cluster) StartJoin(t testing.TB, i int) {
+	t.Helper()
+	c.Kill(i)
+	if err := os.RemoveAll(c.nodes[i].dir); err != nil {
+		t.Fatal(err)
+	}
+	others := c.others(i)
+	c.mu.Lock()
+	c.nodes[i].join = others
+	c.mu.Unlock()
+	if err := c.StartErr(i); err != nil {
+		t.Fatalf("start %s to join: %v", c.nodes[i].id, err)
+	}
+}
+
+// AdminOptions are the client options of an admin identity: nil without
+// TLS, else a certificate of the cluster CA with the admin role.
+func (c *Cluster) AdminOptions() []tokenservice.ClientOption { return c.adminOptions() }
 
 // gatedHandler drops records once the test has ended, so goroutines that
 // outlive a test cannot log into it.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/fencegate/fencegate/lockclient"
@@ -51,17 +52,31 @@ func tokenSource(ctx context.Context, cfg config, stderr io.Writer) (lockclient.
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var urls []string
-	for _, p := range peers {
-		s, err := tokenservice.Start(ctx, tokenservice.Config{
-			ID: p.ID, DataDir: filepath.Join(dir, p.ID), RaftAddr: p.RaftAddr, APIAddr: p.APIAddr,
-			Peers: peers, Logger: quiet,
-		})
-		if err != nil {
-			stop()
-			return nil, nil, fmt.Errorf("start token node %s: %w", p.ID, err)
+	// A founding node waits in Start until every peer answers: start them
+	// all at once.
+	started := make([]*tokenservice.Server, len(peers))
+	errs := make([]error, len(peers))
+	var wg sync.WaitGroup
+	for i, p := range peers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			started[i], errs[i] = tokenservice.Start(ctx, tokenservice.Config{
+				ID: p.ID, DataDir: filepath.Join(dir, p.ID), RaftAddr: p.RaftAddr, APIAddr: p.APIAddr,
+				Peers: peers, Logger: quiet,
+			})
+		}()
+	}
+	wg.Wait()
+	for i, s := range started {
+		if s != nil {
+			servers = append(servers, s)
 		}
-		servers = append(servers, s)
-		urls = append(urls, p.APIAddr)
+		urls = append(urls, peers[i].APIAddr)
+	}
+	if err := errors.Join(errs...); err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("start token nodes: %w", err)
 	}
 	c, err := tokenservice.NewClient(urls)
 	if err != nil {

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenservice"
+)
+
+// tokenServeOpts are the flags of 'fencegate token serve'.
+type tokenServeOpts struct {
+	id, dataDir, raftAddr, apiAddr, peers, join, logLevel, via string
+	waitForFounding                                            bool
+	foundingTimeout, heartbeat, election, lease                time.Duration
+	snapThreshold, trailing                                    uint64
+	tls                                                        *tlsFlags
+}
+
+// tokenServeFlags defines the flags of 'fencegate token serve'.
+func tokenServeFlags(fs *flag.FlagSet) *tokenServeOpts {
+	o := &tokenServeOpts{}
+	fs.StringVar(&o.id, "id", "", "this node's ID, e.g. n1 (required; no default)")
+	fs.StringVar(&o.dataDir, "data-dir", "", "directory for the Raft log, snapshots and cluster identity (required; no default)")
+	fs.StringVar(&o.raftAddr, "raft-addr", "127.0.0.1:7201", "HOST:PORT for Raft traffic between nodes")
+	fs.StringVar(&o.apiAddr, "api-addr", "127.0.0.1:7101", "HOST:PORT for the HTTP/JSON API")
+	fs.StringVar(&o.peers, "peers", "", "voters of a new cluster as ID=RAFTADDR=APIADDR,...; the same on every node. An empty --data-dir founds the cluster only once every peer answers and none holds the cluster's state, and otherwise exits saying how to replace the node; ignored when --data-dir holds state; with TLS the API addresses are https (default empty)")
+	fs.StringVar(&o.join, "join", "", "API URLs of members of an existing cluster, comma-separated: with an empty --data-dir, wait until the cluster lists this node as a non-voter or not at all, then join (see 'fencegate token members add'); ignored when --data-dir holds state (default empty)")
+	fs.BoolVar(&o.waitForFounding, "wait-for-founding", false, "with an empty --data-dir, wait without limit instead of exiting: for every peer to answer, or, when the peers hold the cluster's state, until the cluster lists this node as a non-voter (default false)")
+	fs.DurationVar(&o.foundingTimeout, "founding-timeout", 2*time.Minute, "with an empty --data-dir, how long to wait for the peers (to found, or to join) before exiting")
+	fs.DurationVar(&o.heartbeat, "heartbeat-timeout", time.Second, "Raft heartbeat timeout")
+	fs.DurationVar(&o.election, "election-timeout", time.Second, "Raft election timeout")
+	fs.DurationVar(&o.lease, "leader-lease-timeout", 500*time.Millisecond, "how long a leader without a quorum keeps leading before stepping down; at most --heartbeat-timeout")
+	fs.Uint64Var(&o.snapThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
+	fs.Uint64Var(&o.trailing, "trailing-logs", 10240, "log entries kept after a snapshot")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	o.tls = addTLSFlags(fs)
+	fs.StringVar(&o.via, "dial-via", "", "reach these peer addresses through others, as ADDR=VIA,... (fault injection: relays between nodes; default empty: dial peers directly)")
+	return o
+}
+
+func runTokenServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("fencegate token serve", flag.ContinueOnError)
+	o := tokenServeFlags(fs)
+	pos, err := parseInterspersed(fs, args, stderr)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected argument %q; serve takes only flags", pos[0])
+	}
+	if o.id == "" || o.dataDir == "" {
+		return usagef("--id and --data-dir are required, e.g. --id n1 --data-dir /var/lib/fencegate/n1")
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return usagef("--log-level %q: use debug, info, warn or error", o.logLevel)
+	}
+	peerList, err := tokenservice.ParsePeers(o.peers)
+	if err != nil {
+		return usagef("--peers: %v", err)
+	}
+	join := splitList(o.join)
+	for _, u := range join {
+		if _, err := tokenservice.NormalizeURL(u); err != nil {
+			return usagef("--join: %v", err)
+		}
+	}
+	if o.foundingTimeout <= 0 {
+		return usagef("--founding-timeout must be positive")
+	}
+	dial, err := dialVia(o.via)
+	if err != nil {
+		return usagef("--dial-via: %v", err)
+	}
+	nodeTLS, creds, err := o.tls.node()
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("node", o.id)
+	srv, err := tokenservice.Start(ctx, tokenservice.Config{
+		ID: o.id, DataDir: o.dataDir, RaftAddr: o.raftAddr, APIAddr: o.apiAddr, Peers: peerList, Join: join,
+		WaitForFounding: o.waitForFounding, FoundingTimeout: o.foundingTimeout, Logger: logger,
+		HeartbeatTimeout: o.heartbeat, ElectionTimeout: o.election, LeaderLeaseTimeout: o.lease,
+		SnapshotThreshold: o.snapThreshold, TrailingLogs: o.trailing, Dial: dial,
+		TLS: nodeTLS, Credentials: creds,
+	})
+	if err != nil {
+		return serveHint(err, o)
+	}
+	fmt.Fprintf(stdout, "fencegate token: node %s serving api=%s raft=%s\n", o.id, srv.APIURL(), srv.RaftAddr())
+	<-ctx.Done()
+	logger.Info("shutting down")
+	return srv.Close()
+}
+
+// serveHint adds to a refused start what the operator does about it.
+func serveHint(err error, o *tokenServeOpts) error {
+	admin := ""
+	if o.tls.on() {
+		admin = " with an admin's --tls-ca and --tls-cert/--tls-key or --credentials-file"
+	}
+	replace := fmt.Sprintf("to bring node %s back with an empty data dir: run 'fencegate token members remove %s'%s against the cluster, start this node again with the same flags plus --join API-URL-OF-A-MEMBER, then run 'fencegate token members add %s %s %s'%s (README: Replacing a node)",
+		o.id, o.id, admin, o.id, o.raftAddr, o.apiAddr, admin)
+	switch {
+	case errors.Is(err, raftstore.ErrMustReplace), errors.Is(err, raftstore.ErrDataDirLost):
+		return fmt.Errorf("%w; %s", err, replace)
+	case errors.Is(err, raftstore.ErrStillVoter):
+		return fmt.Errorf("%w; run 'fencegate token members remove %s' against the cluster first; this node then joins", err, o.id)
+	case errors.Is(err, raftstore.ErrWaitTimeout) && o.join == "":
+		return fmt.Errorf("%w; start every node listed in --peers, or give --wait-for-founding to wait without limit; if the cluster already runs and this node lost its data, %s", err, replace)
+	case errors.Is(err, raftstore.ErrWaitTimeout):
+		return fmt.Errorf("%w; check that --join names running members, or give --wait-for-founding to wait without limit", err)
+	}
+	return err
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}

@@ -1,0 +1,190 @@
+package faults
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// refusalWait bounds how long a wiped node restarted with its usual flags
+// may take to refuse and exit.
+const refusalWait = 30 * time.Second
+
+// wipeNode is the lost disk: a token node is killed with -9, its data
+// directory deleted, and the node restarted with the same command line, as
+// an operator following the old README would. It must refuse to start and
+// say how to replace it; the nemesis then runs that replacement procedure.
+func (n *Nemesis) wipeNode(ctx context.Context) error {
+	t := n.stack.Tokens[n.rng.IntN(len(n.stack.Tokens))]
+	return n.windowUntil(ctx, FaultWipeNode, t.ID, "lost data dir, restarted with its usual flags, replaced",
+		func() error {
+			if err := t.Proc.Kill(); err != nil {
+				return err
+			}
+			if err := os.RemoveAll(t.DataDir); err != nil {
+				return fmt.Errorf("wipe %s: %w", t.DataDir, err)
+			}
+			return n.expectRefusal(ctx, t)
+		}, func() {}, func() error { return n.stack.Replace(context.WithoutCancel(ctx), t) })
+}
+
+// replaceNode is the planned replacement of a healthy node (new disk, same
+// host): stopped cleanly, then the README's procedure end to end.
+func (n *Nemesis) replaceNode(ctx context.Context) error {
+	t := n.stack.Tokens[n.rng.IntN(len(n.stack.Tokens))]
+	return n.windowUntil(ctx, FaultReplaceNode, t.ID, "stopped, data dir replaced, replaced through membership",
+		func() error {
+			if err := t.Proc.Stop(10 * time.Second); err != nil {
+				return err
+			}
+			return os.RemoveAll(t.DataDir)
+		}, func() {}, func() error { return n.stack.Replace(context.WithoutCancel(ctx), t) })
+}
+
+// expectRefusal starts t with its command line and requires it to exit
+// with a message that names the replacement procedure.
+func (n *Nemesis) expectRefusal(ctx context.Context, t *TokenNode) error {
+	if err := t.Proc.Start(); err != nil {
+		return err
+	}
+	select {
+	case <-t.Proc.Exited():
+	case <-time.After(refusalWait):
+		_ = t.Proc.Kill()
+		return fmt.Errorf("%w: %s, restarted with an empty data dir and its usual flags, still runs after %v instead of refusing; its log ends:\n%s",
+			ErrCheckFailed, t.ID, refusalWait, logTail(t.Proc.LogPath(), 8))
+	case <-ctx.Done():
+		_ = t.Proc.Kill()
+		return ctx.Err()
+	}
+	_ = t.Proc.Kill() // reap: the next start needs a stopped process
+	tail := logTail(t.Proc.LogPath(), 3)
+	if !strings.Contains(tail, "members remove "+t.ID) {
+		return fmt.Errorf("%w: %s, restarted with an empty data dir, exited without naming the replacement procedure; its log ends:\n%s",
+			ErrCheckFailed, t.ID, tail)
+	}
+	n.log.Info("wiped node refused to start", "node", t.ID)
+	return nil
+}
+
+// Replace runs the README's replacement procedure for t, whose data
+// directory is empty and whose process is stopped, as an operator would,
+// with the fencegate command line: remove the member, start the node with
+// its usual flags plus --join, add it back, and wait until the leader has
+// promoted it to voter.
+func (s *Stack) Replace(ctx context.Context, t *TokenNode) error {
+	others := s.otherURLs(t)
+	// The removal is refused while the other voters could not form a
+	// quorum without t (a previous fault may still be healing): retry.
+	if err := poll(ctx, 60*time.Second, "members remove "+t.ID, func(ctx context.Context) error {
+		_, err := s.Operator(ctx, "token", "members", "remove", t.ID, "--servers", others, "--timeout", "10s")
+		return err
+	}); err != nil {
+		return err
+	}
+	args := t.Proc.Args()
+	if !containsArg(args, "--join") {
+		args = append(args, "--join", others)
+		t.Proc.SetArgs(args)
+	}
+	if err := t.Proc.Start(); err != nil {
+		return err
+	}
+	// The operator waits for the new node to come up before adding it.
+	_ = poll(ctx, 30*time.Second, t.ID+" to answer", func(ctx context.Context) error {
+		_, err := s.status(ctx, t)
+		return err
+	})
+	if err := poll(ctx, 90*time.Second, "members add "+t.ID, func(ctx context.Context) error {
+		if !t.Proc.Running() {
+			return fmt.Errorf("%w: %s exited while joining; its log ends:\n%s", ErrCheckFailed, t.ID, logTail(t.Proc.LogPath(), 8))
+		}
+		// A retry after an add whose wait for the promotion ran out: the
+		// member may be a voter by now (adding a voter is refused).
+		if s.isVoter(ctx, t, others) {
+			return nil
+		}
+		_, err := s.Operator(ctx, "token", "members", "add", t.ID, t.RaftAddr, "http://"+t.APIAddr,
+			"--servers", others, "--timeout", "10s", "--wait", "30s")
+		return err
+	}); err != nil {
+		return err
+	}
+	s.log.Info("node replaced", "node", t.ID)
+	return nil
+}
+
+// isVoter reports whether the leader lists t as a voter, as
+// 'fencegate token members list --json' says.
+func (s *Stack) isVoter(ctx context.Context, t *TokenNode, servers string) bool {
+	out, err := s.Operator(ctx, "token", "members", "list", "--json", "--servers", servers, "--timeout", "5s")
+	if err != nil {
+		return false
+	}
+	var ms struct {
+		Members []struct{ ID, Suffrage string }
+	}
+	if json.Unmarshal([]byte(out), &ms) != nil {
+		return false
+	}
+	for _, m := range ms.Members {
+		if m.ID == t.ID {
+			return m.Suffrage == "Voter"
+		}
+	}
+	return false
+}
+
+func containsArg(args []string, a string) bool {
+	for _, x := range args {
+		if x == a {
+			return true
+		}
+	}
+	return false
+}
+
+// otherURLs returns the API URLs of every token node but t, comma-separated.
+func (s *Stack) otherURLs(t *TokenNode) string {
+	var out []string
+	for _, o := range s.Tokens {
+		if o != t {
+			out = append(out, "http://"+o.APIAddr)
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+// operatorMu serializes the operator's commands in its log.
+var operatorMu sync.Mutex
+
+// Operator runs a fencegate command as an operator would, appending the
+// command and its output to logs/operator.log, and returns its output.
+func (s *Stack) Operator(ctx context.Context, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, s.cfg.Binary, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	operatorMu.Lock()
+	defer operatorMu.Unlock()
+	if f, ferr := os.OpenFile(filepath.Join(s.cfg.Dir, "logs", "operator.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); ferr == nil {
+		fmt.Fprintf(f, "=== %s $ fencegate %s\n%s", time.Now().UTC().Format(time.RFC3339Nano), strings.Join(args, " "), out.String())
+		if err != nil {
+			fmt.Fprintf(f, "=== exit: %v\n", err)
+		}
+		f.Close()
+	}
+	if err != nil {
+		return out.String(), fmt.Errorf("fencegate %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(out.String()))
+	}
+	return out.String(), nil
+}

@@ -1,0 +1,129 @@
+package tokenservice
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/fencegate/fencegate/raftstore"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// metrics are a node's Prometheus collectors, in a registry of the node's
+// own (served at GET /metrics), so that several nodes can run in one
+// process.
+type metrics struct {
+	reg        *prometheus.Registry
+	handler    http.Handler
+	minted     prometheus.Counter
+	entries    prometheus.Counter
+	batch      prometheus.Histogram
+	commit     prometheus.Histogram
+	handedOut  prometheus.Counter
+	fwdCalls   prometheus.Counter
+	fwdBatch   prometheus.Histogram
+	refusals   *prometheus.CounterVec
+	promotions prometheus.Counter
+}
+
+// tokenBuckets are powers of two up to the largest forwarded allocation.
+var tokenBuckets = prometheus.ExponentialBuckets(1, 2, 21)
+
+func newMetrics(s *Server) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		minted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fencegate_token_minted_total", Help: "Tokens allocated by entries this node committed as leader.",
+		}),
+		entries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fencegate_token_entries_total", Help: "Allocation entries this node committed as leader.",
+		}),
+		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "fencegate_token_entry_tokens", Help: "Tokens per allocation entry this node committed as leader (the group-commit batch size).",
+			Buckets: tokenBuckets,
+		}),
+		commit: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "fencegate_token_commit_seconds", Help: "Time from proposing an allocation entry to its applied result, on the leader.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
+		handedOut: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fencegate_token_handed_out_total", Help: "Tokens this node returned to its callers (minted here or by the leader it forwarded to).",
+		}),
+		fwdCalls: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fencegate_token_forwarded_total", Help: "Allocation calls this node forwarded to the leader.",
+		}),
+		fwdBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "fencegate_token_forwarded_tokens", Help: "Tokens per allocation call this node forwarded to the leader.",
+			Buckets: tokenBuckets,
+		}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencegate_token_refused_total", Help: "Requests answered with an error, by the error's code.",
+		}, []string{"reason"}),
+		promotions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fencegate_token_promotions_total", Help: "Non-voters this node promoted to voter as leader, once caught up.",
+		}),
+	}
+	for _, code := range []string{CodeBadRequest, CodeUnauthenticated, CodeForbidden, CodeNotLeader, CodeNoQuorum, CodeUnavailable, CodeRefused, CodeInternal} {
+		m.refusals.WithLabelValues(code)
+	}
+	// Raft's own view, read when scraped; zero until Raft runs.
+	raftGauge := func(name, help string, f func(raftstore.Status) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
+			if st := s.Store(); st != nil {
+				return f(st.Status())
+			}
+			return 0
+		})
+	}
+	m.reg.MustRegister(m.minted, m.entries, m.batch, m.commit, m.handedOut, m.fwdCalls, m.fwdBatch, m.refusals, m.promotions,
+		raftGauge("fencegate_token_raft_last_index", "Raft's last log index on this node.", func(st raftstore.Status) float64 { return float64(st.LastIndex) }),
+		raftGauge("fencegate_token_raft_commit_index", "Raft's commit index on this node.", func(st raftstore.Status) float64 { return float64(st.CommitIndex) }),
+		raftGauge("fencegate_token_raft_applied_index", "Raft's applied index on this node.", func(st raftstore.Status) float64 { return float64(st.AppliedIndex) }),
+		raftGauge("fencegate_token_raft_term", "Raft's current term on this node.", func(st raftstore.Status) float64 { return float64(st.Term) }),
+		raftGauge("fencegate_token_raft_leader", "1 while this node leads, else 0.", func(st raftstore.Status) float64 {
+			if st.State == "Leader" {
+				return 1
+			}
+			return 0
+		}),
+		raftGauge("fencegate_token_last_token", "The counter as this node has applied it: the last token minted.", func(st raftstore.Status) float64 { return float64(st.LastToken) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "fencegate_token_leader_changes_total", Help: "Leaders this node has seen take over.",
+		}, func() float64 {
+			if st := s.Store(); st != nil {
+				return float64(st.LeaderChanges())
+			}
+			return 0
+		}),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	return m
+}
+
+// handleMetrics serves the node's metrics in Prometheus' text format.
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	s.metrics.handler.ServeHTTP(w, r)
+}
+
+// committed records an allocation entry this node committed as leader.
+func (m *metrics) committed(tokens int, took time.Duration) {
+	m.entries.Inc()
+	m.minted.Add(float64(tokens))
+	m.batch.Observe(float64(tokens))
+	m.commit.Observe(took.Seconds())
+}
+
+// served records tokens returned to callers.
+func (m *metrics) served(n int) { m.handedOut.Add(float64(n)) }
+
+// forwarded records an allocation call forwarded to the leader.
+func (m *metrics) forwarded(n int) {
+	m.fwdCalls.Inc()
+	m.fwdBatch.Observe(float64(n))
+}
+
+// refused records an error answer.
+func (m *metrics) refused(code string) { m.refusals.WithLabelValues(code).Inc() }
