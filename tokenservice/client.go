@@ -357,6 +357,9 @@ func (c *Client) retry(ctx context.Context, what string, attempt func(ctx contex
 	}
 	last := map[string]error{}
 	var order []string
+	follows := 0     // leader hints followed without a pause since the last sleep
+	nothingRuns := 0 // full rounds in which every node refused the connection
+	roundAllAbsent := true
 	for n := 0; ; n++ {
 		srv := c.pick()
 		leader, err := attempt(ctx, srv)
@@ -385,14 +388,36 @@ func (c *Client) retry(ctx context.Context, what string, attempt func(ctx contex
 		if ctx.Err() != nil {
 			break
 		}
-		if ae != nil && ae.LeaderAPI != "" && ae.LeaderAPI != srv && ae.Code == CodeNotLeader {
+		// Two nodes that each name the other as leader (a stale view during
+		// an election) must not send the client back and forth without a
+		// pause: follow at most one hint per node, then back off.
+		if ae != nil && ae.LeaderAPI != "" && ae.LeaderAPI != srv && ae.Code == CodeNotLeader && follows < c.numServers() {
 			if u, ok := c.follow(leaderHint{ID: ae.LeaderID, URL: ae.LeaderAPI}); ok {
+				follows++
 				c.prefer(u)
 				continue
 			}
 		}
+		if !nothingListens(err) {
+			roundAllAbsent = false
+		}
 		c.rotate(srv)
 		if k := c.numServers(); (n+1)%k == 0 {
+			// A whole round in which no node even accepted a connection,
+			// twice in a row: nothing runs at these URLs, and waiting for the
+			// caller's deadline would only hide that.
+			if roundAllAbsent {
+				nothingRuns++
+				if nothingRuns >= 2 {
+					return fmt.Errorf("%s: %w at %s (every node refused the connection or does not exist): "+
+						"start the token service (fencegate dev, or fencegate token serve on each node) or check the server URLs",
+						what, ErrNotRunning, strings.Join(order, ", "))
+				}
+			} else {
+				nothingRuns = 0
+			}
+			roundAllAbsent = true
+			follows = 0
 			round := (n + 1) / k
 			if !c.sleep(ctx, round) {
 				break
@@ -404,9 +429,9 @@ func (c *Client) retry(ctx context.Context, what string, attempt func(ctx contex
 		errs = append(errs, err)
 	}
 	for _, srv := range order {
-		errs = append(errs, fmt.Errorf("node %s: %w", srv, last[srv]))
+		errs = append(errs, fmt.Errorf("node %s %s: %w", srv, failureKind(last[srv]), last[srv]))
 	}
-	return fmt.Errorf("tokenservice: %s: no node answered: %w", what, errs)
+	return fmt.Errorf("tokenservice: %s: no node could serve it: %w", what, errs)
 }
 
 // try sends one request to one node; on success it returns the leader the
