@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -122,21 +121,6 @@ func TestClientNoPingPong(t *testing.T) {
 	// between rounds, it makes a few dozen at most.
 	if n := calls.Load(); n > 200 {
 		t.Errorf("%d calls in 300ms: the client bounces between nodes without pausing", n)
-	}
-}
-
-// TestTokenNextFailsFastFromTheCommandLine runs the command as a user would
-// with no token service running.
-func TestTokenNextFailsFastFromTheCommandLine(t *testing.T) {
-	urls := closedNodeURLs(t, 3)
-	ctx := failDeadline(t, 2*time.Minute)
-	out, err := exec.CommandContext(ctx, "go", "run", "../cmd/fencegate", "token", "next", "--servers", strings.Join(urls, ","), "order:1").CombinedOutput()
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
-		t.Fatalf("token next with nothing running: %v, want exit status 1\n%s", err, out)
-	}
-	if !strings.Contains(string(out), "start the token service (fencegate dev") || strings.Contains(string(out), "deadline exceeded") {
-		t.Errorf("token next said %q, want the fix named and no deadline", out)
 	}
 }
 
