@@ -3,6 +3,7 @@ package tokenservice
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -130,3 +131,39 @@ func failDeadline(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
+// TestCloseWaitsForSenders: Close ends a coalesced request in flight, the
+// caller waiting for it returns, and no sender goroutine outlives Close.
+func TestCloseWaitsForSenders(t *testing.T) {
+	arrived := make(chan struct{}, 16)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body) // the server notices a closed connection only after the body
+		arrived <- struct{}{}
+		<-r.Context().Done() // never answers
+	}))
+	defer srv.Close()
+	c, err := NewClient([]string{srv.URL}, WithAttemptTimeout(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Next(context.Background(), "order:1")
+		done <- err
+	}()
+	<-arrived
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.cmu.Lock()
+	left := len(c.sending)
+	c.cmu.Unlock()
+	if left != 0 {
+		t.Errorf("%d senders still registered after Close", left)
+	}
+	if err := <-done; !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "closed") {
+		t.Errorf("Next across Close: %v, want ErrUnavailable saying the client was closed", err)
+	}
+	if _, err := c.Next(context.Background(), "order:2"); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("Next after Close: %v, want ErrUnavailable", err)
+	}
+}
