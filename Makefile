@@ -2,22 +2,25 @@
 GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: help build demo dev test test-short services vet fuzz bench bench-tokens bench-proxy bench-locks faults
+.PHONY: help build demo dev services-servers test test-short services vet fuzz bench bench-tokens bench-proxy bench-locks faults
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 build: ## build bin/fencegate
-	$(GO) build -o bin/fencegate ./cmd/fencegate
+	$(GO) build -ldflags "-X main.commit=$$(git rev-parse --short=12 HEAD 2>/dev/null)" -o bin/fencegate ./cmd/fencegate
 
 services: ## install/start PostgreSQL, Redis and the test tools when missing
 	@bash scripts/services.sh
 
-demo: services ## replay the paused-holder scenario with the whole stack
+services-servers:
+	@bash scripts/services.sh servers
+
+demo: services-servers ## replay the paused-holder scenario with the whole stack
 	$(GO) run ./cmd/fencegate demo paused-holder
 
-dev: services ## run the whole stack (3 token nodes, proxy) until Ctrl-C
-	$(GO) run ./cmd/fencegate dev
+dev: services-servers build ## run the whole stack (3 token nodes, proxy) until Ctrl-C
+	exec bin/fencegate dev
 
 vet:
 	gofmt -l . | (! grep .) || (echo "gofmt needed on the files above"; exit 1)

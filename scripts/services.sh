@@ -7,15 +7,37 @@
 # It installs missing Debian packages (root only) and starts stopped services.
 # It is idempotent and exits non-zero, saying what is missing, when it cannot
 # provide something.
+#
+#   scripts/services.sh           servers and every test tool (make test)
+#   scripts/services.sh servers   PostgreSQL and Redis only (make demo, make dev):
+#                                 when both already answer, nothing is
+#                                 installed and root is not needed
 set -euo pipefail
 
 log() { echo "services: $*" >&2; }
 die() { echo "services: $*" >&2; exit 1; }
 
+mode=${1:-all}
+case "$mode" in
+all | servers) ;;
+*) die "unknown mode $mode; use 'servers' or no argument" ;;
+esac
+
+# answers HOST PORT: true when something accepts TCP connections there.
+answers() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
+
+if [[ $mode == servers ]] && answers 127.0.0.1 5432 && answers 127.0.0.1 6379; then
+	log "PostgreSQL and Redis are up"
+	exit 0
+fi
+
 need_pkgs=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for p in postgresql postgresql-client redis-server redis-tools pgbouncer etcd-server etcd-client \
-	python3-psycopg2 python3-redis faketime libfaketime iproute2 nftables; do
+wanted=(postgresql postgresql-client redis-server redis-tools)
+if [[ $mode == all ]]; then
+	wanted+=(pgbouncer etcd-server etcd-client python3-psycopg2 python3-redis faketime libfaketime iproute2 nftables)
+fi
+for p in "${wanted[@]}"; do
 	have_pkg "$p" || need_pkgs+=("$p")
 done
 # A machine may carry the servers outside Debian's packages; only ask for

@@ -47,6 +47,13 @@ type Client struct {
 	cmu     sync.Mutex
 	queued  map[string][]*pendingToken
 	sending map[string]bool
+
+	// Every goroutine the client starts (one sender per node with callers
+	// queued) runs under ctx and is counted in senders; Close cancels ctx
+	// and waits for them.
+	ctx     context.Context
+	cancel  context.CancelFunc
+	senders sync.WaitGroup
 }
 
 // ClientOption configures a Client.
@@ -117,6 +124,7 @@ func NewClient(servers []string, opts ...ClientOption) (*Client, error) {
 		queued:         map[string][]*pendingToken{},
 		sending:        map[string]bool{},
 	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(c)
 	}
@@ -167,8 +175,14 @@ func (c *Client) numServers() int {
 	return len(c.servers)
 }
 
-// Close releases the client's idle connections.
+// Close ends the requests the client has in flight for coalesced callers,
+// waits for the goroutines that send them, and releases the client's idle
+// connections. Calls made after Close fail.
 func (c *Client) Close() error {
+	c.cmu.Lock() // no sender starts after this
+	c.cancel()
+	c.cmu.Unlock()
+	c.senders.Wait()
 	if c.ownTransport != nil {
 		c.ownTransport.CloseIdleConnections()
 	}
@@ -233,12 +247,22 @@ type pendingResult struct {
 func (c *Client) tryCoalesced(ctx context.Context, srv, resource string) (Token, leaderHint, error) {
 	p := &pendingToken{ctx: ctx, resource: resource, res: make(chan pendingResult, 1)}
 	c.cmu.Lock()
+	if c.ctx.Err() != nil {
+		c.cmu.Unlock()
+		return Token{}, leaderHint{}, fmt.Errorf("%w: the client is closed", ErrUnavailable)
+	}
 	c.queued[srv] = append(c.queued[srv], p)
 	start := !c.sending[srv]
 	c.sending[srv] = true
+	if start {
+		c.senders.Add(1) // under cmu, so that Close's Wait sees it
+	}
 	c.cmu.Unlock()
 	if start {
-		go c.sendQueued(srv)
+		go func() {
+			defer c.senders.Done()
+			c.sendQueued(srv)
+		}()
 	}
 	// The attempt, queueing included, is bounded like any other.
 	timer := time.NewTimer(c.attemptTimeout)
@@ -296,8 +320,9 @@ func (c *Client) sendQueued(srv string) {
 // token or the attempt's error.
 func (c *Client) sendBatch(srv string, batch []*pendingToken) {
 	// The request outlives any single caller; it is bounded by the attempt
-	// timeout, and callers whose context ends stop waiting for it.
-	ctx := context.Background()
+	// timeout and by Close, and callers whose context ends stop waiting for
+	// it.
+	ctx := c.ctx
 	if len(batch) == 1 {
 		p := batch[0]
 		body, _ := json.Marshal(tokenRequest{Resource: p.resource})
@@ -357,6 +382,9 @@ func (c *Client) retry(ctx context.Context, what string, attempt func(ctx contex
 	}
 	last := map[string]error{}
 	var order []string
+	follows := 0     // leader hints followed without a pause since the last sleep
+	nothingRuns := 0 // full rounds in which every node refused the connection
+	roundAllAbsent := true
 	for n := 0; ; n++ {
 		srv := c.pick()
 		leader, err := attempt(ctx, srv)
@@ -382,17 +410,42 @@ func (c *Client) retry(ctx context.Context, what string, attempt func(ctx contex
 		if errors.As(err, &ae) && !ae.Retryable() {
 			return fmt.Errorf("tokenservice: %s: %w", what, err)
 		}
+		if c.ctx.Err() != nil {
+			return fmt.Errorf("tokenservice: %s: %w: the client was closed", what, ErrUnavailable)
+		}
 		if ctx.Err() != nil {
 			break
 		}
-		if ae != nil && ae.LeaderAPI != "" && ae.LeaderAPI != srv && ae.Code == CodeNotLeader {
+		// Two nodes that each name the other as leader (a stale view during
+		// an election) must not send the client back and forth without a
+		// pause: follow at most one hint per node, then back off.
+		if ae != nil && ae.LeaderAPI != "" && ae.LeaderAPI != srv && ae.Code == CodeNotLeader && follows < c.numServers() {
 			if u, ok := c.follow(leaderHint{ID: ae.LeaderID, URL: ae.LeaderAPI}); ok {
+				follows++
 				c.prefer(u)
 				continue
 			}
 		}
+		if !nothingListens(err) {
+			roundAllAbsent = false
+		}
 		c.rotate(srv)
 		if k := c.numServers(); (n+1)%k == 0 {
+			// A whole round in which no node even accepted a connection,
+			// twice in a row: nothing runs at these URLs, and waiting for the
+			// caller's deadline would only hide that.
+			if roundAllAbsent {
+				nothingRuns++
+				if nothingRuns >= 2 {
+					return fmt.Errorf("%s: %w at %s (every node refused the connection or does not exist): "+
+						"start the token service (fencegate dev, or fencegate token serve on each node) or check the server URLs",
+						what, ErrNotRunning, strings.Join(order, ", "))
+				}
+			} else {
+				nothingRuns = 0
+			}
+			roundAllAbsent = true
+			follows = 0
 			round := (n + 1) / k
 			if !c.sleep(ctx, round) {
 				break
@@ -404,9 +457,9 @@ func (c *Client) retry(ctx context.Context, what string, attempt func(ctx contex
 		errs = append(errs, err)
 	}
 	for _, srv := range order {
-		errs = append(errs, fmt.Errorf("node %s: %w", srv, last[srv]))
+		errs = append(errs, fmt.Errorf("node %s %s: %w", srv, failureKind(last[srv]), last[srv]))
 	}
-	return fmt.Errorf("tokenservice: %s: no node answered: %w", what, errs)
+	return fmt.Errorf("tokenservice: %s: no node could serve it: %w", what, errs)
 }
 
 // try sends one request to one node; on success it returns the leader the

@@ -24,6 +24,11 @@ var (
 	// ErrUnavailable means the node could not serve the request right now
 	// (shutting down, overloaded, or unreachable). Retryable.
 	ErrUnavailable = errors.New("tokenservice: unavailable")
+	// ErrNotRunning means that no node accepted a connection at all, twice
+	// over every URL the client knows: nothing listens there (or the host
+	// does not exist). It wraps ErrUnavailable. The client returns it at
+	// once instead of retrying until its deadline.
+	ErrNotRunning = fmt.Errorf("%w: no token service node is running", ErrUnavailable)
 	// ErrRefused means a membership change or a restore was refused: it
 	// names an id or an address of another member, a member that already
 	// votes, a node that does not answer, or it would leave the cluster

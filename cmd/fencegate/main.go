@@ -112,6 +112,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
+	if args[0] == "--version" || args[0] == "-version" {
+		printVersion(stdout)
+		return 0
+	}
 	c, ok := commands[args[0]]
 	if !ok {
 		fmt.Fprintf(stderr, "fencegate: unknown command %q; run 'fencegate --help' for the list\n", args[0])
@@ -147,5 +151,5 @@ func printUsage(w io.Writer) {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Run 'fencegate COMMAND --help' for the flags of a command.")
+	fmt.Fprintln(w, "Run 'fencegate COMMAND --help' for the flags of a command, 'fencegate --version' for the version.")
 }

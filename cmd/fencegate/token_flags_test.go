@@ -22,6 +22,7 @@ func TestTokenSubcommandsShareTLSFlags(t *testing.T) {
 		"members remove": func(fs *flag.FlagSet) { membersRemoveFlags(fs) },
 		"snapshot":       func(fs *flag.FlagSet) { tokenSnapshotFlags(fs) },
 		"restore":        func(fs *flag.FlagSet) { tokenRestoreFlags(fs) },
+		"init":           func(fs *flag.FlagSet) { tokenInitFlags(fs) },
 	}
 	usage := map[string]string{}
 	for name, define := range subs {
