@@ -20,16 +20,22 @@ import (
 // DefaultHealthInterval is the default Config.HealthInterval.
 const DefaultHealthInterval = 5 * time.Second
 
-// The health check answers one question for a load balancer: would a new
-// session through this proxy work now? It would not while the proxy does
-// not accept (not started, draining, closed, its accept loop stopped), nor
-// when the upstream does not answer, nor, when the proxy knows a role and
-// database to look with (Config.HealthUpstream), when that database's
-// fencegate schema is not sound (the gate would refuse every session of
-// it with FG005).
+// Two checks, named as the token service names its own:
+//
+//   - Ready (/readyz), for load balancers and readiness probes: would a new
+//     session through this proxy work now? Not while the proxy does not
+//     accept (not started, draining, closed, its accept loop stopped), nor
+//     when the upstream does not answer, nor, when the proxy has a role
+//     and database to look with (Config.HealthUpstream), when that login
+//     fails or that database's fencegate schema is not sound (the gate
+//     would refuse each of its sessions with FG005).
+//   - Live (/healthz), for liveness probes: is the process serving? Yes
+//     until it closed, draining included and whatever the upstream does,
+//     so that a probe never restarts a proxy that is finishing its
+//     sessions, nor every proxy at once when PostgreSQL is down.
 //
 // The upstream is checked in the background every Config.HealthInterval,
-// never on the load balancer's request: a probe that hammers /healthz costs
+// never on a probe's request: a probe that hammers /readyz costs
 // PostgreSQL nothing, and the answer is the last check's.
 
 var (
@@ -52,12 +58,12 @@ func (h *healthState) set(err error) {
 	h.mu.Unlock()
 }
 
-// Health reports whether a new session through the proxy would work now:
+// Ready reports whether a new session through the proxy would work now:
 // nil when the proxy accepts sessions and its last upstream check passed,
 // else an error whose message is one line saying why (draining, upstream
 // unreachable, schema not sound, ...). It never blocks on the network: the
 // upstream is checked in the background every Config.HealthInterval.
-func (p *Proxy) Health() error {
+func (p *Proxy) Ready() error {
 	p.mu.Lock()
 	started, closed := p.ln != nil, p.closed
 	p.mu.Unlock()
@@ -88,14 +94,14 @@ func (p *Proxy) Live() error {
 	return nil
 }
 
-// HealthHandler serves Health over HTTP for load balancers: 200 and "ok",
+// ReadyHandler serves Ready over HTTP for load balancers: 200 and "ok",
 // or 503 and the one-line reason. The fencegate command mounts it at
-// /healthz.
-func (p *Proxy) HealthHandler() http.Handler { return statusHandler(p.Health) }
+// /readyz.
+func (p *Proxy) ReadyHandler() http.Handler { return statusHandler(p.Ready) }
 
 // LiveHandler serves Live over HTTP: 200 and "ok" while the proxy runs,
 // draining included, 503 once it closed. The fencegate command mounts it at
-// /livez, for a liveness probe that must not restart a proxy because its
+// /healthz, for a liveness probe that must not restart a proxy because its
 // upstream is down or because it is draining.
 func (p *Proxy) LiveHandler() http.Handler { return statusHandler(p.Live) }
 
@@ -187,7 +193,7 @@ func (h *healthChecker) loop(ctx context.Context, every time.Duration) {
 		}
 		if now != last {
 			if err != nil {
-				h.p.log.Warn("upstream check failed; /healthz answers 503", "reason", now)
+				h.p.log.Warn("upstream check failed; /readyz answers 503", "reason", now)
 			} else if last != "" {
 				h.p.log.Info("upstream check passed again")
 			}

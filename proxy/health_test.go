@@ -19,7 +19,7 @@ import (
 func get(t *testing.T, h http.Handler) (int, string) {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
 	b, _ := io.ReadAll(rec.Result().Body)
 	return rec.Code, string(b)
 }
@@ -38,21 +38,21 @@ func withHealth(dsn string) proxytest.Option {
 func healthSays(t *testing.T, p *proxy.Proxy, want string) {
 	t.Helper()
 	testutil.Eventually(t, 30*time.Second, "health to say "+strconvQuote(want), func() bool {
-		err := p.Health()
+		err := p.Ready()
 		if want == "" {
 			return err == nil
 		}
 		return err != nil && strings.Contains(err.Error(), want)
 	})
-	code, body := get(t, p.HealthHandler())
+	code, body := get(t, p.ReadyHandler())
 	if want == "" {
 		if code != http.StatusOK || body != "ok\n" {
-			t.Fatalf("/healthz: %d %q, want 200 \"ok\"", code, body)
+			t.Fatalf("/readyz: %d %q, want 200 \"ok\"", code, body)
 		}
 		return
 	}
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, want) || strings.Count(body, "\n") != 1 {
-		t.Fatalf("/healthz: %d %q, want 503 and one line with %q", code, body, want)
+		t.Fatalf("/readyz: %d %q, want 503 and one line with %q", code, body, want)
 	}
 }
 
@@ -73,7 +73,7 @@ func TestHealthHealthy(t *testing.T) {
 			_, p := proxytest.StartProxy(t, db.AppDSN, withHealth(dsn))
 			healthSays(t, p, "")
 			if code, body := get(t, p.LiveHandler()); code != http.StatusOK {
-				t.Fatalf("/livez: %d %q", code, body)
+				t.Fatalf("/healthz: %d %q", code, body)
 			}
 			if v := testutilCounter(p.Metrics().UpstreamHealthy); v != 1 {
 				t.Fatalf("fencegate_proxy_upstream_healthy = %v, want 1", v)
@@ -103,9 +103,9 @@ func TestHealthUpstreamDown(t *testing.T) {
 			t.Errorf("fencegate_proxy_upstream_healthy = %v, want 0", v)
 		}
 		if code, _ := get(t, p.LiveHandler()); code != http.StatusOK {
-			t.Errorf("/livez with the upstream down: %d, want 200", code)
+			t.Errorf("/healthz with the upstream down: %d, want 200", code)
 		}
-		if err := p.Health(); strings.Contains(err.Error(), pg.appPassword) || strings.Contains(err.Error(), pg.password) {
+		if err := p.Ready(); strings.Contains(err.Error(), pg.appPassword) || strings.Contains(err.Error(), pg.password) {
 			t.Fatalf("the health reason shows a password: %v", err)
 		}
 	}
@@ -134,8 +134,8 @@ func TestHealthSchemaUnsound(t *testing.T) {
 	healthSays(t, p, "")
 }
 
-// TestHealthDraining: once shutdown begins, /healthz answers 503 at once
-// (draining) while a session still finishes its transaction, and /livez
+// TestHealthDraining: once shutdown begins, /readyz answers 503 at once
+// (draining) while a session still finishes its transaction, and /healthz
 // answers 200 until the proxy has closed.
 func TestHealthDraining(t *testing.T) {
 	fx := newFixture(t, withHealth(""))
@@ -154,7 +154,7 @@ func TestHealthDraining(t *testing.T) {
 	}()
 	healthSays(t, fx.p, "draining")
 	if code, body := get(t, fx.p.LiveHandler()); code != http.StatusOK {
-		t.Fatalf("/livez while draining: %d %q, want 200", code, body)
+		t.Fatalf("/healthz while draining: %d %q, want 200", code, body)
 	}
 	if _, err := tx.Exec(ctx, "SELECT 1"); err != nil {
 		t.Fatalf("the open transaction while draining: %v", err)
@@ -167,6 +167,6 @@ func TestHealthDraining(t *testing.T) {
 	}
 	healthSays(t, fx.p, "closed")
 	if code, _ := get(t, fx.p.LiveHandler()); code != http.StatusServiceUnavailable {
-		t.Fatalf("/livez after shutdown: %d, want 503", code)
+		t.Fatalf("/healthz after shutdown: %d, want 503", code)
 	}
 }

@@ -44,7 +44,7 @@ func TestProxyCommandLine(t *testing.T) {
 		{[]string{"proxy", "--admin-upstream", "host=127.0.0.1 port=x password=" + secret}, 2, "admin connection string does not parse"},
 		{[]string{"proxy", "--health-upstream", "postgres://u:" + secret + "@127.0.0.1:notaport/x"}, 2, "health connection string does not parse"},
 		{[]string{"proxy", "--health-upstream", "user=u password='" + secret}, 2, "health connection string does not parse"},
-		{[]string{"proxy", "--help"}, 0, "/healthz"},
+		{[]string{"proxy", "--help"}, 0, "/readyz"},
 		{[]string{"proxy", "--help"}, 0, "health-upstream"},
 	} {
 		var out, errb bytes.Buffer
@@ -155,12 +155,12 @@ func TestProxyLogsNoPassword(t *testing.T) {
 		t.Errorf("superuser through the proxy: %v, want SQLSTATE %s", err, fencegate.CodePrivilegedRole)
 	}
 	seen = append(seen, fmt.Sprintf("%v %#v", err, pe))
-	testutil.Eventually(t, 20*time.Second, "/healthz to answer 200", func() bool {
-		code, body := httpGet("http://" + web + "/healthz")
+	testutil.Eventually(t, 20*time.Second, "/readyz to answer 200", func() bool {
+		code, body := httpGet("http://" + web + "/readyz")
 		seen = append(seen, body)
 		return code == http.StatusOK
 	})
-	for _, path := range []string{"/metrics", "/livez"} {
+	for _, path := range []string{"/metrics", "/healthz"} {
 		code, body := httpGet("http://" + web + path)
 		if code != http.StatusOK {
 			t.Errorf("GET %s: %d", path, code)
@@ -187,7 +187,7 @@ func TestProxyLogsNoPassword(t *testing.T) {
 
 // TestProxyFailuresShowNoPassword: the same with connection strings that
 // fail: an admin role and a health role that do not exist. The session
-// refused for the failed repair, /healthz's 503 and every log line say
+// refused for the failed repair, /readyz's 503 and every log line say
 // what failed, naming the role, never the password.
 func TestProxyFailuresShowNoPassword(t *testing.T) {
 	const upSecret, adminSecret, healthSecret = "UpStr3amSecretTwo", "Adm1nSecretTwo", "He4lthSecretTwo"
@@ -217,8 +217,8 @@ func TestProxyFailuresShowNoPassword(t *testing.T) {
 		t.Errorf("the refusal does not name the admin role: %s", pe.Message)
 	}
 	seen = append(seen, fmt.Sprintf("%#v", pe))
-	testutil.Eventually(t, 20*time.Second, "/healthz to say the health role cannot log in", func() bool {
-		code, body := httpGet("http://" + web + "/healthz")
+	testutil.Eventually(t, 20*time.Second, "/readyz to say the health role cannot log in", func() bool {
+		code, body := httpGet("http://" + web + "/readyz")
 		seen = append(seen, body)
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "cannot log in as the health role (user=no_such_health")
 	})
