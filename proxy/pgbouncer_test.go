@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -147,6 +148,12 @@ func TestProxyInFrontOfPgBouncer(t *testing.T) {
 		refusedWith(t, asUser(t, proxied, "postgres", ""), fencegate.CodePrivilegedRole)
 		admitted(t, proxied)
 	})
+	t.Run("readiness", func(t *testing.T) {
+		// The health role's check takes the same way, in one transaction
+		// over the simple protocol.
+		_, p := proxytest.StartProxy(t, bouncer, withHealth(withUser(t, bouncer, db.App)))
+		healthSays(t, p, "")
+	})
 	t.Run("named prepared statements", func(t *testing.T) {
 		if err := preparedClash(t, proxied); sqlstate(err) != "42P05" {
 			t.Fatalf("second client's prepared statement: %v, want SQLSTATE 42P05 (already exists on the shared server connection)", err)
@@ -202,4 +209,38 @@ func TestPgBouncerInFrontOfProxy(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withUser returns dsn with its user replaced.
+func withUser(t *testing.T, dsn, user string) string {
+	t.Helper()
+	u := mustURL(t, dsn)
+	u.User = url.User(user)
+	return u.String()
+}
+
+// TestPgBouncerKeepsGatedConnections: behind PgBouncer, the gate checks
+// the server connections PgBouncer opens, not its clients. A role made
+// privileged after PgBouncer's server connection passed the gate gets
+// sessions on that connection until PgBouncer closes it, while a session
+// straight to the proxy is refused at once.
+func TestPgBouncerKeepsGatedConnections(t *testing.T) {
+	db := bouncerDB(t)
+	proxied := proxytest.Start(t, db.AppDSN, everySession)
+	bouncer := proxytest.StartPgBouncer(t, proxied, proxytest.BouncerOptions{
+		Mode: proxytest.SessionPooling, Users: []string{db.App}, PoolSize: 1})
+	once := func() {
+		t.Helper()
+		ctx := context.Background()
+		c := connect(t, bouncer)
+		defer c.Close(ctx) // give the server connection back to the pool
+		var one int
+		if err := c.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+			t.Fatalf("query through PgBouncer: %v", err)
+		}
+	}
+	once() // PgBouncer's one server connection passes the gate
+	execAdmin(t, db.DSN, "GRANT "+db.Owner+" TO "+db.App)
+	refusedWith(t, proxied, fencegate.CodePrivilegedRole)
+	once() // on the pooled connection, gated before the grant
 }
