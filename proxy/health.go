@@ -9,11 +9,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgpassfile"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -147,6 +150,11 @@ func newHealthChecker(p *Proxy) (*healthChecker, error) {
 	if n, err := strconv.Atoi(port); err == nil {
 		cfg.Port = uint16(n)
 	}
+	if cfg.Password == "" {
+		// pgx looked in the password file for the host the string named
+		// (or its default); the check connects to the upstream's.
+		cfg.Password = passfilePassword(host, port, cfg.Database, cfg.User)
+	}
 	// The check takes the sessions' own way to the upstream: the proxy's
 	// dial, with the upstream's TLS mode.
 	cfg.TLSConfig = nil
@@ -157,6 +165,24 @@ func newHealthChecker(p *Proxy) (*healthChecker, error) {
 	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
 	h.cfg = cfg
 	return h, nil
+}
+
+// passfilePassword looks up a password in $PGPASSFILE, else ~/.pgpass,
+// as libpq does; "" when there is none.
+func passfilePassword(host, port, database, user string) string {
+	path := os.Getenv("PGPASSFILE")
+	if path == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return ""
+		}
+		path = filepath.Join(home, ".pgpass")
+	}
+	pf, err := pgpassfile.ReadPassfile(path)
+	if err != nil {
+		return ""
+	}
+	return pf.FindPassword(host, port, database, user)
 }
 
 // describe names what the check logs in as, for logs: no password.

@@ -2,9 +2,12 @@ package proxy_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -113,6 +116,17 @@ func TestHealthUpstreamDown(t *testing.T) {
 	for _, p := range []*proxy.Proxy{withRole, probeOnly} {
 		healthSays(t, p, "")
 	}
+
+	// A health role whose password is in the password file, under the
+	// upstream's host and port (the string names neither).
+	pass := filepath.Join(t.TempDir(), "pgpass")
+	line := fmt.Sprintf("127.0.0.1:%d:postgres:app:%s\n", pg.port, pg.appPassword)
+	if err := os.WriteFile(pass, []byte(line), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PGPASSFILE", pass)
+	_, fromFile := proxytest.StartProxy(t, app, withHealth("user=app dbname=postgres"))
+	healthSays(t, fromFile, "")
 
 	_, never := proxytest.StartProxy(t, "postgres://app@"+testutil.FreeAddr(t)+"/postgres", withHealth(""))
 	healthSays(t, never, "connection refused")
