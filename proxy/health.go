@@ -297,7 +297,7 @@ func (h *healthChecker) probe(ctx context.Context) error {
 	binary.BigEndian.PutUint32(req[:4], 8)
 	binary.BigEndian.PutUint32(req[4:], codeSSL)
 	var ans [1]byte
-	if _, err := c.Write(req[:]); err == nil {
+	if _, err = c.Write(req[:]); err == nil {
 		_, err = io.ReadFull(c, ans[:])
 	}
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -182,5 +183,45 @@ func TestHealthDraining(t *testing.T) {
 	healthSays(t, fx.p, "closed")
 	if code, _ := get(t, fx.p.LiveHandler()); code != http.StatusServiceUnavailable {
 		t.Fatalf("/healthz after shutdown: %d, want 503", code)
+	}
+}
+
+// TestReadyProbeWantsPostgreSQL: without a health role, the probe passes
+// only for a server that answers an SSLRequest as PostgreSQL does (N, or S
+// and a handshake), not for one that hangs up or answers anything else.
+func TestReadyProbeWantsPostgreSQL(t *testing.T) {
+	answer := func(b []byte) func(net.Conn) {
+		return func(c net.Conn) {
+			defer c.Close()
+			var req [8]byte
+			if _, err := io.ReadFull(c, req[:]); err != nil {
+				return
+			}
+			_, _ = c.Write(b)
+			_, _ = io.Copy(io.Discard, c)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		answer []byte
+		want   string
+	}{
+		{"N", []byte("N"), ""},
+		{"hang up", nil, "does not answer as PostgreSQL: EOF"},
+		{"HTTP", []byte("HTTP/1.1 400 Bad Request\r\n\r\n"), `answered an SSLRequest with 'H'`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			handle := answer(tc.answer)
+			if tc.answer == nil {
+				handle = func(c net.Conn) {
+					var req [8]byte
+					_, _ = io.ReadFull(c, req[:])
+					c.Close()
+				}
+			}
+			addr := testutil.Serve(t, handle)
+			_, p := proxytest.StartProxy(t, "postgres://app@"+addr+"/db", withHealth(""))
+			healthSays(t, p, tc.want)
+		})
 	}
 }
