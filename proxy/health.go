@@ -198,7 +198,11 @@ func (h *healthChecker) describe() string {
 func (h *healthChecker) loop(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
-	var last string
+	var (
+		failing bool
+		reason  string
+		logged  time.Time
+	)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, max(every, h.p.cfg.DialTimeout))
 		err := h.check(cctx)
@@ -212,18 +216,16 @@ func (h *healthChecker) loop(ctx context.Context, every time.Duration) {
 		} else {
 			h.p.metrics.UpstreamHealthy.Set(1)
 		}
-		// Log changes only, not every check.
-		now := "ok"
-		if err != nil {
-			now = err.Error()
-		}
-		if now != last {
-			if err != nil {
-				h.p.log.Warn("upstream check failed; /readyz answers 503", "reason", now)
-			} else if last != "" {
-				h.p.log.Info("upstream check passed again")
-			}
-			last = now
+		// Log when the verdict changes, and a failure's reason when it
+		// changed, at most once a minute (reasons of dial errors carry
+		// ephemeral ports).
+		switch {
+		case err == nil && failing:
+			h.p.log.Info("upstream check passed again; the proxy is ready")
+			failing = false
+		case err != nil && (!failing || err.Error() != reason && time.Since(logged) >= time.Minute):
+			h.p.log.Warn("upstream check failed; the proxy is not ready", "reason", err.Error())
+			failing, reason, logged = true, err.Error(), time.Now()
 		}
 		select {
 		case <-ctx.Done():
