@@ -4,13 +4,16 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/internal/proxytest"
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/pgfence/pgfencetest"
+	"github.com/fencegate/fencegate/proxy"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -243,4 +246,78 @@ func TestPgBouncerKeepsGatedConnections(t *testing.T) {
 	execAdmin(t, db.DSN, "GRANT "+db.Owner+" TO "+db.App)
 	refusedWith(t, proxied, fencegate.CodePrivilegedRole)
 	once() // on the pooled connection, gated before the grant
+}
+
+// TestProxyDrainBehindPgBouncer: a proxy that shuts down closes
+// PgBouncer's server connections once idle. In session pooling the
+// client's session goes with it: the client gets the proxy's 57P01. In
+// transaction pooling the client's next transaction waits for a server
+// connection (PgBouncer retries every server_login_retry, until
+// query_wait_timeout) and goes on once a proxy answers at that address
+// again.
+func TestProxyDrainBehindPgBouncer(t *testing.T) {
+	db := bouncerDB(t)
+	for _, mode := range []string{proxytest.SessionPooling, proxytest.TransactionPooling} {
+		t.Run(mode, func(t *testing.T) {
+			proxied, p := proxytest.StartProxy(t, db.AppDSN)
+			bouncer := proxytest.StartPgBouncer(t, proxied, proxytest.BouncerOptions{Mode: mode, Users: []string{db.App, "postgres"}, PoolSize: 1,
+				Settings: map[string]string{"server_login_retry": "1", "admin_users": "postgres"}})
+			c := connectMode(t, bouncer, pgx.QueryExecModeSimpleProtocol)
+			ctx := context.Background()
+			if _, err := c.Exec(ctx, "SELECT 1"); err != nil {
+				t.Fatal(err)
+			}
+			sctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			if err := p.Shutdown(sctx); err != nil {
+				t.Fatalf("shutdown with PgBouncer's connection idle: %v", err)
+			}
+			qctx, qcancel := context.WithTimeout(ctx, time.Minute)
+			defer qcancel()
+			if mode == proxytest.SessionPooling {
+				if _, err := c.Exec(qctx, "SELECT 1"); sqlstate(err) != "57P01" {
+					t.Fatalf("a query through PgBouncer after the proxy shut down: %v, want SQLSTATE 57P01", err)
+				}
+				return
+			}
+			done := make(chan error, 1)
+			go func() { _, err := c.Exec(qctx, "SELECT 1"); done <- err }()
+			console := mustURL(t, bouncer)
+			console.User, console.Path = url.User("postgres"), "/pgbouncer"
+			waiting := connectMode(t, console.String(), pgx.QueryExecModeSimpleProtocol)
+			testutil.WaitFor(t, 30*time.Second, "the client to wait in PgBouncer", func() error {
+				rows, err := waiting.Query(ctx, "SHOW POOLS")
+				if err != nil {
+					return err
+				}
+				n := 0
+				for rows.Next() {
+					m := rows.FieldDescriptions()
+					vals, err := rows.Values()
+					if err != nil {
+						return err
+					}
+					row := map[string]any{}
+					for i, f := range m {
+						row[f.Name] = vals[i]
+					}
+					if row["database"] == mustURL(t, db.AppDSN).Path[1:] {
+						n, _ = strconv.Atoi(fmt.Sprint(row["cl_waiting"]))
+					}
+				}
+				if err := rows.Err(); err != nil {
+					return err
+				}
+				if n != 1 {
+					return fmt.Errorf("%d clients waiting", n)
+				}
+				return nil
+			})
+			addr := mustURL(t, proxied).Host
+			proxytest.Start(t, db.AppDSN, proxytest.WithConfig(func(c *proxy.Config) { c.Listen = addr }))
+			if err := <-done; err != nil {
+				t.Fatalf("the transaction waiting in PgBouncer after the proxy came back: %v", err)
+			}
+		})
+	}
 }

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,6 +39,9 @@ type BouncerOptions struct {
 	// PoolSize is the number of server connections per database and user
 	// (default 4).
 	PoolSize int
+	// Settings are more [pgbouncer] settings, e.g. "server_login_retry":
+	// "1".
+	Settings map[string]string
 }
 
 // StartPgBouncer starts PgBouncer (from PATH) on a free 127.0.0.1 port in
@@ -92,6 +97,9 @@ ignore_startup_parameters = extra_float_digits
 log_connections = 0
 log_disconnections = 0
 `, host, port, listen, filepath.Join(dir, "users.txt"), o.Mode, o.PoolSize)
+	for _, k := range slices.Sorted(maps.Keys(o.Settings)) {
+		ini += k + " = " + o.Settings[k] + "\n"
+	}
 	files := map[string]string{"users.txt": auth.String(), "pgbouncer.ini": ini}
 	cmd := exec.Command(bin, filepath.Join(dir, "pgbouncer.ini"))
 	attr := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
