@@ -45,6 +45,7 @@ var (
 	errHealthNotStarted = errors.New("not accepting sessions: the proxy has not started")
 	errHealthClosed     = errors.New("not accepting sessions: the proxy is closed")
 	errHealthDraining   = errors.New("draining: the proxy is shutting down and accepts no new sessions")
+	errHealthLeaving    = errors.New("draining soon: the proxy is about to shut down; it still accepts sessions so that load balancers can turn away first")
 	errHealthUnchecked  = errors.New("the upstream has not been checked yet")
 )
 
@@ -75,6 +76,8 @@ func (p *Proxy) Ready() error {
 		return errHealthClosed
 	case p.draining.Load():
 		return errHealthDraining
+	case p.leaving.Load():
+		return errHealthLeaving
 	case !started:
 		return errHealthNotStarted
 	}
@@ -85,6 +88,12 @@ func (p *Proxy) Ready() error {
 	}
 	return p.health.err
 }
+
+// Unready makes Ready fail from now on while the proxy still accepts and
+// serves sessions: call it when shutdown is coming, wait until load
+// balancers have seen /readyz fail, then call Shutdown. Clients that
+// connect in between are served as usual.
+func (p *Proxy) Unready() { p.leaving.Store(true) }
 
 // Live reports whether the proxy process is still serving: nil until Close
 // (or the end of Shutdown), draining included, whatever the upstream does.

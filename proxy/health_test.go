@@ -149,12 +149,17 @@ func TestHealthSchemaUnsound(t *testing.T) {
 	healthSays(t, p, "")
 }
 
-// TestHealthDraining: once shutdown begins, /readyz answers 503 at once
-// (draining) while a session still finishes its transaction, and /healthz
+// TestHealthDraining: after Unready, /readyz answers 503 while sessions
+// are still admitted; once shutdown begins, it answers 503 (draining)
+// while a session still finishes its transaction, and /healthz
 // answers 200 until the proxy has closed.
 func TestHealthDraining(t *testing.T) {
 	fx := newFixture(t, withHealth(""))
 	healthSays(t, fx.p, "")
+	// Unready: not ready, still serving (the command's --drain-delay).
+	fx.p.Unready()
+	healthSays(t, fx.p, "draining soon")
+	admitted(t, fx.proxied)
 	ctx := context.Background()
 	c := connect(t, fx.proxied)
 	tx, err := c.Begin(ctx)
@@ -167,7 +172,7 @@ func TestHealthDraining(t *testing.T) {
 		defer cancel()
 		done <- fx.p.Shutdown(sctx)
 	}()
-	healthSays(t, fx.p, "draining")
+	healthSays(t, fx.p, "draining: the proxy is shutting down")
 	if code, body := get(t, fx.p.LiveHandler()); code != http.StatusOK {
 		t.Fatalf("/healthz while draining: %d %q, want 200", code, body)
 	}

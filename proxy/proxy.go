@@ -30,6 +30,7 @@ type Proxy struct {
 	ln       net.Listener
 	closed   bool
 	draining atomic.Bool
+	leaving  atomic.Bool // Unready was called
 	sessions map[*session]struct{}
 	keys     map[uint64]*session // proxy-issued cancel key -> session
 	wg       sync.WaitGroup      // sessions and the accept loop

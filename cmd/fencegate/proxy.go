@@ -11,6 +11,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/fencegate/fencegate/proxy"
@@ -45,6 +48,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	healthUp := fs.String("health-upstream", "", "`DSN` of a role and database that /readyz logs in to every --health-interval to check the upstream: the login must work and the database's fencegate schema must be sound (URL or key=value; host and port are the --upstream's; an application role will do; keep the password in PGPASSFILE or PGPASSWORD) (default none: /readyz checks only that the upstream answers as PostgreSQL)")
 	healthEvery := fs.Duration("health-interval", proxy.DefaultHealthInterval, "how often /readyz's upstream check runs (in the background: a request to /readyz gets the last result)")
 	drain := fs.Duration("drain-timeout", 10*time.Second, "on SIGINT/SIGTERM, how long open sessions may finish their transaction before they are closed")
+	drainDelay := fs.Duration("drain-delay", 0, "on SIGINT/SIGTERM, how long /readyz answers 503 while the proxy still accepts and serves sessions, before it stops accepting and drains: time for load balancers to stop sending clients (a second signal ends the wait)")
 	maxMsg := fs.Int("max-message-size", proxy.DefaultMaxMessageSize, "largest frontend message accepted, in bytes")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
@@ -124,6 +128,21 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		cancel()
 	}
 	<-ctx.Done()
+	if *drainDelay > 0 {
+		// The first signal ended ctx; a second one ends the delay.
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+		p.Unready()
+		log.Info("not ready (/readyz answers 503); still accepting sessions until the drain delay ends or a second signal comes", "drain_delay", drainDelay.String())
+		t := time.NewTimer(*drainDelay)
+		select {
+		case <-t.C:
+		case <-sig:
+			log.Info("second signal: the drain delay ends now")
+		}
+		t.Stop()
+		signal.Stop(sig)
+	}
 	log.Info("shutting down", "drain_timeout", drain.String())
 	sctx, cancel := context.WithTimeout(context.Background(), *drain)
 	defer cancel()

@@ -8,8 +8,10 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -262,5 +264,44 @@ func TestProxyWarnsOfABrokenAdminConnection(t *testing.T) {
 	}
 	if logs := out.String() + errb.String(); strings.Contains(logs, secret) {
 		t.Fatalf("the admin password in the logs:\n%s", logs)
+	}
+}
+
+// With --drain-delay, the first signal makes /readyz answer 503 while the
+// proxy still admits sessions (load balancers turn away first); a second
+// signal ends the delay, and the proxy drains and exits.
+func TestProxyDrainDelay(t *testing.T) {
+	db := pgfencetest.New(t)
+	u, err := url.Parse(db.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen, web, out, stop := startProxyCommand(t, "--upstream", "postgres://"+u.Host+"?sslmode=disable", "--drain-delay", "1h")
+	appDSN := strings.Replace(db.AppDSN, u.Host, listen, 1)
+	testutil.WaitFor(t, 20*time.Second, "the proxy to admit the application role", func() error { return connectErr(appDSN) })
+	testutil.Eventually(t, 20*time.Second, "/readyz to answer 200", func() bool {
+		code, _ := httpGet("http://" + web + "/readyz")
+		return code == http.StatusOK
+	})
+	done := make(chan int, 1)
+	go func() { done <- stop() }() // the first signal
+	testutil.Eventually(t, 20*time.Second, "/readyz to answer 503 draining soon", func() bool {
+		code, body := httpGet("http://" + web + "/readyz")
+		return code == http.StatusServiceUnavailable && strings.HasPrefix(body, "draining soon")
+	})
+	if err := connectErr(appDSN); err != nil {
+		t.Fatalf("a session during the drain delay: %v, want it admitted", err)
+	}
+	if code, _ := httpGet("http://" + web + "/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz during the drain delay: %d, want 200", code)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil { // the second signal
+		t.Fatal(err)
+	}
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out.String())
+	}
+	if !strings.Contains(out.String(), "second signal: the drain delay ends now") {
+		t.Fatalf("the logs do not say the second signal ended the delay:\n%s", out.String())
 	}
 }
