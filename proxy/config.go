@@ -52,6 +52,19 @@ type Config struct {
 	// log in as it, else uses pgfence.DefaultOwnerRole ("fencegate_owner").
 	// Used only with AdminUpstream.
 	SchemaOwnerRole string
+	// HealthUpstream, when set, is a connection string (URL or key=value)
+	// naming a role, its password if it needs one, and a database that
+	// the proxy logs in to every HealthInterval to check the upstream for
+	// Proxy.Health: the login must work and the database's fencegate
+	// schema must be sound. Its host, port and TLS settings are replaced
+	// by Upstream's, so that the check takes the sessions' way. The role
+	// needs no privilege (the schema check reads the catalogs); an
+	// application role does. The default (empty) checks only that the
+	// upstream answers as PostgreSQL does before authentication.
+	HealthUpstream string
+	// HealthInterval is how often the upstream is checked for
+	// Proxy.Health. The default is DefaultHealthInterval (5s).
+	HealthInterval time.Duration
 	// CheckInterval is how long the proxy trusts a gate check that passed:
 	// a session of a database whose schema was found sound less than
 	// CheckInterval ago skips the schema check, and one of a role admitted

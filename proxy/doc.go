@@ -33,9 +33,11 @@
 //     admin role, and lets the session in.
 //   - TLS on both sides, the server's own authentication (SCRAM included)
 //     passed through, cancel requests routed to the right server session,
-//     a graceful shutdown that closes each session when it is idle, and
+//     a graceful shutdown that closes each session when it is idle,
 //     Prometheus metrics (sessions refused, fences accepted, fencegate
-//     errors by SQLSTATE and table).
+//     errors by SQLSTATE and table), and health checks for load balancers
+//     (Proxy.Ready, Proxy.Live: /readyz and /healthz of the fencegate
+//     command).
 //   - Hostile bytes (a bad length, an unknown message type) close that one
 //     connection with SQLSTATE 08P01; nothing of them reaches the server.
 //

@@ -37,6 +37,9 @@ type Metrics struct {
 	FenceSeconds prometheus.Histogram
 	// GateSeconds observes the time the gate's check takes at startup.
 	GateSeconds prometheus.Histogram
+	// UpstreamHealthy is 1 when the last upstream check of the health
+	// endpoint passed, else 0 (see Proxy.Health).
+	UpstreamHealthy prometheus.Gauge
 
 	mu     sync.Mutex
 	tables map[string]struct{} // table labels in use
@@ -78,6 +81,10 @@ func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Time the startup check (role and schema) takes.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}),
+		UpstreamHealthy: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fencegate_proxy_upstream_healthy",
+			Help: "1 when the last upstream check (login and schema with a health role, else reachability) passed, else 0.",
+		}),
 		tables: map[string]struct{}{},
 	}
 	for _, code := range []string{fencegate.CodeStaleToken, fencegate.CodeMisuse, fencegate.CodeFenceTimeout} {
@@ -90,7 +97,7 @@ func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.Connections, m.ConnectionsTotal, m.SessionsRefused, m.SchemaRepairs,
-		m.FencesAccepted, m.Rejections, m.ProtocolErrors, m.FenceSeconds, m.GateSeconds} {
+		m.FencesAccepted, m.Rejections, m.ProtocolErrors, m.FenceSeconds, m.GateSeconds, m.UpstreamHealthy} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {

@@ -23,14 +23,18 @@ type Proxy struct {
 	log     *slog.Logger
 	metrics *Metrics
 	keeper  *keeper // nil without Config.AdminUpstream
+	checker *healthChecker
+	health  healthState
 
 	mu       sync.Mutex
 	ln       net.Listener
 	closed   bool
 	draining atomic.Bool
+	leaving  atomic.Bool // Unready was called
 	sessions map[*session]struct{}
 	keys     map[uint64]*session // proxy-issued cancel key -> session
 	wg       sync.WaitGroup      // sessions and the accept loop
+	healthWG sync.WaitGroup      // the upstream check loop
 	done     chan struct{}       // closed by Close
 
 	soundAt    sync.Map // database -> when a check that found its schema sound began
@@ -53,6 +57,9 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 10 * time.Second
 	}
+	if cfg.HealthInterval <= 0 {
+		cfg.HealthInterval = DefaultHealthInterval
+	}
 	if cfg.CheckInterval == 0 {
 		cfg.CheckInterval = DefaultCheckInterval
 	}
@@ -72,6 +79,10 @@ func New(cfg Config) (*Proxy, error) {
 		sessions: map[*session]struct{}{},
 		keys:     map[uint64]*session{},
 		done:     make(chan struct{}),
+	}
+	p.health.err = errHealthUnchecked
+	if p.checker, err = newHealthChecker(p); err != nil {
+		return nil, err
 	}
 	if cfg.AdminUpstream != "" {
 		if p.keeper, err = newKeeper(cfg.AdminUpstream, cfg.SchemaOwnerRole, log, m); err != nil {
@@ -99,15 +110,20 @@ func (p *Proxy) Start() error {
 	}
 	p.ln = ln
 	p.wg.Add(1)
+	p.healthWG.Add(1)
 	p.mu.Unlock()
 	go p.acceptLoop(ln)
+	hctx, hcancel := context.WithCancel(context.Background())
+	go func() { <-p.done; hcancel() }()
+	go func() { defer p.healthWG.Done(); p.checker.loop(hctx, p.cfg.HealthInterval) }()
 	admin := "none"
 	if p.keeper != nil {
 		admin = p.keeper.describe()
 	}
 	p.log.Info("proxy listening", "addr", ln.Addr().String(), "upstream", p.up.addr,
 		"upstream_sslmode", p.up.sslmode, "client_tls", p.cfg.ClientTLS != nil,
-		"allow_privileged_roles", p.cfg.AllowPrivilegedRoles, "admin_upstream", admin)
+		"allow_privileged_roles", p.cfg.AllowPrivilegedRoles, "admin_upstream", admin,
+		"health_upstream", p.checker.describe(), "health_interval", p.cfg.HealthInterval.String())
 	if p.up.userInfo {
 		p.log.Warn("the user and password in the upstream address are not used: each client authenticates as itself")
 	}
@@ -165,6 +181,9 @@ func (p *Proxy) acceptLoop(ln net.Listener) {
 				continue
 			}
 			p.log.Error("accept failed; proxy stops accepting", "err", err)
+			p.health.mu.Lock()
+			p.health.acceptErr = fmt.Errorf("not accepting sessions: accept failed: %s", oneLine(err.Error()))
+			p.health.mu.Unlock()
 			return
 		}
 		delay = 0
@@ -286,5 +305,6 @@ func (p *Proxy) Close() error {
 		s.kill()
 	}
 	p.wg.Wait()
+	p.healthWG.Wait()
 	return nil
 }

@@ -11,6 +11,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/fencegate/fencegate/proxy"
@@ -41,8 +44,11 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	allowPriv := fs.Bool("allow-privileged-roles", false, "admit sessions whose role could switch enforcement off (superusers, CREATEROLE, owners of protected tables, of their schemas or of anything in schema fencegate, members of such roles or of pg_execute_server_program or pg_write_server_files) instead of refusing them at startup with SQLSTATE FG007 (default false)")
 	admin := fs.String("admin-upstream", "", "`DSN` of a role that may install the fencegate schema (URL or key=value; the database is replaced by each client's; keep the password in PGPASSFILE or PGPASSWORD): the proxy then installs and repairs the schema itself (default none: a session whose database lacks a sound schema is refused with SQLSTATE FG005)")
 	checkEvery := fs.Duration("check-interval", proxy.DefaultCheckInterval, "how long a passed startup check is trusted: sessions of a database whose schema was found sound, and of a role admitted to it, within this time skip that check (failed checks are never trusted); 0 checks every session")
-	metricsAddr := fs.String("metrics-addr", "", "address to serve Prometheus metrics on at /metrics, e.g. 127.0.0.1:9187 (default none: no metrics server)")
+	metricsAddr := fs.String("metrics-addr", "", "address of the proxy's HTTP server, e.g. 127.0.0.1:9187: Prometheus metrics at /metrics, a readiness check for load balancers at /readyz (200, or 503 and the reason: draining, upstream down, schema not sound) and a liveness check at /healthz (200 until the proxy exits, draining included and whatever the upstream does) (default none: no HTTP server)")
+	healthUp := fs.String("health-upstream", "", "`DSN` of a role and database that /readyz logs in to every --health-interval to check the upstream: the login must work and the database's fencegate schema must be sound (URL or key=value; host and port are the --upstream's; an application role will do; keep the password in PGPASSFILE or PGPASSWORD) (default none: /readyz checks only that the upstream answers as PostgreSQL)")
+	healthEvery := fs.Duration("health-interval", proxy.DefaultHealthInterval, "how often /readyz's upstream check runs (in the background: a request to /readyz gets the last result)")
 	drain := fs.Duration("drain-timeout", 10*time.Second, "on SIGINT/SIGTERM, how long open sessions may finish their transaction before they are closed")
+	drainDelay := fs.Duration("drain-delay", 0, "on SIGINT/SIGTERM, how long /readyz answers 503 while the proxy still accepts and serves sessions, before it stops accepting and drains: time for load balancers to stop sending clients (a second signal ends the wait)")
 	maxMsg := fs.Int("max-message-size", proxy.DefaultMaxMessageSize, "largest frontend message accepted, in bytes")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
@@ -70,6 +76,8 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Listen:               *listen,
 		Upstream:             up,
 		AdminUpstream:        *admin,
+		HealthUpstream:       *healthUp,
+		HealthInterval:       *healthEvery,
 		AllowPrivilegedRoles: *allowPriv,
 		CheckInterval:        *checkEvery,
 		RequireClientTLS:     *requireTLS,
@@ -100,9 +108,11 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.Handle("/readyz", p.ReadyHandler())
+		mux.Handle("/healthz", p.LiveHandler())
 		srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
-		log.Info("metrics listening", "addr", ln.Addr().String())
+		log.Info("HTTP listening: /metrics, /readyz, /healthz", "addr", ln.Addr().String())
 	}
 	fmt.Fprintf(stdout, "fencegate proxy listening on %s, upstream %s\n", p.Addr(), p.Upstream())
 	if *admin != "" {
@@ -118,6 +128,21 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		cancel()
 	}
 	<-ctx.Done()
+	if *drainDelay > 0 {
+		// The first signal ended ctx; a second one ends the delay.
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+		p.Unready()
+		log.Info("not ready (/readyz answers 503); still accepting sessions until the drain delay ends or a second signal comes", "drain_delay", drainDelay.String())
+		t := time.NewTimer(*drainDelay)
+		select {
+		case <-t.C:
+		case <-sig:
+			log.Info("second signal: the drain delay ends now")
+		}
+		t.Stop()
+		signal.Stop(sig)
+	}
 	log.Info("shutting down", "drain_timeout", drain.String())
 	sctx, cancel := context.WithTimeout(context.Background(), *drain)
 	defer cancel()

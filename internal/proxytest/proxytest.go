@@ -1,4 +1,5 @@
-// Package proxytest starts an in-process fencegate proxy for tests.
+// Package proxytest starts an in-process fencegate proxy for tests, and a
+// PgBouncer to put in front of it or behind it.
 package proxytest
 
 import (
