@@ -89,9 +89,11 @@ func testCommitInFlight(t *testing.T, cluster *tokentest.Cluster) {
 	}
 	t.Cleanup(func() { relay.SetDelay(0) })
 
+	// Each subtest connects before it takes its lock: the gate's check of a
+	// new session can take a good part of the short lease on a busy machine.
 	t.Run("without InTx the committed transaction looks failed", func(t *testing.T) {
-		l := acquire(t)
 		db := connect(t, dsn)
+		l := acquire(t)
 		tx, err := db.Begin(l.Context())
 		if err != nil {
 			t.Fatal(err)
@@ -112,8 +114,9 @@ func testCommitInFlight(t *testing.T, cluster *tokentest.Cluster) {
 	})
 
 	t.Run("the lease ends during COMMIT: the real outcome", func(t *testing.T) {
+		db := connect(t, dsn)
 		l := acquire(t, WithCommitTimeout(30*time.Second))
-		err := l.InTx(l.Context(), connect(t, dsn), slowCommit(t, l, "landed"))
+		err := l.InTx(l.Context(), db, slowCommit(t, l, "landed"))
 		relay.SetDelay(0)
 		if err != nil {
 			t.Fatalf("InTx: %v, want nil: the transaction committed", err)
@@ -129,8 +132,9 @@ func testCommitInFlight(t *testing.T, cluster *tokentest.Cluster) {
 	})
 
 	t.Run("the commit timeout passes during COMMIT: unknown", func(t *testing.T) {
+		db := connect(t, dsn)
 		l := acquire(t, WithCommitTimeout(300*time.Millisecond))
-		err := l.InTx(l.Context(), connect(t, dsn), slowCommit(t, l, "timeout"))
+		err := l.InTx(l.Context(), db, slowCommit(t, l, "timeout"))
 		relay.SetDelay(0)
 		if !errors.Is(err, ErrCommitUnknown) {
 			t.Fatalf("InTx: %v, want ErrCommitUnknown", err)
@@ -142,6 +146,7 @@ func testCommitInFlight(t *testing.T, cluster *tokentest.Cluster) {
 	})
 
 	t.Run("the connection breaks during COMMIT: unknown", func(t *testing.T) {
+		db := connect(t, dsn)
 		l := acquire(t)
 		sent := make(chan struct{})
 		go func() {
@@ -149,7 +154,7 @@ func testCommitInFlight(t *testing.T, cluster *tokentest.Cluster) {
 			time.Sleep(200 * time.Millisecond) // COMMIT is held in the relay for 1.5s
 			relay.Reset()
 		}()
-		err := l.InTx(l.Context(), connect(t, dsn), func(tx pgx.Tx) error {
+		err := l.InTx(l.Context(), db, func(tx pgx.Tx) error {
 			defer close(sent)
 			return slowCommit(t, l, "reset")(tx)
 		})
