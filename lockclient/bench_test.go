@@ -12,6 +12,8 @@ import (
 	"github.com/fencegate/fencegate/internal/proxytest"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/tokentest"
+	"github.com/fencegate/fencegate/pgfence"
+	"github.com/fencegate/fencegate/pgfence/pgfencetest"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )
@@ -73,20 +75,18 @@ func benchRedisClient(b *testing.B, addr string) redis.UniversalClient {
 }
 
 // BenchmarkInTx measures one fenced transaction (BEGIN, the fence, one
-// INSERT, COMMIT) through an in-process fencegate proxy, under the lease's
-// context as the README shows, on one connection.
+// INSERT into a protected table, COMMIT) through an in-process fencegate
+// proxy, as an application role, under the lease's context as the README
+// shows, on one connection.
 func BenchmarkInTx(b *testing.B) {
-	dsn := testutil.PostgresDB(b)
+	d := pgfencetest.New(b)
 	ctx := context.Background()
-	setup, err := pgx.Connect(ctx, dsn)
-	if err != nil {
+	d.Exec(b, "CREATE TABLE ledger (holder text NOT NULL, token bigint NOT NULL)")
+	if err := pgfence.Protect(ctx, d.Admin(b), "ledger", "'ledger'"); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := setup.Exec(ctx, "CREATE TABLE ledger (holder text NOT NULL, token bigint NOT NULL)"); err != nil {
-		b.Fatal(err)
-	}
-	setup.Close(ctx)
-	db, err := pgx.Connect(ctx, proxytest.Start(b, dsn))
+	d.Exec(b, "GRANT SELECT, INSERT, UPDATE, DELETE ON ledger TO "+d.App)
+	db, err := pgx.Connect(ctx, proxytest.Start(b, d.AppDSN))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -246,7 +246,11 @@ func TestDialPassword(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			delays = 0
-			c, err := Dial([]string{tc.url}, nil, WithKeyPrefix(tc.prefix), WithLogger(log), counting)
+			// A node timeout far above any answer time: on a busy machine the
+			// default 100ms can pass before the refusal arrives, and an
+			// unanswered node is rightly retried.
+			c, err := Dial([]string{tc.url}, nil, WithKeyPrefix(tc.prefix), WithLogger(log), counting,
+				WithNodeTimeout(10*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,10 +13,13 @@
 //
 // Correctness mode: a Client with a TokenSource (the fencegate token
 // service). Every lock carries a token larger than every earlier one, and
-// Lock.InTx writes through the fencegate proxy in a transaction fenced with
-// it; the database rejects the transaction of a holder whose token is
-// older than one it already accepted (ErrStaleToken). Use it where two
-// writers must never both win.
+// Lock.InTx writes in a transaction fenced with it, on a database where
+// the fencegate schema is installed and the written tables are protected
+// (package pgfence): PostgreSQL rejects the transaction of a holder whose
+// token is older than one it already accepted (ErrStaleToken), and any
+// write to a protected row whose resource this transaction has not fenced
+// (ErrUnfenced), on every connection, through the fencegate proxy or
+// straight to PostgreSQL. Use it where two writers must never both win.
 //
 // The TokenSource carries its own credentials: across hosts, build the
 // token service's client with the cluster CA and an identity of role
@@ -46,7 +49,7 @@
 // 3, a holder could be granted the lock, stall until it expired, and then
 // get a token: any client that took the lock in between minted its token
 // earlier, so the stalled holder's token would be the larger one and the
-// proxy would accept its writes and reject those of the rightful holder.
+// database would accept its writes and reject those of the rightful holder.
 // Step 3 rules that out: the key still holds this grant's random value only
 // if it never expired since the grant (no one else can set that value), so
 // on a majority nobody else was granted the lock between step 1 and step 3,
@@ -78,7 +81,11 @@
 //
 // # Fenced transactions
 //
-// Lock.InTx runs BEGIN, the fence, the caller's function and COMMIT. COMMIT
+// Lock.InTx runs BEGIN, the fence, the caller's function and COMMIT. The
+// fence guards exactly the lock's resource in exactly that transaction: the
+// caller's function may write the protected rows of that resource, no
+// others. The connection belongs to an application role (the fencegate
+// proxy refuses superusers and table owners, ErrPrivilegedRole). COMMIT
 // goes out under a context of its own (WithCommitTimeout), not the lease's:
 // once the fence holds the resource's row lock no other holder can write, so
 // finishing the commit is safe, and cancelling it midway would only leave
@@ -86,8 +93,12 @@
 // is reported as unknown (ErrCommitUnknown), never as a failure: make such
 // writes idempotent (a key of the operation's own, the token stored in the
 // row) and look before trying again; ExampleLock_InTx_idempotent shows how.
-// Serialization failures and deadlocks are retried within the lease
-// (WithTxRetries), then reported as ErrSerialization.
+// Serialization failures, deadlocks and fence timeouts (FG004: a holder
+// stalled inside its transaction keeps the resource's mark locked) are
+// retried within the lease (WithTxRetries), then reported as
+// ErrSerialization or ErrFenceTimeout. Every fencegate SQLSTATE (package
+// fencegate, FG001..FG007) maps to an error of this package usable with
+// errors.Is, the *pgconn.PgError staying reachable with errors.As.
 //
 // # Connecting
 //

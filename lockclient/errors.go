@@ -26,21 +26,54 @@ var (
 	// no fencing token (the client has no TokenSource: efficiency mode).
 	ErrNoToken = errors.New("lockclient: lock has no fencing token (efficiency mode); build the client with a TokenSource")
 
-	// ErrStaleToken means the fencing proxy rejected the transaction because
-	// a higher token was already accepted for the resource (SQLSTATE FG001):
-	// another holder took the lock and wrote after this one lost it. Nothing
-	// of the transaction was committed. The *pgconn.PgError stays reachable
+	// ErrStaleToken means PostgreSQL refused the fence because a higher
+	// token was already accepted for the resource (SQLSTATE FG001,
+	// fencegate.CodeStaleToken): another holder took the lock and wrote
+	// after this one lost it. Nothing of the transaction was committed. Do
+	// not retry with the same lock; take the lock again (a new token) and
+	// redo the work from fresh reads. The *pgconn.PgError stays reachable
 	// with errors.As.
 	ErrStaleToken = errors.New("lockclient: stale fencing token")
 
-	// ErrUnfenced means the proxy refused a write made without a fence in
-	// the transaction (SQLSTATE FG002).
+	// ErrUnfenced means PostgreSQL refused a write to a row of a protected
+	// table in a transaction that holds no standing fence on that row's
+	// resource (SQLSTATE FG002, fencegate.CodeUnfenced): a write outside
+	// InTx, or inside the InTx of a lock on another resource. A bug in the
+	// caller: take the lock of the row's resource and write in its InTx.
 	ErrUnfenced = errors.New("lockclient: unfenced write")
 
-	// ErrFenceMisuse means the proxy refused the fence call itself, for
-	// example two different resources or tokens in one transaction (SQLSTATE
-	// FG003).
+	// ErrFenceMisuse means PostgreSQL refused a fence or a write that would
+	// protect nothing (SQLSTATE FG003, fencegate.CodeMisuse): an empty
+	// resource, a negative token, or a row of a protected table whose
+	// resource expression yields NULL. Not retryable.
 	ErrFenceMisuse = errors.New("lockclient: fence misuse")
+
+	// ErrFenceTimeout means the fence waited longer than the database's
+	// fencegate.fence_timeout for the resource's mark, which another
+	// transaction holds (a holder stalled inside its transaction; SQLSTATE
+	// FG004, fencegate.CodeFenceTimeout). Nothing was checked or advanced.
+	// InTx runs the transaction again, as for a serialization failure,
+	// while its retries and the lease last; the error it then returns
+	// matches ErrFenceTimeout.
+	ErrFenceTimeout = errors.New("lockclient: fence timed out waiting for another transaction on the resource")
+
+	// ErrSchemaInvalid means the fencegate schema of the database is
+	// missing, at another version or altered, and the fence (or the gate
+	// at connection) refused to run (SQLSTATE FG005,
+	// fencegate.CodeSchemaInvalid). An administrator repairs it ("fencegate
+	// schema status", "fencegate schema upgrade").
+	ErrSchemaInvalid = errors.New("lockclient: fencegate schema missing or altered")
+
+	// ErrProtectedDDL means PostgreSQL refused an operation a protected
+	// table never allows, such as TRUNCATE (SQLSTATE FG006,
+	// fencegate.CodeProtectedDDL).
+	ErrProtectedDDL = errors.New("lockclient: operation refused on a protected table")
+
+	// ErrPrivilegedRole means the fencegate proxy refused the session
+	// because its role could switch enforcement off: a superuser or the
+	// owner of a protected table (SQLSTATE FG007,
+	// fencegate.CodePrivilegedRole). Connect as an application role.
+	ErrPrivilegedRole = errors.New("lockclient: privileged role refused by the fencegate proxy")
 
 	// ErrCommitUnknown means the connection failed, or the commit timeout
 	// passed, while COMMIT was on its way: the transaction may have

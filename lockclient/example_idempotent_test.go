@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/fencegate/fencegate/lockclient"
+	"github.com/fencegate/fencegate/pgfence"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/jackc/pgx/v5"
 )
@@ -23,7 +24,7 @@ import (
 // new lock's token is newer, so the fence lets the retry through.
 func ExampleLock_InTx_idempotent() {
 	ctx := context.Background()
-	db, tokens, done := exampleShop(ctx) // PostgreSQL behind a fencegate proxy, and a token source
+	db, tokens, done := exampleShop(ctx) // a protected table behind a fencegate proxy, and a token source
 	defer done()
 	locks, err := lockclient.Dial([]string{exampleRedis}, tokens, examplePrefix())
 	if err != nil {
@@ -73,24 +74,40 @@ func ExampleLock_InTx_idempotent() {
 }
 
 // exampleShop creates a database with a charges table on the local
-// PostgreSQL, starts a fencegate proxy in front of it, and returns a
-// connection through the proxy, a token source, and a function that
-// removes it all.
+// PostgreSQL, protected by fencegate (a row belongs to resource
+// "order:<order_id>"), and an application role that may write it; it
+// starts a fencegate proxy in front of the server and returns a connection
+// through the proxy as the application role, a token source, and a
+// function that removes it all.
 func exampleShop(ctx context.Context) (*pgx.Conn, lockclient.TokenSource, func()) {
 	const server = "postgres://postgres@127.0.0.1:5432"
 	admin, err := pgx.Connect(ctx, server+"/postgres?sslmode=disable")
 	if err != nil {
 		log.Fatal(err)
 	}
-	name := fmt.Sprintf("fg_example_%x", rand.Uint32())
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		log.Fatal(err)
+	id := rand.Uint32()
+	name, owner, app := fmt.Sprintf("fg_example_%x", id), fmt.Sprintf("fg_example_owner_%x", id), fmt.Sprintf("fg_example_app_%x", id)
+	for _, sql := range []string{"CREATE DATABASE " + name, "CREATE ROLE " + app + " LOGIN"} {
+		if _, err := admin.Exec(ctx, sql); err != nil {
+			log.Fatal(err)
+		}
 	}
 	setup, err := pgx.Connect(ctx, server+"/"+name+"?sslmode=disable")
 	if err != nil {
 		log.Fatal(err)
 	}
+	// The administrator's part: the schema (its owner role, the grants of
+	// the application role), the table, its protection, the table's grants.
+	if _, err := pgfence.Install(ctx, setup, pgfence.InstallOptions{OwnerRole: owner, Grant: []string{app}}); err != nil {
+		log.Fatal(err)
+	}
 	if _, err := setup.Exec(ctx, `CREATE TABLE charges (order_id int PRIMARY KEY, amount int NOT NULL, token bigint NOT NULL)`); err != nil {
+		log.Fatal(err)
+	}
+	if err := pgfence.Protect(ctx, setup, "charges", "'order:' || order_id"); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := setup.Exec(ctx, "GRANT SELECT, INSERT, UPDATE, DELETE ON charges TO "+app); err != nil {
 		log.Fatal(err)
 	}
 	setup.Close(ctx)
@@ -102,7 +119,7 @@ func exampleShop(ctx context.Context) (*pgx.Conn, lockclient.TokenSource, func()
 	if err := p.Start(); err != nil {
 		log.Fatal(err)
 	}
-	db, err := pgx.Connect(ctx, "postgres://postgres@"+p.Addr()+"/"+name+"?sslmode=disable")
+	db, err := pgx.Connect(ctx, "postgres://"+app+"@"+p.Addr()+"/"+name+"?sslmode=disable")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -110,6 +127,8 @@ func exampleShop(ctx context.Context) (*pgx.Conn, lockclient.TokenSource, func()
 		db.Close(ctx)
 		p.Shutdown(ctx)
 		admin.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)")
+		admin.Exec(ctx, "DROP ROLE "+app)
+		admin.Exec(ctx, "DROP ROLE "+owner)
 		admin.Close(ctx)
 	}
 }

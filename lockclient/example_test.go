@@ -115,13 +115,14 @@ func ExampleLock_Done() {
 }
 
 // A correctness lock: Redlock over five masters, tokens from the fencegate
-// token service, and the write in a transaction fenced through the
-// fencegate proxy. A holder that lost its lock and wakes up late gets
-// ErrStaleToken and commits nothing.
+// token service, and the write in a fenced transaction on a table
+// fencegate protects (pgfence.Protect(ctx, admin, "accounts", "'account:'
+// || id")), as an application role. A holder that lost its lock and wakes
+// up late gets ErrStaleToken and commits nothing.
 func ExampleLock_InTx() {
 	ctx := context.Background()
 	var tokens lockclient.TokenSource // e.g. tokenservice.NewClient([]string{"http://127.0.0.1:7101", ...})
-	var db *pgx.Conn                  // e.g. pgx.Connect(ctx, "postgres://app@127.0.0.1:6432/app") (the proxy)
+	var db *pgx.Conn                  // e.g. pgx.Connect(ctx, "postgres://app@127.0.0.1:6432/app") (through the proxy, as role app)
 
 	c, err := lockclient.Dial([]string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379", "10.0.0.4:6379", "10.0.0.5:6379"},
 		tokens, lockclient.WithAutoRefresh(0))

@@ -5,23 +5,17 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/fencegate/fencegate"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// SQLSTATEs of the fencegate proxy (stable; PostgreSQL itself never emits
-// class FG).
-const (
-	sqlstateStaleToken = "FG001" // a higher token was already accepted for the resource
-	sqlstateUnfenced   = "FG002" // a write in a transaction that took no fence
-	sqlstateMisuse     = "FG003" // a malformed or conflicting fence call
-)
-
 // FenceSQL is the statement a fenced transaction runs first, with the
-// lock's resource and token. Through the fencegate proxy it takes the
-// resource's fence row and rejects the transaction (SQLSTATE FG001) when a
-// higher token was accepted before.
-const FenceSQL = "SELECT fencegate.fence($1::text, $2::bigint)"
+// lock's resource and token: fencegate.FenceSQL. PostgreSQL check-and-advances
+// the resource's mark, refuses the transaction (SQLSTATE FG001) when a higher
+// token was accepted before, and from then on lets this transaction write
+// the rows of protected tables that belong to the resource.
+const FenceSQL = fencegate.FenceSQL
 
 // Beginner begins a transaction: *pgx.Conn, *pgxpool.Pool and pgx.Tx (a
 // savepoint) all do.
@@ -34,7 +28,7 @@ type Beginner interface {
 // first statement. Errors map as in InTx. Such callers do what InTx does for
 // them: commit under a context the lease does not cancel, treat a COMMIT
 // whose connection failed as of unknown outcome, and retry serialization
-// failures.
+// failures, deadlocks and fence timeouts (FG004).
 func (l *Lock) Fence(ctx context.Context, tx pgx.Tx) error {
 	if l.token == 0 {
 		return ErrNoToken
@@ -45,29 +39,27 @@ func (l *Lock) Fence(ctx context.Context, tx pgx.Tx) error {
 	return nil
 }
 
-// fenceError adds the sentinel matching the proxy's SQLSTATE, keeping err
+// fenceSentinels maps each fencegate SQLSTATE to the error it matches.
+var fenceSentinels = map[string]error{
+	fencegate.CodeStaleToken:     ErrStaleToken,
+	fencegate.CodeUnfenced:       ErrUnfenced,
+	fencegate.CodeMisuse:         ErrFenceMisuse,
+	fencegate.CodeFenceTimeout:   ErrFenceTimeout,
+	fencegate.CodeSchemaInvalid:  ErrSchemaInvalid,
+	fencegate.CodeProtectedDDL:   ErrProtectedDDL,
+	fencegate.CodePrivilegedRole: ErrPrivilegedRole,
+}
+
+// fenceError adds the sentinel matching a fencegate SQLSTATE, keeping err
 // (and the *pgconn.PgError in it) in the chain.
 func fenceError(err error) error {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		return err
 	}
-	switch pgErr.Code {
-	case sqlstateStaleToken:
-		if errors.Is(err, ErrStaleToken) {
-			return err
-		}
-		return fmt.Errorf("%w: %w", ErrStaleToken, err)
-	case sqlstateUnfenced:
-		if errors.Is(err, ErrUnfenced) {
-			return err
-		}
-		return fmt.Errorf("%w: %w", ErrUnfenced, err)
-	case sqlstateMisuse:
-		if errors.Is(err, ErrFenceMisuse) {
-			return err
-		}
-		return fmt.Errorf("%w: %w", ErrFenceMisuse, err)
+	sentinel, ok := fenceSentinels[pgErr.Code]
+	if !ok || errors.Is(err, sentinel) {
+		return err
 	}
-	return err
+	return fmt.Errorf("%w: %w", sentinel, err)
 }

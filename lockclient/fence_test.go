@@ -6,43 +6,88 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/internal/proxytest"
-	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/tokentest"
+	"github.com/fencegate/fencegate/pgfence"
+	"github.com/fencegate/fencegate/pgfence/pgfencetest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// fencedDB creates a fresh database with a ledger table and starts a
-// fencegate proxy in front of it; it returns the proxy's DSN and a direct
-// connection for checking the table.
-func fencedDB(t *testing.T) (proxyDSN string, direct *pgx.Conn) {
+// fenced is a database with the fencegate schema, a protected ledger table
+// and an application role, and a fencegate proxy in front of it.
+type fenced struct {
+	db *pgfencetest.DB
+	// proxy connects to the database as the application role through the
+	// proxy; app as the same role straight to PostgreSQL.
+	proxy, app string
+	// direct is the administrator's connection, for setting up and checking
+	// tables.
+	direct *pgx.Conn
+}
+
+// fencedDB creates a fresh database with schema fencegate and the table
+// ledger (resource, holder, token), owned by the administrator and
+// protected with the resource expression "resource": a row belongs to the
+// resource it names. The application role may read and write it. It starts a
+// fencegate proxy (which refuses the administrator's sessions) in front of
+// it.
+func fencedDB(t *testing.T) *fenced {
 	t.Helper()
-	dsn := testutil.PostgresDB(t)
-	direct, err := pgx.Connect(ctxT(t), dsn)
-	if err != nil {
-		t.Fatalf("connect to PostgreSQL: %v", err)
+	d := pgfencetest.New(t)
+	f := &fenced{db: d, app: d.AppDSN, direct: d.Admin(t)}
+	f.exec(t, "CREATE TABLE ledger (resource text NOT NULL, holder text NOT NULL, token bigint NOT NULL)")
+	f.protect(t, "ledger", "resource")
+	f.proxy = proxytest.Start(t, d.AppDSN)
+	return f
+}
+
+// exec runs sql as the administrator.
+func (f *fenced) exec(t *testing.T, sql string) {
+	t.Helper()
+	if _, err := f.direct.Exec(ctxT(t), sql); err != nil {
+		t.Fatalf("%s: %v", sql, err)
 	}
-	t.Cleanup(func() { direct.Close(context.Background()) })
-	if _, err := direct.Exec(ctxT(t), "CREATE TABLE ledger (holder text NOT NULL, token bigint NOT NULL)"); err != nil {
-		t.Fatal(err)
+}
+
+// protect protects table with the resource expression expr and lets the
+// application role read and write it.
+func (f *fenced) protect(t *testing.T, table, expr string) {
+	t.Helper()
+	if err := pgfence.Protect(ctxT(t), f.direct, table, expr); err != nil {
+		t.Fatalf("protect %s: %v", table, err)
 	}
-	return proxytest.Start(t, dsn), direct
+	f.grant(t, table)
+}
+
+// grant lets the application role read and write table (SELECT, INSERT,
+// UPDATE, DELETE: what an application role needs, nothing more).
+func (f *fenced) grant(t *testing.T, table string) {
+	t.Helper()
+	f.exec(t, "GRANT SELECT, INSERT, UPDATE, DELETE ON "+table+" TO "+f.db.App)
 }
 
 func connect(t *testing.T, dsn string) *pgx.Conn {
 	t.Helper()
 	c, err := pgx.Connect(ctxT(t), dsn)
 	if err != nil {
-		t.Fatalf("connect through the proxy: %v", err)
+		t.Fatalf("connect: %v", err)
 	}
 	t.Cleanup(func() { c.Close(context.Background()) })
 	return c
 }
 
+// insertAs writes holder's row of the lock's resource.
 func insertAs(holder string, l *Lock) func(pgx.Tx) error {
+	return insertRow(holder, l.Resource(), l)
+}
+
+// insertRow writes holder's row of resource, with the lock's token.
+func insertRow(holder, resource string, l *Lock) func(pgx.Tx) error {
 	return func(tx pgx.Tx) error {
-		_, err := tx.Exec(context.Background(), "INSERT INTO ledger (holder, token) VALUES ($1, $2)", holder, l.Token())
+		_, err := tx.Exec(context.Background(), "INSERT INTO ledger (resource, holder, token) VALUES ($1, $2, $3)",
+			resource, holder, l.Token())
 		return err
 	}
 }
@@ -50,7 +95,7 @@ func insertAs(holder string, l *Lock) func(pgx.Tx) error {
 // ledger returns the holders that wrote, in order.
 func ledger(t *testing.T, direct *pgx.Conn) []string {
 	t.Helper()
-	rows, err := direct.Query(ctxT(t), "SELECT holder FROM ledger ORDER BY token")
+	rows, err := direct.Query(ctxT(t), "SELECT holder FROM ledger ORDER BY token, holder")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,12 +106,14 @@ func ledger(t *testing.T, direct *pgx.Conn) []string {
 	return out
 }
 
-// testInTx: a fenced transaction commits; an error from fn rolls it back; a
-// write without a fence is refused with ErrUnfenced; a lock without a token
-// is refused.
+// testInTx: a fenced transaction commits; an error from fn rolls it back;
+// the fence guards exactly its resource (a row of another resource is
+// refused with ErrUnfenced); a write without a fence is refused with
+// ErrUnfenced through the proxy and straight to PostgreSQL alike; a lock
+// without a token is refused; the gate refuses the administrator.
 func testInTx(t *testing.T, cluster *tokentest.Cluster) {
-	proxyDSN, direct := fencedDB(t)
-	db := connect(t, proxyDSN)
+	f := fencedDB(t)
+	db := connect(t, f.proxy)
 	tr := sharedRedis(t)
 	l := mustAcquire(t, tr.client(t, cluster.Client(t)), "ledger")
 	defer l.Release(context.Background())
@@ -78,27 +125,49 @@ func testInTx(t *testing.T, cluster *tokentest.Cluster) {
 	if err := l.InTx(ctxT(t), db, func(tx pgx.Tx) error { insertAs("B", l)(tx); return boom }); !errors.Is(err, boom) {
 		t.Fatalf("InTx with a failing fn: %v, want boom", err)
 	}
-	if got := ledger(t, direct); len(got) != 1 || got[0] != "A" {
-		t.Fatalf("ledger=%v, want [A]", got)
+	if err := l.InTx(ctxT(t), db, insertRow("B", "other", l)); !errors.Is(err, ErrUnfenced) {
+		t.Fatalf("InTx of lock %q writing a row of resource \"other\": %v, want ErrUnfenced", l.Resource(), err)
+	}
+	// Straight to PostgreSQL, as the same role, the fence works the same.
+	if err := l.InTx(ctxT(t), connect(t, f.app), insertAs("C", l)); err != nil {
+		t.Fatalf("InTx straight to PostgreSQL: %v", err)
+	}
+	if got := ledger(t, f.direct); len(got) != 2 || got[0] != "A" || got[1] != "C" {
+		t.Fatalf("ledger=%v, want [A C]", got)
 	}
 
-	tx, err := db.Begin(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
+	for path, conn := range map[string]*pgx.Conn{"through the proxy": db, "straight to PostgreSQL": connect(t, f.app)} {
+		tx, err := conn.Begin(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = tx.Exec(ctxT(t), "INSERT INTO ledger (resource, holder, token) VALUES ('ledger', 'D', 0)")
+		if err == nil {
+			err = tx.Commit(ctxT(t))
+		}
+		tx.Rollback(ctxT(t))
+		var pgErr *pgconn.PgError
+		if err := fenceError(err); !errors.Is(err, ErrUnfenced) || !errors.As(err, &pgErr) || pgErr.Code != fencegate.CodeUnfenced {
+			t.Fatalf("unfenced write %s: %v, want ErrUnfenced with its FG002", path, err)
+		}
 	}
-	_, err = tx.Exec(ctxT(t), "INSERT INTO ledger (holder, token) VALUES ('C', 0)")
-	if err == nil {
-		err = tx.Commit(ctxT(t))
-	}
-	tx.Rollback(ctxT(t))
-	if err := fenceError(err); !errors.Is(err, ErrUnfenced) {
-		t.Fatalf("unfenced write through the proxy: %v, want ErrUnfenced", err)
+	if got := ledger(t, f.direct); len(got) != 2 {
+		t.Fatalf("ledger=%v after the unfenced writes, want [A C]", got)
 	}
 
 	eff := mustAcquire(t, tr.client(t, nil), "other")
 	defer eff.Release(context.Background())
-	if err := eff.InTx(ctxT(t), db, insertAs("D", eff)); !errors.Is(err, ErrNoToken) {
+	if err := eff.InTx(ctxT(t), db, insertAs("E", eff)); !errors.Is(err, ErrNoToken) {
 		t.Fatalf("InTx with an efficiency lock: %v, want ErrNoToken", err)
+	}
+
+	cfg, err := pgx.ParseConfig(f.db.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = pgx.Connect(ctxT(t), pgfencetest.WithUser(t, f.proxy, cfg.User))
+	if err := fenceError(err); !errors.Is(err, ErrPrivilegedRole) {
+		t.Fatalf("the administrator through the proxy: %v, want ErrPrivilegedRole", err)
 	}
 }
 
@@ -109,7 +178,8 @@ func testInTx(t *testing.T, cluster *tokentest.Cluster) {
 // ErrStaleToken (FG001) and commits nothing; A's next refresh finds the
 // lock lost.
 func testRedlockRestartDoubleGrant(t *testing.T, cluster *tokentest.Cluster) {
-	proxyDSN, direct := fencedDB(t)
+	f := fencedDB(t)
+	proxyDSN, direct := f.proxy, f.direct
 	tr := startMasters(t, 5)
 	c := tr.client(t, cluster.Client(t), WithTTL(30*time.Second), WithRetry(NoRetry()))
 	a := mustAcquire(t, c, "ledger")
@@ -141,7 +211,7 @@ func testRedlockRestartDoubleGrant(t *testing.T, cluster *tokentest.Cluster) {
 		t.Fatalf("A's write after B's: %v, want ErrStaleToken", err)
 	}
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "FG001" {
+	if !errors.As(err, &pgErr) || pgErr.Code != fencegate.CodeStaleToken {
 		t.Fatalf("A's error carries no FG001 PgError: %v", err)
 	}
 	if got := ledger(t, direct); len(got) != 2 || got[0] != "A1" || got[1] != "B" {
@@ -156,9 +226,9 @@ func testRedlockRestartDoubleGrant(t *testing.T, cluster *tokentest.Cluster) {
 // B took the lock and wrote, writes at once: the write fails with
 // ErrStaleToken and commits nothing, and its Done closes with ErrLockLost.
 func testPausedHolder(t *testing.T, cluster *tokentest.Cluster) {
-	proxyDSN, direct := fencedDB(t)
-	db := connect(t, proxyDSN)
-	h := pausedHolderScenario(t, cluster, proxyDSN, func(b *Lock) {
+	f := fencedDB(t)
+	db := connect(t, f.proxy)
+	h := pausedHolderScenario(t, cluster, f.proxy, func(b *Lock) {
 		if err := b.InTx(ctxT(t), db, insertAs("B", b)); err != nil {
 			t.Fatalf("B's fenced write: %v", err)
 		}
@@ -169,7 +239,7 @@ func testPausedHolder(t *testing.T, cluster *tokentest.Cluster) {
 	if got := h.expect(t, "DONE"); len(got) != 1 || got[0] != "true" {
 		t.Fatalf("resumed holder: DONE %v, want true (Done closed with ErrLockLost)", got)
 	}
-	if got := ledger(t, direct); len(got) != 1 || got[0] != "B" {
+	if got := ledger(t, f.direct); len(got) != 1 || got[0] != "B" {
 		t.Fatalf("ledger=%v, want only B's row", got)
 	}
 }

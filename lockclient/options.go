@@ -99,10 +99,11 @@ func WithMaxUnreachable(d time.Duration) Option { return func(o *options) { o.ma
 func WithCommitTimeout(d time.Duration) Option { return func(o *options) { o.commitTimeout = d } }
 
 // WithTxRetries sets how many times InTx runs a transaction again after a
-// serialization failure (SQLSTATE 40001) or a deadlock (40P01), each time
-// only while the lease is still valid; then it returns an error matching
-// ErrSerialization. fn runs once per attempt. 0 turns retries off. The
-// default is 5.
+// serialization failure (SQLSTATE 40001), a deadlock (40P01) or a fence
+// timeout (FG004), each time only while the lease is still valid; then it
+// returns an error matching ErrSerialization (ErrFenceTimeout when the last
+// attempt timed out at the fence). fn runs once per attempt. 0 turns
+// retries off. The default is 5.
 func WithTxRetries(n int) Option { return func(o *options) { o.txRetries = n } }
 
 // WithRedisTLS sets the TLS configuration Dial uses for rediss:// nodes:

@@ -80,7 +80,7 @@ func pausedHolder() int {
 	bufio.NewScanner(os.Stdin).Scan()
 	if db != nil {
 		err := l.InTx(ctx, db, func(tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, "INSERT INTO ledger (holder, token) VALUES ('A', $1)", l.Token())
+			_, err := tx.Exec(ctx, "INSERT INTO ledger (resource, holder, token) VALUES ($1, 'A', $2)", l.Resource(), l.Token())
 			return err
 		})
 		switch {

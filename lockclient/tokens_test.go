@@ -26,6 +26,7 @@ func TestWithTokens(t *testing.T) {
 		{"CommitInFlight", testCommitInFlight},
 		{"SerializationRetry", testSerializationRetry},
 		{"DeadlockRetry", testDeadlockRetry},
+		{"FenceTimeoutRetry", testFenceTimeoutRetry},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, cluster) })
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fencegate/fencegate"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -16,14 +17,22 @@ const (
 	sqlstateDeadlockDetected     = "40P01"
 )
 
-// InTx runs fn in a fenced transaction on db, which must reach PostgreSQL
-// through the fencegate proxy: it begins, runs FenceSQL with the lock's
-// resource and token before anything else, calls fn, and commits. When fn
-// or any step fails the transaction is rolled back and nothing of it is
-// committed, with one exception said below (ErrCommitUnknown).
+// InTx runs fn in a fenced transaction on db, a connection to a database
+// where the fencegate schema is installed (straight to PostgreSQL or through
+// the fencegate proxy, as an application role): it begins, runs FenceSQL
+// with the lock's resource and token before anything else, calls fn, and
+// commits. When fn or any step fails the transaction is rolled back and
+// nothing of it is committed, with one exception said below
+// (ErrCommitUnknown).
+//
+// The fence guards exactly the lock's resource, in exactly this
+// transaction: fn may write the rows of protected tables that belong to
+// that resource (their resource expression yields it); a write to a row of
+// another resource is refused with ErrUnfenced. Writes to tables that are
+// not protected are not checked at all.
 //
 // A stale token (another holder has taken the lock since and written with a
-// higher token) yields an error matching ErrStaleToken, with the proxy's
+// higher token) yields an error matching ErrStaleToken, with PostgreSQL's
 // *pgconn.PgError reachable through errors.As. InTx does not look at Done:
 // the fence, checked by the database inside the transaction, is what keeps
 // a holder that lost its lock from writing, even if it lost it a moment
@@ -50,10 +59,13 @@ const (
 // the first attempt committed. The package's examples show it.
 //
 // A serialization failure (SQLSTATE 40001, as a fence waiting behind a
-// concurrent one gets under REPEATABLE READ or SERIALIZABLE) or a deadlock
-// (40P01) rolls the attempt back and runs the whole transaction again,
-// fence and fn included, up to WithTxRetries times and only while the lease
-// has time left; then the error matches ErrSerialization. fn may therefore
+// concurrent one gets under REPEATABLE READ or SERIALIZABLE), a deadlock
+// (40P01) or a fence timeout (FG004: the fence waited longer than the
+// database's fencegate.fence_timeout behind a transaction that holds the
+// resource's mark) rolls the attempt back and runs the whole transaction
+// again, fence and fn included, up to WithTxRetries times and only while
+// the lease has time left; then the error matches ErrFenceTimeout when the
+// last attempt timed out at the fence, else ErrSerialization. fn may therefore
 // run more than once: it must do nothing outside tx that may not be
 // repeated, and must not commit or roll back tx itself.
 //
@@ -64,28 +76,37 @@ func (l *Lock) InTx(ctx context.Context, db Beginner, fn func(pgx.Tx) error) err
 	}
 	for attempt := 1; ; attempt++ {
 		err := l.inTx(ctx, db, fn)
-		if err == nil || !isSerializationFailure(err) {
+		if err == nil || !isRetryable(err) {
 			return err
 		}
 		if attempt > l.c.opts.txRetries {
-			return fmt.Errorf("%w on %q after %s: %w", ErrSerialization, l.resource, attempts(attempt), err)
+			return l.giveUp(attempt, "", err)
 		}
 		wait := jitter(min(time.Millisecond<<min(attempt-1, 6), 50*time.Millisecond))
 		if left := l.left(); left <= wait {
-			return fmt.Errorf("%w on %q after %s, no lease left for another: %w",
-				ErrSerialization, l.resource, attempts(attempt), err)
+			return l.giveUp(attempt, ", no lease left for another", err)
 		}
-		l.c.log.Debug("fenced transaction: serialization failure, running it again",
+		l.c.log.Debug("fenced transaction: retryable failure, running it again",
 			"resource", l.resource, "token", l.token, "attempt", attempt, "err", err)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("%w on %q after %s: %w", ErrSerialization, l.resource, attempts(attempt),
-				errors.Join(err, ctx.Err()))
+			return l.giveUp(attempt, "", errors.Join(err, ctx.Err()))
 		case <-t.C:
 		}
 	}
+}
+
+// giveUp is the error of InTx when it stops retrying after attempt
+// attempts that failed with a retryable error, the last being err. A fence
+// timeout already matches ErrFenceTimeout; the others are reported as
+// ErrSerialization.
+func (l *Lock) giveUp(attempt int, why string, err error) error {
+	if errors.Is(err, ErrFenceTimeout) {
+		return fmt.Errorf("lockclient: fenced transaction on %q after %s%s: %w", l.resource, attempts(attempt), why, err)
+	}
+	return fmt.Errorf("%w on %q after %s%s: %w", ErrSerialization, l.resource, attempts(attempt), why, err)
 }
 
 // inTx makes one attempt.
@@ -151,10 +172,19 @@ func attempts(n int) string {
 	return fmt.Sprintf("%d attempts", n)
 }
 
-func isSerializationFailure(err error) bool {
+// isRetryable reports whether err is one after which the whole
+// transaction may succeed when run again: a serialization failure, a
+// deadlock, or a fence that timed out waiting for another transaction.
+func isRetryable(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) &&
-		(pgErr.Code == sqlstateSerializationFailure || pgErr.Code == sqlstateDeadlockDetected)
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case sqlstateSerializationFailure, sqlstateDeadlockDetected, fencegate.CodeFenceTimeout:
+		return true
+	}
+	return false
 }
 
 // left returns how much of the lease is left: 0 or less once it is over.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/internal/netfault"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/tokentest"
@@ -54,11 +55,12 @@ func hasRow(t *testing.T, direct *pgx.Conn, holder string, token int64) bool {
 // transaction. A COMMIT that PostgreSQL answered is reported as it
 // answered.
 func testCommitInFlight(t *testing.T, cluster *tokentest.Cluster) {
-	proxyDSN, direct := fencedDB(t)
-	if _, err := direct.Exec(ctxT(t), `CREATE TABLE uniq (k int UNIQUE DEFERRABLE INITIALLY DEFERRED)`); err != nil {
-		t.Fatal(err)
-	}
-	relay, dsn := viaRelay(t, proxyDSN)
+	f := fencedDB(t)
+	direct := f.direct
+	// Not protected: the test is about COMMIT's answer, not the fence.
+	f.exec(t, `CREATE TABLE uniq (k int UNIQUE DEFERRABLE INITIALLY DEFERRED)`)
+	f.grant(t, "uniq")
+	relay, dsn := viaRelay(t, f.proxy)
 	tr := sharedRedis(t)
 	const ttl, delay = time.Second, 1500 * time.Millisecond
 
@@ -87,9 +89,11 @@ func testCommitInFlight(t *testing.T, cluster *tokentest.Cluster) {
 	}
 	t.Cleanup(func() { relay.SetDelay(0) })
 
+	// Each subtest connects before it takes its lock: the gate's check of a
+	// new session can take a good part of the short lease on a busy machine.
 	t.Run("without InTx the committed transaction looks failed", func(t *testing.T) {
-		l := acquire(t)
 		db := connect(t, dsn)
+		l := acquire(t)
 		tx, err := db.Begin(l.Context())
 		if err != nil {
 			t.Fatal(err)
@@ -110,8 +114,9 @@ func testCommitInFlight(t *testing.T, cluster *tokentest.Cluster) {
 	})
 
 	t.Run("the lease ends during COMMIT: the real outcome", func(t *testing.T) {
+		db := connect(t, dsn)
 		l := acquire(t, WithCommitTimeout(30*time.Second))
-		err := l.InTx(l.Context(), connect(t, dsn), slowCommit(t, l, "landed"))
+		err := l.InTx(l.Context(), db, slowCommit(t, l, "landed"))
 		relay.SetDelay(0)
 		if err != nil {
 			t.Fatalf("InTx: %v, want nil: the transaction committed", err)
@@ -127,8 +132,9 @@ func testCommitInFlight(t *testing.T, cluster *tokentest.Cluster) {
 	})
 
 	t.Run("the commit timeout passes during COMMIT: unknown", func(t *testing.T) {
+		db := connect(t, dsn)
 		l := acquire(t, WithCommitTimeout(300*time.Millisecond))
-		err := l.InTx(l.Context(), connect(t, dsn), slowCommit(t, l, "timeout"))
+		err := l.InTx(l.Context(), db, slowCommit(t, l, "timeout"))
 		relay.SetDelay(0)
 		if !errors.Is(err, ErrCommitUnknown) {
 			t.Fatalf("InTx: %v, want ErrCommitUnknown", err)
@@ -140,6 +146,7 @@ func testCommitInFlight(t *testing.T, cluster *tokentest.Cluster) {
 	})
 
 	t.Run("the connection breaks during COMMIT: unknown", func(t *testing.T) {
+		db := connect(t, dsn)
 		l := acquire(t)
 		sent := make(chan struct{})
 		go func() {
@@ -147,7 +154,7 @@ func testCommitInFlight(t *testing.T, cluster *tokentest.Cluster) {
 			time.Sleep(200 * time.Millisecond) // COMMIT is held in the relay for 1.5s
 			relay.Reset()
 		}()
-		err := l.InTx(l.Context(), connect(t, dsn), func(tx pgx.Tx) error {
+		err := l.InTx(l.Context(), db, func(tx pgx.Tx) error {
 			defer close(sent)
 			return slowCommit(t, l, "reset")(tx)
 		})
@@ -219,7 +226,8 @@ func repeatableRead(t *testing.T, dsn string) *pgx.Conn {
 // commits. InTx runs it again, within the lease, and it succeeds; with
 // retries off the error matches ErrSerialization and carries the 40001.
 func testSerializationRetry(t *testing.T, cluster *tokentest.Cluster) {
-	proxyDSN, direct := fencedDB(t)
+	f := fencedDB(t)
+	proxyDSN, direct := f.proxy, f.direct
 	tr := sharedRedis(t)
 	for _, tc := range []struct {
 		name    string
@@ -291,10 +299,12 @@ func testSerializationRetry(t *testing.T, cluster *tokentest.Cluster) {
 // deadlock; PostgreSQL aborts one with 40P01, InTx runs it again and both
 // commit, each exactly once.
 func testDeadlockRetry(t *testing.T, cluster *tokentest.Cluster) {
-	proxyDSN, direct := fencedDB(t)
-	if _, err := direct.Exec(ctxT(t), "CREATE TABLE acct (id int PRIMARY KEY, n int); INSERT INTO acct VALUES (1, 0), (2, 0)"); err != nil {
-		t.Fatal(err)
-	}
+	f := fencedDB(t)
+	proxyDSN, direct := f.proxy, f.direct
+	// Not protected: both holders write both rows, each under its own lock,
+	// to make the deadlock; the test is about InTx running the victim again.
+	f.exec(t, "CREATE TABLE acct (id int PRIMARY KEY, n int); INSERT INTO acct VALUES (1, 0), (2, 0)")
+	f.grant(t, "acct")
 	tr := sharedRedis(t)
 	c := tr.client(t, cluster.Client(t), WithTTL(30*time.Second))
 	var (
@@ -346,6 +356,61 @@ func testDeadlockRetry(t *testing.T, cluster *tokentest.Cluster) {
 	}
 }
 
+// testFenceTimeoutRetry: a transaction that fenced the resource and then
+// stalled holds the mark's row lock; the next holder's fence gives up after
+// the database's fencegate.fence_timeout with FG004, and InTx runs the
+// transaction again. Once the stalled transaction ends, a retry succeeds.
+// With retries off the error matches ErrFenceTimeout and carries the FG004.
+func testFenceTimeoutRetry(t *testing.T, cluster *tokentest.Cluster) {
+	f := fencedDB(t)
+	f.exec(t, "ALTER DATABASE "+f.direct.Config().Database+" SET fencegate.fence_timeout = '100ms'")
+	tr := sharedRedis(t)
+	for _, tc := range []struct {
+		name    string
+		retries int
+	}{{"retried", 1000}, {"retries off", 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tr.client(t, cluster.Client(t), WithTTL(time.Minute), WithTxRetries(tc.retries))
+			l := mustAcquire(t, c, "stalled-"+strings.ReplaceAll(tc.name, " ", "-"))
+			defer l.Release(context.Background())
+			// The stalled holder: an earlier transaction of the same lock,
+			// fenced and left open.
+			stalled, err := connect(t, f.proxy).Begin(ctxT(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stalled.Rollback(context.Background())
+			if err := l.Fence(ctxT(t), stalled); err != nil {
+				t.Fatal(err)
+			}
+			db := &countingDB{Beginner: connect(t, f.proxy)}
+			done := make(chan error, 1)
+			go func() { done <- l.InTx(ctxT(t), db, insertAs("after-stall", l)) }()
+			if tc.retries == 0 {
+				err := <-done
+				var pgErr *pgconn.PgError
+				if !errors.Is(err, ErrFenceTimeout) || errors.Is(err, ErrSerialization) || !errors.As(err, &pgErr) ||
+					pgErr.Code != fencegate.CodeFenceTimeout || db.n.Load() != 1 {
+					t.Fatalf("InTx behind a stalled holder, retries off: %v after %d attempts; want ErrFenceTimeout with the FG004 after 1",
+						err, db.n.Load())
+				}
+				return
+			}
+			testutil.Eventually(t, 30*time.Second, "a fence timeout and a retry", func() bool { return db.n.Load() >= 2 })
+			if err := stalled.Rollback(ctxT(t)); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("InTx after the stalled holder ended: %v", err)
+			}
+			t.Logf("%d attempts", db.n.Load())
+			if !hasRow(t, f.direct, "after-stall", l.Token()) {
+				t.Fatal("the retried transaction's row is missing")
+			}
+		})
+	}
+}
+
 // fakeDB begins fakeTxs whose fence or commit fails as the test says.
 type fakeDB struct {
 	fenceErr  func(n int) error
@@ -386,6 +451,7 @@ func (tx *fakeTx) Rollback(context.Context) error { return nil }
 func TestInTxRetryBounds(t *testing.T) {
 	serialization := &pgconn.PgError{Code: "40001", Message: "could not serialize access due to concurrent update"}
 	deadlock := &pgconn.PgError{Code: "40P01", Message: "deadlock detected"}
+	fenceTimeout := &pgconn.PgError{Code: fencegate.CodeFenceTimeout, Message: "fencegate: fence on r waited longer than 5s"}
 	newLock := func(t *testing.T, clk *fakeClock, opts ...Option) *Lock {
 		o := defaultOptions()
 		for _, opt := range opts {
@@ -442,8 +508,32 @@ func TestInTxRetryBounds(t *testing.T) {
 			t.Fatalf("InTx: %v after %d attempts, want ErrSerialization and context.Canceled after 1", err, db.begins)
 		}
 	})
+	t.Run("fence timeout, then success", func(t *testing.T) {
+		db := &fakeDB{fenceErr: func(n int) error {
+			if n < 3 {
+				return fenceTimeout
+			}
+			return nil
+		}}
+		runs := 0
+		err := newLock(t, newFakeClock()).InTx(context.Background(), db, func(pgx.Tx) error { runs++; return nil })
+		if err != nil || db.begins != 3 || runs != 1 {
+			t.Fatalf("InTx: %v after %d attempts, fn ran %d times; want nil after 3, 1", err, db.begins, runs)
+		}
+	})
+	t.Run("fence timeout on every attempt", func(t *testing.T) {
+		db := &fakeDB{fenceErr: func(int) error { return fenceTimeout }}
+		err := newLock(t, newFakeClock(), WithTxRetries(2)).InTx(context.Background(), db, func(pgx.Tx) error { return nil })
+		var pgErr *pgconn.PgError
+		if !errors.Is(err, ErrFenceTimeout) || errors.Is(err, ErrSerialization) || !errors.As(err, &pgErr) || pgErr.Code != fencegate.CodeFenceTimeout {
+			t.Fatalf("InTx: %v, want ErrFenceTimeout (not ErrSerialization) with the FG004", err)
+		}
+		if db.begins != 3 || !strings.Contains(err.Error(), "after 3 attempts") {
+			t.Fatalf("InTx: %v after %d attempts, want 3", err, db.begins)
+		}
+	})
 	t.Run("other errors are not retried", func(t *testing.T) {
-		db := &fakeDB{fenceErr: func(int) error { return &pgconn.PgError{Code: "FG001"} }}
+		db := &fakeDB{fenceErr: func(int) error { return &pgconn.PgError{Code: fencegate.CodeStaleToken} }}
 		err := newLock(t, newFakeClock()).InTx(context.Background(), db, func(pgx.Tx) error { return nil })
 		if !errors.Is(err, ErrStaleToken) || db.begins != 1 {
 			t.Fatalf("InTx: %v after %d attempts, want ErrStaleToken after 1", err, db.begins)

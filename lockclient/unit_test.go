@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/redis/go-redis/v9"
 )
@@ -102,9 +103,13 @@ func TestFenceErrorMapping(t *testing.T) {
 		code string
 		want error
 	}{
-		{"FG001", ErrStaleToken},
-		{"FG002", ErrUnfenced},
-		{"FG003", ErrFenceMisuse},
+		{fencegate.CodeStaleToken, ErrStaleToken},
+		{fencegate.CodeUnfenced, ErrUnfenced},
+		{fencegate.CodeMisuse, ErrFenceMisuse},
+		{fencegate.CodeFenceTimeout, ErrFenceTimeout},
+		{fencegate.CodeSchemaInvalid, ErrSchemaInvalid},
+		{fencegate.CodeProtectedDDL, ErrProtectedDDL},
+		{fencegate.CodePrivilegedRole, ErrPrivilegedRole},
 	} {
 		t.Run(tc.code, func(t *testing.T) {
 			pgErr := &pgconn.PgError{Code: tc.code, Message: "fencegate: rejected"}
@@ -117,6 +122,10 @@ func TestFenceErrorMapping(t *testing.T) {
 				t.Fatalf("PgError not reachable through %v", err)
 			}
 		})
+	}
+	if err := fenceError(fenceError(&pgconn.PgError{Code: fencegate.CodeStaleToken})); !strings.HasPrefix(err.Error(), ErrStaleToken.Error()+": ") ||
+		strings.Count(err.Error(), ErrStaleToken.Error()) != 1 {
+		t.Fatalf("fenceError twice: %q, want the sentinel once", err)
 	}
 	other := &pgconn.PgError{Code: "23505"}
 	if err := fenceError(other); errors.Is(err, ErrStaleToken) || err != error(other) {

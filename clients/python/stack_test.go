@@ -19,51 +19,53 @@ import (
 	"github.com/fencegate/fencegate/internal/proxytest"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/tokentest"
-	"github.com/fencegate/fencegate/proxy"
-	"github.com/jackc/pgx/v5"
+	"github.com/fencegate/fencegate/pgfence"
+	"github.com/fencegate/fencegate/pgfence/pgfencetest"
 	"github.com/redis/go-redis/v9"
 )
 
-// Tables the Python tests write, and the resource that guards each row: a
-// row of accounts with id X belongs to resource "account:X", a row of
-// counters with id X to "counter:X". The tests take the lock of exactly that
-// resource before they write the row.
-const tablesSQL = `
-CREATE TABLE accounts (id text PRIMARY KEY, balance bigint NOT NULL);
-CREATE TABLE counters (id text PRIMARY KEY, n bigint NOT NULL DEFAULT 0);
-CREATE TABLE requests (id text PRIMARY KEY, account text NOT NULL, amount bigint NOT NULL);
-CREATE TABLE transfers (id text PRIMARY KEY, src text NOT NULL, dst text NOT NULL, cents bigint NOT NULL);
-`
+// Tables the Python tests write, and the resource expression that protects
+// each: a row of accounts with id X belongs to resource "account:X", a row
+// of counters with id X to "counter:X", a request to the account it
+// charges, a transfer to its source account. The tests take the lock of
+// exactly that resource before they write the row; PostgreSQL refuses the
+// write otherwise (FG002).
+var tables = []struct{ create, name, resource string }{
+	{"CREATE TABLE accounts (id text PRIMARY KEY, balance bigint NOT NULL)", "accounts", "'account:' || id"},
+	{"CREATE TABLE counters (id text PRIMARY KEY, n bigint NOT NULL DEFAULT 0)", "counters", "'counter:' || id"},
+	{"CREATE TABLE requests (id text PRIMARY KEY, account text NOT NULL, amount bigint NOT NULL)", "requests", "'account:' || account"},
+	{"CREATE TABLE transfers (id text PRIMARY KEY, src text NOT NULL, dst text NOT NULL, cents bigint NOT NULL)", "transfers", "'account:' || src"},
+}
 
-// database prepares a fresh database for the Python tests and returns two
-// DSNs: app, the one fenced transactions use, and admin, straight to the same
-// database as its owner (the tests read through it and make errors of every
-// fencegate SQLSTATE with it).
+// database prepares a fresh database for the Python tests and returns three
+// DSNs: app, the one fenced transactions use (an application role, through
+// the fencegate proxy); appDirect, the same role straight to PostgreSQL (the
+// tables are protected on that path too); and admin, straight to the same
+// database as the administrator (the tests read through it and make errors
+// of every fencegate SQLSTATE with it).
 //
-// It is the one place that knows how fencing is installed. Today: the schema
-// the proxy installs (proxy.EnsureSchema) and app through the fencegate
-// proxy, which refuses unfenced writes. Where PostgreSQL enforces the fence
-// itself, this installs the schema, protects the tables above with their
-// resource expressions ('account:' || id, 'counter:' || id, 'account:' ||
-// account, 'account:' || src), creates an application role for app, and
-// nothing else changes.
-func database(t *testing.T) (app, admin string) {
+// As an administrator would: install schema fencegate with the application
+// role's grants, create the tables (owned by the administrator, not by the
+// application role), protect each with its resource expression, and grant
+// the application role SELECT, INSERT, UPDATE and DELETE on them.
+func database(t *testing.T) (app, appDirect, admin string) {
 	t.Helper()
-	admin = testutil.PostgresDB(t)
+	d := pgfencetest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		t.Fatalf("connect %s: %v", admin, err)
+	conn := d.Admin(t)
+	for _, tb := range tables {
+		if _, err := conn.Exec(ctx, tb.create); err != nil {
+			t.Fatalf("create table %s: %v", tb.name, err)
+		}
+		if err := pgfence.Protect(ctx, conn, tb.name, tb.resource); err != nil {
+			t.Fatalf("protect %s: %v", tb.name, err)
+		}
+		if _, err := conn.Exec(ctx, "GRANT SELECT, INSERT, UPDATE, DELETE ON "+tb.name+" TO "+d.App); err != nil {
+			t.Fatalf("grant %s: %v", tb.name, err)
+		}
 	}
-	defer conn.Close(context.Background())
-	if err := proxy.EnsureSchema(ctx, conn); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(ctx, tablesSQL); err != nil {
-		t.Fatalf("create tables: %v", err)
-	}
-	return proxytest.Start(t, admin), admin
+	return proxytest.Start(t, d.AppDSN), d.AppDSN, d.DSN
 }
 
 // stack is everything the Python tests talk to, started by the Go test.
@@ -73,6 +75,7 @@ type stack struct {
 	prefix     string // this test's key prefix on it (cleaned up at the end)
 	redlock    []*testutil.RedisServer
 	app, admin string
+	appDirect  string
 	certs      *certs
 	tlsFront   *httptest.Server
 	credFile   string
@@ -89,7 +92,7 @@ func startStack(t *testing.T) *stack {
 		s.redlock = append(s.redlock, testutil.StartRedis(t))
 	}
 	s.cluster = tokentest.StartCluster(t, 3)
-	s.app, s.admin = database(t)
+	s.app, s.appDirect, s.admin = database(t)
 	s.certs = newCerts(t)
 	s.startTLSFront(t)
 
@@ -171,6 +174,7 @@ func (s *stack) env() []string {
 		"FENCEGATE_TEST_TOKEN_SERVERS=" + strings.Join(s.cluster.APIURLs(), ","),
 		"FENCEGATE_TEST_DSN=" + s.app,
 		"FENCEGATE_TEST_ADMIN_DSN=" + s.admin,
+		"FENCEGATE_TEST_APP_DIRECT_DSN=" + s.appDirect,
 		"FENCEGATE_TEST_GO_PEER=" + s.peer.url,
 		"FENCEGATE_TEST_TLS_TOKEN_URL=" + s.tlsFront.URL,
 		"FENCEGATE_TEST_TLS_CA=" + s.certs.CA,

@@ -1,9 +1,18 @@
 // Command fenced-transfer moves money between accounts under a lock, the way
 // a correctness-critical job should: every transfer takes the Redis lock and
 // its fencing token with lockclient, and does its reads and writes in one
-// transaction through the fencegate proxy that starts with the fence. A
-// worker whose lock expired while it stalled gets lockclient.ErrStaleToken
-// instead of overwriting someone else's balances, and retries.
+// transaction through the fencegate proxy that starts with the fence. The
+// accounts table is protected by fencegate (the whole table is one
+// resource), so PostgreSQL refuses any write to it that is not fenced with
+// the lock's resource. A worker whose lock expired while it stalled gets
+// lockclient.ErrStaleToken instead of overwriting someone else's balances,
+// and retries.
+//
+// The program first does the administrator's part with the -postgres DSN
+// (install schema fencegate, create and protect the table, create an
+// application role for the run with the grants it needs), then connects
+// through the proxy as that role; it drops the table and the role at the
+// end.
 //
 // Run it against "fencegate dev":
 //
@@ -21,6 +30,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencegate/fencegate/examples/internal/appdb"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/jackc/pgx/v5"
@@ -28,6 +38,7 @@ import (
 
 type config struct {
 	Direct, DB, Redis string
+	Owner             string // owner role of schema fencegate if it is installed now (default pgfence's)
 	Tokens            []string
 	Workers           int
 	Transfers         int // per worker
@@ -37,8 +48,8 @@ type config struct {
 
 func main() {
 	var c config
-	flag.StringVar(&c.DB, "db", "postgres://postgres@127.0.0.1:6432/postgres?sslmode=disable", "PostgreSQL DSN through the fencegate proxy (default the fencegate dev proxy)")
-	flag.StringVar(&c.Direct, "postgres", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "the same PostgreSQL, direct, to create the accounts (default 127.0.0.1:5432)")
+	flag.StringVar(&c.DB, "db", "postgres://127.0.0.1:6432/postgres?sslmode=disable", "PostgreSQL DSN through the fencegate proxy; its user is replaced by the application role the program creates (default the fencegate dev proxy)")
+	flag.StringVar(&c.Direct, "postgres", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "the same PostgreSQL, direct, as an administrator: installs schema fencegate, creates and protects the accounts, creates the application role (default 127.0.0.1:5432)")
 	flag.StringVar(&c.Redis, "redis", "127.0.0.1:6379", "Redis host:port (default 127.0.0.1:6379)")
 	tokens := flag.String("tokens", "http://127.0.0.1:7101,http://127.0.0.1:7102,http://127.0.0.1:7103", "token service URLs (default the fencegate dev cluster)")
 	flag.IntVar(&c.Workers, "workers", 4, "concurrent workers (default 4)")
@@ -76,23 +87,35 @@ type result struct {
 var initial = []account{{"alice", 10000}, {"bob", 5000}, {"carol", 2500}, {"dave", 0}}
 
 func run(ctx context.Context, c config) (*result, error) {
+	table := fmt.Sprintf("accounts_%d", time.Now().UnixNano())
+	resource := "bank:" + table
+	res := &result{}
+	var fill strings.Builder
+	fmt.Fprintf(&fill, "CREATE TABLE %s (name text PRIMARY KEY, cents bigint NOT NULL);\nINSERT INTO %s VALUES ", table, table)
+	for i, a := range initial {
+		if i > 0 {
+			fill.WriteString(", ")
+		}
+		fmt.Fprintf(&fill, "('%s', %d)", a.Name, a.Cents)
+		res.Initial += a.Cents
+	}
+	// The administrator's part: the whole table is one resource, the one
+	// the workers lock.
+	app, err := appdb.Setup(ctx, c.Direct, []appdb.Table{{Name: table, Create: fill.String(), Resource: "'" + resource + "'"}},
+		appdb.Options{OwnerRole: c.Owner, RolePrefix: "fg_transfer_"})
+	if err != nil {
+		return nil, err
+	}
+	defer app.Close()
+	appDSN, err := app.DSN(c.DB)
+	if err != nil {
+		return nil, fmt.Errorf("-db: %w", err)
+	}
 	setup, err := pgx.Connect(ctx, c.Direct)
 	if err != nil {
 		return nil, fmt.Errorf("connect %s: %w (is fencegate dev running?)", c.Direct, err)
 	}
 	defer setup.Close(context.Background())
-	table := fmt.Sprintf("accounts_%d", time.Now().UnixNano())
-	if _, err := setup.Exec(ctx, "CREATE TABLE "+table+" (name text PRIMARY KEY, cents bigint NOT NULL)"); err != nil {
-		return nil, err
-	}
-	defer setup.Exec(context.Background(), "DROP TABLE "+table)
-	res := &result{}
-	for _, a := range initial {
-		if _, err := setup.Exec(ctx, "INSERT INTO "+table+" VALUES ($1, $2)", a.Name, a.Cents); err != nil {
-			return nil, err
-		}
-		res.Initial += a.Cents
-	}
 
 	tc, err := tokenservice.NewClient(c.Tokens)
 	if err != nil {
@@ -104,7 +127,6 @@ func run(ctx context.Context, c config) (*result, error) {
 		return nil, err
 	}
 	defer locks.Close()
-	resource := "bank:" + table
 
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -114,9 +136,9 @@ func run(ctx context.Context, c config) (*result, error) {
 		go func() {
 			defer wg.Done()
 			// One connection per worker: a transaction belongs to a connection.
-			db, err := pgx.Connect(ctx, c.DB)
+			db, err := pgx.Connect(ctx, appDSN)
 			if err != nil {
-				errs[w] = fmt.Errorf("connect %s: %w (is it the fencegate proxy?)", c.DB, err)
+				errs[w] = fmt.Errorf("connect to the fencegate proxy as %s: %w (is -db the fencegate proxy?)", app.Role, err)
 				return
 			}
 			defer db.Close(context.Background())

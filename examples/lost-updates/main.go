@@ -3,9 +3,10 @@
 // with a short TTL, while a chaos loop freezes random lock holders (SIGSTOP)
 // past the TTL and lets them go again (SIGCONT).
 //
-// The same run is made twice, writing straight to PostgreSQL and through the
-// fencegate proxy with the lock's fencing token, and the report compares
-// them: how often two workers believed they held the lock at once, how many
+// The same run is made twice, each in a fresh database and as an application
+// role the run creates: straight to PostgreSQL on tables nobody protects,
+// and through the fencegate proxy on tables fencegate protects, each
+// transaction fenced with the lock's token. The report compares them: how often two workers believed they held the lock at once, how many
 // acknowledged increments are missing from the counter (lost updates), and
 // how many stale writes the proxy rejected. Through the proxy no update is
 // ever lost: the final counter equals the number of accepted increments and
@@ -75,6 +76,7 @@ type config struct {
 	Tokens     string
 	Chart      string
 	Keep       bool
+	Owner      string // owner role of schema fencegate (default pgfence's)
 }
 
 func defaultConfig() config {
@@ -106,12 +108,12 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ChaosEvery, "chaos-every", c.ChaosEvery, "mean time between two freezes (default 300ms)")
 	fs.Int64Var(&c.Seed, "seed", 0, "seed of the chaos schedule (default: from the clock; printed)")
 	fs.StringVar(&c.Mode, "mode", c.Mode, "direct, proxy or both (default both)")
-	fs.StringVar(&c.Postgres, "postgres", c.Postgres, "PostgreSQL DSN, direct, of a role that may create databases (default "+c.Postgres+")")
+	fs.StringVar(&c.Postgres, "postgres", c.Postgres, "PostgreSQL DSN, direct, of an administrator (creates a database and an application role per mode; default "+c.Postgres+")")
 	fs.StringVar(&c.Proxy, "proxy", c.Proxy, "fencegate proxy host:port in front of that PostgreSQL (default "+c.Proxy+")")
 	fs.StringVar(&c.Redis, "redis", c.Redis, "Redis host:port, or five comma-separated masters for Redlock (default "+c.Redis+")")
 	fs.StringVar(&c.Tokens, "tokens", c.Tokens, "token service URLs, comma-separated (default the fencegate dev cluster)")
 	fs.StringVar(&c.Chart, "chart", c.Chart, "SVG chart to write (default "+c.Chart+")")
-	fs.BoolVar(&c.Keep, "keep", false, "keep the run's database instead of dropping it (default false)")
+	fs.BoolVar(&c.Keep, "keep", false, "keep the run's databases and application roles instead of dropping them (default false)")
 }
 
 func (c *config) check() error {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/devstack/devstacktest"
 	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/pgfence/pgfencetest"
 )
 
 func TestMain(m *testing.M) {
@@ -30,6 +31,7 @@ func TestShortRun(t *testing.T) {
 	cfg.ChaosEvery = 400 * time.Millisecond
 	cfg.Seed = 5
 	cfg.Postgres = testutil.PostgresAdminDSN()
+	cfg.Owner = pgfencetest.Role(t, cfg.Postgres, "fg_owner_", "NOLOGIN")
 	cfg.Proxy = st.ProxyAddr
 	cfg.Redis = addr
 	cfg.Tokens = strings.Join(st.Tokens.URLs, ",")

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fencegate/fencegate/examples/internal/appdb"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -77,23 +78,28 @@ func run(ctx context.Context, cfg config, out io.Writer) (*report, error) {
 // runMode sets up a fresh database, runs the workers and the chaos loop for
 // one mode, and reads the counter back.
 func runMode(ctx context.Context, cfg config, fenced bool) (*modeRun, error) {
-	db, drop, err := createDatabase(ctx, cfg)
+	resource := "counter:" + randomHex(4)
+	db, app, drop, err := createDatabase(ctx, cfg, fenced, resource)
 	if err != nil {
 		return nil, err
 	}
 	defer drop()
+	// The workers connect as the run's application role: straight to
+	// PostgreSQL, or through the proxy.
 	dsn := db
 	if fenced {
 		if dsn, err = proxyDSN(db, cfg.Proxy); err != nil {
 			return nil, err
 		}
 	}
+	if dsn, err = app.DSN(dsn); err != nil {
+		return nil, err
+	}
 	mr := &modeRun{fenced: fenced}
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	resource := "counter:" + randomHex(4)
 
 	var (
 		mu      sync.Mutex
@@ -316,24 +322,33 @@ func readBack(ctx context.Context, db string, mr *modeRun) error {
 	return nil
 }
 
-// createDatabase makes a fresh database with the counter, and returns its
-// direct DSN and a function that drops it (unless -keep).
-func createDatabase(ctx context.Context, cfg config) (string, func(), error) {
+// createDatabase makes a fresh database with the counter and the
+// increments log, and an application role that may read and write them,
+// and returns the database's DSN (the administrator's), the role, and a
+// function that drops both (unless -keep). For a fenced run it installs
+// schema fencegate and protects both tables as one resource, the one the
+// workers lock: PostgreSQL then refuses every write to them that is not
+// fenced with it. For the direct run the tables stay unprotected.
+func createDatabase(ctx context.Context, cfg config, fenced bool, resource string) (string, *appdb.App, func(), error) {
 	admin, err := pgx.Connect(ctx, cfg.Postgres)
 	if err != nil {
-		return "", nil, fmt.Errorf("connect to PostgreSQL (-postgres %s): %w; is fencegate dev running?", cfg.Postgres, err)
+		return "", nil, nil, fmt.Errorf("connect to PostgreSQL (-postgres %s): %w; is fencegate dev running?", cfg.Postgres, err)
 	}
 	defer admin.Close(context.Background())
 	name := "lost_updates_" + randomHex(6)
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		return "", nil, fmt.Errorf("create database %s: %w", name, err)
+		return "", nil, nil, fmt.Errorf("create database %s: %w", name, err)
 	}
 	u, _ := url.Parse(cfg.Postgres)
 	u.Path = "/" + name
 	dsn := u.String()
+	var app *appdb.App
 	drop := func() {
 		if cfg.Keep {
 			return
+		}
+		if app != nil {
+			_ = app.Close()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
@@ -342,22 +357,21 @@ func createDatabase(ctx context.Context, cfg config) (string, func(), error) {
 			c.Close(ctx)
 		}
 	}
-	c, err := pgx.Connect(ctx, dsn)
+	expr := "" // unprotected
+	if fenced {
+		expr = "'" + resource + "'"
+	}
+	app, err = appdb.Setup(ctx, dsn, []appdb.Table{
+		{Name: "counter", Create: "CREATE TABLE counter (id int PRIMARY KEY, v bigint NOT NULL); INSERT INTO counter VALUES (1, 0)", Resource: expr},
+		{Name: "increments", Create: `CREATE TABLE increments (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  worker int NOT NULL, attempt int NOT NULL, token bigint NOT NULL, value bigint NOT NULL,
+  at timestamptz NOT NULL DEFAULT clock_timestamp())`, Resource: expr},
+	}, appdb.Options{OwnerRole: cfg.Owner, RolePrefix: "fg_lost_updates_"})
 	if err != nil {
 		drop()
-		return "", nil, err
+		return "", nil, nil, err
 	}
-	defer c.Close(context.Background())
-	_, err = c.Exec(ctx, `
-CREATE TABLE counter (id int PRIMARY KEY, v bigint NOT NULL);
-INSERT INTO counter VALUES (1, 0);
-CREATE TABLE increments (id bigserial PRIMARY KEY, worker int NOT NULL, attempt int NOT NULL,
-  token bigint NOT NULL, value bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());`)
-	if err != nil {
-		drop()
-		return "", nil, fmt.Errorf("create tables: %w", err)
-	}
-	return dsn, drop, nil
+	return dsn, app, drop, nil
 }
 
 // proxyDSN points a direct DSN at the proxy: same user, password, database.

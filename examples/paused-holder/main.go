@@ -5,6 +5,12 @@
 // the fencegate proxy the late write fails with lockclient.ErrStaleToken and
 // the data stays right.
 //
+// The program first does the administrator's part with the -postgres DSN:
+// it installs schema fencegate, creates the account's table and protects it
+// (the table is one resource, the one both clients lock), and creates an
+// application role for the run; both clients connect through the proxy as
+// that role. Table and role are dropped at the end.
+//
 // Run it against "fencegate dev":
 //
 //	go run ./examples/paused-holder
@@ -19,14 +25,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencegate/fencegate/examples/internal/appdb"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/jackc/pgx/v5"
 )
 
 func main() {
-	dsn := flag.String("db", "postgres://postgres@127.0.0.1:6432/postgres?sslmode=disable", "PostgreSQL DSN through the fencegate proxy (default the fencegate dev proxy)")
-	direct := flag.String("postgres", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "the same PostgreSQL, direct, to create the example's table (default 127.0.0.1:5432)")
+	dsn := flag.String("db", "postgres://127.0.0.1:6432/postgres?sslmode=disable", "PostgreSQL DSN through the fencegate proxy; its user is replaced by the application role the program creates (default the fencegate dev proxy)")
+	direct := flag.String("postgres", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "the same PostgreSQL, direct, as an administrator: installs schema fencegate, creates and protects the example's table, creates the application role (default 127.0.0.1:5432)")
 	redisAddr := flag.String("redis", "127.0.0.1:6379", "Redis host:port (default 127.0.0.1:6379)")
 	tokens := flag.String("tokens", "http://127.0.0.1:7101,http://127.0.0.1:7102,http://127.0.0.1:7103", "token service URLs (default the fencegate dev cluster)")
 	ttl := flag.Duration("ttl", 500*time.Millisecond, "lock TTL (default 500ms)")
@@ -44,7 +51,7 @@ type outcome struct {
 }
 
 func run(ctx context.Context, direct, dsn, redisAddr string, tokenURLs []string, ttl time.Duration) error {
-	o, err := scenario(ctx, direct, dsn, redisAddr, tokenURLs, ttl)
+	o, err := scenario(ctx, direct, dsn, redisAddr, tokenURLs, ttl, "")
 	if err != nil {
 		return err
 	}
@@ -65,22 +72,33 @@ func run(ctx context.Context, direct, dsn, redisAddr string, tokenURLs []string,
 	return nil
 }
 
-func scenario(ctx context.Context, direct, dsn, redisAddr string, tokenURLs []string, ttl time.Duration) (*outcome, error) {
-	// The table, created directly (the proxy refuses unfenced writes).
+// scenario plays the two clients. owner names the owner role of schema
+// fencegate if it is installed now (empty: pgfence's default).
+func scenario(ctx context.Context, direct, dsn, redisAddr string, tokenURLs []string, ttl time.Duration, owner string) (*outcome, error) {
+	// The administrator's part: the table holds one account, and the whole
+	// table is the resource both clients lock.
+	table := fmt.Sprintf("paused_holder_%d", time.Now().UnixNano())
+	resource := "account:" + table
+	app, err := appdb.Setup(ctx, direct, []appdb.Table{{Name: table,
+		Create:   "CREATE TABLE " + table + " (id int PRIMARY KEY, balance bigint NOT NULL); INSERT INTO " + table + " VALUES (1, 100)",
+		Resource: "'" + resource + "'"}}, appdb.Options{OwnerRole: owner, RolePrefix: "fg_paused_"})
+	if err != nil {
+		return nil, err
+	}
+	defer app.Close()
+	appDSN, err := app.DSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("-db: %w", err)
+	}
 	setup, err := pgx.Connect(ctx, direct)
 	if err != nil {
 		return nil, fmt.Errorf("connect %s: %w (is fencegate dev running?)", direct, err)
 	}
-	defer setup.Close(ctx)
-	table := fmt.Sprintf("paused_holder_%d", time.Now().UnixNano())
-	if _, err := setup.Exec(ctx, "CREATE TABLE "+table+" (id int PRIMARY KEY, balance bigint NOT NULL); INSERT INTO "+table+" VALUES (1, 100)"); err != nil {
-		return nil, err
-	}
-	defer setup.Exec(context.Background(), "DROP TABLE "+table)
+	defer setup.Close(context.Background())
 
-	db, err := pgx.Connect(ctx, dsn)
+	db, err := pgx.Connect(ctx, appDSN)
 	if err != nil {
-		return nil, fmt.Errorf("connect %s: %w (is it the fencegate proxy?)", dsn, err)
+		return nil, fmt.Errorf("connect to the fencegate proxy as %s: %w (is -db the fencegate proxy?)", app.Role, err)
 	}
 	defer db.Close(context.Background())
 	tc, err := tokenservice.NewClient(tokenURLs)
@@ -93,7 +111,6 @@ func scenario(ctx context.Context, direct, dsn, redisAddr string, tokenURLs []st
 		return nil, err
 	}
 	defer locks.Close()
-	resource := "account:" + table
 
 	add := func(l *lockclient.Lock, amount int64) error {
 		return l.InTx(ctx, db, func(tx pgx.Tx) error {

@@ -9,6 +9,7 @@ import (
 	"github.com/fencegate/fencegate/internal/devstack/devstacktest"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockclient"
+	"github.com/fencegate/fencegate/pgfence/pgfencetest"
 )
 
 func TestMain(m *testing.M) { testutil.Main(m) }
@@ -17,7 +18,8 @@ func TestScenario(t *testing.T) {
 	addr, _ := testutil.Redis(t)
 	st := devstacktest.Start(t, addr)
 	db := testutil.PostgresDB(t)
-	o, err := scenario(context.Background(), db, devstacktest.ProxyDSN(st, db), addr, st.Tokens.URLs, 300*time.Millisecond)
+	owner := pgfencetest.Role(t, db, "fg_owner_", "NOLOGIN")
+	o, err := scenario(context.Background(), db, devstacktest.ProxyDSN(st, db), addr, st.Tokens.URLs, 300*time.Millisecond, owner)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,13 +8,23 @@ overwriting a newer holder's balances, and nothing of its transaction
 commits. Each transfer carries an id, so a COMMIT whose answer was lost can
 be checked and never applied twice.
 
-The tables (created by an administrator, who also protects them with the
-resource expressions 'account:' || id and 'account:' || src):
+Once, as an administrator (against `fencegate dev`: postgres straight at
+127.0.0.1:5432): the schema with an application role's grants, the tables,
+their protection, and the role's table grants. The proxy admits the
+application role and refuses the administrator.
 
-    CREATE TABLE accounts (id text PRIMARY KEY, balance bigint NOT NULL);
-    CREATE TABLE transfers (id text PRIMARY KEY, src text NOT NULL, dst text NOT NULL, cents bigint NOT NULL);
+    ADMIN=postgres://postgres@127.0.0.1:5432/postgres
+    psql $ADMIN -c 'CREATE ROLE app LOGIN'
+    fencegate schema install --db $ADMIN --grant app
+    psql $ADMIN -c 'CREATE TABLE accounts (id text PRIMARY KEY, balance bigint NOT NULL)'
+    psql $ADMIN -c 'CREATE TABLE transfers (id text PRIMARY KEY, src text NOT NULL, dst text NOT NULL, cents bigint NOT NULL)'
+    psql $ADMIN -c "INSERT INTO accounts VALUES ('alice', 5000), ('bob', 0)"
+    fencegate protect accounts --resource "'account:' || id" --db $ADMIN
+    fencegate protect transfers --resource "'account:' || src" --db $ADMIN
+    psql $ADMIN -c 'GRANT SELECT, INSERT, UPDATE, DELETE ON accounts, transfers TO app'
 
-Run it against `fencegate dev` (Redis, three token nodes and the proxy):
+Then, as the application, through the proxy (Redis, three token nodes and
+the proxy of `fencegate dev`):
 
     python3 clients/python/examples/transfer.py alice bob 1000
 """
@@ -53,8 +63,8 @@ def main():
     p.add_argument("src")
     p.add_argument("dst")
     p.add_argument("cents", type=int)
-    p.add_argument("--db", default="postgresql://postgres@127.0.0.1:6432/postgres?sslmode=disable",
-                   help="PostgreSQL through the fencegate proxy")
+    p.add_argument("--db", default="postgresql://app@127.0.0.1:6432/postgres?sslmode=disable",
+                   help="PostgreSQL through the fencegate proxy, as the application role")
     p.add_argument("--redis", default="redis://127.0.0.1:6379")
     p.add_argument("--tokens", default="http://127.0.0.1:7101,http://127.0.0.1:7102,http://127.0.0.1:7103")
     args = p.parse_args()

@@ -151,6 +151,34 @@ class FenceTest(StackTest):
         conn.rollback()
         self.assertEqual(self.balance(acct), 100)
 
+    def test_unfenced_write_straight_to_postgresql_is_refused(self):
+        # The table is protected by PostgreSQL itself: the same write, by the
+        # same role, without the proxy, is refused as well.
+        locks = self.lock_client()
+        acct = self.new_account(locks, 100)
+        conn = self.connect(dsn=env("FENCEGATE_TEST_APP_DIRECT_DSN"))
+        for sql in ("UPDATE accounts SET balance = 0 WHERE id = %s", "DELETE FROM accounts WHERE id = %s"):
+            with self.assertRaises(fencegate.UnfencedWriteError) as cm:
+                with fencegate.fence_errors():
+                    with conn.cursor() as cur:
+                        cur.execute(sql, (acct,))
+            self.assertEqual(cm.exception.sqlstate, "FG002")
+            self.assertIn("accounts", str(cm.exception))
+            conn.rollback()
+        self.assertEqual(self.balance(acct), 100)
+
+    def test_fence_guards_only_its_resource(self):
+        locks = self.lock_client()
+        mine, other = self.new_account(locks, 100), self.new_account(locks, 100)
+        conn = self.connect()
+        with locks.acquire("account:" + mine) as lock:
+            with self.assertRaises(fencegate.UnfencedWriteError) as cm:
+                with lock.transaction(conn) as cur:
+                    cur.execute("UPDATE accounts SET balance = balance - 10 WHERE id = %s", (mine,))
+                    cur.execute("UPDATE accounts SET balance = balance + 10 WHERE id = %s", (other,))
+        self.assertEqual(cm.exception.sqlstate, "FG002")
+        self.assertEqual((self.balance(mine), self.balance(other)), (100, 100))
+
     def test_fence_misuse(self):
         conn = self.connect()
         with self.assertRaises(fencegate.FenceMisuseError) as cm:

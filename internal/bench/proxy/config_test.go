@@ -33,33 +33,21 @@ func TestBouncerIni(t *testing.T) {
 	}
 }
 
-func TestTwinScript(t *testing.T) {
-	const sql = "SET TRANSACTION READ WRITE; SELECT fencegate.fence($1, $2)"
-	for _, tc := range []struct{ mode, want string }{
-		{"simple", "BEGIN;\nSET TRANSACTION READ WRITE\\; SELECT fencegate.fence('acct:' || :aid, :tok);\nUPDATE pgbench_accounts"},
-		{"extended", "BEGIN;\n\\startpipeline\nSET TRANSACTION READ WRITE;\nSELECT fencegate.fence('acct:' || :aid, :tok);\n\\endpipeline\nUPDATE pgbench_accounts"},
-	} {
-		twin := twinScript(sql, tc.mode)
-		if !strings.Contains(twin, tc.want) {
-			t.Errorf("%s twin lacks %q:\n%s", tc.mode, tc.want, twin)
-		}
-	}
-	if !strings.Contains(fencedScript, fenceCall) {
-		t.Fatal("fencedScript does not contain fenceCall")
+func TestFencedScript(t *testing.T) {
+	want := "BEGIN;\nSELECT fencegate.fence('acct:' || :aid::text, :tok::bigint);\nUPDATE fenced_accounts SET abalance"
+	if !strings.Contains(fencedScript, want) {
+		t.Errorf("fencedScript lacks %q:\n%s", want, fencedScript)
 	}
 }
 
 func TestWorkloadArgs(t *testing.T) {
-	sc := scripts{fenced: "f.sql", twin: map[string]string{"simple": "ts.sql", "extended": "te.sql"}}
+	sc := scripts{fenced: "f.sql"}
 	w, _ := findWorkload("fenced-write")
-	if got, want := w.pgbenchArgs("fencegate", sc), []string{"-M", "extended", "-f", "f.sql"}; !slices.Equal(got, want) {
-		t.Errorf("args on fencegate=%v, want %v", got, want)
-	}
-	if got, want := w.pgbenchArgs("direct", sc), []string{"-M", "extended", "-f", "te.sql"}; !slices.Equal(got, want) {
-		t.Errorf("args on direct=%v, want %v", got, want)
+	if got, want := w.pgbenchArgs(sc), []string{"-M", "extended", "-f", "f.sql"}; !slices.Equal(got, want) {
+		t.Errorf("args of fenced-write=%v, want %v", got, want)
 	}
 	s, _ := findWorkload("select-simple")
-	if got, want := s.pgbenchArgs("fencegate", sc), []string{"-M", "simple", "-S"}; !slices.Equal(got, want) {
+	if got, want := s.pgbenchArgs(sc), []string{"-M", "simple", "-S"}; !slices.Equal(got, want) {
 		t.Errorf("args of select-simple=%v, want %v", got, want)
 	}
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -11,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fencegate/fencegate/internal/bench"
-	"github.com/fencegate/fencegate/proxy"
+	"github.com/fencegate/fencegate/pgfence"
 )
 
 // errNoProxy means the fencegate binary has no proxy command.
@@ -38,16 +40,70 @@ func startProxy(ctx context.Context, g *bench.Group, name, bin string, up pgbenc
 	return ports[0], p.Pid(), nil
 }
 
-// fenceSQL is what the proxy sends upstream for a fence call.
-const fenceSQL = proxy.FenceSQL
+// appRole is the application role pgbench connects as on every path: the
+// gate refuses the administrator (a superuser could switch enforcement
+// off), and a fair comparison runs every path as the same role.
+type appRole struct {
+	name, owner string
+}
 
-// installSchema installs the fencegate schema in t's database, as the proxy
-// does on its first session, so that the direct twins find the function.
-func installSchema(ctx context.Context, t pgbenchTarget) error {
+// prepareDatabase does the administrator's part in t's database (t.user is
+// the administrator): it installs schema fencegate with its own owner role,
+// creates an application role with the grants an application needs (the
+// fence functions, and SELECT, INSERT, UPDATE, DELETE on the pgbench tables),
+// and, for the fenced workloads, creates the protected table fencedTable
+// with the accounts of clients 0..maxClients-1 (see fencedScript), whose
+// row with aid X belongs to resource "acct:X".
+func prepareDatabase(ctx context.Context, t pgbenchTarget, r appRole, maxClients int, fenced bool) error {
 	conn, err := pgx.Connect(ctx, t.dsn())
 	if err != nil {
-		return fmt.Errorf("install fencegate schema: %w", err)
+		return fmt.Errorf("prepare database %s: %w", t.db, err)
 	}
 	defer conn.Close(context.Background())
-	return proxy.EnsureSchema(ctx, conn)
+	if _, err := conn.Exec(ctx, "CREATE ROLE "+r.name+" LOGIN"); err != nil {
+		return fmt.Errorf("create the application role: %w", err)
+	}
+	if _, err := pgfence.Install(ctx, conn, pgfence.InstallOptions{OwnerRole: r.owner, Grant: []string{r.name}}); err != nil {
+		return fmt.Errorf("install fencegate schema: %w", err)
+	}
+	if fenced {
+		if _, err := conn.Exec(ctx, fmt.Sprintf(`CREATE TABLE %[1]s (aid int PRIMARY KEY, abalance int NOT NULL);
+INSERT INTO %[1]s SELECT aid, abalance FROM pgbench_accounts WHERE aid <= %[2]d`, fencedTable, 100*maxClients+100)); err != nil {
+			return fmt.Errorf("create %s: %w", fencedTable, err)
+		}
+		if err := pgfence.Protect(ctx, conn, fencedTable, "'acct:' || aid"); err != nil {
+			return fmt.Errorf("protect %s: %w", fencedTable, err)
+		}
+		if _, err := conn.Exec(ctx, "VACUUM ANALYZE "+fencedTable); err != nil {
+			return err
+		}
+	}
+	if _, err := conn.Exec(ctx, "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "+r.name); err != nil {
+		return fmt.Errorf("grant the pgbench tables: %w", err)
+	}
+	return nil
+}
+
+// newAppRole names the run's application role and schema owner role.
+func newAppRole() appRole {
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	return appRole{name: "fg_bench_app_" + hex.EncodeToString(b), owner: "fg_bench_owner_" + hex.EncodeToString(b)}
+}
+
+// drop drops the roles, once the database that used them is gone.
+func (r appRole) drop(adminDSN string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, adminDSN)
+	if err != nil {
+		return fmt.Errorf("drop roles %s, %s: %w", r.name, r.owner, err)
+	}
+	defer conn.Close(context.Background())
+	for _, role := range []string{r.name, r.owner} {
+		if _, err := conn.Exec(ctx, "DROP ROLE IF EXISTS "+role); err != nil {
+			return fmt.Errorf("drop role %s: %w", role, err)
+		}
+	}
+	return nil
 }

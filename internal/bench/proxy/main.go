@@ -5,12 +5,14 @@
 //	go run ./internal/bench/proxy [--runs 3] [--duration 5s] [--concurrency 1,8] [--json] [--keep]
 //
 // Workloads: read-only pgbench (-S) in the simple and the extended query
-// protocol, and a fenced write (see fencedScript) sent through the proxy
-// versus its twin sent direct and through PgBouncer, where the fence call is
-// replaced by the SQL the proxy runs for it. Every figure is the median of
-// --runs runs; the order of the systems rotates from run to run. The
-// command creates its own database (pgbench -i) and PgBouncer and proxy
-// processes, and removes all of them when it ends, also on error or Ctrl-C.
+// protocol, and a fenced write (see fencedScript) on a table fencegate
+// protects, the same script on every path. Every path runs as one
+// application role the command creates (the proxy's gate refuses the
+// administrator). Every figure is the median of --runs runs; the order of
+// the systems rotates from run to run. The command creates its own
+// database (pgbench -i, schema fencegate, the protected table), roles, and
+// PgBouncer and proxy processes, and removes all of them when it ends, also
+// on error or Ctrl-C.
 package main
 
 import (
@@ -39,9 +41,6 @@ func main() {
 
 var knownSystems = []string{"direct", "pgbouncer", "fencegate"}
 
-// unfencedProxy names the proxy instance that lets unfenced writes through.
-const unfencedProxy = "fencegate-unfenced"
-
 // options are the command's flags.
 type options struct {
 	bench.Flags
@@ -62,7 +61,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.scale, "scale", 10, "pgbench scale factor of the benchmark database")
 	wl := fs.String("workloads", "select-simple,select-extended,fenced-write",
 		"comma-separated workloads: select-simple, select-extended, fenced-write (extended protocol), fenced-write-simple, "+
-			"nobranch-extended (pgbench -N, unfenced writes: through a proxy started with --allow-unfenced-writes)")
+			"nobranch-extended (pgbench -N: writes without fences to pgbench's own tables, which are not protected)")
 	sys := fs.String("systems", "direct,pgbouncer,fencegate", "comma-separated paths to measure")
 	fs.StringVar(&o.bin, "fencegate-bin", "", "fencegate binary to run (default: build ./cmd/fencegate into the temporary directory)")
 	if err := fs.Parse(args); err != nil {
@@ -163,11 +162,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	var sc scripts
 	if o.fenced() {
-		if sc, err = writeScripts(dir, fenceSQL); err != nil {
+		if sc, err = writeScripts(dir); err != nil {
 			return err
 		}
 	}
 
+	// Cleanups run last first: the roles go after the database.
+	app := newAppRole()
+	cl.Add(func() {
+		if err := app.drop(o.pg); err != nil {
+			logf("%v", err)
+		}
+	})
 	if up.db, err = createDatabase(ctx, o.pg); err != nil {
 		return err
 	}
@@ -181,12 +187,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := initPgbench(ctx, pgbenchBin, up, o.scale); err != nil {
 		return err
 	}
-	if o.fenced() {
-		// The direct twins call the fence function the proxy installs.
-		if err := installSchema(ctx, up); err != nil {
-			return err
-		}
+	logf("installing schema fencegate, protecting %s, creating role %s", fencedTable, app.name)
+	if err := prepareDatabase(ctx, up, app, slices.Max(o.Concurrency), o.fenced()); err != nil {
+		return err
 	}
+	up.user = app.name // pgbench connects as the application role on every path
 
 	targets, err := startPaths(ctx, o, g, dir, up, fgBin, bouncerBin, versions, logf)
 	if err != nil {
@@ -228,14 +233,6 @@ func startPaths(ctx context.Context, o options, g *bench.Group, dir string, up p
 		return nil, err
 	}
 	targets["fencegate"] = local(port, pid)
-	if slices.ContainsFunc(o.workloads, func(w workload) bool { return w.unfenced }) {
-		logf("starting fencegate proxy with --allow-unfenced-writes")
-		port, pid, err := startProxy(ctx, g, "fencegate-proxy-unfenced", fgBin, up, "--allow-unfenced-writes")
-		if err != nil {
-			return nil, err
-		}
-		targets[unfencedProxy] = local(port, pid)
-	}
 	return targets, nil
 }
 
@@ -248,10 +245,7 @@ func measureAll(ctx context.Context, o options, pgbenchBin string, targets map[s
 		for _, w := range o.workloads {
 			for _, c := range o.Concurrency {
 				for _, s := range order {
-					args, target := w.pgbenchArgs(s, sc), targets[s]
-					if w.unfenced && s == "fencegate" {
-						target = targets[unfencedProxy]
-					}
+					args, target := w.pgbenchArgs(sc), targets[s]
 					if o.Warmup > 0 {
 						if _, err := runPgbench(ctx, pgbenchBin, target, c, o.Warmup, args); err != nil {
 							return fmt.Errorf("warm up %s on %s at %d clients: %w", w.name, s, c, err)
