@@ -336,7 +336,7 @@ func startClients(stack *Stack, cfg Config, seed int64, rec *Recorder) ([]*Clien
 			"--tokens", strings.Join(stack.TokenURLs(), ","),
 			"--redis", strings.Join(stack.RedisAddrs(), ","),
 			"--dsn", strings.Join(stack.ProxyDSNs(), ","),
-			"--resource", "counter",
+			"--resource", Resource,
 			"--ttl", cfg.TTL.String(), "--work", cfg.Work.String(),
 			"--seed", strconv.FormatInt(seed*100+int64(i), 10)}
 		sink := func(line []byte) {
@@ -351,7 +351,7 @@ func startClients(stack *Stack, cfg Config, seed int64, rec *Recorder) ([]*Clien
 			}
 		}
 		cp.Proc = stack.Sup.Add("client-"+cp.Name, cfg.Binary, args,
-			WithStdout(func() io.Writer { return &lineWriter{f: sink} }))
+			WithStdout(func() io.Writer { return &lineWriter{f: sink} }), WithEnv(stack.ClientEnv()...))
 		out = append(out, cp)
 	}
 	for _, cp := range out {
