@@ -48,8 +48,9 @@ type Config struct {
 	// Work is the most a client waits between getting its token and
 	// writing. The default is TTL/4.
 	Work time.Duration
-	// PostgreSQL is the admin DSN of the server runs create their
-	// databases on. The default is DefaultPostgresDSN.
+	// PostgreSQL is the DSN of a superuser of the server each run creates
+	// its database and its two roles on (dropped when the run ends). The
+	// default is DefaultPostgresDSN.
 	PostgreSQL string
 	// Logger receives progress logs. The default is
 	// slog.Default().With("component", "faults").
