@@ -39,7 +39,8 @@ type FencedDB struct {
 
 // FencedOptions configures SetupFenced.
 type FencedOptions struct {
-	// AdminDSN connects as a superuser to the database to set up.
+	// AdminDSN connects as a superuser to the database to set up; another
+	// role is refused with a message saying so.
 	AdminDSN string
 	// Owner names the role that owns schema fencegate; created NOLOGIN when
 	// missing. The default is pgfence.DefaultOwnerRole.
@@ -67,6 +68,14 @@ func SetupFenced(ctx context.Context, o FencedOptions) (*FencedDB, error) {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	d := &FencedDB{AdminDSN: o.AdminDSN, Owner: o.Owner, App: o.App}
+	var me string
+	var super bool
+	if err := conn.QueryRow(ctx, "SELECT current_user::text, rolsuper FROM pg_roles WHERE rolname = current_user").Scan(&me, &super); err != nil {
+		return nil, fmt.Errorf("read the administrator's role: %w", err)
+	}
+	if !super {
+		return nil, fmt.Errorf("PostgreSQL role %s is not a superuser: creating roles and installing schema fencegate need one; give the DSN of a superuser (such as postgres)", me)
+	}
 	if _, err := EnsureRole(ctx, conn, o.Owner, "NOLOGIN", ""); err != nil {
 		return nil, err
 	}
@@ -78,7 +87,7 @@ func SetupFenced(ctx context.Context, o FencedOptions) (*FencedDB, error) {
 	if created {
 		d.AppPassword = pw
 	}
-	var super, login bool
+	var login bool
 	if err := conn.QueryRow(ctx, "SELECT rolsuper, rolcanlogin FROM pg_roles WHERE rolname = $1", o.App).Scan(&super, &login); err != nil {
 		return nil, fmt.Errorf("read role %s: %w", o.App, err)
 	}

@@ -3,6 +3,8 @@ package devstack
 import (
 	"context"
 	"errors"
+	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/fencegate/fencegate/internal/testutil"
@@ -93,5 +95,32 @@ func TestSetupFencedTwiceAndDropRoles(t *testing.T) {
 	var n int
 	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_roles WHERE rolname IN ($1, $2)", app, owner).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("%d of the roles left after DropRoles (%v)", n, err)
+	}
+}
+
+// A DSN of a role that is not a superuser is refused with one line saying
+// what is needed.
+func TestSetupFencedNeedsSuperuser(t *testing.T) {
+	ctx := context.Background()
+	admin := testutil.PostgresAdminDSN()
+	dsn := testutil.PostgresDB(t)
+	weak := testutil.RandomName("fg_weak_")
+	c, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, "CREATE ROLE "+weak+" LOGIN CREATEDB"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = DropRoles(context.Background(), admin, nil, weak) })
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(weak)
+	_, err = SetupFenced(ctx, FencedOptions{AdminDSN: u.String(), App: testutil.RandomName("fg_app_")})
+	if err == nil || !strings.Contains(err.Error(), "not a superuser") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("SetupFenced as %s: %v; want one line saying a superuser is needed", weak, err)
 	}
 }
