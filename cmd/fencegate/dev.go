@@ -27,7 +27,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	database := fs.String("database", devstack.DefaultDatabase, "database set up for applications: created when missing, schema fencegate installed or upgraded, tables orders and charges protected (default "+devstack.DefaultDatabase+")")
 	appRole := fs.String("app-role", devstack.DefaultAppRole, "application role: created (LOGIN, with a password kept in the data directory's pgpass) when missing, granted "+devstack.AppPrivileges+" on the demo tables and the fence; it stays on the server (default "+devstack.DefaultAppRole+")")
 	ownerRole := fs.String("owner-role", pgfence.DefaultOwnerRole, "NOLOGIN role that owns schema fencegate and the demo tables; created when missing, it stays on the server (default "+pgfence.DefaultOwnerRole+")")
-	proxyListen := fs.String("proxy-listen", devstack.DevProxyAddr, "address of the fencing proxy (default "+devstack.DevProxyAddr+")")
+	proxyListen := fs.String("proxy-listen", devstack.DevProxyAddr, "address of the gate proxy (default "+devstack.DevProxyAddr+")")
 	tokenAPI := fs.String("token-api", strings.Join(devstack.DevTokenAPIAddrs, ","), "API addresses of the three token nodes (default "+strings.Join(devstack.DevTokenAPIAddrs, ",")+")")
 	tokenRaft := fs.String("token-raft", strings.Join(devstack.DevTokenRaftAddrs, ","), "Raft addresses of the three token nodes (default "+strings.Join(devstack.DevTokenRaftAddrs, ",")+")")
 	verbose := fs.Bool("v", false, "show the token nodes' and the proxy's logs (default false: warnings only)")
