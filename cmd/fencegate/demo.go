@@ -21,9 +21,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
 		fmt.Fprintln(stderr, "Usage: fencegate demo paused-holder [--redlock] [flags]")
 		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "  paused-holder   Kleppmann's paused lock holder with real processes: once straight")
-		fmt.Fprintln(stderr, "                  to PostgreSQL (the stale write lands), once through the proxy")
-		fmt.Fprintln(stderr, "                  (it is rejected with FG001). Exits 0 only when it was rejected.")
+		fmt.Fprintln(stderr, "  paused-holder   Kleppmann's paused lock holder with real processes, three times:")
+		fmt.Fprintln(stderr, "                  (a) straight to PostgreSQL, unprotected tables (the stale write lands);")
+		fmt.Fprintln(stderr, "                  (b) through the proxy, protected tables (rejected with FG001);")
+		fmt.Fprintln(stderr, "                  (c) straight to PostgreSQL, protected tables (rejected with FG001).")
+		fmt.Fprintln(stderr, "                  Exits 0 only when (b) and (c) rejected it.")
 		if len(args) == 0 {
 			return usagef("name a demo: paused-holder")
 		}
@@ -43,7 +45,7 @@ func runPausedHolder(ctx context.Context, args []string, stdout, stderr io.Write
 	var cfg demo.Config
 	fs.BoolVar(&cfg.Redlock, "redlock", false, "lock on five Redis masters (Redlock) the demo starts; the double grant comes from restarting one without persistence (default false: one Redis and a SIGSTOP)")
 	fs.DurationVar(&cfg.TTL, "ttl", 0, "lock TTL (default 1s, 5s with --redlock)")
-	fs.StringVar(&cfg.Postgres, "postgres", "", "PostgreSQL DSN (default: DATABASE_URL or PG* variables, else 127.0.0.1:5432, else a throwaway server)")
+	fs.StringVar(&cfg.Postgres, "postgres", "", "PostgreSQL DSN of a superuser: the demo creates a database and two roles, dropped at the end (default: DATABASE_URL or PG* variables, else 127.0.0.1:5432, else a throwaway server)")
 	fs.StringVar(&cfg.Redis, "redis", "", "Redis host:port or redis:// URL (default: REDIS_URL, else 127.0.0.1:6379, else a throwaway server)")
 	fs.StringVar(&cfg.Picture, "picture", demo.DefaultPicture, "SVG timeline to write (default "+demo.DefaultPicture+")")
 	verbose := fs.Bool("v", false, "log progress, and the token nodes' and proxy's logs, to stderr (default false)")

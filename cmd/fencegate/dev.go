@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/fencegate/fencegate/internal/devstack"
+	"github.com/fencegate/fencegate/pgfence"
 )
 
 func init() {
@@ -21,9 +22,12 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	dataDir := fs.String("data-dir", devstack.DefaultDataDir, "directory for the token nodes' data and any PostgreSQL/Redis the stack starts (default "+devstack.DefaultDataDir+")")
 	reset := fs.Bool("reset", false, "remove the data directory before starting, for a fresh stack (default false)")
 	clean := fs.Bool("clean", false, "remove the data directory when the stack stops (default false)")
-	pg := fs.String("postgres", "", "PostgreSQL DSN of a role that may create databases (default: DATABASE_URL or the PG* variables, else 127.0.0.1:5432 when it answers, else a throwaway server started from the PostgreSQL binaries)")
+	pg := fs.String("postgres", "", "PostgreSQL DSN of a superuser, to set the database up and for the proxy's --admin-upstream (default: DATABASE_URL or the PG* variables, else 127.0.0.1:5432 when it answers, else a throwaway server started from the PostgreSQL binaries)")
 	rd := fs.String("redis", "", "Redis host:port or redis:// URL (default: REDIS_URL, else 127.0.0.1:6379 when it answers, else a throwaway redis-server)")
-	proxyListen := fs.String("proxy-listen", devstack.DevProxyAddr, "address of the fencing proxy (default "+devstack.DevProxyAddr+")")
+	database := fs.String("database", devstack.DefaultDatabase, "database set up for applications: created when missing, schema fencegate installed or upgraded, tables orders and charges protected (default "+devstack.DefaultDatabase+")")
+	appRole := fs.String("app-role", devstack.DefaultAppRole, "application role: created (LOGIN, with a password kept in the data directory's pgpass) when missing, granted "+devstack.AppPrivileges+" on the demo tables and the fence; it stays on the server (default "+devstack.DefaultAppRole+")")
+	ownerRole := fs.String("owner-role", pgfence.DefaultOwnerRole, "NOLOGIN role that owns schema fencegate and the demo tables; created when missing, it stays on the server (default "+pgfence.DefaultOwnerRole+")")
+	proxyListen := fs.String("proxy-listen", devstack.DevProxyAddr, "address of the gate proxy (default "+devstack.DevProxyAddr+")")
 	tokenAPI := fs.String("token-api", strings.Join(devstack.DevTokenAPIAddrs, ","), "API addresses of the three token nodes (default "+strings.Join(devstack.DevTokenAPIAddrs, ",")+")")
 	tokenRaft := fs.String("token-raft", strings.Join(devstack.DevTokenRaftAddrs, ","), "Raft addresses of the three token nodes (default "+strings.Join(devstack.DevTokenRaftAddrs, ",")+")")
 	verbose := fs.Bool("v", false, "show the token nodes' and the proxy's logs (default false: warnings only)")
@@ -58,6 +62,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fmt.Fprintln(stdout, "fencegate dev: starting PostgreSQL/Redis (if needed), 3 token nodes and the proxy...")
 	st, err := devstack.Start(ctx, devstack.StackConfig{
 		DataDir: *dataDir, Postgres: *pg, Redis: *rd, ProxyListen: *proxyListen,
+		Database: *database, AppRole: *appRole, OwnerRole: *ownerRole,
 		TokenAPI: api, TokenRaft: raft, Logger: log, ServiceLogger: svcLog,
 	})
 	if err != nil {
@@ -66,9 +71,11 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fmt.Fprintln(stdout)
 	fmt.Fprint(stdout, st.Describe())
 	fmt.Fprintln(stdout)
-	fmt.Fprintln(stdout, "Try it:")
+	fmt.Fprintln(stdout, "Applications connect as the application role, through the proxy:")
 	fmt.Fprintf(stdout, "  psql '%s'\n", st.ProxyDSN())
-	fmt.Fprintln(stdout, "    BEGIN; SELECT fencegate.fence('order:42', 34); ... COMMIT;")
+	fmt.Fprintln(stdout, "    BEGIN; SELECT fencegate.fence('order:42', 34); UPDATE orders SET state = 'paid' WHERE id = 42; COMMIT;")
+	fmt.Fprintln(stdout, "    (without the fence PostgreSQL refuses the UPDATE with FG002; with a token below 34 afterwards, FG001)")
+	fmt.Fprintln(stdout, "Try it:")
 	fmt.Fprintf(stdout, "  fencegate token next order:42 --servers %s\n", strings.Join(st.Tokens.URLs, ","))
 	extra := exampleFlags(st, *proxyListen, api)
 	fmt.Fprintf(stdout, "  go run ./examples/lost-updates%s\n", extra)
@@ -100,7 +107,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 func exampleFlags(st *devstack.Stack, proxyListen string, api []string) string {
 	var b strings.Builder
 	if st.Postgres.DSN != devstack.DefaultPostgresDSN {
-		fmt.Fprintf(&b, " -postgres '%s'", st.Postgres.DSN)
+		fmt.Fprintf(&b, " -postgres '%s'", devstack.Redact(st.Postgres.DSN))
 	}
 	if st.Redis.Addr != devstack.DefaultRedisAddr {
 		fmt.Fprintf(&b, " -redis %s", st.Redis.Addr)

@@ -141,6 +141,11 @@ func TestProxyLogsNoPassword(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// An empty schema owned by the test's owner role: the repair keeps that
+	// owner rather than create the fixed-name default role
+	// (pgfence.DefaultOwnerRole), which would outlive the test on a shared
+	// server.
+	db.Exec(t, "CREATE SCHEMA fencegate AUTHORIZATION "+db.Owner)
 	admin := *u
 	admin.User = url.UserPassword(u.User.Username(), adminSecret) // trust authentication ignores it
 	health := *u

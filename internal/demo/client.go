@@ -17,16 +17,18 @@ import (
 
 // ClientConfig is what one client process needs.
 type ClientConfig struct {
-	Name     string        // "client 1"
-	Redis    []string      // one address, or five for Redlock
-	Tokens   []string      // token service API URLs
-	DB       string        // DSN: PostgreSQL directly, or the proxy
-	Fenced   bool          // take fencegate.fence in each transaction
-	Resource string        // the lock and fence resource, e.g. "order:42"
-	OrderID  int           // the order to charge
-	TTL      time.Duration // lock TTL
-	Wait     time.Duration // how long Acquire may keep retrying
-	Work     time.Duration // time spent between reading and writing
+	Name      string        // "client 1"
+	Redis     []string      // one address, or five for Redlock
+	Tokens    []string      // token service API URLs
+	DB        string        // DSN: PostgreSQL directly, or the proxy
+	Password  string        // the DSN's password; passed in PGPASSWORD, never on the command line
+	Fenced    bool          // take fencegate.fence in each transaction
+	Resource  string        // the lock and fence resource, e.g. "order:42"
+	KeyPrefix string        // prefix of the lock's key in Redis
+	OrderID   int           // the order to charge
+	TTL       time.Duration // lock TTL
+	Wait      time.Duration // how long Acquire may keep retrying
+	Work      time.Duration // time spent between reading and writing
 }
 
 // ClientFlags registers the client's flags on fs, filling c.
@@ -43,6 +45,7 @@ func ClientFlags(fs *flag.FlagSet, c *ClientConfig) {
 	fs.StringVar(&c.DB, "db", "", "PostgreSQL or proxy DSN (required)")
 	fs.BoolVar(&c.Fenced, "fenced", false, "fence every transaction with the lock's token (default false)")
 	fs.StringVar(&c.Resource, "resource", "order:42", "lock and fence resource (default order:42)")
+	fs.StringVar(&c.KeyPrefix, "key-prefix", "fencegate:demo:lock:", "prefix of the lock's key in Redis (default fencegate:demo:lock:)")
 	fs.IntVar(&c.OrderID, "order", 42, "order id to charge (default 42)")
 	fs.DurationVar(&c.TTL, "ttl", time.Second, "lock TTL (default 1s)")
 	fs.DurationVar(&c.Wait, "wait", 30*time.Second, "how long to keep trying for the lock (default 30s)")
@@ -52,7 +55,7 @@ func ClientFlags(fs *flag.FlagSet, c *ClientConfig) {
 // args renders c as the command line ClientFlags parses.
 func (c *ClientConfig) args() []string {
 	a := []string{"--name", c.Name, "--redis", strings.Join(c.Redis, ","), "--tokens", strings.Join(c.Tokens, ","),
-		"--db", c.DB, "--resource", c.Resource, "--order", fmt.Sprint(c.OrderID), "--ttl", c.TTL.String(), "--wait", c.Wait.String(), "--work", c.Work.String()}
+		"--db", c.DB, "--resource", c.Resource, "--key-prefix", c.KeyPrefix, "--order", fmt.Sprint(c.OrderID), "--ttl", c.TTL.String(), "--wait", c.Wait.String(), "--work", c.Work.String()}
 	if c.Fenced {
 		a = append(a, "--fenced")
 	}
@@ -88,7 +91,7 @@ func runClient(ctx context.Context, c *ClientConfig, stdin *bufio.Reader, ev *ev
 	}
 	conn, err := pgx.Connect(ctx, c.DB)
 	if err != nil {
-		return fmt.Errorf("connect %s: %w", c.DB, err)
+		return fmt.Errorf("connect %s: %w", c.DB, err) // no password in c.DB: it is in PGPASSWORD
 	}
 	defer conn.Close(context.Background())
 

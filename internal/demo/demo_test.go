@@ -44,47 +44,54 @@ func runDemo(t *testing.T, redlock bool) *Result {
 // the SQLSTATEs the client processes received, not from printed text.
 func checkVerdicts(t *testing.T, res *Result) {
 	t.Helper()
-	d, p := res.Direct, res.Proxied
-	if !(d.Token2 > d.Token1 && p.Token1 > d.Token2 && p.Token2 > p.Token1) {
-		t.Errorf("tokens not increasing across grants: direct %d,%d proxied %d,%d", d.Token1, d.Token2, p.Token1, p.Token2)
+	a, b, c := res.Unprotected, res.Proxied, res.Direct
+	if !(a.Token2 > a.Token1 && b.Token1 > a.Token2 && b.Token2 > b.Token1 && c.Token1 > b.Token2 && c.Token2 > c.Token1) {
+		t.Errorf("tokens not increasing across grants: (a) %d,%d (b) %d,%d (c) %d,%d", a.Token1, a.Token2, b.Token1, b.Token2, c.Token1, c.Token2)
 	}
-	if got, want := d.Order.Charges, 2; got != want {
-		t.Errorf("direct run: %d charges, want %d (the stale write lands)", got, want)
+	if a.Fenced || a.Protected || a.Proxy || !b.Fenced || !b.Protected || !b.Proxy || !c.Fenced || !c.Protected || c.Proxy {
+		t.Errorf("runs not as described: (a) %+v (b) %+v (c) %+v", a, b, c)
 	}
-	if !d.Write1.OK || !d.Write2.OK {
-		t.Errorf("direct run: writes %+v, %+v; want both committed", d.Write1, d.Write2)
+	if got, want := a.Order.Charges, 2; got != want {
+		t.Errorf("(a) unprotected: %d charges, want %d (the stale write lands)", got, want)
 	}
-	if got, want := p.Write1.SQLState, "FG001"; got != want || p.Write1.OK {
-		t.Errorf("proxied run: client 1's write = %+v, want SQLSTATE %s", p.Write1, want)
+	if !a.Write1.OK || !a.Write2.OK {
+		t.Errorf("(a) unprotected: writes %+v, %+v; want both committed", a.Write1, a.Write2)
 	}
-	if !p.Write2.OK {
-		t.Errorf("proxied run: client 2's write = %+v, want committed", p.Write2)
-	}
-	if got, want := p.Order.Charges, 1; got != want {
-		t.Errorf("proxied run: %d charges, want %d", got, want)
-	}
-	if p.Order.ChargedCents != p.Order.AmountCents || p.Order.State != "paid" {
-		t.Errorf("proxied run: order %+v, want paid once", p.Order)
+	for name, p := range map[string]Run{"(b) through the proxy": b, "(c) straight to PostgreSQL": c} {
+		if got, want := p.Write1.SQLState, "FG001"; got != want || p.Write1.OK {
+			t.Errorf("%s: client 1's write = %+v, want SQLSTATE %s", name, p.Write1, want)
+		}
+		if !p.Write2.OK {
+			t.Errorf("%s: client 2's write = %+v, want committed", name, p.Write2)
+		}
+		if got, want := p.Order.Charges, 1; got != want {
+			t.Errorf("%s: %d charges, want %d", name, got, want)
+		}
+		if p.Order.ChargedCents != p.Order.AmountCents || p.Order.State != "paid" {
+			t.Errorf("%s: order %+v, want paid once", name, p.Order)
+		}
 	}
 	if !res.StaleWriteRejected() {
-		t.Errorf("StaleWriteRejected()=false for %+v", p)
+		t.Errorf("StaleWriteRejected()=false for (b) %+v (c) %+v", b, c)
 	}
 }
 
 func TestPausedHolder(t *testing.T) {
 	res := runDemo(t, false)
 	checkVerdicts(t, res)
-	if !res.Direct.Held1 || !res.Proxied.Held1 {
-		t.Errorf("client 1 should have seen its lease valid just before the pause: %v, %v", res.Direct.Held1, res.Proxied.Held1)
+	for _, r := range []Run{res.Unprotected, res.Proxied, res.Direct} {
+		if !r.Held1 {
+			t.Errorf("proxy=%v protected=%v: client 1 should have seen its lease valid just before the pause", r.Proxy, r.Protected)
+		}
 	}
 }
 
 func TestPausedHolderRedlock(t *testing.T) {
 	res := runDemo(t, true)
 	checkVerdicts(t, res)
-	for _, r := range []Run{res.Direct, res.Proxied} {
+	for _, r := range []Run{res.Unprotected, res.Proxied, res.Direct} {
 		if !r.DoubleGrant() {
-			t.Errorf("fenced=%v: masters %q after client 2's grant; want client 1's key on a minority and client 2's on a majority", r.Fenced, r.Masters)
+			t.Errorf("proxy=%v protected=%v: masters %q after client 2's grant; want client 1's key on a minority and client 2's on a majority", r.Proxy, r.Protected, r.Masters)
 		}
 	}
 }

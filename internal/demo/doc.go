@@ -4,11 +4,17 @@
 // SIGSTOP past its lock's TTL while the second takes the lock and charges,
 // then the first wakes up and writes from its stale view.
 //
-// The scenario runs twice: (a) the clients write straight to PostgreSQL and
-// the order is charged twice; (b) they write through the fencegate proxy and
-// the stale write fails with SQLSTATE FG001, so the order is charged once.
-// With Redlock, the lock lives on five Redis masters and the double grant
-// comes from a master restarted without persistence instead of from a pause.
+// The scenario runs three times, the clients logging in as an application
+// role (SELECT, INSERT, UPDATE, DELETE on the tables and the fence grants):
+// (a) straight to PostgreSQL on unprotected tables, without a fence: the
+// order is charged twice; (b) through the fencegate proxy on tables
+// protected with fencegate.protect (each row belongs to resource
+// 'order:<id>'), each transaction fenced with the lock's token: the stale
+// write fails with SQLSTATE FG001 and the order is charged once; (c) as (b)
+// but straight to PostgreSQL: refused with FG001 too, because PostgreSQL
+// itself enforces the fence. With Redlock, the lock lives on five Redis
+// masters and the double grant comes from a master restarted without
+// persistence instead of from a pause.
 //
 // The clients are the fencegate binary itself, re-executed with the hidden
 // command "fencegate demo client", so that a pause is a real SIGSTOP of a
@@ -18,9 +24,10 @@ package demo
 import "errors"
 
 var (
-	// ErrStaleWriteAccepted means the fenced run let the stale write through:
-	// the demo failed to show what it exists to show.
-	ErrStaleWriteAccepted = errors.New("demo: the stale write was not rejected through the proxy")
+	// ErrStaleWriteAccepted means a run on the protected tables (through the
+	// proxy or straight to PostgreSQL) let the stale write through: the demo
+	// failed to show what it exists to show.
+	ErrStaleWriteAccepted = errors.New("demo: the stale write was not rejected on the protected tables")
 	// ErrClient means a client process failed in a way the scenario does not expect.
 	ErrClient = errors.New("demo: client failed")
 )

@@ -14,15 +14,12 @@ type locks struct {
 	*lockclient.Client
 }
 
-// keyPrefix is the prefix of the demo's lock keys in Redis.
-const keyPrefix = "fencegate:demo:lock:"
-
 func newLocks(c *ClientConfig) (*locks, error) {
 	tc, err := tokenservice.NewClient(c.Tokens)
 	if err != nil {
 		return nil, err
 	}
-	opts := []lockclient.Option{lockclient.WithTTL(c.TTL), lockclient.WithKeyPrefix(keyPrefix),
+	opts := []lockclient.Option{lockclient.WithTTL(c.TTL), lockclient.WithKeyPrefix(c.KeyPrefix),
 		lockclient.WithRetry(lockclient.FixedRetry(20 * time.Millisecond))}
 	lc, err := lockclient.Dial(c.Redis, tc, opts...)
 	if err != nil {

@@ -63,12 +63,14 @@ type Write struct {
 
 // Run is one pass of the scenario.
 type Run struct {
-	Fenced bool  // through the proxy, with fencegate.fence
-	Token1 int64 // client 1's token
-	Token2 int64 // client 2's token
-	Write1 Write // client 1's (stale) write
-	Write2 Write // client 2's write
-	Held1  bool  // client 1 believed its lease valid just before writing
+	Fenced    bool  // each transaction starts with fencegate.fence (Lock.InTx)
+	Protected bool  // the tables are protected (fencegate.protect)
+	Proxy     bool  // the clients connect through the proxy, else straight to PostgreSQL
+	Token1    int64 // client 1's token
+	Token2    int64 // client 2's token
+	Write1    Write // client 1's (stale) write
+	Write2    Write // client 2's write
+	Held1     bool  // client 1 believed its lease valid just before writing
 	// Masters is, for Redlock, the value of the lock key on each master
 	// right after client 2's grant ("" where absent).
 	Masters  []string
@@ -78,9 +80,10 @@ type Run struct {
 
 // Result is what the demo observed.
 type Result struct {
-	Direct  Run    // (a) straight to PostgreSQL
-	Proxied Run    // (b) through the proxy
-	Picture string // absolute path of the SVG written
+	Unprotected Run    // (a) straight to PostgreSQL, unprotected tables, no fence
+	Proxied     Run    // (b) through the proxy, protected tables, fenced
+	Direct      Run    // (c) straight to PostgreSQL, protected tables, fenced
+	Picture     string // absolute path of the SVG written
 }
 
 // DoubleGrant reports, for Redlock, whether the masters showed two holders
@@ -104,23 +107,33 @@ func (r *Run) DoubleGrant() bool {
 	return false
 }
 
-// StaleWriteRejected reports the demo's verdict: through the proxy, client 1's
-// stale write failed with FG001 and the order was charged exactly once.
-func (r *Result) StaleWriteRejected() bool {
-	p := r.Proxied
-	return p.Write1.Attempted && !p.Write1.OK && p.Write1.SQLState == "FG001" &&
-		p.Order.Charges == 1 && p.Order.ChargedCents == p.Order.AmountCents
+// StaleWriteRejected reports the demo's verdict: on the protected tables,
+// through the proxy (b) and straight to PostgreSQL (c), client 1's stale
+// write failed with FG001 and the order was charged exactly once.
+func (r *Result) StaleWriteRejected() bool { return r.Proxied.rejected() && r.Direct.rejected() }
+
+// rejected reports whether client 1's stale write failed with FG001 and
+// the order was charged exactly once.
+func (r *Run) rejected() bool {
+	return r.Write1.Attempted && !r.Write1.OK && r.Write1.SQLState == "FG001" &&
+		r.Order.Charges == 1 && r.Order.ChargedCents == r.Order.AmountCents
 }
 
 const orderID = 42
+
+// resource is the lock's and the fence's resource: what the resource
+// expression of the protected tables computes for order 42's rows.
+const resource = "order:42"
 
 // DefaultPicture is where the demo draws its timeline unless told otherwise:
 // in the dev data directory, which "fencegate dev --reset" removes.
 var DefaultPicture = filepath.Join(devstack.DefaultDataDir, "paused-holder.svg")
 
-// PausedHolder runs the scenario directly and through the proxy, prints the
-// timelines and writes the picture. The error is ErrStaleWriteAccepted when
-// the fenced run did not reject the stale write.
+// PausedHolder runs the scenario three times, prints the timelines and
+// writes the picture: (a) straight to PostgreSQL on unprotected tables,
+// (b) through the proxy on protected tables, (c) straight to PostgreSQL on
+// the protected tables. The error is ErrStaleWriteAccepted when (b) or (c)
+// did not reject the stale write.
 func PausedHolder(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.TTL <= 0 {
 		cfg.TTL = time.Second
@@ -156,14 +169,22 @@ func PausedHolder(ctx context.Context, cfg Config) (*Result, error) {
 	printIntro(cfg.Out, &cfg, st)
 
 	res := &Result{}
-	if res.Direct, err = runOnce(ctx, &cfg, st, false); err != nil {
-		return nil, fmt.Errorf("run (a) direct: %w", err)
+	for _, r := range []struct {
+		run  *Run
+		name string
+	}{
+		{&res.Unprotected, "(a) straight to PostgreSQL, unprotected tables"},
+		{&res.Proxied, "(b) through the proxy, protected tables"},
+		{&res.Direct, "(c) straight to PostgreSQL, protected tables"},
+	} {
+		r.run.Protected = r.run != &res.Unprotected
+		r.run.Fenced = r.run.Protected
+		r.run.Proxy = r.run == &res.Proxied
+		if err := runOnce(ctx, &cfg, st, r.run); err != nil {
+			return nil, fmt.Errorf("run %s: %w", r.name, err)
+		}
+		printRun(cfg.Out, r.run)
 	}
-	printRun(cfg.Out, &res.Direct)
-	if res.Proxied, err = runOnce(ctx, &cfg, st, true); err != nil {
-		return nil, fmt.Errorf("run (b) through the proxy: %w", err)
-	}
-	printRun(cfg.Out, &res.Proxied)
 
 	if res.Picture, err = filepath.Abs(cfg.Picture); err != nil {
 		return nil, err
@@ -191,20 +212,30 @@ func mustAbs(p string) string {
 	return a
 }
 
-func resetTables(ctx context.Context, dsn string) error {
-	conn, err := pgx.Connect(ctx, dsn)
+// resetTables creates the demo's tables afresh, as the administrator, with
+// order 42 unpaid; protected, they belong to the owner role and each row to
+// resource 'order:<id>'. Either way the application role gets
+// devstack.AppPrivileges on them, nothing more.
+func resetTables(ctx context.Context, st *stack, protected bool) error {
+	conn, err := pgx.Connect(ctx, st.directDSN())
 	if err != nil {
 		return fmt.Errorf("connect demo database: %w", err)
 	}
 	defer conn.Close(context.Background())
-	_, err = conn.Exec(ctx, `
-DROP TABLE IF EXISTS charges, orders;
-CREATE TABLE orders (id int PRIMARY KEY, customer text NOT NULL, amount_cents bigint NOT NULL, state text NOT NULL);
-CREATE TABLE charges (id serial PRIMARY KEY, order_id int NOT NULL REFERENCES orders, amount_cents bigint NOT NULL,
-  by_client text NOT NULL, token bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
-INSERT INTO orders VALUES (42, 'Alice', 4999, 'unpaid');`)
+	_, err = conn.Exec(ctx, "DROP TABLE IF EXISTS charges, orders;"+devstack.DemoTablesSQL+
+		"INSERT INTO orders VALUES (42, 'Alice', 4999, 'unpaid');")
 	if err != nil {
 		return fmt.Errorf("create demo tables: %w", err)
+	}
+	for _, t := range []struct{ name, resource string }{{"orders", devstack.OrdersResource}, {"charges", devstack.ChargesResource}} {
+		if protected {
+			err = st.db.ProtectTable(ctx, conn, t.name, t.resource)
+		} else {
+			err = st.db.Grant(ctx, conn, t.name)
+		}
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -225,17 +256,18 @@ func readOrder(ctx context.Context, dsn string) (Order, error) {
 	return o, nil
 }
 
-// runOnce plays the scenario once, fenced or not.
-func runOnce(ctx context.Context, cfg *Config, st *stack, fenced bool) (Run, error) {
-	run := Run{Fenced: fenced}
-	if err := resetTables(ctx, st.directDSN()); err != nil {
-		return run, err
+// runOnce plays the scenario once, as run says (Fenced, Protected, Proxy),
+// and fills in the rest of run.
+func runOnce(ctx context.Context, cfg *Config, st *stack, run *Run) error {
+	if err := resetTables(ctx, st, run.Protected); err != nil {
+		return err
 	}
-	title := "(a) clients write straight to PostgreSQL"
-	db := st.directDSN()
-	if fenced {
-		title = "(b) clients write through the fencegate proxy, fenced by token"
-		db = st.proxyDSN()
+	title := "(a) straight to PostgreSQL, unprotected tables, no fence"
+	switch {
+	case run.Proxy:
+		title = "(b) through the fencegate proxy, protected tables, fenced by token"
+	case run.Protected:
+		title = "(c) straight to PostgreSQL (no proxy), protected tables, fenced by token"
 	}
 	start := time.Now()
 	tl := timeline.New(title, start)
@@ -245,8 +277,11 @@ func runOnce(ctx context.Context, cfg *Config, st *stack, fenced bool) (Run, err
 		tl.AddLane("Redis masters")
 	}
 
-	resource := "order:42:" + randomName("")[:6]
-	base := ClientConfig{Tokens: st.tokenURLs, DB: db, Fenced: fenced, Resource: resource, OrderID: orderID,
+	// The lock's keys are the run's own: a run never meets a lease of an
+	// earlier run or of another demo on the same Redis.
+	prefix := randomName("fencegate:demo:") + ":lock:"
+	base := ClientConfig{Tokens: st.tokenURLs, DB: st.appDSN(run.Proxy), Password: st.db.AppPassword, Fenced: run.Fenced,
+		Resource: resource, KeyPrefix: prefix, OrderID: orderID,
 		TTL: cfg.TTL, Wait: 30 * time.Second, Work: min(cfg.TTL/5, 200*time.Millisecond)}
 	c1cfg, c2cfg := base, base
 	c1cfg.Name, c2cfg.Name = "client 1", "client 2"
@@ -259,7 +294,7 @@ func runOnce(ctx context.Context, cfg *Config, st *stack, fenced bool) (Run, err
 		for i := 3; i < 5; i++ {
 			r, err := netfault.NewRelay("127.0.0.1:0", st.masters[i].Addr)
 			if err != nil {
-				return run, err
+				return err
 			}
 			defer r.Close()
 			r.Cut()
@@ -271,23 +306,23 @@ func runOnce(ctx context.Context, cfg *Config, st *stack, fenced bool) (Run, err
 
 	c1, err := startClient(cfg.Binary, &c1cfg)
 	if err != nil {
-		return run, err
+		return err
 	}
 	defer c1.kill()
 	c1.stuck = st.sessions
 	step := 30 * time.Second
 	acq1, err := c1.next(ctx, step, evAcquired)
 	if err != nil {
-		return run, err
+		return err
 	}
 	run.Token1 = acq1.Token
 	leaseEnd1 := acq1.at.Add(cfg.TTL)
 	if _, err := c1.next(ctx, step, evRead); err != nil {
-		return run, err
+		return err
 	}
 	chk1, err := c1.next(ctx, step, evChecked)
 	if err != nil {
-		return run, err
+		return err
 	}
 	run.Held1 = chk1.Held
 
@@ -299,10 +334,10 @@ func runOnce(ctx context.Context, cfg *Config, st *stack, fenced bool) (Run, err
 		// Master 3 crashes and comes back empty: client 1's key on it is gone.
 		crash := time.Now()
 		if err := st.masters[2].Kill(); err != nil {
-			return run, err
+			return err
 		}
 		if err := st.masters[2].Restart(ctx); err != nil {
-			return run, fmt.Errorf("restart Redis master 3: %w", err)
+			return fmt.Errorf("restart Redis master 3: %w", err)
 		}
 
 		tl.Mark("Redis masters", timeline.Note, crash, "master 3 restarted without persistence")
@@ -310,77 +345,77 @@ func runOnce(ctx context.Context, cfg *Config, st *stack, fenced bool) (Run, err
 		// The pause: client 1 is frozen right before its write and stays
 		// frozen while its lease expires and client 2 does its work.
 		if err := c1.pause(10 * time.Second); err != nil {
-			return run, fmt.Errorf("stop client 1: %w", err)
+			return fmt.Errorf("stop client 1: %w", err)
 		}
 		pausedAt = time.Now()
 		if err := c1.send(cmdWrite); err != nil {
-			return run, err
+			return err
 		}
 	}
 
 	c2, err := startClient(cfg.Binary, &c2cfg)
 	if err != nil {
-		return run, err
+		return err
 	}
 	defer c2.kill()
 	c2.stuck = func() string { return "; client 1's process state " + c1.state() + st.sessions() }
 	acq2, err := c2.next(ctx, step, evAcquired)
 	if err != nil {
-		return run, err
+		return err
 	}
 	run.Token2 = acq2.Token
 	if cfg.Redlock {
-		if run.Masters, err = st.lockHolders(ctx, resource); err != nil {
-			return run, err
+		if run.Masters, err = st.lockHolders(ctx, prefix+resource); err != nil {
+			return err
 		}
 	}
 	if _, err := c2.next(ctx, step, evRead); err != nil {
-		return run, err
+		return err
 	}
 	if err := c2.send(cmdWrite); err != nil {
-		return run, err
+		return err
 	}
 	if _, err := c2.next(ctx, step, evChecked); err != nil {
-		return run, err
+		return err
 	}
 	w2, err := c2.next(ctx, step, evWrote, evSkipped)
 	if err != nil {
-		return run, err
+		return err
 	}
 	run.Write2 = writeOf(w2)
 	rel2, err := c2.next(ctx, step, evReleased)
 	if err != nil {
-		return run, err
+		return err
 	}
 	if err := c2.wait(ctx, step); err != nil {
-		return run, err
+		return err
 	}
 
 	var resumedAt time.Time
 	if cfg.Redlock {
 		if err := c1.send(cmdWrite); err != nil {
-			return run, err
+			return err
 		}
 	} else {
 		resumedAt = time.Now()
 		if err := c1.signal(syscall.SIGCONT); err != nil {
-			return run, fmt.Errorf("continue client 1: %w", err)
+			return fmt.Errorf("continue client 1: %w", err)
 		}
 	}
 	w1, err := c1.next(ctx, step, evWrote, evSkipped)
 	if err != nil {
-		return run, err
+		return err
 	}
 	run.Write1 = writeOf(w1)
 	rel1, err := c1.next(ctx, step, evReleased)
 	if err != nil {
-		return run, err
+		return err
 	}
 	if err := c1.wait(ctx, step); err != nil {
-		return run, err
+		return err
 	}
 	if run.Order, err = readOrder(ctx, st.directDSN()); err != nil {
-		return run, err
+		return err
 	}
 
 	// The picture.
@@ -405,8 +440,8 @@ func runOnce(ctx context.Context, cfg *Config, st *stack, fenced bool) (Run, err
 	tl.Mark("client 2", writeKind(run.Write2, false), w2.at, writeLabel(run.Write2, run.Token2))
 	tl.Mark("client 1", writeKind(run.Write1, true), w1.at, writeLabel(run.Write1, run.Token1))
 	tl.Extend(rel1.at)
-	tl.SetCaption(runCaption(&run))
-	return run, nil
+	tl.SetCaption(runCaption(run))
+	return nil
 }
 
 func writeOf(e stamped) Write {

@@ -42,6 +42,9 @@ func startClient(binary string, c *ClientConfig) (*clientProc, error) {
 	// Killed with us; in its own process group, so a Ctrl-C reaches only the
 	// demo, which then stops it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if c.Password != "" {
+		cmd.Env = append(os.Environ(), "PGPASSWORD="+c.Password)
+	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err

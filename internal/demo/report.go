@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/fencegate/fencegate/internal/devstack"
 	"github.com/fencegate/fencegate/internal/timeline"
 )
 
@@ -13,13 +14,15 @@ func printIntro(w io.Writer, cfg *Config, st *stack) {
 	fmt.Fprintln(w, "The paused lock holder (Kleppmann, \"How to do distributed locking\"), replayed with real processes.")
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "  PostgreSQL   %s (%s), database %s, dropped at the end\n", hostOf(st.adminDSN), st.pg.Source, st.dbName)
+	fmt.Fprintf(w, "  roles        clients log in as %s (%s on the tables, may take fences);\n", st.db.App, devstack.AppPrivileges)
+	fmt.Fprintf(w, "               %s (NOLOGIN) owns schema fencegate and the tables; both dropped at the end\n", st.db.Owner)
 	if cfg.Redlock {
 		fmt.Fprintf(w, "  Redis        five masters for Redlock: %s\n", strings.Join(st.redisAddrs(), " "))
 	} else {
 		fmt.Fprintf(w, "  Redis        %s (%s)\n", st.redis.Addr, st.redis.Source)
 	}
 	fmt.Fprintf(w, "  tokens       3-node Raft group: %s\n", strings.Join(st.tokenURLs, " "))
-	fmt.Fprintf(w, "  proxy        %s -> PostgreSQL\n", st.proxyAddr)
+	fmt.Fprintf(w, "  proxy        %s -> PostgreSQL (a gate: admits the application role only)\n", st.proxyAddr)
 	fmt.Fprintf(w, "  lock TTL     %v\n", cfg.TTL)
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Alice's order 42 ($49.99) must be charged once. Two client processes each take the lock")
@@ -31,6 +34,9 @@ func printIntro(w io.Writer, cfg *Config, st *stack) {
 		fmt.Fprintln(w, "Client 1 reads, then is frozen (SIGSTOP) past its TTL; client 2 takes the lock, charges;")
 		fmt.Fprintln(w, "client 1 resumes and charges from what it read before the pause.")
 	}
+	fmt.Fprintln(w, "Three runs: (a) straight to PostgreSQL, tables not protected, no fence; (b) through the proxy,")
+	fmt.Fprintln(w, "tables protected (fencegate.protect), each transaction fenced with the lock's token; (c) as (b)")
+	fmt.Fprintln(w, "but straight to PostgreSQL: the fence is enforced by PostgreSQL itself, not by the proxy.")
 	fmt.Fprintln(w)
 }
 
@@ -105,7 +111,7 @@ func writePicture(res *Result, cfg *Config) error {
 	if cfg.Redlock {
 		title = "Redlock double grant after a master restart, with and without fencing"
 	}
-	if err := timeline.WriteSVG(f, title, res.Direct.Timeline, res.Proxied.Timeline); err != nil {
+	if err := timeline.WriteSVG(f, title, res.Unprotected.Timeline, res.Proxied.Timeline, res.Direct.Timeline); err != nil {
 		f.Close()
 		return fmt.Errorf("write picture: %w", err)
 	}
@@ -113,18 +119,27 @@ func writePicture(res *Result, cfg *Config) error {
 }
 
 func printVerdict(w io.Writer, res *Result) {
-	d, p := res.Direct, res.Proxied
+	a := res.Unprotected
 	fmt.Fprintln(w, "Verdict")
-	if d.Order.Charges > 1 {
-		fmt.Fprintf(w, "  (a) direct:        the stale write landed; Alice paid %s for a %s order.\n", money(d.Order.ChargedCents), money(d.Order.AmountCents))
+	if a.Order.Charges > 1 {
+		fmt.Fprintf(w, "  %-25s the stale write landed; Alice paid %s for a %s order.\n", "(a) unprotected, direct:", money(a.Order.ChargedCents), money(a.Order.AmountCents))
 	} else {
-		fmt.Fprintf(w, "  (a) direct:        %d charge(s); this time the stale write did no damage.\n", d.Order.Charges)
+		fmt.Fprintf(w, "  %-25s %d charge(s); this time the stale write did no damage.\n", "(a) unprotected, direct:", a.Order.Charges)
+	}
+	for _, r := range []struct {
+		name string
+		run  *Run
+	}{{"(b) protected, proxy:", &res.Proxied}, {"(c) protected, direct:", &res.Direct}} {
+		p := r.run
+		if p.rejected() {
+			fmt.Fprintf(w, "  %-25s the stale write (token %d < %d) was rejected with FG001; Alice paid %s once.\n", r.name, p.Token1, p.Token2, money(p.Order.ChargedCents))
+		} else {
+			fmt.Fprintf(w, "  %-25s the stale write was NOT rejected (%d charge(s), client 1: %+v).\n", r.name, p.Order.Charges, p.Write1)
+		}
 	}
 	if res.StaleWriteRejected() {
-		fmt.Fprintf(w, "  (b) through proxy: the stale write (token %d) was rejected with FG001; Alice paid %s once.\n", p.Token1, money(p.Order.ChargedCents))
-		fmt.Fprintln(w, "  PASS: fencing made the paused holder harmless.")
+		fmt.Fprintln(w, "  PASS: fencing made the paused holder harmless, with or without the proxy.")
 	} else {
-		fmt.Fprintf(w, "  (b) through proxy: the stale write was NOT rejected (%d charge(s), client 1: %+v).\n", p.Order.Charges, p.Write1)
 		fmt.Fprintln(w, "  FAIL")
 	}
 	fmt.Fprintf(w, "  picture: %s\n", res.Picture)

@@ -28,7 +28,8 @@ type stack struct {
 	proxyAddr string            // fencegate proxy, host:port
 	adminDSN  string
 	dbName    string
-	closers   []func() // run in reverse order by close
+	db        *devstack.FencedDB // the demo database's roles
+	closers   []func()           // run in reverse order by close
 }
 
 func startStack(ctx context.Context, cfg *Config) (_ *stack, err error) {
@@ -84,7 +85,10 @@ func startStack(ctx context.Context, cfg *Config) (_ *stack, err error) {
 	return s, nil
 }
 
-// createDatabase makes a database of the demo's own, dropped by close.
+// createDatabase makes a database of the demo's own, with schema fencegate
+// installed and two roles of the demo's own: the NOLOGIN owner of the schema
+// and of the tables, and the application role the clients log in as. Close
+// drops the database, then the roles.
 func (s *stack) createDatabase(ctx context.Context) error {
 	s.adminDSN = s.pg.DSN
 	conn, err := pgx.Connect(ctx, s.adminDSN)
@@ -93,6 +97,13 @@ func (s *stack) createDatabase(ctx context.Context) error {
 	}
 	defer conn.Close(context.Background())
 	s.dbName = randomName("fencegate_demo_")
+	owner, app := randomName("fencegate_demo_owner_"), randomName("fencegate_demo_app_")
+	// Closers run in reverse order: the roles go after the database.
+	s.closers = append(s.closers, func() {
+		if err := devstack.DropRoles(context.Background(), s.adminDSN, []string{s.dbName}, app, owner); err != nil {
+			s.log.Warn("drop demo roles", "err", err)
+		}
+	})
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+s.dbName); err != nil {
 		return fmt.Errorf("create database %s: %w", s.dbName, err)
 	}
@@ -109,14 +120,26 @@ func (s *stack) createDatabase(ctx context.Context) error {
 			s.log.Warn("drop demo database", "db", s.dbName, "err", err)
 		}
 	})
+	db, err := devstack.SetupFenced(ctx, devstack.FencedOptions{AdminDSN: s.directDSN(), Owner: owner, App: app})
+	if err != nil {
+		return err
+	}
+	s.db = db
 	return nil
 }
 
-// directDSN connects straight to the demo database.
+// directDSN connects straight to the demo database as the administrator.
 func (s *stack) directDSN() string { return withDB(s.adminDSN, s.dbName, "") }
 
-// proxyDSN connects to the demo database through the proxy.
-func (s *stack) proxyDSN() string { return withDB(s.adminDSN, s.dbName, s.proxyAddr) }
+// appDSN connects to the demo database as the application role, through
+// the proxy when proxied, else straight to PostgreSQL. The password is not
+// in it: the clients get it in their environment.
+func (s *stack) appDSN(proxied bool) string {
+	if proxied {
+		return s.db.AppDSN(s.proxyAddr)
+	}
+	return s.db.AppDSN("")
+}
 
 func withDB(dsn, db, host string) string {
 	u, err := url.Parse(dsn)
@@ -162,14 +185,17 @@ func (s *stack) startTokens(ctx context.Context) error {
 	return nil
 }
 
-// startProxy starts the fencing proxy in this process, in front of the
-// PostgreSQL in use, on the dev address when it is free.
+// startProxy starts the gate proxy in this process, in front of the
+// PostgreSQL in use, on the dev address when it is free. It may repair the
+// schema as the administrator (it finds it sound: createDatabase installed
+// it), and admits the application role only.
 func (s *stack) startProxy(ctx context.Context) error {
 	listen := devstack.DevProxyAddr
 	if !devstack.PortFree(listen) {
 		listen = "127.0.0.1:0"
 	}
-	addr, stop, err := devstack.StartProxy(listen, s.adminDSN, s.svcLog.With("component", "proxy"))
+	addr, stop, err := devstack.StartProxy(devstack.ProxyOptions{Listen: listen, Upstream: s.adminDSN,
+		AdminUpstream: s.adminDSN, OwnerRole: s.db.Owner, Logger: s.svcLog.With("component", "proxy")})
 	if err != nil {
 		return err
 	}
@@ -178,12 +204,12 @@ func (s *stack) startProxy(ctx context.Context) error {
 	return nil
 }
 
-// lockHolders reads the lock key of resource on every Redlock master.
-func (s *stack) lockHolders(ctx context.Context, resource string) ([]string, error) {
+// lockHolders reads the lock key key on every Redlock master.
+func (s *stack) lockHolders(ctx context.Context, key string) ([]string, error) {
 	out := make([]string, len(s.masters))
 	for i, m := range s.masters {
 		c := redis.NewClient(m.Options)
-		v, err := c.Get(ctx, keyPrefix+resource).Result()
+		v, err := c.Get(ctx, key).Result()
 		c.Close()
 		switch {
 		case errors.Is(err, redis.Nil):

@@ -30,13 +30,25 @@ func devArgs(t *testing.T, dataDir, proxy string) []string {
 		"--proxy-listen", proxy, "--token-api", addrs(), "--token-raft", addrs()}
 }
 
-// The whole stack from the binary: it comes up, the proxy fences, the token
-// nodes mint, and SIGINT stops it with exit status 0 and --clean removes
-// its data.
+// The whole stack from the binary: it comes up, sets up a database (schema,
+// protected demo tables, an application role), prints the application's
+// DSN through the proxy, the fence holds there, the token nodes mint, and
+// SIGINT stops it with exit status 0 and --clean removes its data.
 func TestDevCommand(t *testing.T) {
 	dataDir := filepath.Join(t.TempDir(), "data")
 	proxy := testutil.FreeAddr(t)
-	cmd := exec.Command(testutil.Binary(t), append(devArgs(t, dataDir, proxy), "--clean")...)
+	admin := testutil.PostgresAdminDSN()
+	// A database and roles of the test's own; the roles go before the
+	// database (cleanups run in reverse).
+	dbName := DatabaseOf(testutil.PostgresDB(t))
+	owner, app := testutil.RandomName("fg_devowner_"), testutil.RandomName("fg_devapp_")
+	t.Cleanup(func() {
+		if err := DropRoles(context.Background(), admin, []string{dbName}, app, owner); err != nil {
+			t.Error(err)
+		}
+	})
+	args := append(devArgs(t, dataDir, proxy), "--clean", "--database", dbName, "--owner-role", owner, "--app-role", app)
+	cmd := exec.Command(testutil.Binary(t), args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -81,37 +93,64 @@ func TestDevCommand(t *testing.T) {
 		t.Fatalf("psql line %q does not name the proxy %s", psql, proxy)
 	}
 
-	// A fenced transaction through the proxy, and a stale one.
-	ctx := context.Background()
-	// A database of the test's own, through the proxy the psql line names.
-	db, err := url.Parse(testutil.PostgresDB(t))
-	if err != nil {
-		t.Fatal(err)
-	}
 	pu, err := url.Parse(psql)
 	if err != nil {
 		t.Fatal(err)
 	}
-	db.Host = pu.Host
-	conn, err := pgx.Connect(ctx, db.String())
+	if _, has := pu.User.Password(); pu.User.Username() != app || has || pu.Path != "/"+dbName {
+		t.Fatalf("psql line %q: want user %s without a password, database %s", psql, app, dbName)
+	}
+	pgpass, err := os.ReadFile(filepath.Join(dataDir, "pgpass"))
 	if err != nil {
-		t.Fatalf("connect through the proxy: %v", err)
+		t.Fatalf("the application role's password: %v", err)
+	}
+	pw := strings.TrimSpace(string(pgpass[strings.LastIndexByte(string(pgpass), ':')+1:]))
+	if len(pw) < 16 || strings.Contains(strings.Join(out, "\n")+stderr.String(), pw) {
+		t.Fatalf("password %q too short or printed:\n%s\n%s", pw, strings.Join(out, "\n"), stderr.String())
+	}
+
+	// Through the proxy, as the application: a fenced write to the
+	// protected order, an unfenced one (FG002) and a stale one (FG001).
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, psql)
+	if err != nil {
+		t.Fatalf("connect through the proxy as %s: %v", app, err)
 	}
 	defer conn.Close(ctx)
-	res := testutil.RandomName("devtest:")
-	fence := func(tok int64) error {
+	pay := func(tok int64) error {
 		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, "SELECT fencegate.fence($1::text, $2::bigint)", res, tok)
+			if tok > 0 {
+				if _, err := tx.Exec(ctx, "SELECT fencegate.fence('order:42', $1::bigint)", tok); err != nil {
+					return err
+				}
+			}
+			_, err := tx.Exec(ctx, "UPDATE orders SET state = 'paid' WHERE id = 42")
 			return err
 		})
 	}
-	if err := fence(34); err != nil {
-		t.Fatalf("fence 34: %v", err)
+	if err := pay(34); err != nil {
+		t.Fatalf("fenced update with token 34: %v", err)
 	}
 	var pgErr *pgconn.PgError
-	if err := fence(33); !errors.As(err, &pgErr) || pgErr.Code != "FG001" {
-		t.Fatalf("fence 33 after 34: %v; want SQLSTATE FG001", err)
+	if err := pay(0); !errors.As(err, &pgErr) || pgErr.Code != "FG002" {
+		t.Fatalf("unfenced update: %v; want SQLSTATE FG002", err)
 	}
+	if err := pay(33); !errors.As(err, &pgErr) || pgErr.Code != "FG001" {
+		t.Fatalf("update with token 33 after 34: %v; want SQLSTATE FG001", err)
+	}
+	// The superuser is not let through the gate.
+	su, err := url.Parse(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	su.Host, su.Path = pu.Host, "/"+dbName
+	if c, err := pgx.Connect(ctx, su.String()); !errors.As(err, &pgErr) || pgErr.Code != "FG007" {
+		if err == nil {
+			c.Close(ctx)
+		}
+		t.Fatalf("superuser through the proxy: %v; want SQLSTATE FG007", err)
+	}
+	res := testutil.RandomName("devtest:")
 	tc, err := tokenservice.NewClient(strings.Split(tokens, ","))
 	if err != nil {
 		t.Fatalf("token servers %q: %v", tokens, err)

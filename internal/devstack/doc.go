@@ -2,6 +2,15 @@
 // machine: a PostgreSQL server, a Redis server, and free loopback ports for
 // the token nodes and the proxy. It backs "fencegate dev" and the demos.
 //
+// It also sets up what the gate proxy admits: SetupFenced installs schema
+// fencegate in a database (pgfence.Install, idempotent) with its NOLOGIN
+// owner role and an application LOGIN role holding the fence grants;
+// FencedDB.ProtectTable gives a table to the owner role, protects it with a
+// resource expression and grants the application role AppPrivileges (SELECT,
+// INSERT, UPDATE, DELETE); DropRoles removes roles a run created. Start does
+// all of it for "fencegate dev" in database DefaultDatabase, and starts the
+// proxy with the administrator's DSN as its admin upstream.
+//
 // PostgreSQL is looked for, in order: the DSN given by the caller (the
 // --postgres flag), the environment (DATABASE_URL, then the libpq variables
 // PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE), the local default

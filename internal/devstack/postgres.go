@@ -26,7 +26,9 @@ const DefaultPostgresDSN = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=
 
 // Postgres is a PostgreSQL server the stack uses.
 type Postgres struct {
-	// DSN connects as a user allowed to create databases.
+	// DSN connects as the administrator: the stack and the demo create
+	// databases and roles and install schema fencegate, which takes a
+	// superuser.
 	DSN string
 	// Source says where it came from, for the user ("--postgres", "DATABASE_URL",
 	// "local server", "started by fencegate in DIR").

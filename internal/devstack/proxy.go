@@ -9,17 +9,32 @@ import (
 	"github.com/fencegate/fencegate/proxy"
 )
 
-// StartProxy starts the fencing proxy in this process on listen, in front of
-// the PostgreSQL at upstream (a DSN; only its host, port and TLS settings
-// are used). stop shuts it down, letting sessions finish for up to 5s.
-func StartProxy(listen, upstream string, log *slog.Logger) (addr string, stop func() error, err error) {
-	p, err := proxy.New(proxy.Config{Listen: listen, Upstream: upstream, Logger: log})
+// ProxyOptions configures StartProxy.
+type ProxyOptions struct {
+	// Listen is the proxy's address (HOST:PORT; port 0 for a free one).
+	Listen string
+	// Upstream is the PostgreSQL server (a DSN; only its host, port and TLS
+	// settings are used: clients bring their own user and database).
+	Upstream string
+	// AdminUpstream, when set, lets the proxy install or repair schema
+	// fencegate in a client's database as this administrator
+	// (proxy.Config.AdminUpstream); OwnerRole is the role the schema then
+	// belongs to (proxy.Config.SchemaOwnerRole).
+	AdminUpstream, OwnerRole string
+	Logger                   *slog.Logger
+}
+
+// StartProxy starts the fencegate proxy in this process. stop shuts it
+// down, letting sessions finish for up to 5s.
+func StartProxy(o ProxyOptions) (addr string, stop func() error, err error) {
+	p, err := proxy.New(proxy.Config{Listen: o.Listen, Upstream: o.Upstream, AdminUpstream: o.AdminUpstream,
+		SchemaOwnerRole: o.OwnerRole, Logger: o.Logger})
 	if err != nil {
 		return "", nil, fmt.Errorf("devstack: proxy: %w", err)
 	}
 	if err := p.Start(); err != nil {
 		if IsAddrInUse(err) {
-			return "", nil, fmt.Errorf("%w: %s (proxy) is taken: %v", ErrPortInUse, listen, err)
+			return "", nil, fmt.Errorf("%w: %s (proxy) is taken: %v", ErrPortInUse, o.Listen, err)
 		}
 		return "", nil, fmt.Errorf("devstack: start proxy: %w", err)
 	}

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+
+	"github.com/fencegate/fencegate/pgfence"
 )
 
 // Fixed address of the dev proxy.
@@ -22,6 +24,17 @@ type StackConfig struct {
 	Postgres, Redis string
 	// ProxyListen is the proxy's address. The default is DevProxyAddr.
 	ProxyListen string
+	// Database is the database the stack sets up for applications: created
+	// when missing, with schema fencegate installed (or upgraded) and the
+	// demo tables protected. The default is DefaultDatabase.
+	Database string
+	// OwnerRole owns schema fencegate and the demo tables (NOLOGIN, created
+	// when missing). The default is pgfence.DefaultOwnerRole.
+	OwnerRole string
+	// AppRole is the application role (LOGIN, created when missing, with
+	// the grants of an application and nothing more). The default is
+	// DefaultAppRole.
+	AppRole string
 	// TokenAPI and TokenRaft are the token nodes' addresses, one per node.
 	// The defaults are DevTokenAPIAddrs and DevTokenRaftAddrs.
 	TokenAPI, TokenRaft []string
@@ -46,6 +59,11 @@ type Stack struct {
 	Tokens   *Tokens
 	// ProxyAddr is where the proxy listens.
 	ProxyAddr string
+	// DB is the database set up for applications, and its roles.
+	DB *FencedDB
+	// Passfile is the pgpass file holding the application role's password,
+	// "" when the stack does not know it (a role it did not create).
+	Passfile string
 
 	closers []func() error
 }
@@ -70,6 +88,15 @@ func Start(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 	}
 	if len(cfg.TokenAPI) == 0 {
 		cfg.TokenAPI = DevTokenAPIAddrs
+	}
+	if cfg.Database == "" {
+		cfg.Database = DefaultDatabase
+	}
+	if cfg.AppRole == "" {
+		cfg.AppRole = DefaultAppRole
+	}
+	if cfg.OwnerRole == "" {
+		cfg.OwnerRole = pgfence.DefaultOwnerRole
 	}
 	if len(cfg.TokenRaft) == 0 {
 		cfg.TokenRaft = DevTokenRaftAddrs
@@ -106,6 +133,9 @@ func Start(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 		return nil, err
 	}
 	s.closers = append(s.closers, s.Postgres.Close)
+	if err := s.setupDatabase(ctx, &cfg); err != nil {
+		return nil, err
+	}
 	if s.Redis, err = FindRedis(ctx, RedisOptions{URL: cfg.Redis, Flag: cfg.flag("redis"), DataDir: s.DataDir, Logger: cfg.Logger}); err != nil {
 		return nil, err
 	}
@@ -114,7 +144,8 @@ func Start(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 		return nil, err
 	}
 	s.closers = append(s.closers, s.Tokens.Close)
-	addr, stop, err := StartProxy(cfg.ProxyListen, s.Postgres.DSN, cfg.ServiceLogger.With("component", "proxy"))
+	addr, stop, err := StartProxy(ProxyOptions{Listen: cfg.ProxyListen, Upstream: s.Postgres.DSN,
+		AdminUpstream: s.Postgres.DSN, OwnerRole: cfg.OwnerRole, Logger: cfg.ServiceLogger.With("component", "proxy")})
 	if err != nil {
 		return nil, err
 	}
@@ -133,16 +164,28 @@ func (s *Stack) Close() error {
 	return errors.Join(errs...)
 }
 
-// ProxyDSN is the PostgreSQL DSN through the proxy: the same user, password
-// and database as Postgres.DSN, another host and port.
-func (s *Stack) ProxyDSN() string { return replaceHost(s.Postgres.DSN, s.ProxyAddr) }
+// ProxyDSN is the DSN applications use: the application role, through the
+// proxy, to the stack's database. It holds no password: when the stack
+// knows one, the DSN names the passfile that holds it (libpq and pgx read
+// it).
+func (s *Stack) ProxyDSN() string { return s.appDSN(s.ProxyAddr) }
 
-func replaceHost(dsn, hostPort string) string {
-	u, err := url.Parse(dsn)
-	if err != nil || u.Host == "" {
+// DirectDSN is the application role's DSN straight to PostgreSQL: the
+// fences hold there too, since PostgreSQL itself enforces them.
+func (s *Stack) DirectDSN() string { return s.appDSN("") }
+
+func (s *Stack) appDSN(host string) string {
+	dsn := s.DB.AppDSN(host)
+	if s.Passfile == "" {
 		return dsn
 	}
-	u.Host = hostPort
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return dsn
+	}
+	q := u.Query()
+	q.Set("passfile", s.Passfile)
+	u.RawQuery = q.Encode()
 	return u.String()
 }
 
@@ -154,7 +197,9 @@ func (s *Stack) Describe() string {
 	for i, srv := range s.Tokens.Servers {
 		fmt.Fprintf(&b, "  token n%d    %s  (raft %s)\n", i+1, srv.APIURL(), srv.RaftAddr())
 	}
-	fmt.Fprintf(&b, "  proxy       %s  -> PostgreSQL\n", s.ProxyAddr)
+	fmt.Fprintf(&b, "  proxy       %s  -> PostgreSQL (installs/repairs schema fencegate as the administrator)\n", s.ProxyAddr)
+	fmt.Fprintf(&b, "  database    %s  (schema fencegate v%d, owner role %s; tables orders, charges protected)\n", DatabaseOf(s.DB.AdminDSN), s.DB.Report.ToVersion, s.DB.Owner)
+	fmt.Fprintf(&b, "  app role    %s  (%s on orders, charges; may take fences)\n", s.DB.App, AppPrivileges)
 	fmt.Fprintf(&b, "  data        %s\n", s.DataDir)
 	return b.String()
 }

@@ -48,8 +48,9 @@ type Config struct {
 	// Work is the most a client waits between getting its token and
 	// writing. The default is TTL/4.
 	Work time.Duration
-	// PostgreSQL is the admin DSN of the server runs create their
-	// databases on. The default is DefaultPostgresDSN.
+	// PostgreSQL is the DSN of a superuser of the server each run creates
+	// its database and its two roles on (dropped when the run ends). The
+	// default is DefaultPostgresDSN.
 	PostgreSQL string
 	// Logger receives progress logs. The default is
 	// slog.Default().With("component", "faults").
@@ -336,7 +337,7 @@ func startClients(stack *Stack, cfg Config, seed int64, rec *Recorder) ([]*Clien
 			"--tokens", strings.Join(stack.TokenURLs(), ","),
 			"--redis", strings.Join(stack.RedisAddrs(), ","),
 			"--dsn", strings.Join(stack.ProxyDSNs(), ","),
-			"--resource", "counter",
+			"--resource", Resource,
 			"--ttl", cfg.TTL.String(), "--work", cfg.Work.String(),
 			"--seed", strconv.FormatInt(seed*100+int64(i), 10)}
 		sink := func(line []byte) {
@@ -351,7 +352,7 @@ func startClients(stack *Stack, cfg Config, seed int64, rec *Recorder) ([]*Clien
 			}
 		}
 		cp.Proc = stack.Sup.Add("client-"+cp.Name, cfg.Binary, args,
-			WithStdout(func() io.Writer { return &lineWriter{f: sink} }))
+			WithStdout(func() io.Writer { return &lineWriter{f: sink} }), WithEnv(stack.ClientEnv()...))
 		out = append(out, cp)
 	}
 	for _, cp := range out {

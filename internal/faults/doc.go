@@ -3,10 +3,11 @@
 //
 // A run starts the whole stack as real processes on loopback (three token
 // nodes whose Raft traffic passes through relays the harness controls, one or
-// five Redis masters, two fencing proxies, a fresh PostgreSQL database) and
-// several workload clients, each its own process so that SIGSTOP is real.
-// The clients take the lock through lockclient and do fenced
-// read-modify-write transactions through the proxies. Meanwhile a nemesis,
+// five Redis masters, two gate proxies, a fresh PostgreSQL database whose
+// tables are protected with fencegate.protect) and several workload clients,
+// each its own process so that SIGSTOP is real. The clients log in as an
+// application role of the run's own, take the lock through lockclient and do
+// fenced read-modify-write transactions through the proxies. Meanwhile a nemesis,
 // on a seeded schedule, pauses clients past the lock's TTL, pauses the Raft
 // leader and Redis masters, kills and restarts token nodes (one, a majority,
 // all), Redis masters (which lose their keys) and proxies, partitions the

@@ -1,10 +1,12 @@
 package faults
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -12,15 +14,17 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/jackc/pgx/v5"
 )
 
 // TestFaultsInterruptLeavesNothing interrupts a campaign (Ctrl-C) while its
-// stack runs and checks that every process it started is gone.
+// stack runs and checks that every process it started is gone, and its
+// database and roles too.
 func TestFaultsInterruptLeavesNothing(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	cmd := exec.Command(testutil.Binary(t), "faults", "--runs", "1", "--duration", "1m", "--report-dir", dir,
-		"--pg", testutil.PostgresAdminDSN())
+		"--pg", testutil.PostgresAdminDSN(), "-v")
 	out := &strings.Builder{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -44,6 +48,22 @@ func TestFaultsInterruptLeavesNothing(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatalf("campaign did not exit within a minute of SIGINT:\n%s", out)
+	}
+	db := regexp.MustCompile(`msg="created database" .*\bdb=(fg_faults_[0-9a-f]+)`).FindStringSubmatch(out.String())
+	if db == nil {
+		t.Fatalf("the campaign did not log its database:\n%s", out)
+	}
+	conn, err := pgx.Connect(context.Background(), testutil.PostgresAdminDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var left []string
+	err = conn.QueryRow(context.Background(), `SELECT coalesce(array_agg(name), '{}') FROM (
+		SELECT datname::text AS name FROM pg_database WHERE datname = $1
+		UNION ALL SELECT rolname::text FROM pg_roles WHERE rolname LIKE $1 || '%') x`, db[1]).Scan(&left)
+	if err != nil || len(left) > 0 {
+		t.Errorf("left on the server after the interrupt: %v, %v", left, err)
 	}
 	pids := logPids(t, logs)
 	if len(pids) < 10 {

@@ -26,13 +26,22 @@ import (
 const DefaultPostgresDSN = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
 // schemaSQL is the workload's data: one counter and one row per committed
-// increment, written in the same fenced transaction.
+// increment, written in the same fenced transaction. Both tables are
+// protected, every row belonging to resource Resource.
 const schemaSQL = `
 CREATE TABLE counter (id int PRIMARY KEY, value bigint NOT NULL);
 INSERT INTO counter VALUES (1, 0);
 CREATE TABLE increments (
 	client text NOT NULL, op bigint NOT NULL, token bigint NOT NULL, prev bigint NOT NULL,
 	PRIMARY KEY (client, op));`
+
+// Resource is the resource the workload locks and fences, and the one every
+// row of its tables belongs to.
+const Resource = "counter"
+
+// resourceExpr is the tables' resource expression: a constant, so that each
+// table is one resource.
+const resourceExpr = "'" + Resource + "'"
 
 // StackConfig describes the processes of one run.
 type StackConfig struct {
@@ -83,6 +92,9 @@ type Stack struct {
 	Proxies []*ProxyNode
 	DBName  string
 	dbDSN   string
+	// DB is the run's database: schema fencegate, its owner role and the
+	// application role the clients log in as (both the run's own).
+	DB *devstack.FencedDB
 	// Disk throttles a token node's writes; nil when the machine cannot.
 	Disk   *DiskThrottle
 	relays []*netfault.Relay
@@ -152,6 +164,11 @@ func (s *Stack) createDB(ctx context.Context) error {
 	}
 	u.Path = "/" + s.DBName
 	s.dbDSN = u.String()
+	s.log.Info("created database", "db", s.DBName)
+	if s.DB, err = devstack.SetupFenced(ctx, devstack.FencedOptions{AdminDSN: s.dbDSN,
+		Owner: s.DBName + "_owner", App: s.DBName + "_app"}); err != nil {
+		return fmt.Errorf("install schema fencegate in %s: %w", s.DBName, err)
+	}
 	c, err := pgx.Connect(ctx, s.dbDSN)
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", s.DBName, err)
@@ -160,6 +177,11 @@ func (s *Stack) createDB(ctx context.Context) error {
 	if _, err := c.Exec(ctx, schemaSQL); err != nil {
 		return fmt.Errorf("create workload schema: %w", err)
 	}
+	for _, t := range []string{"counter", "increments"} {
+		if err := s.DB.ProtectTable(ctx, c, t, resourceExpr); err != nil {
+			return fmt.Errorf("protect %s: %w", t, err)
+		}
+	}
 	return nil
 }
 
@@ -167,16 +189,23 @@ func (s *Stack) createDB(ctx context.Context) error {
 // through a proxy: the checkers read the final state with it.
 func (s *Stack) DirectDSN() string { return s.dbDSN }
 
-// ProxyDSNs are the run's database through each proxy.
+// ProxyDSNs are the run's database through each proxy, as the application
+// role, without its password (ClientEnv has it).
 func (s *Stack) ProxyDSNs() []string {
-	u, _ := url.Parse(s.dbDSN)
 	var out []string
 	for _, p := range s.Proxies {
-		v := *u
-		v.Host = p.Addr
-		out = append(out, v.String())
+		out = append(out, s.DB.AppDSN(p.Addr))
 	}
 	return out
+}
+
+// ClientEnv is the environment a process needs to log in as the
+// application role: its password, which never goes on a command line.
+func (s *Stack) ClientEnv() []string {
+	if s.DB == nil || s.DB.AppPassword == "" {
+		return nil
+	}
+	return []string{"PGPASSWORD=" + s.DB.AppPassword}
 }
 
 // RedisAddrs are the Redis masters' addresses.
@@ -406,17 +435,25 @@ func (s *Stack) startProxies(ctx context.Context) error {
 		s.Proxies = append(s.Proxies, p)
 	}
 	for i, dsn := range s.ProxyDSNs() {
-		if err := waitSQL(ctx, s.Proxies[i].Name, dsn); err != nil {
+		if err := waitSQL(ctx, s.Proxies[i].Name, dsn, s.DB.AppPassword); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// waitSQL waits until a query succeeds through dsn.
-func waitSQL(ctx context.Context, name, dsn string) error {
+// waitSQL waits until a query succeeds through dsn (with password, when
+// not empty).
+func waitSQL(ctx context.Context, name, dsn, password string) error {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if password != "" {
+		cfg.Password = password
+	}
 	return poll(ctx, 15*time.Second, name+" ready", func(ctx context.Context) error {
-		c, err := pgx.Connect(ctx, dsn)
+		c, err := pgx.ConnectConfig(ctx, cfg)
 		if err != nil {
 			return err
 		}
@@ -472,6 +509,7 @@ func (s *Stack) Close() error {
 			}
 			c.Close(ctx)
 		}
+		errs = append(errs, devstack.DropRoles(ctx, s.cfg.PostgreSQL, []string{s.DBName}, s.DBName+"_app", s.DBName+"_owner"))
 	}
 	if err := os.RemoveAll(filepath.Join(s.cfg.Dir, "data")); err != nil {
 		errs = append(errs, err)

@@ -1,6 +1,7 @@
 // Package devstacktest starts the fencegate dev stack for tests: the token
 // cluster and the proxy in the test process on free ports, over the test
-// PostgreSQL and Redis (see testutil).
+// PostgreSQL and Redis (see testutil). The database the stack sets up and its
+// two roles are the test's own (unique names), dropped when the test ends.
 package devstacktest
 
 import (
@@ -14,19 +15,36 @@ import (
 )
 
 // Start brings the stack up and stops it when the test ends. redisAddr is
-// the Redis to report (usually from testutil.Redis).
+// the Redis to report (usually from testutil.Redis). The stack's database
+// (Stack.DB: schema fencegate, the protected demo tables) is a fresh one,
+// and its owner and application roles have unique names: the defaults
+// (fencegate_dev, fencegate_owner, fencegate_app) would outlive the test on
+// a shared server.
 func Start(t testing.TB, redisAddr string) *devstack.Stack {
 	t.Helper()
 	free := func() []string {
 		return []string{testutil.FreeAddr(t), testutil.FreeAddr(t), testutil.FreeAddr(t)}
 	}
+	admin := testutil.PostgresAdminDSN()
+	db := devstack.DatabaseOf(testutil.PostgresDB(t))
+	owner, app := testutil.RandomName("fg_devowner_"), testutil.RandomName("fg_devapp_")
+	// Cleanups run in reverse: the stack stops, then the roles go, then the
+	// database.
+	t.Cleanup(func() {
+		if err := devstack.DropRoles(context.Background(), admin, []string{db}, app, owner); err != nil {
+			t.Errorf("drop the dev stack's roles: %v", err)
+		}
+	})
 	st, err := devstack.Start(context.Background(), devstack.StackConfig{
 		DataDir:     filepath.Join(t.TempDir(), "dev"),
-		Postgres:    testutil.PostgresAdminDSN(),
+		Postgres:    admin,
 		Redis:       redisAddr,
 		ProxyListen: testutil.FreeAddr(t),
 		TokenAPI:    free(),
 		TokenRaft:   free(),
+		Database:    db,
+		OwnerRole:   owner,
+		AppRole:     app,
 		Logger:      testutil.Logger(t),
 	})
 	if err != nil {

@@ -1,0 +1,154 @@
+package devstack
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Defaults of the database "fencegate dev" sets up for applications. The
+// roles are global to the PostgreSQL server and stay when the stack stops
+// (the next start reuses them); see the README to remove them.
+const (
+	DefaultDatabase = "fencegate_dev"
+	DefaultAppRole  = "fencegate_app"
+)
+
+// roleComment marks an application role the dev stack created, whose
+// password it may therefore reset when it lost it.
+const roleComment = "application role created by fencegate dev"
+
+// DemoTablesSQL creates the dev stack's demo tables when missing: order 42
+// and its charges, each row belonging to resource 'order:<id>'.
+const DemoTablesSQL = `
+CREATE TABLE IF NOT EXISTS orders (id int PRIMARY KEY, customer text NOT NULL, amount_cents bigint NOT NULL, state text NOT NULL);
+CREATE TABLE IF NOT EXISTS charges (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, order_id int NOT NULL REFERENCES orders,
+  amount_cents bigint NOT NULL, by_client text NOT NULL, token bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());`
+
+// Resource expressions of the demo tables.
+const (
+	OrdersResource  = `'order:' || id`
+	ChargesResource = `'order:' || order_id`
+)
+
+// setupDatabase creates the stack's database when missing, installs or
+// upgrades schema fencegate in it, creates the roles when missing and the
+// demo tables, protected.
+func (s *Stack) setupDatabase(ctx context.Context, cfg *StackConfig) error {
+	admin, err := pgx.Connect(ctx, s.Postgres.DSN)
+	if err != nil {
+		return fmt.Errorf("connect to PostgreSQL as the administrator: %w", err)
+	}
+	var exists, super bool
+	err = admin.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1), (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)", cfg.Database).Scan(&exists, &super)
+	if err == nil && !super {
+		err = fmt.Errorf("%s connects as a role that is not a superuser; the dev stack installs schema fencegate and creates roles: pass %s with a superuser's DSN", cfg.flag("postgres"), cfg.flag("postgres"))
+	}
+	if err == nil && !exists {
+		_, err = admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{cfg.Database}.Sanitize())
+	}
+	admin.Close(context.WithoutCancel(ctx))
+	if err != nil {
+		return fmt.Errorf("database %s: %w", cfg.Database, err)
+	}
+	if s.DB, err = SetupFenced(ctx, FencedOptions{AdminDSN: WithDatabase(s.Postgres.DSN, cfg.Database), Owner: cfg.OwnerRole, App: cfg.AppRole}); err != nil {
+		return fmt.Errorf("set up database %s: %w", cfg.Database, err)
+	}
+	conn, err := pgx.Connect(ctx, s.DB.AdminDSN)
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", cfg.Database, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if err := s.passfile(ctx, conn); err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, DemoTablesSQL); err != nil {
+		return fmt.Errorf("create the demo tables: %w", err)
+	}
+	if err := s.DB.ProtectTable(ctx, conn, "orders", OrdersResource); err != nil {
+		return err
+	}
+	if err := s.DB.ProtectTable(ctx, conn, "charges", ChargesResource); err != nil {
+		return err
+	}
+	// Order 42 is inserted as the administrator, under a fence at the
+	// resource's current mark: the table refuses unfenced writes from
+	// everybody, and a fence never lowers a mark.
+	var have bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM orders WHERE id = 42)").Scan(&have); err != nil || have {
+		return err
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+	if _, err := tx.Exec(ctx, "SELECT fencegate.fence('order:42', coalesce((SELECT token FROM fencegate.marks WHERE resource = 'order:42'), 0))"); err != nil {
+		return fmt.Errorf("fence order 42: %w", err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO orders VALUES (42, 'Alice', 4999, 'unpaid')"); err != nil {
+		return fmt.Errorf("insert order 42: %w", err)
+	}
+	return tx.Commit(ctx)
+}
+
+// passfile makes sure the application role's password, when the stack
+// knows or may set it, is in DataDir/pgpass (mode 0600), and sets
+// s.Passfile. A role the stack did not create keeps its password, which
+// the stack does not know: s.Passfile stays empty.
+func (s *Stack) passfile(ctx context.Context, conn *pgx.Conn) error {
+	path := filepath.Join(s.DataDir, "pgpass")
+	pw := s.DB.AppPassword
+	if pw == "" {
+		if known, ok := readPassfile(path, s.DB.App); ok {
+			s.Passfile = path
+			s.DB.AppPassword = known
+			return nil
+		}
+		var comment *string
+		if err := conn.QueryRow(ctx, "SELECT shobj_description(oid, 'pg_authid') FROM pg_roles WHERE rolname = $1", s.DB.App).Scan(&comment); err != nil {
+			return fmt.Errorf("read role %s: %w", s.DB.App, err)
+		}
+		if comment == nil || *comment != roleComment {
+			return nil
+		}
+		pw = randomHex(16)
+		if _, err := conn.Exec(ctx, "ALTER ROLE "+pgx.Identifier{s.DB.App}.Sanitize()+" PASSWORD '"+pw+"'"); err != nil {
+			return fmt.Errorf("set the password of role %s: %w", s.DB.App, err)
+		}
+		s.DB.AppPassword = pw
+	} else {
+		if _, err := conn.Exec(ctx, "COMMENT ON ROLE "+pgx.Identifier{s.DB.App}.Sanitize()+" IS '"+roleComment+"'"); err != nil {
+			return fmt.Errorf("comment on role %s: %w", s.DB.App, err)
+		}
+	}
+	line := "*:*:*:" + s.DB.App + ":" + pw + "\n"
+	if err := os.WriteFile(path, []byte(line), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	s.Passfile = path
+	return nil
+}
+
+// readPassfile returns the password of role in a pgpass file written by
+// passfile.
+func readPassfile(path, role string) (string, bool) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) || err != nil {
+		return "", false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if pw, ok := strings.CutPrefix(sc.Text(), "*:*:*:"+role+":"); ok {
+			return pw, true
+		}
+	}
+	return "", false
+}
