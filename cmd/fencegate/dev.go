@@ -20,7 +20,7 @@ func init() {
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
 	dataDir := fs.String("data-dir", devstack.DefaultDataDir, "directory for the token nodes' data and any PostgreSQL/Redis the stack starts (default "+devstack.DefaultDataDir+")")
-	reset := fs.Bool("reset", false, "remove the data directory before starting, for a fresh stack (default false)")
+	reset := fs.Bool("reset", false, "remove the data directory before starting, for a fresh stack; the new token cluster is raised above the highest mark of the database, so old marks keep working (default false)")
 	clean := fs.Bool("clean", false, "remove the data directory when the stack stops (default false)")
 	pg := fs.String("postgres", "", "PostgreSQL DSN of a superuser, to set the database up and for the proxy's --admin-upstream (default: DATABASE_URL or the PG* variables, else 127.0.0.1:5432 when it answers, else a throwaway server started from the PostgreSQL binaries)")
 	rd := fs.String("redis", "", "Redis host:port or redis:// URL (default: REDIS_URL, else 127.0.0.1:6379 when it answers, else a throwaway redis-server)")

@@ -61,6 +61,9 @@ type Stack struct {
 	ProxyAddr string
 	// DB is the database set up for applications, and its roles.
 	DB *FencedDB
+	// Floor is where the token counter stands against the database's
+	// marks: Start raises it above the highest one.
+	Floor Floor
 	// Passfile is the pgpass file holding the application role's password,
 	// "" when the stack does not know it (a role it did not create).
 	Passfile string
@@ -144,6 +147,9 @@ func Start(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 		return nil, err
 	}
 	s.closers = append(s.closers, s.Tokens.Close)
+	if s.Floor, err = RaiseAboveMarks(ctx, s.DB.AdminDSN, s.Tokens.URLs); err != nil {
+		return nil, err
+	}
 	addr, stop, err := StartProxy(ProxyOptions{Listen: cfg.ProxyListen, Upstream: s.Postgres.DSN,
 		AdminUpstream: s.Postgres.DSN, OwnerRole: cfg.OwnerRole, Logger: cfg.ServiceLogger.With("component", "proxy")})
 	if err != nil {
@@ -198,6 +204,7 @@ func (s *Stack) Describe() string {
 		fmt.Fprintf(&b, "  token n%d    %s  (raft %s)\n", i+1, srv.APIURL(), srv.RaftAddr())
 	}
 	fmt.Fprintf(&b, "  proxy       %s  -> PostgreSQL (installs/repairs schema fencegate as the administrator)\n", s.ProxyAddr)
+	fmt.Fprintf(&b, "  tokens      %s\n", s.Floor)
 	fmt.Fprintf(&b, "  database    %s  (schema fencegate v%d, owner role %s; tables orders, charges protected)\n", DatabaseOf(s.DB.AdminDSN), s.DB.Report.ToVersion, s.DB.Owner)
 	fmt.Fprintf(&b, "  app role    %s  (%s on orders, charges; may take fences)\n", s.DB.App, AppPrivileges)
 	fmt.Fprintf(&b, "  data        %s\n", s.DataDir)
