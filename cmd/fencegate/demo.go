@@ -26,6 +26,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintln(stderr, "                  (b) through the proxy, protected tables (rejected with FG001);")
 		fmt.Fprintln(stderr, "                  (c) straight to PostgreSQL, protected tables (rejected with FG001).")
 		fmt.Fprintln(stderr, "                  Exits 0 only when (b) and (c) rejected it.")
+		fmt.Fprintln(stderr)
+		fs := flag.NewFlagSet("demo paused-holder", flag.ContinueOnError)
+		pausedHolderFlags(fs, new(demo.Config))
+		fs.SetOutput(stderr)
+		printFlags(fs)
 		if len(args) == 0 {
 			return usagef("name a demo: paused-holder")
 		}
@@ -43,27 +48,36 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 func runPausedHolder(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo paused-holder", flag.ContinueOnError)
 	var cfg demo.Config
-	fs.BoolVar(&cfg.Redlock, "redlock", false, "lock on five Redis masters (Redlock) the demo starts; the double grant comes from restarting one without persistence (default false: one Redis and a SIGSTOP)")
-	fs.DurationVar(&cfg.TTL, "ttl", 0, "lock TTL (default 1s, 5s with --redlock)")
-	fs.StringVar(&cfg.Postgres, "postgres", "", "PostgreSQL DSN of a superuser: the demo creates a database and two roles, dropped at the end (default: DATABASE_URL or PG* variables, else 127.0.0.1:5432, else a throwaway server)")
-	fs.StringVar(&cfg.Redis, "redis", "", "Redis host:port or redis:// URL (default: REDIS_URL, else 127.0.0.1:6379, else a throwaway server)")
-	fs.StringVar(&cfg.Picture, "picture", demo.DefaultPicture, "SVG timeline to write (default "+demo.DefaultPicture+")")
-	verbose := fs.Bool("v", false, "log progress, and the token nodes' and proxy's logs, to stderr (default false)")
+	verbose := pausedHolderFlags(fs, &cfg)
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
+	return pausedHolder(ctx, cfg, *verbose, stdout, stderr)
+}
+
+// pausedHolderFlags defines the flags of 'fencegate demo paused-holder'.
+func pausedHolderFlags(fs *flag.FlagSet, cfg *demo.Config) (verbose *bool) {
+	fs.BoolVar(&cfg.Redlock, "redlock", false, "lock on five Redis masters (Redlock) the demo starts; the double grant comes from restarting one without persistence (default false: one Redis and a SIGSTOP)")
+	fs.DurationVar(&cfg.TTL, "ttl", 0, "lock TTL (default 1s, 5s with --redlock)")
+	fs.StringVar(&cfg.Postgres, "postgres", "", "PostgreSQL DSN of a superuser: the demo creates a database and two roles, dropped at the end (default: DATABASE_URL or PG* variables, else 127.0.0.1:5432, else a throwaway server)")
+	fs.StringVar(&cfg.Redis, "redis", "", "Redis host:port or redis:// URL (default: REDIS_URL, else 127.0.0.1:6379, else a throwaway server)")
+	fs.StringVar(&cfg.Picture, "picture", demo.DefaultPicture, "SVG timeline to write (default "+demo.DefaultPicture+")")
+	return fs.Bool("v", false, "log progress, and the token nodes' and proxy's logs, to stderr (default false)")
+}
+
+func pausedHolder(ctx context.Context, cfg demo.Config, verbose bool, stdout, stderr io.Writer) error {
 	if cfg.TTL != 0 && cfg.TTL < 100*time.Millisecond {
 		return usagef("--ttl %v is too short to watch; use 100ms or more", cfg.TTL)
 	}
 	level := slog.LevelWarn
-	if *verbose {
+	if verbose {
 		level = slog.LevelInfo
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	if *verbose {
+	if verbose {
 		cfg.ServiceLogger = cfg.Logger
 	}
 	cfg.Out = stdout

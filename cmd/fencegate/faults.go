@@ -31,7 +31,7 @@ func runFaults(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	scenario := fs.String("scenario", "", "a named scenario ("+strings.Join(faults.ScenarioNames(), ", ")+") or a fault list, injected once, in order, instead of a random schedule (default empty: random)")
 	clients := fs.Int("clients", 4, "workload client processes per run")
 	ttl := fs.Duration("ttl", time.Second, "lock TTL")
-	pg := fs.String("pg", faults.DefaultPostgresDSN, "DSN of a superuser of the PostgreSQL server runs create their databases and roles on (each run drops its own)")
+	pg := fs.String("postgres", faults.DefaultPostgresDSN, "DSN of a superuser of the PostgreSQL server runs create their databases and roles on (each run drops its own)")
 	verbose := fs.Bool("v", false, "log every fault and process start (default false)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err

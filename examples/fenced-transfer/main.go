@@ -48,14 +48,14 @@ type config struct {
 
 func main() {
 	var c config
-	flag.StringVar(&c.DB, "db", "postgres://127.0.0.1:6432/postgres?sslmode=disable", "PostgreSQL DSN through the fencegate proxy; its user is replaced by the application role the program creates (default the fencegate dev proxy)")
-	flag.StringVar(&c.Direct, "postgres", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "the same PostgreSQL, direct, as an administrator: installs schema fencegate, creates and protects the accounts, creates the application role (default 127.0.0.1:5432)")
-	flag.StringVar(&c.Redis, "redis", "127.0.0.1:6379", "Redis host:port (default 127.0.0.1:6379)")
-	tokens := flag.String("tokens", "http://127.0.0.1:7101,http://127.0.0.1:7102,http://127.0.0.1:7103", "token service URLs (default the fencegate dev cluster)")
-	flag.IntVar(&c.Workers, "workers", 4, "concurrent workers (default 4)")
-	flag.IntVar(&c.Transfers, "transfers", 25, "transfers per worker (default 25)")
-	flag.DurationVar(&c.TTL, "ttl", 300*time.Millisecond, "lock TTL (default 300ms)")
-	flag.Float64Var(&c.Stall, "stall", 0.1, "chance that a worker stalls past the TTL between taking the lock and its transaction (default 0.1)")
+	flag.StringVar(&c.DB, "db", "postgres://127.0.0.1:6432/postgres?sslmode=disable", "PostgreSQL DSN through the fencegate proxy; its user is replaced by the application role the program creates")
+	flag.StringVar(&c.Direct, "postgres", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "the same PostgreSQL, direct, as an administrator: installs schema fencegate, creates and protects the accounts, creates the application role")
+	flag.StringVar(&c.Redis, "redis", "127.0.0.1:6379", "Redis host:port")
+	tokens := flag.String("tokens", "http://127.0.0.1:7101,http://127.0.0.1:7102,http://127.0.0.1:7103", "token service URLs")
+	flag.IntVar(&c.Workers, "workers", 4, "concurrent workers")
+	flag.IntVar(&c.Transfers, "transfers", 25, "transfers per worker")
+	flag.DurationVar(&c.TTL, "ttl", 300*time.Millisecond, "lock TTL")
+	flag.Float64Var(&c.Stall, "stall", 0.1, "chance that a worker stalls past the TTL between taking the lock and its transaction")
 	flag.Parse()
 	c.Tokens = strings.Split(*tokens, ",")
 	res, err := run(context.Background(), c)

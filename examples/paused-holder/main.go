@@ -32,11 +32,11 @@ import (
 )
 
 func main() {
-	dsn := flag.String("db", "postgres://127.0.0.1:6432/postgres?sslmode=disable", "PostgreSQL DSN through the fencegate proxy; its user is replaced by the application role the program creates (default the fencegate dev proxy)")
-	direct := flag.String("postgres", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "the same PostgreSQL, direct, as an administrator: installs schema fencegate, creates and protects the example's table, creates the application role (default 127.0.0.1:5432)")
-	redisAddr := flag.String("redis", "127.0.0.1:6379", "Redis host:port (default 127.0.0.1:6379)")
-	tokens := flag.String("tokens", "http://127.0.0.1:7101,http://127.0.0.1:7102,http://127.0.0.1:7103", "token service URLs (default the fencegate dev cluster)")
-	ttl := flag.Duration("ttl", 500*time.Millisecond, "lock TTL (default 500ms)")
+	dsn := flag.String("db", "postgres://127.0.0.1:6432/postgres?sslmode=disable", "PostgreSQL DSN through the fencegate proxy; its user is replaced by the application role the program creates")
+	direct := flag.String("postgres", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "the same PostgreSQL, direct, as an administrator: installs schema fencegate, creates and protects the example's table, creates the application role")
+	redisAddr := flag.String("redis", "127.0.0.1:6379", "Redis host:port")
+	tokens := flag.String("tokens", "http://127.0.0.1:7101,http://127.0.0.1:7102,http://127.0.0.1:7103", "token service URLs")
+	ttl := flag.Duration("ttl", 500*time.Millisecond, "lock TTL")
 	flag.Parse()
 	if err := run(context.Background(), *direct, *dsn, *redisAddr, strings.Split(*tokens, ","), *ttl); err != nil {
 		log.Fatal(err)

@@ -24,7 +24,7 @@ func TestFaultsInterruptLeavesNothing(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	cmd := exec.Command(testutil.Binary(t), "faults", "--runs", "1", "--duration", "1m", "--report-dir", dir,
-		"--pg", testutil.PostgresAdminDSN(), "-v")
+		"--postgres", testutil.PostgresAdminDSN(), "-v")
 	out := &strings.Builder{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {

@@ -17,7 +17,7 @@ import (
 func upstreamTarget(adminDSN, db string) (pgbenchTarget, error) {
 	cfg, err := pgx.ParseConfig(adminDSN)
 	if err != nil {
-		return pgbenchTarget{}, fmt.Errorf("parse --pg %q: %w", adminDSN, err)
+		return pgbenchTarget{}, fmt.Errorf("parse --postgres %q: %w", adminDSN, err)
 	}
 	return pgbenchTarget{host: cfg.Host, port: int(cfg.Port), user: cfg.User, db: db}, nil
 }

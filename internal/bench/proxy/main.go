@@ -56,7 +56,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o.Register(fs, []int{1, 8})
-	fs.StringVar(&o.pg, "pg", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable",
+	fs.StringVar(&o.pg, "postgres", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable",
 		"admin `DSN` of the PostgreSQL server measured")
 	fs.IntVar(&o.scale, "scale", 10, "pgbench scale factor of the benchmark database")
 	wl := fs.String("workloads", "select-simple,select-extended,fenced-write",
