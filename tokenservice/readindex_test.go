@@ -55,3 +55,20 @@ func TestReadIndexStatusAndMetrics(t *testing.T) {
 	}
 	t.Logf("token status:\n%s", stdout)
 }
+
+// The read-index settings refuse bad values with one line naming the flag.
+func TestReadIndexFlagsBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		flag, value string
+	}{
+		{"--reserve-size", "0"},
+		{"--reserve-size", "2000000000"},
+		{"--round-timeout", "0s"},
+	} {
+		code, stdout, stderr := runCLI(t, "token", "serve", "--id", "n1", "--data-dir", t.TempDir(), tc.flag, tc.value)
+		if code != 2 || stdout != "" {
+			t.Errorf("token serve %s %s: exit %d, stdout %q; want a usage error", tc.flag, tc.value, code, stdout)
+		}
+		oneLine(t, stderr, tc.flag)
+	}
+}
