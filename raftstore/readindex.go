@@ -184,6 +184,7 @@ type ReadIndex struct {
 
 	rounds, roundFails, reservations atomic.Uint64
 	roundNanos                       atomic.Int64
+	lastFailLog                      atomic.Int64 // unix nanoseconds; failures are logged at most once a second
 }
 
 // heldRange is the part of a reserved range not handed out yet: next to
@@ -283,6 +284,10 @@ func (ri *ReadIndex) Alloc(ctx context.Context, n int) (Range, error) {
 	// before it.
 	if err := ri.round(ctx, term); err != nil {
 		ri.drop(term)
+		if now := time.Now().UnixNano(); now-ri.lastFailLog.Load() >= int64(time.Second) {
+			ri.lastFailLog.Store(now)
+			ri.s.log.Warn("confirmation round failed: nothing handed out, reserved range dropped", "term", term, "err", err)
+		}
 		return Range{}, err
 	}
 	for {
