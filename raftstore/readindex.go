@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -480,10 +481,10 @@ func (ri *ReadIndex) round(ctx context.Context, term uint64) (err error) {
 			}()
 		}
 		acks, fails := 0, 0
-		var why []error
+		var why []string
 		for acks < needOthers {
 			if len(others)-fails < needOthers {
-				return fmt.Errorf("%w in term %d: %w", ErrNotConfirmed, term, errors.Join(why...))
+				return fmt.Errorf("%w in term %d: %s", ErrNotConfirmed, term, strings.Join(why, "; "))
 			}
 			a := <-answers // every call ends by ctx at the latest
 			if a.err == nil {
@@ -491,7 +492,7 @@ func (ri *ReadIndex) round(ctx context.Context, term uint64) (err error) {
 				continue
 			}
 			fails++
-			why = append(why, fmt.Errorf("%s %w", a.id, a.err))
+			why = append(why, a.id+" "+a.err.Error())
 		}
 	}
 	if t, ok := ri.s.LeaderTerm(); !ok || t != term {
