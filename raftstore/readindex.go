@@ -306,7 +306,7 @@ func (ri *ReadIndex) Alloc(ctx context.Context, n int) (Range, error) {
 	}
 }
 
-// valid reports, under ri.mu, whether the held ranges may be handed out:
+// validLocked reports, under ri.mu, whether the held ranges may be handed out:
 // this node leads in their term and no allocation or raise was applied
 // after the first of them.
 func (ri *ReadIndex) validLocked() bool {
