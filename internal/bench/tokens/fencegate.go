@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -22,6 +23,36 @@ type fencegateCluster struct {
 	procs []*bench.Proc
 	tls   *benchTLS // nil: plain HTTP
 	hc    *http.Client
+}
+
+// followerPids returns the processes of the nodes that do not lead, by
+// the leader a node's status names.
+func (c *fencegateCluster) followerPids(ctx context.Context) ([]int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.urls[0]+"/v1/status", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var st struct {
+		LeaderID string `json:"leader_id"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return nil, err
+	}
+	var out []int
+	for i, id := range c.ids {
+		if id != st.LeaderID {
+			out = append(out, c.procs[i].Pid())
+		}
+	}
+	if len(out) != len(c.ids)-1 {
+		return nil, fmt.Errorf("status names leader %q, not one of %v", st.LeaderID, c.ids)
+	}
+	return out, nil
 }
 
 // roundCounters are the read-index path's counters, summed over the nodes.

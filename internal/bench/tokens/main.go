@@ -64,6 +64,10 @@ type system struct {
 	// rounds, when set, reads the confirmation-round counters of the
 	// read-index path (summed over the nodes).
 	rounds func(ctx context.Context) (roundCounters, error)
+	// followerPids, when set, returns the server processes that do not
+	// lead: on the read-index path their CPU is the rounds' answering
+	// side (and Raft's heartbeats), the leader's the rest.
+	followerPids func(ctx context.Context) ([]int, error)
 }
 
 var knownSystems = []string{"fencegate", "fencegate-commit", "etcd", "fencegate-tls", "etcd-tls"}
@@ -196,6 +200,8 @@ type runResult struct {
 	RoundsPerSec   float64       `json:"rounds_per_sec,omitempty"`
 	TokensPerRound float64       `json:"tokens_per_round,omitempty"`
 	RoundMean      time.Duration `json:"round_mean,omitempty"`
+	// FollowerCPUPerOp is the CPU time the followers spent per token.
+	FollowerCPUPerOp time.Duration `json:"follower_cpu_per_token,omitempty"`
 }
 
 // roundLine is the round figures for a progress line, or "".
@@ -203,7 +209,8 @@ func (r runResult) roundLine() string {
 	if r.RoundsPerSec == 0 {
 		return ""
 	}
-	return fmt.Sprintf("  %s rounds/s, %.1f tokens/round, round %s µs", bench.FormatRate(r.RoundsPerSec), r.TokensPerRound, formatMicros(r.RoundMean))
+	return fmt.Sprintf("  %s rounds/s, %.1f tokens/round, round %s µs, followers' CPU %s µs/token", bench.FormatRate(r.RoundsPerSec),
+		r.TokensPerRound, formatMicros(r.RoundMean), formatMicros(r.FollowerCPUPerOp))
 }
 
 // measure warms a fresh client up at concurrency c and then measures one run.
@@ -230,6 +237,14 @@ func measure(ctx context.Context, s system, c int, f bench.Flags) (runResult, er
 	if s.rounds != nil {
 		rc0, rcErr = s.rounds(ctx)
 	}
+	var fpids []int
+	var fcpu0 time.Duration
+	fErr := errors.New("not measured")
+	if s.followerPids != nil {
+		if fpids, fErr = s.followerPids(ctx); fErr == nil {
+			fcpu0, fErr = serverCPU(fpids)
+		}
+	}
 	cpu0, cpuErr := serverCPU(s.pids())
 	mach0, machErr := bench.ReadMachineCPU()
 	start := time.Now()
@@ -249,6 +264,11 @@ func measure(ctx context.Context, s system, c int, f bench.Flags) (runResult, er
 	}
 	if machErr == nil && err2 == nil {
 		out.Steal = mach1.Sub(mach0).StealShare()
+	}
+	if fErr == nil && res.Ops > 0 {
+		if fcpu1, err := serverCPU(fpids); err == nil {
+			out.FollowerCPUPerOp = (fcpu1 - fcpu0) / time.Duration(res.Ops)
+		}
 	}
 	if s.rounds != nil && rcErr == nil {
 		if rc1, err := s.rounds(ctx); err == nil && rc1.rounds > rc0.rounds {
@@ -306,9 +326,10 @@ func setupFencegate(ctx context.Context, g *bench.Group, bin, version, dir, reso
 		rounds = c.roundCounters
 	}
 	return system{
-		rounds:  rounds,
-		name:    name,
-		version: version,
+		rounds:       rounds,
+		followerPids: c.followerPids,
+		name:         name,
+		version:      version,
 		newMinter: func(ctx context.Context) (minter, error) {
 			return newFencegateMinter(ctx, c, resource, leaderFirst)
 		},
