@@ -6,10 +6,16 @@
 //
 // The state machine holds one global counter and the API address of each
 // member, so its size is constant however many resources ask for tokens.
-// Tokens are minted only in FSM.Apply, when a committed log entry is applied;
-// a leader never hands out a token from its own memory. Each allocation entry
-// reserves a range of the counter, and a Batcher merges concurrent requests
-// into one entry (group commit), so throughput is not one fsync per token.
+// Tokens are minted only in FSM.Apply, when a committed log entry is applied:
+// each allocation or reservation entry takes a range of the counter. A
+// Batcher merges concurrent requests into one call (group commit). Its
+// AllocFunc is either Store.Allocate, one entry per batch, or
+// ReadIndex.Alloc, which hands tokens out of a range the leader reserved
+// with one committed entry in its current term, each batch only after a
+// confirmation round: a majority of the voters answered, after the round
+// began, that they still follow this leader in its term (see DESIGN.md,
+// "Tokens from a reserved range", for why such a token is larger than every
+// token returned before its request arrived).
 //
 // A Store is one node. Prepare opens its data directory and takes its
 // Raft Layer (Config.Layer, or plain TCP on Config.RaftAddr); Pending.Start

@@ -19,6 +19,7 @@ const (
 	cmdDelMember    byte = 3 // JSON memberMeta: forget a member's API address
 	cmdSetClusterID byte = 4 // the cluster id, as text: recorded only if none is yet
 	cmdRaiseCounter byte = 5 // uvarint value: raise the counter to at least value
+	cmdReserve      byte = 6 // uvarint count: reserve count tokens for the leader to hand out from memory
 )
 
 // memberMeta is the metadata the FSM keeps per member besides what Raft's
@@ -59,6 +60,11 @@ type fsm struct {
 	// clusterIDSet is signalled (without blocking) when the cluster id
 	// changes, so that the store records it in the data directory.
 	clusterIDSet chan struct{}
+	// otherMove is the index of the last applied entry that moved the
+	// counter other than a reservation (an allocation or a raise): a range
+	// reserved at a lower index may no longer be handed out, its tokens
+	// being below ones that entry minted or promised.
+	otherMove uint64
 }
 
 func newFSM() *fsm {
@@ -94,7 +100,11 @@ func (f *fsm) Apply(l *raft.Log) any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch l.Data[0] {
-	case cmdAllocate:
+	case cmdAllocate, cmdReserve:
+		// A reservation is applied exactly like an allocation, relative
+		// to the counter: every range lies above every range before it
+		// in the log, whether its tokens are handed out at once or later
+		// from the leader's memory.
 		n, k := binary.Uvarint(l.Data[1:])
 		if k <= 0 || n == 0 || n > math.MaxInt32 {
 			return fmt.Errorf("%w: bad allocate entry at index %d", ErrCorrupt, l.Index)
@@ -104,6 +114,9 @@ func (f *fsm) Apply(l *raft.Log) any {
 		}
 		first := f.state.Counter + 1
 		f.state.Counter += int64(n)
+		if l.Data[0] == cmdAllocate {
+			f.otherMove = l.Index
+		}
 		return applyResult{First: first, Count: int(n), Term: l.Term, Index: l.Index}
 	case cmdSetMember, cmdDelMember:
 		var m memberMeta
@@ -130,6 +143,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 			return fmt.Errorf("%w: bad raise entry at index %d", ErrCorrupt, l.Index)
 		}
 		// Never lowers the counter.
+		f.otherMove = l.Index
 		before := f.state.Counter
 		f.state.Counter = max(before, int64(v))
 		return raiseResult{Before: before, After: f.state.Counter, Term: l.Term, Index: l.Index}
@@ -143,6 +157,13 @@ func (f *fsm) counter() int64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.state.Counter
+}
+
+// otherMoveIndex returns the index of the last applied allocation or raise.
+func (f *fsm) otherMoveIndex() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.otherMove
 }
 
 // clusterID returns the cluster id the log committed, or "".

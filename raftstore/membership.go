@@ -243,6 +243,7 @@ func (s *Store) watchLeadership() {
 		case <-s.done:
 			return
 		case leader := <-s.notify:
+			s.leadershipEvent()
 			if leader {
 				s.syncLeader()
 			}
@@ -344,6 +345,9 @@ func (s *Store) watchObservations() {
 		case <-s.done:
 			return
 		case o := <-s.obsCh:
+			if _, ok := o.Data.(raft.LeaderObservation); ok {
+				s.leadershipEvent()
+			}
 			if lo, ok := o.Data.(raft.LeaderObservation); ok && lo.LeaderID != "" && lo.LeaderID != last {
 				last = lo.LeaderID
 				s.leaderChanges.Add(1)

@@ -242,8 +242,11 @@ type Store struct {
 	ident   identity
 
 	leaderChanges atomic.Uint64
-	obs           *raft.Observer
-	obsCh         chan raft.Observation
+	// hooks are called on every leadership event (see onLeadershipEvent).
+	hooksMu sync.Mutex
+	hooks   []func()
+	obs     *raft.Observer
+	obsCh   chan raft.Observation
 
 	closeOnce sync.Once
 	closeErr  error

@@ -95,6 +95,7 @@ func TestEveryRouteRefusesWithoutItsRole(t *testing.T) {
 		"POST /v1/tokens":                {tokenservice.RoleClient},
 		"POST /v1/internal/allocate":     {tokenservice.RolePeer},
 		"GET /v1/internal/state":         {tokenservice.RolePeer},
+		"GET /v1/internal/view":          {tokenservice.RolePeer},
 		"GET /v1/internal/configuration": {tokenservice.RolePeer},
 		"PUT /v1/members/{id}/api-addr":  {tokenservice.RolePeer},
 		"GET /v1/status":                 {tokenservice.RoleClient, tokenservice.RoleAdmin},

@@ -238,7 +238,9 @@ func TestNoQuorum(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || !(errors.Is(err, tokenservice.ErrNoQuorum) || errors.Is(err, tokenservice.ErrUnavailable)) {
 		t.Fatalf("cancelled Next = %v; want context.Canceled and what the node answered", err)
 	}
-	if got := c.Node(alone).LocalStatus().LastToken; got != frozen || got > last {
+	// (On the read-index path the counter is the top of the last
+	// reservation, above the last token handed out.)
+	if got := c.Node(alone).LocalStatus().LastToken; got != frozen {
 		t.Fatalf("lone node's last token moved to %d (was %d, last minted %d)", got, frozen, last)
 	}
 

@@ -3,8 +3,10 @@ package tokenservice_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/tokentest"
@@ -19,10 +21,17 @@ func TestCLIMembers(t *testing.T) {
 	servers := strings.Join(c.APIURLs(), ",")
 	mint(t, c.Client(t), 3)
 
-	code, out, stderr := runCLI(t, "token", "members", "list", "--servers", servers)
-	if code != 0 || strings.Count(out, "Voter") != 3 || strings.Count(out, "yes") != 3 || !strings.Contains(out, "(leader)") {
-		t.Fatalf("members list: exit %d:\n%s%s", code, out, stderr)
-	}
+	// A follower that was not needed for the last commit may not have
+	// applied it yet when the leader asks: list until every member caught up.
+	var out string
+	testutil.WaitFor(t, 10*time.Second, "members list with every member caught up", func() error {
+		code, o, stderr := runCLI(t, "token", "members", "list", "--servers", servers)
+		out = o
+		if code != 0 || strings.Count(out, "Voter") != 3 || strings.Count(out, "yes") != 3 || !strings.Contains(out, "(leader)") {
+			return fmt.Errorf("members list: exit %d:\n%s%s", code, out, stderr)
+		}
+		return nil
+	})
 	t.Logf("members list:\n%s", out)
 
 	for _, tc := range []struct {
@@ -65,7 +74,7 @@ func TestCLIMembers(t *testing.T) {
 	if strings.HasSuffix(raft4, ":0") || strings.HasSuffix(api4, ":0") {
 		t.Fatalf("n4 reports raft %s, api %s; want the ports it was given", raft4, api4)
 	}
-	code, out, stderr = runCLI(t, "token", "members", "add", "n4", raft4, api4, "--servers", servers)
+	code, out, stderr := runCLI(t, "token", "members", "add", "n4", raft4, api4, "--servers", servers)
 	if code != 0 || !strings.Contains(out, "n4 added as a non-voter") || !strings.Contains(out, "n4 caught up and is a voter") {
 		t.Fatalf("members add: exit %d:\n%s%s", code, out, stderr)
 	}

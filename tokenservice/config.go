@@ -138,6 +138,20 @@ type Config struct {
 	// follower) in flight at once; requests arriving meanwhile form the next
 	// batch. The default is 1.
 	MaxInflight int
+	// CommitPerBatch turns off the read-index path: the leader then commits
+	// one log entry per batch of requests (group commit), as before. By
+	// default (false) the leader reserves ReserveSize tokens with one
+	// committed entry and hands them out from memory, each batch only after
+	// a confirmation round in which a majority of the voters answered that
+	// they still follow it in its term (see raftstore's DESIGN.md).
+	CommitPerBatch bool
+	// ReserveSize is how many tokens one reservation entry sets aside on
+	// the read-index path. The default is 65536.
+	ReserveSize int
+	// RoundTimeout bounds one confirmation round on the read-index path;
+	// a round that has not heard from a majority by then fails, and the
+	// requests waiting on it get a retryable no_quorum. The default is 1s.
+	RoundTimeout time.Duration
 	// ForwardTimeout bounds one forwarded request to the leader. The default is 5s.
 	ForwardTimeout time.Duration
 	// PromoteInterval is how often the leader checks whether a non-voter

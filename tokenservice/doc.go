@@ -24,7 +24,8 @@
 //	                          (consecutive tokens from one entry, in request order; one bad
 //	                          name refuses the whole request with 400)
 //	GET    /v1/status         client, admin: this node's view: id, cluster_id, leader_id, leader_api, state, term,
-//	                          last_index, commit_index, applied_index, last_token, members
+//	                          last_index, commit_index, applied_index, last_token, members, and
+//	                          read_index: the reserved range in use (leader) and the rounds per second
 //	GET    /v1/members        client, admin: the committed members, with whether each has caught up (leader)
 //	POST   /v1/members        admin: {"id":"n4","raft_addr":"HOST:PORT","api_addr":"http://HOST:PORT"}
 //	                          adds a running node as a non-voter; the leader promotes it once
@@ -40,8 +41,16 @@
 // and, between nodes (role peer): POST /v1/internal/allocate (a follower's
 // batch; members only), GET /v1/internal/state and
 // /v1/internal/configuration (what an empty node asks before it founds or
-// joins), PUT /v1/members/{id}/api-addr (a member publishes its own API
-// address: only the peer whose certificate names {id} may call it).
+// joins), GET /v1/internal/view (a leader's confirmation round: the
+// node's current term and the leader it follows, read when it answers),
+// PUT /v1/members/{id}/api-addr (a member publishes its own API address:
+// only the peer whose certificate names {id} may call it).
+//
+// By default (Config.CommitPerBatch false) the leader hands tokens out of a
+// range it reserved with one committed entry, each batch only after a
+// confirmation round in which a majority of the voters answered that they
+// still follow it in its term; see raftstore's DESIGN.md for why such a
+// token is larger than every token returned before its request arrived.
 //
 // Errors are JSON {"error":"...","code":"..."} with code bad_request (400),
 // unauthenticated (401) and forbidden (403), each naming what the route

@@ -218,7 +218,8 @@ func (s *Server) classify(err error) *APIError {
 		code = CodeRefused
 	case errors.Is(err, raftstore.ErrNotLeader):
 		code = CodeNotLeader
-	case errors.Is(err, raftstore.ErrNoLeader), errors.Is(err, raftstore.ErrLeadershipLost), errors.Is(err, ErrNoQuorum):
+	case errors.Is(err, raftstore.ErrNoLeader), errors.Is(err, raftstore.ErrLeadershipLost), errors.Is(err, ErrNoQuorum),
+		errors.Is(err, raftstore.ErrNotConfirmed):
 		code = CodeNoQuorum
 	case errors.Is(err, raftstore.ErrClosed), errors.Is(err, raftstore.ErrUnavailable), errors.Is(err, raftstore.ErrBatcherClosed),
 		errors.Is(err, ErrUnavailable), errors.Is(err, ErrNotLeader),
@@ -235,7 +236,10 @@ func (s *Server) classify(err error) *APIError {
 	}
 	switch code {
 	case CodeNoQuorum:
-		if errors.Is(err, raftstore.ErrLeadershipLost) {
+		if errors.Is(err, raftstore.ErrNotConfirmed) {
+			msg = fmt.Sprintf("%v: node %s could not confirm with a majority of the voters that it still leads (%v); no token was handed out for this request, retry on another node or later",
+				ErrNoQuorum, s.cfg.ID, err)
+		} else if errors.Is(err, raftstore.ErrLeadershipLost) {
 			// The entry was appended; a new leader may still commit it.
 			msg = fmt.Sprintf("%v: node %s lost its leadership before the entry for this request was committed (%v); "+
 				"the entry may still be committed by the next leader, and its tokens are then never handed out; retry, the retry gets a larger token",

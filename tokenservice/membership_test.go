@@ -16,7 +16,10 @@ import (
 // snapshot; a fourth node joins from a snapshot; a node is removed; join and
 // remove are idempotent.
 func TestSnapshotCompactionJoinRemove(t *testing.T) {
-	c := tokentest.StartCluster(t, 3, tokentest.WithSnapshotThreshold(64, 16))
+	// One reservation per token on the read-index path, so that 200
+	// tokens make enough entries to snapshot.
+	c := tokentest.StartCluster(t, 3, tokentest.WithSnapshotThreshold(64, 16),
+		tokentest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.ReserveSize = 1 }))
 	cl := c.Client(t)
 	toks := mint(t, cl, 200)
 	last := toks[len(toks)-1]

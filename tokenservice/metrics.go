@@ -76,6 +76,16 @@ func newMetrics(s *Server) *metrics {
 			return 0
 		})
 	}
+	// Counters of the read-index path, read when scraped; 0 with
+	// Config.CommitPerBatch and until Raft runs.
+	riCounter := func(name, help string, f func(raftstore.ReadIndexStats) float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 {
+			if ri := s.ri(); ri != nil {
+				return f(ri.Stats())
+			}
+			return 0
+		})
+	}
 	m.reg.MustRegister(m.minted, m.entries, m.batch, m.commit, m.handedOut, m.fwdCalls, m.fwdBatch, m.refusals, m.promotions,
 		raftGauge("fencegate_token_raft_last_index", "Raft's last log index on this node.", func(st raftstore.Status) float64 { return float64(st.LastIndex) }),
 		raftGauge("fencegate_token_raft_commit_index", "Raft's commit index on this node.", func(st raftstore.Status) float64 { return float64(st.CommitIndex) }),
@@ -93,6 +103,24 @@ func newMetrics(s *Server) *metrics {
 		}, func() float64 {
 			if st := s.Store(); st != nil {
 				return float64(st.LeaderChanges())
+			}
+			return 0
+		}),
+		riCounter("fencegate_token_rounds_total", "Confirmation rounds this node began as leader on the read-index path.",
+			func(st raftstore.ReadIndexStats) float64 { return float64(st.Rounds) }),
+		riCounter("fencegate_token_round_failures_total", "Confirmation rounds that failed (no majority of the voters confirmed this leader in its term).",
+			func(st raftstore.ReadIndexStats) float64 { return float64(st.RoundFailures) }),
+		riCounter("fencegate_token_round_seconds_total", "Time spent in confirmation rounds; divide by the rounds for the mean round.",
+			func(st raftstore.ReadIndexStats) float64 { return st.RoundSeconds }),
+		riCounter("fencegate_token_reservations_total", "Reservation entries this node committed as leader on the read-index path.",
+			func(st raftstore.ReadIndexStats) float64 { return float64(st.Reservations) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fencegate_token_reserved_left", Help: "Tokens left in the reserved ranges this node hands out of as leader; 0 when it holds none.",
+		}, func() float64 {
+			if ri := s.ri(); ri != nil {
+				if r := ri.Stats().Range; r != nil {
+					return float64(r.Last - r.Next + 1)
+				}
 			}
 			return 0
 		}),

@@ -46,8 +46,11 @@ func scrape(t *testing.T, url string) map[string]float64 {
 // Every node serves Prometheus metrics: what it minted as leader and in how
 // many entries of what size, the commit latency, what it forwarded as a
 // follower, refusals by reason, leader changes, and Raft's indexes and term.
+//
+// On the commit path (one entry per batch); TestReadIndexStatusAndMetrics
+// covers the read-index path.
 func TestMetrics(t *testing.T) {
-	c := tokentest.StartCluster(t, 3)
+	c := tokentest.StartCluster(t, 3, tokentest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.CommitPerBatch = true }))
 	leader := c.Leader(t)
 	follower := (leader + 1) % 3
 	toks := mint(t, c.ClientFor(t, []string{c.APIURL(follower)}, tokenservice.WithFollowLeader(false)), 20)

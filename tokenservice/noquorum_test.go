@@ -8,15 +8,22 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/tokentest"
+	"github.com/fencegate/fencegate/tokenservice"
 )
 
 // A leader cut off from its peers while a token request is in flight
 // appends the request's entry and loses its leadership before committing
 // it. The no_quorum answer must not say nothing was written: a later leader
 // may commit that entry. (A node that knows no leader writes nothing, and
-// says so.)
+// says so.) On the read-index path the cut-off leader's confirmation round
+// fails instead, and the answer says that no token was handed out.
 func TestNoQuorumMessageAfterLeadershipLost(t *testing.T) {
-	c := tokentest.StartCluster(t, 3)
+	t.Run("commit per batch", func(t *testing.T) { testNoQuorumMessage(t, true) })
+	t.Run("read index", func(t *testing.T) { testNoQuorumMessage(t, false) })
+}
+
+func testNoQuorumMessage(t *testing.T, commitPerBatch bool) {
+	c := tokentest.StartCluster(t, 3, tokentest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.CommitPerBatch = commitPerBatch }))
 	mint(t, c.Client(t), 3)
 	var msgs []string
 	for attempt := 0; attempt < 5; attempt++ {
@@ -35,6 +42,13 @@ func TestNoQuorumMessageAfterLeadershipLost(t *testing.T) {
 			t.Fatalf("token request to a leader cut off = %d %+v; want 503 no_quorum", resp.StatusCode, e)
 		}
 		msgs = append(msgs, e.Error)
+		if !commitPerBatch && strings.Contains(e.Error, "could not confirm") {
+			if !strings.Contains(e.Error, "no token was handed out") {
+				t.Fatalf("failed round answered %q; want it to say no token was handed out", e.Error)
+			}
+			t.Logf("leader cut off answers: %s", e.Error)
+			return
+		}
 		if strings.Contains(e.Error, "lost its leadership") {
 			if !strings.Contains(e.Error, "may still be committed") || strings.Contains(e.Error, "no entry was written") {
 				t.Fatalf("leadership lost mid-commit answered %q; want it to say the entry may still commit", e.Error)

@@ -62,6 +62,8 @@ var routeTable = []struct {
 		false, (*Server).handleSetAPIAddr},
 	{Route{Method: "POST", Path: "/v1/internal/allocate", Roles: peerOnly, Member: true, Doc: "allocate a follower's batch of tokens (leader)"},
 		false, (*Server).handleAllocate},
+	{Route{Method: "GET", Path: "/v1/internal/view", Roles: peerOnly, Doc: "this node's current term and the leader it follows, read now (a leader's confirmation round)"},
+		false, (*Server).handleView},
 	{Route{Method: "GET", Path: "/v1/internal/state", Roles: peerOnly, Doc: "what this node holds, asked before founding or joining"},
 		true, (*Server).handleState},
 	{Route{Method: "GET", Path: "/v1/internal/configuration", Roles: peerOnly, Doc: "the committed configuration, asked by a joining node (leader)"},

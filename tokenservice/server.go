@@ -48,8 +48,13 @@ type Server struct {
 	// entry while it leads; fwdBatch merges this node's requests into one
 	// forwarded call while it follows.
 	leaderBatch, fwdBatch *raftstore.Batcher
-	ln                    net.Listener
-	srv                   *http.Server
+	// readIndex hands out tokens from reserved ranges while this node
+	// leads; nil with Config.CommitPerBatch.
+	readIndex *raftstore.ReadIndex
+	// rounds is the confirmation rounds per second over the last second.
+	rounds roundRate
+	ln     net.Listener
+	srv    *http.Server
 	// fwd carries every call to another node's API: forwarding, the
 	// questions asked before founding or joining, address publishing and
 	// the leader's questions to members. With TLS it presents this node's
@@ -112,6 +117,12 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	if cfg.MaxInflight <= 0 {
 		cfg.MaxInflight = 1
+	}
+	if cfg.ReserveSize < 0 || cfg.ReserveSize > 1<<30 {
+		return nil, fmt.Errorf("%w: the reservation size %d is out of range; give 1..%d tokens (0 takes the default, 65536)", ErrBadConfig, cfg.ReserveSize, 1<<30)
+	}
+	if cfg.RoundTimeout < 0 {
+		return nil, fmt.Errorf("%w: the round timeout %v is negative; give a positive duration (0 takes the default, 1s)", ErrBadConfig, cfg.RoundTimeout)
 	}
 	if cfg.PromoteInterval <= 0 {
 		cfg.PromoteInterval = 500 * time.Millisecond
@@ -208,7 +219,17 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		s.bgCancel()
 		return nil, err
 	}
-	s.leaderBatch = raftstore.NewBatcher(s.allocate, raftstore.WithMaxBatch(cfg.MaxBatch), raftstore.WithMaxInflight(cfg.MaxInflight))
+	alloc := s.allocate
+	if !cfg.CommitPerBatch {
+		s.readIndex = raftstore.NewReadIndex(st, &viewConfirmer{s: s}, raftstore.ReadIndexConfig{
+			ReserveSize: cfg.ReserveSize, RoundTimeout: cfg.RoundTimeout,
+			// A reservation is an allocation entry whose tokens are handed
+			// out later: it counts as minted when committed.
+			OnReserve: func(r raftstore.Range, took time.Duration) { s.metrics.committed(r.Count, took) },
+		})
+		alloc = s.readIndex.Alloc
+	}
+	s.leaderBatch = raftstore.NewBatcher(alloc, raftstore.WithMaxBatch(cfg.MaxBatch), raftstore.WithMaxInflight(cfg.MaxInflight))
 	s.fwdBatch = raftstore.NewBatcher(func(ctx context.Context, n int) (raftstore.Range, error) {
 		return s.forwardAlloc(ctx, n, 1)
 	}, raftstore.WithMaxBatch(cfg.MaxBatch), raftstore.WithMaxInflight(cfg.MaxInflight))
@@ -216,7 +237,11 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	s.bg.Add(2)
 	go s.promoteLoop()
 	go s.publishLoop()
-	s.log.Info("serving", "id", cfg.ID, "api", s.apiURL, "raft", st.RaftAddr(), "tls", cfg.TLS != nil,
+	if s.readIndex != nil {
+		s.bg.Add(1)
+		go s.roundRateLoop()
+	}
+	s.log.Info("serving", "id", cfg.ID, "api", s.apiURL, "raft", st.RaftAddr(), "tls", cfg.TLS != nil, "read_index", s.readIndex != nil,
 		"bearer_credentials", cfg.Credentials.Len())
 	return s, nil
 }
@@ -247,7 +272,16 @@ func (s *Server) LocalStatus() Status {
 		}
 		return Status{ID: s.cfg.ID, State: state, Members: []Member{}}
 	}
-	return statusFrom(st.Status())
+	out := statusFrom(st.Status())
+	if s.readIndex != nil {
+		ris := s.readIndex.Stats()
+		out.ReadIndex = &ReadIndexStatus{RoundsPerSecond: s.rounds.get(), Rounds: ris.Rounds, RoundFailures: ris.RoundFailures,
+			Reservations: ris.Reservations}
+		if r := ris.Range; r != nil {
+			out.ReadIndex.Range = &ReservedRange{Next: r.Next, Last: r.Last, Term: r.Term, Index: r.Index}
+		}
+	}
+	return out
 }
 
 // Close shuts the node down cleanly: the API stops accepting and finishes
@@ -284,6 +318,9 @@ func (s *Server) stopBackground() {
 	s.bg.Wait()
 	s.leaderBatch.Close()
 	s.fwdBatch.Close()
+	if s.readIndex != nil {
+		s.readIndex.Close()
+	}
 	s.fwd.CloseIdleConnections()
 }
 

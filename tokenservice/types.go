@@ -81,6 +81,34 @@ type Status struct {
 	AppliedIndex uint64   `json:"applied_index"`
 	LastToken    int64    `json:"last_token"`
 	Members      []Member `json:"members"`
+	// ReadIndex is the read-index path's state on this node; nil with
+	// Config.CommitPerBatch.
+	ReadIndex *ReadIndexStatus `json:"read_index,omitempty"`
+}
+
+// ReadIndexStatus is a node's read-index path: the range it hands tokens
+// out of while it leads, and its confirmation rounds.
+type ReadIndexStatus struct {
+	// Range is the reserved range in use; nil when none is held (the node
+	// does not lead, or has not reserved yet in its term).
+	Range *ReservedRange `json:"range,omitempty"`
+	// RoundsPerSecond is the confirmation rounds begun over the last second.
+	RoundsPerSecond float64 `json:"rounds_per_second"`
+	// Rounds and RoundFailures count the rounds begun and failed since
+	// start; Reservations the reservation entries committed.
+	Rounds        uint64 `json:"rounds"`
+	RoundFailures uint64 `json:"round_failures"`
+	Reservations  uint64 `json:"reservations"`
+}
+
+// ReservedRange is a reserved range: Next is the next token handed out,
+// Last the last one reserved; Term and Index those of the reservation
+// entry.
+type ReservedRange struct {
+	Next  int64  `json:"next"`
+	Last  int64  `json:"last"`
+	Term  uint64 `json:"term"`
+	Index uint64 `json:"index"`
 }
 
 // Wire forms of requests and responses.

@@ -169,6 +169,7 @@ func printStatusTable(ctx context.Context, w io.Writer, st tokenservice.Status, 
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "cluster: %s  leader: %s (%s)\n", orDash(st.ClusterID), orDash(st.LeaderID), orDash(st.LeaderAPI))
 	fmt.Fprintln(tw, "ID\tSTATE\tSUFFRAGE\tTERM\tLAST INDEX\tAPPLIED\tLAST TOKEN\tRAFT\tAPI")
+	var leader *tokenservice.Status
 	for _, m := range st.Members {
 		row := []string{m.ID, "unreachable", m.Suffrage, "-", "-", "-", "-", m.RaftAddr, orDash(m.APIAddr)}
 		if m.APIAddr != "" {
@@ -183,11 +184,35 @@ func printStatusTable(ctx context.Context, w io.Writer, st tokenservice.Status, 
 				row[4] = fmt.Sprint(ms.LastIndex)
 				row[5] = fmt.Sprint(ms.AppliedIndex)
 				row[6] = fmt.Sprint(ms.LastToken)
+				if ms.State == "Leader" {
+					leader = &ms
+				}
 			}
 		}
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if leader != nil {
+		_, err := fmt.Fprintln(w, readIndexLine(leader.ReadIndex))
+		return err
+	}
+	return nil
+}
+
+// readIndexLine says how the leader hands out tokens: the reserved range in
+// use and the confirmation rounds per second, or commit per batch.
+func readIndexLine(ri *tokenservice.ReadIndexStatus) string {
+	if ri == nil {
+		return "tokens: one commit per batch (--commit-per-batch)"
+	}
+	rng := "none held (reserved at the next request)"
+	if r := ri.Range; r != nil {
+		rng = fmt.Sprintf("%d..%d (%d left; reserved by entry %d in term %d)", r.Next, r.Last, r.Last-r.Next+1, r.Index, r.Term)
+	}
+	return fmt.Sprintf("tokens: read-index; range in use %s; %.1f rounds/s (%d rounds, %d failed, %d reservations)",
+		rng, ri.RoundsPerSecond, ri.Rounds, ri.RoundFailures, ri.Reservations)
 }
 
 func memberStatus(ctx context.Context, api string, opts []tokenservice.ClientOption) (tokenservice.Status, error) {

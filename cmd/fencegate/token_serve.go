@@ -17,8 +17,9 @@ import (
 // tokenServeOpts are the flags of 'fencegate token serve'.
 type tokenServeOpts struct {
 	id, dataDir, raftAddr, apiAddr, peers, join, logLevel, via string
-	waitForFounding                                            bool
-	foundingTimeout, heartbeat, election, lease                time.Duration
+	waitForFounding, commitPerBatch                            bool
+	reserveSize                                                int
+	foundingTimeout, heartbeat, election, lease, roundTimeout  time.Duration
 	snapThreshold, trailing                                    uint64
 	tls                                                        *tlsFlags
 }
@@ -39,6 +40,9 @@ func tokenServeFlags(fs *flag.FlagSet) *tokenServeOpts {
 	fs.DurationVar(&o.lease, "leader-lease-timeout", 500*time.Millisecond, "how long a leader without a quorum keeps leading before stepping down; at most --heartbeat-timeout")
 	fs.Uint64Var(&o.snapThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
 	fs.Uint64Var(&o.trailing, "trailing-logs", 10240, "log entries kept after a snapshot")
+	fs.BoolVar(&o.commitPerBatch, "commit-per-batch", false, "commit one log entry per batch of token requests instead of handing tokens out of a reserved range after a confirmation round (default false: the read-index path)")
+	fs.IntVar(&o.reserveSize, "reserve-size", 65536, "tokens one reservation entry sets aside for the leader to hand out (read-index path); tokens left in it when leadership moves are skipped")
+	fs.DurationVar(&o.roundTimeout, "round-timeout", time.Second, "how long a confirmation round waits for a majority of the voters before it fails and its requests get a retryable no_quorum (read-index path)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	o.tls = addTLSFlags(fs)
 	fs.StringVar(&o.via, "dial-via", "", "reach these peer addresses through others, as ADDR=VIA,... (fault injection: relays between nodes; default empty: dial peers directly)")
@@ -75,6 +79,12 @@ func runTokenServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if o.foundingTimeout <= 0 {
 		return usagef("--founding-timeout must be positive")
 	}
+	if o.reserveSize < 1 || o.reserveSize > 1<<30 {
+		return usagef("--reserve-size %d: give 1..%d tokens", o.reserveSize, 1<<30)
+	}
+	if o.roundTimeout <= 0 {
+		return usagef("--round-timeout must be positive, e.g. 1s")
+	}
 	dial, err := dialVia(o.via)
 	if err != nil {
 		return usagef("--dial-via: %v", err)
@@ -90,6 +100,7 @@ func runTokenServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 		HeartbeatTimeout: o.heartbeat, ElectionTimeout: o.election, LeaderLeaseTimeout: o.lease,
 		SnapshotThreshold: o.snapThreshold, TrailingLogs: o.trailing, Dial: dial,
 		TLS: nodeTLS, Credentials: creds,
+		CommitPerBatch: o.commitPerBatch, ReserveSize: o.reserveSize, RoundTimeout: o.roundTimeout,
 	})
 	if err != nil {
 		return serveHint(err, o)

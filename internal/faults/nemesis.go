@@ -156,8 +156,8 @@ func (n *Nemesis) Counts() map[string]int {
 	return out
 }
 
-// RunRandom injects faults drawn from faults until ctx ends, with a short
-// random gap between them. The first fault is one that can make the lock
+// RunRandom injects faults drawn from faults (weighted, see faultWeights)
+// until ctx ends, with a short random gap between them. The first fault is one that can make the lock
 // double-held by itself, when the list has one, so that every run bites.
 func (n *Nemesis) RunRandom(ctx context.Context, faults []string) error {
 	var bite []string
@@ -171,7 +171,7 @@ func (n *Nemesis) RunRandom(ctx context.Context, faults []string) error {
 		if !sleepCtx(ctx, time.Duration(200+n.rng.IntN(600))*time.Millisecond) {
 			break
 		}
-		pool := faults
+		pool := weighted(faults)
 		if first && len(bite) > 0 {
 			pool = bite
 		}

@@ -633,3 +633,26 @@ func (g gatedHandler) WithAttrs(a []slog.Attr) slog.Handler {
 func (g gatedHandler) WithGroup(name string) slog.Handler {
 	return gatedHandler{h: g.h.WithGroup(name), closed: g.closed}
 }
+
+// CutRaft cuts node i's Raft links only, in both directions, and leaves
+// its API links as they are: the node hears nothing of a new term through
+// Raft, yet answers and asks over the API. HealRaft ends it.
+func (c *Cluster) CutRaft(i int) { c.setRaftCut(i, true) }
+
+// HealRaft ends CutRaft(i) (links to nodes that are cut stay cut).
+func (c *Cluster) HealRaft(i int) { c.setRaftCut(i, false) }
+
+func (c *Cluster) setRaftCut(i int, cut bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, r := range c.links {
+		if k[0] != i && k[1] != i {
+			continue
+		}
+		if cut || c.nodes[k[0]+k[1]-i].cut {
+			r.Cut()
+		} else {
+			r.Heal()
+		}
+	}
+}

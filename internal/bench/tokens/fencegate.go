@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,12 +22,85 @@ type fencegateCluster struct {
 	urls  []string // API base URLs, in the order of ids
 	procs []*bench.Proc
 	tls   *benchTLS // nil: plain HTTP
+	hc    *http.Client
+}
+
+// followerPids returns the processes of the nodes that do not lead, by
+// the leader a node's status names.
+func (c *fencegateCluster) followerPids(ctx context.Context) ([]int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.urls[0]+"/v1/status", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var st struct {
+		LeaderID string `json:"leader_id"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return nil, err
+	}
+	var out []int
+	for i, id := range c.ids {
+		if id != st.LeaderID {
+			out = append(out, c.procs[i].Pid())
+		}
+	}
+	if len(out) != len(c.ids)-1 {
+		return nil, fmt.Errorf("status names leader %q, not one of %v", st.LeaderID, c.ids)
+	}
+	return out, nil
+}
+
+// roundCounters are the read-index path's counters, summed over the nodes.
+type roundCounters struct {
+	rounds, seconds float64
+}
+
+// roundCounters scrapes every node's metrics for its confirmation rounds.
+func (c *fencegateCluster) roundCounters(ctx context.Context) (roundCounters, error) {
+	var out roundCounters
+	for _, u := range c.urls {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+"/metrics", nil)
+		if err != nil {
+			return out, err
+		}
+		resp, err := c.hc.Do(req)
+		if err != nil {
+			return out, err
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return out, err
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			name, v, ok := strings.Cut(line, " ")
+			if !ok {
+				continue
+			}
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				continue
+			}
+			switch name {
+			case "fencegate_token_rounds_total":
+				out.rounds += f
+			case "fencegate_token_round_seconds_total":
+				out.seconds += f
+			}
+		}
+	}
+	return out, nil
 }
 
 // startFencegate starts a three-node token cluster under g with data in
 // dir, and waits until every node answers /readyz with 200. With tc the
 // nodes run with TLS (API, Raft, forwarding) and authentication.
-func startFencegate(ctx context.Context, g *bench.Group, bin, dir string, tc *benchTLS) (*fencegateCluster, error) {
+func startFencegate(ctx context.Context, g *bench.Group, bin, dir string, tc *benchTLS, extra ...string) (*fencegateCluster, error) {
 	ports, err := bench.FreePorts(6)
 	if err != nil {
 		return nil, err
@@ -58,6 +132,7 @@ func startFencegate(ctx context.Context, g *bench.Group, bin, dir string, tc *be
 			"--api-addr", strings.TrimPrefix(c.urls[i], scheme),
 			"--peers", strings.Join(peers, ","),
 			"--log-level", "warn"}
+		args = append(args, extra...)
 		if tc != nil {
 			cert, key, err := tc.server(id)
 			if err != nil {
@@ -72,10 +147,11 @@ func startFencegate(ctx context.Context, g *bench.Group, bin, dir string, tc *be
 		procs = append(procs, p)
 	}
 	c.procs = procs
-	var hc *http.Client
+	hc := http.DefaultClient
 	if tc != nil {
 		hc = &http.Client{Transport: &http.Transport{TLSClientConfig: tc.fencegateClient()}}
 	}
+	c.hc = hc
 	for i, p := range procs {
 		if err := bench.WaitReady(ctx, p, 60*time.Second, httpOK(hc, c.urls[i]+"/readyz")); err != nil {
 			return nil, err

@@ -4,7 +4,10 @@
 //
 //	go run ./internal/bench/tokens [--runs 3] [--duration 5s] [--concurrency 1,64] [--json] [--keep]
 //
-// For each concurrency it reports tokens/s, the p50/p99 latency of one
+// fencegate runs the read-index path (tokens from a reserved range, one
+// confirmation round per batch); fencegate-commit the commit path
+// (--commit-per-batch: one Raft commit per batch). For each concurrency it
+// reports tokens/s, the p50/p99 latency of one
 // token and the CPU time the three server processes spent per token (with
 // the hypervisor's steal beside it), the median of --runs runs, and the
 // ratios fencegate/etcd. The TLS variants (fencegate-tls: TLS on the API,
@@ -58,16 +61,23 @@ type system struct {
 	newMinter func(ctx context.Context) (minter, error)
 	// pids are the server processes whose CPU time is counted.
 	pids func() []int
+	// rounds, when set, reads the confirmation-round counters of the
+	// read-index path (summed over the nodes).
+	rounds func(ctx context.Context) (roundCounters, error)
+	// followerPids, when set, returns the server processes that do not
+	// lead: on the read-index path their CPU is the rounds' answering
+	// side (and Raft's heartbeats), the leader's the rest.
+	followerPids func(ctx context.Context) ([]int, error)
 }
 
-var knownSystems = []string{"fencegate", "etcd", "fencegate-tls", "etcd-tls"}
+var knownSystems = []string{"fencegate", "fencegate-commit", "etcd", "fencegate-tls", "etcd-tls"}
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("tokens", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var f bench.Flags
 	f.Register(fs, []int{1, 64})
-	systemsFlag := fs.String("systems", strings.Join(knownSystems, ","), "comma-separated systems to measure: fencegate, etcd, and their TLS variants fencegate-tls and etcd-tls")
+	systemsFlag := fs.String("systems", strings.Join(knownSystems, ","), "comma-separated systems to measure: fencegate (read-index path), fencegate-commit (--commit-per-batch), etcd, and the TLS variants fencegate-tls and etcd-tls")
 	resource := fs.String("resource", "bench", "resource name tokens are asked for")
 	binFlag := fs.String("fencegate-bin", "", "fencegate binary to run (default: build ./cmd/fencegate into the temporary directory)")
 	leaderFirst := fs.Bool("leader-first", true, "send both clients' requests to the current leader: fencegate's client gets the leader's URL first, etcd's client the leader's endpoint alone; false gives both every node, so fencegate starts at n1 (a follower forwards) and clientv3 balances across members")
@@ -122,7 +132,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	bin, version := *binFlag, "prebuilt "+*binFlag
-	if bin == "" && (slices.Contains(want, "fencegate") || slices.Contains(want, "fencegate-tls")) {
+	if bin == "" && (slices.Contains(want, "fencegate") || slices.Contains(want, "fencegate-commit") || slices.Contains(want, "fencegate-tls")) {
 		logf("building fencegate")
 		if bin, version, err = bench.BuildFencegate(ctx, dir); err != nil {
 			return err
@@ -133,12 +143,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		var s system
 		var err error
 		switch name {
-		case "fencegate", "fencegate-tls":
+		case "fencegate", "fencegate-commit", "fencegate-tls":
 			var t *benchTLS
 			if name == "fencegate-tls" {
 				t = tc
 			}
-			s, err = setupFencegate(ctx, g, bin, version, dir, *resource, *leaderFirst, t, logf)
+			s, err = setupFencegate(ctx, g, bin, version, dir, *resource, *leaderFirst, t, name == "fencegate-commit", logf)
 		case "etcd", "etcd-tls":
 			var t *benchTLS
 			if name == "etcd-tls" {
@@ -164,9 +174,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				if err != nil {
 					return fmt.Errorf("run %d, %s at concurrency %d: %w", r+1, s.name, c, err)
 				}
-				logf("run %d/%d  c=%-3d %-13s %s tokens/s  p50 %s ms  p99 %s ms  %s µs CPU/token  steal %.0f%%", r+1, f.Runs, c, s.name,
+				logf("run %d/%d  c=%-3d %-16s %s tokens/s  p50 %s ms  p99 %s ms  %s µs CPU/token  steal %.0f%%%s", r+1, f.Runs, c, s.name,
 					bench.FormatRate(res.PerSec), bench.FormatMillis(res.P50), bench.FormatMillis(res.P99),
-					formatMicros(res.CPUPerOp), 100*res.Steal)
+					formatMicros(res.CPUPerOp), 100*res.Steal, res.roundLine())
 				rep.add(s.name, c, res)
 			}
 		}
@@ -184,6 +194,23 @@ type runResult struct {
 	bench.Result
 	CPUPerOp time.Duration `json:"server_cpu_per_token"`
 	Steal    float64       `json:"steal"`
+	// On the read-index path: confirmation rounds per second, tokens
+	// served per round, and the mean time of one round as the leader
+	// measured it (from its first question to a majority's answers).
+	RoundsPerSec   float64       `json:"rounds_per_sec,omitempty"`
+	TokensPerRound float64       `json:"tokens_per_round,omitempty"`
+	RoundMean      time.Duration `json:"round_mean,omitempty"`
+	// FollowerCPUPerOp is the CPU time the followers spent per token.
+	FollowerCPUPerOp time.Duration `json:"follower_cpu_per_token,omitempty"`
+}
+
+// roundLine is the round figures for a progress line, or "".
+func (r runResult) roundLine() string {
+	if r.RoundsPerSec == 0 {
+		return ""
+	}
+	return fmt.Sprintf("  %s rounds/s, %.1f tokens/round, round %s µs, followers' CPU %s µs/token", bench.FormatRate(r.RoundsPerSec),
+		r.TokensPerRound, formatMicros(r.RoundMean), formatMicros(r.FollowerCPUPerOp))
 }
 
 // measure warms a fresh client up at concurrency c and then measures one run.
@@ -205,9 +232,24 @@ func measure(ctx context.Context, s system, c int, f bench.Flags) (runResult, er
 			}
 		}
 	}
+	var rc0 roundCounters
+	var rcErr error
+	if s.rounds != nil {
+		rc0, rcErr = s.rounds(ctx)
+	}
+	var fpids []int
+	var fcpu0 time.Duration
+	fErr := errors.New("not measured")
+	if s.followerPids != nil {
+		if fpids, fErr = s.followerPids(ctx); fErr == nil {
+			fcpu0, fErr = serverCPU(fpids)
+		}
+	}
 	cpu0, cpuErr := serverCPU(s.pids())
 	mach0, machErr := bench.ReadMachineCPU()
+	start := time.Now()
 	res, err := bench.RunClosed(ctx, c, f.Duration, op)
+	took := time.Since(start)
 	if ctx.Err() != nil {
 		return runResult{}, ctx.Err()
 	}
@@ -222,6 +264,19 @@ func measure(ctx context.Context, s system, c int, f bench.Flags) (runResult, er
 	}
 	if machErr == nil && err2 == nil {
 		out.Steal = mach1.Sub(mach0).StealShare()
+	}
+	if fErr == nil && res.Ops > 0 {
+		if fcpu1, err := serverCPU(fpids); err == nil {
+			out.FollowerCPUPerOp = (fcpu1 - fcpu0) / time.Duration(res.Ops)
+		}
+	}
+	if s.rounds != nil && rcErr == nil {
+		if rc1, err := s.rounds(ctx); err == nil && rc1.rounds > rc0.rounds {
+			n := rc1.rounds - rc0.rounds
+			out.RoundsPerSec = n / took.Seconds()
+			out.TokensPerRound = float64(res.Ops) / n
+			out.RoundMean = time.Duration((rc1.seconds - rc0.seconds) / n * float64(time.Second))
+		}
 	}
 	return out, nil
 }
@@ -246,22 +301,35 @@ func formatMicros(d time.Duration) string {
 	return fmt.Sprintf("%.0f", float64(d)/float64(time.Microsecond))
 }
 
-func setupFencegate(ctx context.Context, g *bench.Group, bin, version, dir, resource string, leaderFirst bool, tc *benchTLS, logf func(string, ...any)) (system, error) {
+func setupFencegate(ctx context.Context, g *bench.Group, bin, version, dir, resource string, leaderFirst bool, tc *benchTLS, commitPerBatch bool, logf func(string, ...any)) (system, error) {
 	if !bench.HasCommand(ctx, bin, "token", "serve") {
 		return system{}, errNoTokenService
 	}
 	name := "fencegate" + tlsSuffix(tc)
-	logf("starting 3 fencegate token nodes%s", withTLS(tc))
-	c, err := startFencegate(ctx, g, bin, filepath.Join(dir, name), tc)
+	var extra []string
+	if commitPerBatch {
+		name, extra = "fencegate-commit", []string{"--commit-per-batch"}
+		version += "; --commit-per-batch"
+	} else {
+		version += "; read-index"
+	}
+	logf("starting 3 fencegate token nodes%s%s", withTLS(tc), strings.Join(append([]string{""}, extra...), " "))
+	c, err := startFencegate(ctx, g, bin, filepath.Join(dir, name), tc, extra...)
 	if err != nil {
 		return system{}, err
 	}
 	if tc != nil {
 		version += "; TLS on the API, mutual TLS on Raft and between nodes, client certificates (ECDSA P-256)"
 	}
+	var rounds func(context.Context) (roundCounters, error)
+	if !commitPerBatch {
+		rounds = c.roundCounters
+	}
 	return system{
-		name:    name,
-		version: version,
+		rounds:       rounds,
+		followerPids: c.followerPids,
+		name:         name,
+		version:      version,
 		newMinter: func(ctx context.Context) (minter, error) {
 			return newFencegateMinter(ctx, c, resource, leaderFirst)
 		},

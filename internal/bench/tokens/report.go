@@ -51,7 +51,7 @@ type ratio struct {
 // against its peer, and each TLS variant against its plain self (what
 // encryption costs).
 var ratioPairs = [][2]string{
-	{"fencegate", "etcd"}, {"fencegate-tls", "etcd-tls"},
+	{"fencegate", "etcd"}, {"fencegate-commit", "etcd"}, {"fencegate", "fencegate-commit"}, {"fencegate-tls", "etcd-tls"},
 	{"fencegate-tls", "fencegate"}, {"etcd-tls", "etcd"},
 }
 
@@ -166,9 +166,57 @@ func (r *report) writeText(w io.Writer) error {
 		}
 	}
 	_, err := t.WriteTo(w)
+	if err == nil {
+		err = r.writeRounds(w)
+	}
 	if err == nil && len(r.Ratios) > 0 {
 		fmt.Fprintln(w, "\nRatios are the first system's figure over the second's: above 1 is better for tokens/s, below 1 for latency and CPU.\n"+
 			"CPU µs/token is the user+system time of the three server processes per token; steal the share of the machine's CPU the hypervisor took.")
 	}
+	return err
+}
+
+// writeRounds shows where a token's time goes on the read-index path: the
+// confirmation round (the leader's questions to the other voters and a
+// majority's answers, as the leader timed it) against the rest of the
+// request's median latency (the client's HTTP request and answer, JSON,
+// waiting for the next round), and the CPU the leader and the followers
+// spent per token (the followers' is the answering side of the rounds,
+// besides Raft's heartbeats; the leader's the client's requests, its side
+// of the rounds and the reservations). The leader's figure is the median
+// total less the median followers', so it is approximate.
+func (r *report) writeRounds(w io.Writer) error {
+	t := bench.NewTable("clients", "system", "rounds/s", "tokens/round", "round µs", "p50 µs", "rest of p50 µs", "round share of p50",
+		"CPU µs/token: leader", "followers").Labels(2)
+	rows := 0
+	for _, c := range r.Concurrency {
+		for _, s := range r.systems {
+			e := r.find(s, c)
+			if e == nil {
+				continue
+			}
+			var rps, tpr []float64
+			var mean, fcpu []time.Duration
+			for _, run := range e.Runs {
+				if run.RoundsPerSec > 0 {
+					rps, tpr, mean = append(rps, run.RoundsPerSec), append(tpr, run.TokensPerRound), append(mean, run.RoundMean)
+					fcpu = append(fcpu, run.FollowerCPUPerOp)
+				}
+			}
+			if len(rps) == 0 {
+				continue
+			}
+			round, p50 := bench.MedianDuration(mean), e.Median.P50
+			t.Row(fmt.Sprint(c), s, bench.FormatRate(bench.Median(rps)), fmt.Sprintf("%.1f", bench.Median(tpr)), formatMicros(round),
+				formatMicros(p50), formatMicros(p50-round), fmt.Sprintf("%.0f%%", 100*float64(round)/float64(max(p50, 1))),
+				formatMicros(e.MedianCPU-bench.MedianDuration(fcpu)), formatMicros(bench.MedianDuration(fcpu)))
+			rows++
+		}
+	}
+	if rows == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "\nWhere the time goes on the read-index path (medians over the runs):")
+	_, err := t.WriteTo(w)
 	return err
 }
