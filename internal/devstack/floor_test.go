@@ -15,7 +15,7 @@ import (
 // token fences; a second call changes nothing.
 func TestRaiseAboveMarks(t *testing.T) {
 	db := pgfencetest.New(t)
-	db.Exec(t, "SELECT fencegate.fence('order:42', 1000)")
+	db.Exec(t, "SELECT fencegate.fence('order:42', 100000000)")
 	db.Exec(t, "SELECT fencegate.fence('order:7', 12)")
 	c := tokentest.StartCluster(t, 3)
 
@@ -23,8 +23,8 @@ func TestRaiseAboveMarks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.Highest != 1000 || !f.Raised() || f.After < 1000 {
-		t.Fatalf("floor %+v: want the highest mark 1000 and the counter raised to it", f)
+	if f.Highest != 100000000 || !f.Raised() || f.After < 100000000 {
+		t.Fatalf("floor %+v: want the highest mark 100000000 (above any range the new leader reserved) and the counter raised to it", f)
 	}
 	t.Log(f)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
