@@ -6,8 +6,8 @@ package pgfence
 // pinned settings and the md5 of its body. TestHealthFunctions regenerates
 // it from the embedded SQL and fails when it is out of step.
 const healthFunctions = `	('schema_version', '', false, false, false, '{"search_path=pg_catalog, pg_temp"}', '122e5d851c9285ac41c5296a48e4c50d'),
-	('fence', 'resource text, token bigint', true, true, false, '{"search_path=pg_catalog, pg_temp",lock_timeout=5s}', '220bb5e0f0b2a30035d16554a03ac769'),
-	('fence', 'resource text, token bigint, proof text', true, true, false, '{"search_path=pg_catalog, pg_temp",lock_timeout=5s}', 'df4a1fc0507ca03647383c1aea49ddc7'),
+	('fence', 'resource text, token bigint', true, true, false, '{"search_path=pg_catalog, pg_temp",lock_timeout=5s}', '8b124db17c0bd9cd2b601dc3cea8cd7b'),
+	('fence', 'resource text, token bigint, proof text', true, true, false, '{"search_path=pg_catalog, pg_temp",lock_timeout=5s}', '2c6f08f6df1a3bb5b474c2141fd17f9e'),
 	('fence_many', 'resources text[], token bigint', true, true, false, '{"search_path=pg_catalog, pg_temp",lock_timeout=5s}', '7cb30c4b7c9c26d5fd8364128c96f468'),
 	('check_insert', '', false, false, false, '{"search_path=pg_catalog, pg_temp"}', 'aedd51d69d6aa1b1918855994aff0c23'),
 	('check_update', '', false, false, false, '{"search_path=pg_catalog, pg_temp"}', '75c5a200693d1d6fba2b73b06a43e8b7'),

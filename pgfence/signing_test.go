@@ -103,7 +103,7 @@ func TestSignedFence(t *testing.T) {
 		{"unknown key id", "acct:1", 9, keyring(t, "zz "+strings.Repeat("1f", 32)).Sign(cluster, "acct:1", 9), fencegate.CodeBadProof, []string{"key zz, which this database does not hold"}},
 		{"two-argument fence", "acct:1", 9, "", fencegate.CodeMisuse, []string{"requires signed tokens", "fencegate.fence(resource, token, proof)"}},
 		{"fence_many", "acct:1", 9, "-", fencegate.CodeMisuse, []string{"requires signed tokens"}},
-		{"empty proof", "acct:1", 9, "x", fencegate.CodeMisuse, []string{"empty proof"}},
+		{"empty proof", "acct:1", 9, "x", fencegate.CodeMisuse, []string{"is malformed: it is empty"}},
 		{"no dot", "acct:1", 9, "k2025" + strings.Repeat("a", 64), fencegate.CodeMisuse, []string{`has no "."`}},
 		{"bad key id", "acct:1", 9, "k 1." + strings.Repeat("a", 64), fencegate.CodeMisuse, []string{"key id"}},
 		{"short mac", "acct:1", 9, "k2025.abc", fencegate.CodeMisuse, []string{"64 lowercase hex digits", "got 3"}},
@@ -304,5 +304,17 @@ func TestUpgradeFromV2(t *testing.T) {
 	requireSigned(t, db, "c", keyring(t, keyOld))
 	if _, err := app.Exec(ctx, fencegate.FenceSignedSQL, "b", int64(9), keyring(t, keyOld).Sign("c", "b", 9)); err != nil {
 		t.Fatalf("signed fence after upgrade: %v", err)
+	}
+}
+
+// TestMalformedProofFirstCall: a malformed proof is FG003 also as the first
+// call of a session (PostgreSQL plans the first calls with the arguments as
+// constants).
+func TestMalformedProofFirstCall(t *testing.T) {
+	db := pgfencetest.New(t)
+	requireSigned(t, db, "c", keyring(t, keyOld))
+	for _, p := range []string{"k2025.abc", "k2025." + strings.Repeat("g", 64), "k2025." + strings.Repeat("a", 65), ".", "k2025"} {
+		_, err := db.AppConn(t).Exec(context.Background(), fencegate.FenceSignedSQL, "r", int64(1), p)
+		wantRefused(t, err, fencegate.CodeMisuse, "is malformed")
 	}
 }
