@@ -39,8 +39,11 @@ const (
 	// CodeMisuse (FG003): a fence or a protected table used in a way that
 	// protects nothing: a NULL or negative token, a NULL or empty resource
 	// (or an empty list of them), a row of a protected table whose resource
-	// expression yields NULL (the message names the table). Not retryable:
-	// the calling code or the table's data is wrong.
+	// expression yields NULL (the message names the table), a proof that
+	// is not well formed (the message says what is wrong with it), and
+	// FenceSQL or FenceManySQL on a database that requires signed tokens
+	// (the message says to use FenceSignedSQL with the token service's
+	// proof). Not retryable: the calling code or the table's data is wrong.
 	CodeMisuse = "FG003"
 
 	// CodeFenceTimeout (FG004): the fence waited longer than the database's
@@ -72,6 +75,17 @@ const (
 	// role). Not retryable: connect as an application role that holds only
 	// the grants "fencegate schema install --grant ROLE" gives.
 	CodePrivilegedRole = "FG007"
+
+	// CodeBadProof (FG008): the database requires signed tokens and the
+	// proof offered with the token does not verify: it names a key id the
+	// database does not hold, or its MAC does not match (cluster, resource,
+	// token), so the token was forged, minted for another resource, or
+	// minted by another token service cluster. Nothing was checked or
+	// advanced. Not retryable with the same proof: take the lock again
+	// (the token service returns a token with its proof), or, after a key
+	// rotation, give the database the new key ("fencegate schema
+	// require-signed"). A proof that is not even well formed is CodeMisuse.
+	CodeBadProof = "FG008"
 )
 
 // FenceSQL takes the fence on one resource: $1 is the resource (text, compared
@@ -80,9 +94,20 @@ const (
 // first in the transaction, before its reads.
 const FenceSQL = "SELECT fencegate.fence($1::text, $2::bigint)"
 
+// FenceSignedSQL takes the fence on one resource like FenceSQL, with $3 the
+// token's proof (text, KEYID.HEX as the token service returns it beside the
+// token; see package tokensign). A database that requires signed tokens
+// verifies the proof first and fails with CodeBadProof when it does not
+// match, advancing nothing; it refuses FenceSQL and FenceManySQL with
+// CodeMisuse. A database that does not require them checks only that the
+// proof is well formed.
+const FenceSignedSQL = "SELECT fencegate.fence($1::text, $2::bigint, $3::text)"
+
 // FenceManySQL takes the fence on every resource of $1 (text[]) with one token
 // $2 (bigint), in one statement: the marks are locked in one order (byte-wise
 // sort, duplicates removed), so two bulk writers never deadlock on each other.
 // It returns the token and fails with CodeStaleToken, naming the first stale
-// resource, when any of them has a higher token.
+// resource, when any of them has a higher token. Its one token covers many
+// resources, which no proof does: a database that requires signed tokens
+// refuses it with CodeMisuse.
 const FenceManySQL = "SELECT fencegate.fence_many($1::text[], $2::bigint)"

@@ -258,7 +258,7 @@ func (c *Client) tryAcquire(ctx context.Context, resource string, tokenBudget ti
 		return c.newLock(resource, key, value, 0, validUntil), 0, nil
 	}
 	start := time.Now()
-	token, err := c.mint(ctx, resource, validUntil, tokenBudget)
+	token, proof, err := c.mint(ctx, resource, validUntil, tokenBudget)
 	waited := time.Since(start)
 	if err != nil {
 		c.cleanup(key, value)
@@ -272,41 +272,43 @@ func (c *Client) tryAcquire(ctx context.Context, resource string, tokenBudget ti
 		c.cleanup(key, value)
 		return nil, waited, err
 	}
-	return c.newLock(resource, key, value, token, ext.validUntil), waited, nil
+	l := c.newLock(resource, key, value, token, ext.validUntil)
+	l.proof = proof
+	return l, waited, nil
 }
 
 // errTokenWait is the cause of the token context when lockclient's own
 // bound ends the wait.
 var errTokenWait = errors.New("lockclient: token wait bound reached")
 
-// mint asks the TokenSource for a token, waiting at most budget and never
-// past the grant's validity.
-func (c *Client) mint(ctx context.Context, resource string, validUntil, budget time.Duration) (int64, error) {
+// mint asks the TokenSource for a token (and its proof, see proof.go),
+// waiting at most budget and never past the grant's validity.
+func (c *Client) mint(ctx context.Context, resource string, validUntil, budget time.Duration) (int64, string, error) {
 	wait := min(budget, validUntil-c.clk.now())
 	tctx, cancel := context.WithTimeoutCause(ctx, max(wait, 0), errTokenWait)
 	defer cancel()
-	token, err := c.tokens.NextToken(tctx, resource)
+	token, proof, err := c.nextToken(tctx, resource)
 	switch {
 	case err == nil && token <= 0:
-		return 0, fmt.Errorf("%w for %q: the token source returned %d; tokens are positive", ErrTokenUnavailable, resource, token)
+		return 0, "", fmt.Errorf("%w for %q: the token source returned %d; tokens are positive", ErrTokenUnavailable, resource, token)
 	case err == nil:
-		return token, nil
+		return token, proof, nil
 	case ctx.Err() != nil:
 		if !errors.Is(err, ctx.Err()) {
 			err = errors.Join(err, ctx.Err())
 		}
-		return 0, fmt.Errorf("%w for %q: %w", ErrTokenUnavailable, resource, err)
+		return 0, "", fmt.Errorf("%w for %q: %w", ErrTokenUnavailable, resource, err)
 	case c.clk.now() >= validUntil:
 		// The grant's validity passed first (a slow token service, or this
 		// process paused): the lock is gone either way, and another attempt
 		// may succeed.
-		return 0, &NotAcquiredError{Resource: resource, Expired: true, Nodes: len(c.nodes), Quorum: c.quorum,
+		return 0, "", &NotAcquiredError{Resource: resource, Expired: true, Nodes: len(c.nodes), Quorum: c.quorum,
 			NodeErrs: fmt.Errorf("no token before the grant's validity passed: %w", err), tokenWait: true}
 	case context.Cause(tctx) == errTokenWait:
-		return 0, fmt.Errorf("%w for %q: none within %v (the token timeout): %w",
+		return 0, "", fmt.Errorf("%w for %q: none within %v (the token timeout): %w",
 			ErrTokenUnavailable, resource, c.opts.tokenTimeout, err)
 	}
-	return 0, fmt.Errorf("%w for %q: %w", ErrTokenUnavailable, resource, err)
+	return 0, "", fmt.Errorf("%w for %q: %w", ErrTokenUnavailable, resource, err)
 }
 
 // newValue returns a random 128-bit value identifying one grant.

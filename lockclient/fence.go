@@ -23,7 +23,8 @@ type Beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// Fence runs FenceSQL with the lock's resource and token in tx, for callers
+// Fence runs FenceSQL with the lock's resource and token in tx (or
+// FenceSignedSQL with its proof too, when the token service signed it), for callers
 // that manage the transaction themselves; it must be the transaction's
 // first statement. Errors map as in InTx. Such callers do what InTx does for
 // them: commit under a context the lease does not cancel, treat a COMMIT
@@ -33,7 +34,7 @@ func (l *Lock) Fence(ctx context.Context, tx pgx.Tx) error {
 	if l.token == 0 {
 		return ErrNoToken
 	}
-	if _, err := tx.Exec(ctx, FenceSQL, l.resource, l.token); err != nil {
+	if err := l.fenceExec(ctx, tx); err != nil {
 		return fmt.Errorf("lockclient: fence %q with token %d: %w", l.resource, l.token, fenceError(err))
 	}
 	return nil

@@ -22,6 +22,7 @@ type Lock struct {
 	key      string
 	value    string
 	token    int64
+	proof    string // the token's proof, "" when the token service does not sign (proof.go)
 
 	ctx    *leaseContext
 	cancel context.CancelCauseFunc

@@ -18,8 +18,8 @@
 // refused. A rollback, to a savepoint too, undoes a fence.
 //
 // The schema belongs to a role nobody logs in as (InstallOptions.OwnerRole);
-// applications get EXECUTE on the two fence functions and SELECT on the
-// marks, nothing else. pgfence/DESIGN.md argues why no message a client can
+// applications get EXECUTE on the fence functions and SELECT on the marks,
+// nothing else. pgfence/DESIGN.md argues why no message a client can
 // send gets a write past the checks, and what stays unprotected.
 //
 // What the package offers, each also a command of the fencegate binary:
@@ -29,6 +29,9 @@
 //	Marks, SetMark, Audit     fencegate marks show|set
 //	PrivilegeQuery            the gate's startup check of a session's role
 //	HealthQuery               one catalog query listing every problem with its repair
+//	RequireSigned, AllowUnsigned, SigningStatus
+//	                          fencegate schema require-signed [--off]: fences then need
+//	                          tokens the token service signed (package tokensign)
 //
 // Errors wrap a sentinel (ErrPrivilege, ErrBadInput, ErrNotInstalled, ...)
 // and keep the database's *pgconn.PgError, with its message and hint,

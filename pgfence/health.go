@@ -14,8 +14,9 @@ package pgfence
 // row-level check their new partitions clone);
 // there is no other function (an overload, an addition); the marks and the
 // audit belong to the owner role, have the expected columns, no trigger, rule
-// or row security, and grant nothing beyond SELECT; nothing else lives in the
-// schema; every table of every protected hierarchy computes the root's
+// or row security, and grant nothing beyond SELECT; the signing keys belong
+// to the owner role and grant nothing to anyone (a SELECT would let a role
+// forge proofs); nothing else lives in the schema; every table of every protected hierarchy computes the root's
 // resource expression and carries every check, enabled; a protected table is
 // not a partition or child of an unprotected one; the DDL guard, where
 // installed, is whole and enabled.
@@ -110,7 +111,7 @@ UNION ALL
 	WHERE a.grantee <> h.proowner AND (a.grantee = 0 OR NOT (w.app OR w.name = 'check_row'))
 UNION ALL
 	SELECT pg_catalog.format('table fencegate.%s is missing: run "fencegate schema upgrade --db DSN"', x.name)
-	FROM fg, (VALUES ('marks'), ('audit')) x(name)
+	FROM fg, (VALUES ('marks'), ('audit'), ('signing_keys')) x(name)
 	WHERE NOT EXISTS (SELECT 1 FROM rels r WHERE r.name = x.name AND r.relkind = 'r')
 UNION ALL
 	SELECT pg_catalog.format('view fencegate.protected is missing: run "fencegate schema upgrade --db DSN"')
@@ -119,7 +120,7 @@ UNION ALL
 	SELECT pg_catalog.format('%s fencegate.%s is not part of schema fencegate: drop it (fencegate schema upgrade does not drop relations)',
 	       CASE r.relkind WHEN 'r' THEN 'table' WHEN 'v' THEN 'view' WHEN 'S' THEN 'sequence' WHEN 'i' THEN 'index' ELSE 'relation' END, r.name)
 	FROM rels r
-	WHERE r.name NOT IN ('marks', 'marks_pkey', 'audit', 'audit_pkey', 'audit_id_seq', 'protected') AND r.relkind <> 't'
+	WHERE r.name NOT IN ('marks', 'marks_pkey', 'audit', 'audit_pkey', 'audit_id_seq', 'protected', 'signing_keys', 'signing_keys_pkey') AND r.relkind <> 't'
 UNION ALL
 	SELECT pg_catalog.format('%s fencegate.%s belongs to role %s, not to the owner role %s: run "fencegate schema upgrade --db DSN"',
 	       CASE r.relkind WHEN 'v' THEN 'view' WHEN 'S' THEN 'sequence' WHEN 'i' THEN 'index' ELSE 'table' END,

@@ -5,9 +5,10 @@ package pgfence
 // application roles may execute it, whether it belongs to the DDL guard, its
 // pinned settings and the md5 of its body. TestHealthFunctions regenerates
 // it from the embedded SQL and fails when it is out of step.
-const healthFunctions = `	('schema_version', '', false, false, false, '{"search_path=pg_catalog, pg_temp"}', 'fc1c7a0bdce312b20bc3780dd6d41aaa'),
-	('fence', 'resource text, token bigint', true, true, false, '{"search_path=pg_catalog, pg_temp",lock_timeout=5s}', '202a1d34db750c895a20bfcfd1083bc0'),
-	('fence_many', 'resources text[], token bigint', true, true, false, '{"search_path=pg_catalog, pg_temp",lock_timeout=5s}', '2998abc89816bb120200943227b68652'),
+const healthFunctions = `	('schema_version', '', false, false, false, '{"search_path=pg_catalog, pg_temp"}', '122e5d851c9285ac41c5296a48e4c50d'),
+	('fence', 'resource text, token bigint', true, true, false, '{"search_path=pg_catalog, pg_temp",lock_timeout=5s}', '8b124db17c0bd9cd2b601dc3cea8cd7b'),
+	('fence', 'resource text, token bigint, proof text', true, true, false, '{"search_path=pg_catalog, pg_temp",lock_timeout=5s}', '2c6f08f6df1a3bb5b474c2141fd17f9e'),
+	('fence_many', 'resources text[], token bigint', true, true, false, '{"search_path=pg_catalog, pg_temp",lock_timeout=5s}', '7cb30c4b7c9c26d5fd8364128c96f468'),
 	('check_insert', '', false, false, false, '{"search_path=pg_catalog, pg_temp"}', 'aedd51d69d6aa1b1918855994aff0c23'),
 	('check_update', '', false, false, false, '{"search_path=pg_catalog, pg_temp"}', '75c5a200693d1d6fba2b73b06a43e8b7'),
 	('check_delete', '', false, false, false, '{"search_path=pg_catalog, pg_temp"}', '950eb5c2f7cea4ac1f4ea18cc7019b9d'),

@@ -347,7 +347,7 @@ func (in *installer) cleanFunctions(ctx context.Context) error {
 		return fmt.Errorf("install fencegate schema: list the schema's functions: %w", classify(err))
 	}
 	for _, f := range fns {
-		want := lookupFunction(f.name)
+		want := lookupFunction(f.name, f.args)
 		drop := ""
 		switch {
 		case f.name == "fence_alone" || f.name == "schema_v1":
@@ -380,20 +380,21 @@ func (in *installer) cleanFunctions(ctx context.Context) error {
 	return nil
 }
 
-// cleanTables drops what does not belong on the marks and the audit:
+// cleanTables drops what does not belong on the marks, the audit and the
+// signing keys:
 // triggers, rules, policies, row-level security.
 func (in *installer) cleanTables(ctx context.Context) error {
 	rows, err := in.tx.Query(ctx, `SELECT format('DROP TRIGGER %I ON %s', t.tgname, t.tgrelid::regclass), format('dropped trigger %s on %s', t.tgname, t.tgrelid::regclass)
-		FROM pg_trigger t WHERE t.tgrelid IN ('fencegate.marks'::regclass, 'fencegate.audit'::regclass) AND NOT t.tgisinternal
+		FROM pg_trigger t WHERE t.tgrelid IN ('fencegate.marks'::regclass, 'fencegate.audit'::regclass, 'fencegate.signing_keys'::regclass) AND NOT t.tgisinternal
 		UNION ALL
 		SELECT format('DROP RULE %I ON %s', r.rulename, r.ev_class::regclass), format('dropped rule %s on %s', r.rulename, r.ev_class::regclass)
-		FROM pg_rewrite r WHERE r.ev_class IN ('fencegate.marks'::regclass, 'fencegate.audit'::regclass)
+		FROM pg_rewrite r WHERE r.ev_class IN ('fencegate.marks'::regclass, 'fencegate.audit'::regclass, 'fencegate.signing_keys'::regclass)
 		UNION ALL
 		SELECT format('DROP POLICY %I ON %s', p.polname, p.polrelid::regclass), format('dropped policy %s on %s', p.polname, p.polrelid::regclass)
-		FROM pg_policy p WHERE p.polrelid IN ('fencegate.marks'::regclass, 'fencegate.audit'::regclass)
+		FROM pg_policy p WHERE p.polrelid IN ('fencegate.marks'::regclass, 'fencegate.audit'::regclass, 'fencegate.signing_keys'::regclass)
 		UNION ALL
 		SELECT format('ALTER TABLE %s DISABLE ROW LEVEL SECURITY, NO FORCE ROW LEVEL SECURITY', c.oid::regclass), format('disabled row-level security on %s', c.oid::regclass)
-		FROM pg_class c WHERE c.oid IN ('fencegate.marks'::regclass, 'fencegate.audit'::regclass) AND (c.relrowsecurity OR c.relforcerowsecurity)`)
+		FROM pg_class c WHERE c.oid IN ('fencegate.marks'::regclass, 'fencegate.audit'::regclass, 'fencegate.signing_keys'::regclass) AND (c.relrowsecurity OR c.relforcerowsecurity)`)
 	if err != nil {
 		return fmt.Errorf("install fencegate schema: inspect the marks: %w", classify(err))
 	}
@@ -414,13 +415,19 @@ func (in *installer) cleanTables(ctx context.Context) error {
 	return nil
 }
 
-func lookupFunction(name string) *function {
+// lookupFunction finds the function of this version named name, taking
+// args when there is one, else another of that name (an overload) or nil.
+func lookupFunction(name, args string) *function {
+	var same *function
 	for _, f := range functions {
-		if f.name == name {
+		if f.name == name && f.args == args {
 			return f
 		}
+		if f.name == name && same == nil {
+			same = f
+		}
 	}
-	return nil
+	return same
 }
 
 // privileges leaves every role with at most the application grants (USAGE
@@ -440,13 +447,13 @@ func (in *installer) privileges(ctx context.Context) error {
 		       bool_or(a.obj = 'schema' AND a.privilege_type = 'USAGE'),
 		       bool_or(a.obj = 'marks' AND a.privilege_type = 'SELECT'),
 		       bool_or(a.obj = 'audit' AND a.privilege_type = 'SELECT'),
-		       bool_or(a.obj = 'fencegate.fence(text,bigint)' AND a.privilege_type = 'EXECUTE'),
+		       bool_or(a.obj IN ('fencegate.fence(text,bigint)', 'fencegate.fence(text,bigint,text)') AND a.privilege_type = 'EXECUTE'),
 		       bool_or(a.obj = 'fencegate.fence_many(text[],bigint)' AND a.privilege_type = 'EXECUTE'),
 		       bool_or(a.obj = 'fencegate.check_row()' AND a.privilege_type = 'EXECUTE'),
 		       array_agg(DISTINCT a.privilege_type || ' on ' || a.obj) FILTER (WHERE NOT (
 		           (a.obj = 'schema' AND a.privilege_type = 'USAGE') OR
 		           (a.obj IN ('marks', 'audit') AND a.privilege_type = 'SELECT') OR
-		           (a.obj IN ('fencegate.fence(text,bigint)', 'fencegate.fence_many(text[],bigint)', 'fencegate.check_row()') AND a.privilege_type = 'EXECUTE')))
+		           (a.obj IN ('fencegate.fence(text,bigint)', 'fencegate.fence(text,bigint,text)', 'fencegate.fence_many(text[],bigint)', 'fencegate.check_row()') AND a.privilege_type = 'EXECUTE')))
 		FROM acl a
 		JOIN pg_namespace n ON n.nspname = 'fencegate'
 		WHERE a.grantee <> n.nspowner AND NOT (a.grantee <> 0 AND EXISTS (
@@ -511,7 +518,7 @@ func (in *installer) privileges(ctx context.Context) error {
 			grants = append(grants, "GRANT SELECT ON fencegate.audit TO "+ident(g.name))
 		}
 		if g.fence {
-			grants = append(grants, "GRANT EXECUTE ON FUNCTION fencegate.fence(text, bigint) TO "+ident(g.name))
+			grants = append(grants, "GRANT EXECUTE ON FUNCTION fencegate.fence(text, bigint), fencegate.fence(text, bigint, text) TO "+ident(g.name))
 		}
 		if g.fenceMany {
 			grants = append(grants, "GRANT EXECUTE ON FUNCTION fencegate.fence_many(text[], bigint) TO "+ident(g.name))
@@ -554,6 +561,7 @@ func (in *installer) privileges(ctx context.Context) error {
 		var has bool
 		err := in.tx.QueryRow(ctx, `SELECT r.rolsuper,
 			has_function_privilege(r.oid, 'fencegate.fence(text,bigint)', 'EXECUTE')
+			AND has_function_privilege(r.oid, 'fencegate.fence(text,bigint,text)', 'EXECUTE')
 			AND has_function_privilege(r.oid, 'fencegate.fence_many(text[],bigint)', 'EXECUTE')
 			AND has_table_privilege(r.oid, 'fencegate.marks', 'SELECT')
 			AND has_schema_privilege(r.oid, 'fencegate', 'USAGE')
@@ -567,7 +575,7 @@ func (in *installer) privileges(ctx context.Context) error {
 		r := ident(role)
 		for _, q := range []string{
 			"GRANT USAGE ON SCHEMA fencegate TO " + r,
-			"GRANT EXECUTE ON FUNCTION fencegate.fence(text, bigint), fencegate.fence_many(text[], bigint) TO " + r,
+			"GRANT EXECUTE ON FUNCTION fencegate.fence(text, bigint), fencegate.fence(text, bigint, text), fencegate.fence_many(text[], bigint) TO " + r,
 			"GRANT SELECT ON fencegate.marks TO " + r,
 		} {
 			if err := in.exec(ctx, "grant to "+role, q); err != nil {

@@ -23,7 +23,11 @@ package pgfence
 //   - member of the owner of a type used by a protected table's columns: can
 //     change the meaning of stored values (ALTER TYPE ... RENAME VALUE);
 //   - member of pg_write_server_files or pg_execute_server_program: can
-//     write the server's files or run programs as the server's OS user.
+//     write the server's files or run programs as the server's OS user;
+//   - where schema fencegate has the signing keys table (version 3), member
+//     of pg_read_all_data or pg_read_server_files: can read the signing
+//     keys a database that requires signed tokens holds, and so forge
+//     proofs.
 //
 // BYPASSRLS is irrelevant (nothing relies on row security), and so are the
 // rights an application role needs on its protected tables (SELECT,
@@ -76,4 +80,10 @@ SELECT pg_catalog.format('role %s is a member of %s, which can %s', me.name, r.r
        CASE r.rolname WHEN 'pg_write_server_files' THEN 'write the server''s files' ELSE 'run programs on the server' END)
 FROM me, pg_catalog.pg_roles r
 WHERE NOT me.rolsuper AND r.rolname IN ('pg_write_server_files', 'pg_execute_server_program')
+  AND pg_catalog.pg_has_role(me.oid, r.oid, 'MEMBER')
+UNION ALL
+SELECT pg_catalog.format('role %s is a member of %s, which can read the signing keys of fencegate.signing_keys and so forge token proofs', me.name, r.rolname)
+FROM me, pg_catalog.pg_roles r, pg_catalog.pg_class k JOIN fg ON k.relnamespace = fg.oid
+WHERE NOT me.rolsuper AND k.relname = 'signing_keys' AND k.relkind = 'r'
+  AND r.rolname IN ('pg_read_all_data', 'pg_read_server_files')
   AND pg_catalog.pg_has_role(me.oid, r.oid, 'MEMBER')`

@@ -7,8 +7,9 @@ import (
 
 // SchemaVersion is the version of the fencegate schema this package
 // installs. Version 1 is the schema the proxy used to install by itself
-// (marks owned by the application role, no protected tables).
-const SchemaVersion = 2
+// (marks owned by the application role, no protected tables); version 3
+// added signed tokens (fencegate.signing_keys and the fence with a proof).
+const SchemaVersion = 3
 
 // DefaultOwnerRole is the role that owns schema fencegate when
 // InstallOptions.OwnerRole is empty.
@@ -52,6 +53,7 @@ type function struct {
 var functions = []*function{
 	{name: "schema_version", args: "", result: "integer", file: "schema"},
 	{name: "fence", args: "resource text, token bigint", result: "bigint", definer: true, app: true, file: "schema"},
+	{name: "fence", args: "resource text, token bigint, proof text", result: "bigint", definer: true, app: true, file: "schema"},
 	{name: "fence_many", args: "resources text[], token bigint", result: "bigint", definer: true, app: true, file: "schema"},
 	{name: "check_insert", args: "", result: "trigger", file: "schema"},
 	{name: "check_update", args: "", result: "trigger", file: "schema"},
@@ -70,17 +72,17 @@ var functions = []*function{
 
 // bodyRE finds each function definition of the embedded files and its body
 // (PostgreSQL stores the text between the $fg$ quotes verbatim as prosrc).
-var bodyRE = regexp.MustCompile(`(?s)CREATE OR REPLACE FUNCTION fencegate\.(\w+)\(.*?AS \$fg\$(.*?)\$fg\$;`)
+var bodyRE = regexp.MustCompile(`(?s)CREATE OR REPLACE FUNCTION fencegate\.(\w+)\(([^)]*)\).*?AS \$fg\$(.*?)\$fg\$;`)
 
 func init() {
 	bodies := map[string]string{}
 	for _, src := range []string{schemaSQL, guardSQL} {
 		for _, m := range bodyRE.FindAllStringSubmatch(src, -1) {
-			bodies[m[1]] = m[2]
+			bodies[m[1]+"("+m[2]+")"] = m[3]
 		}
 	}
 	for _, f := range functions {
-		b, ok := bodies[f.name]
+		b, ok := bodies[f.name+"("+f.args+")"]
 		if !ok {
 			panic("pgfence: no body for fencegate." + f.name + " in the embedded SQL")
 		}

@@ -217,7 +217,7 @@ func (c *Client) Next(ctx context.Context, resource string) (Token, error) {
 	if err != nil {
 		return Token{}, err
 	}
-	return Token{Resource: resp.Resource, Value: resp.Token, Term: resp.Term, Index: resp.Index, Leader: resp.Leader}, nil
+	return Token{Resource: resp.Resource, Value: resp.Token, Proof: resp.Proof, Term: resp.Term, Index: resp.Index, Leader: resp.Leader}, nil
 }
 
 // Limits of one coalesced request: resources named and body bytes (the
@@ -329,7 +329,7 @@ func (c *Client) sendBatch(srv string, batch []*pendingToken) {
 		var resp tokenResponse
 		leader, err := c.try(ctx, srv, http.MethodPost, "/v1/tokens", body, &resp)
 		p.res <- pendingResult{
-			tok:    Token{Resource: resp.Resource, Value: resp.Token, Term: resp.Term, Index: resp.Index, Leader: resp.Leader},
+			tok:    Token{Resource: resp.Resource, Value: resp.Token, Proof: resp.Proof, Term: resp.Term, Index: resp.Index, Leader: resp.Leader},
 			leader: leader, err: err,
 		}
 		return
@@ -351,7 +351,7 @@ func (c *Client) sendBatch(srv string, batch []*pendingToken) {
 		}
 		t := resp.Tokens[i]
 		p.res <- pendingResult{
-			tok:    Token{Resource: t.Resource, Value: t.Token, Term: resp.Term, Index: resp.Index, Leader: resp.Leader},
+			tok:    Token{Resource: t.Resource, Value: t.Token, Proof: t.Proof, Term: resp.Term, Index: resp.Index, Leader: resp.Leader},
 			leader: leader,
 		}
 	}

@@ -3,6 +3,7 @@ package tokenservice
 import (
 	"context"
 	"fmt"
+	"github.com/fencegate/fencegate/tokensign"
 	"log/slog"
 	"net"
 	"net/url"
@@ -117,6 +118,11 @@ type Config struct {
 	// Credentials are the bearer credentials the API accepts besides client
 	// certificates (LoadCredentials); they need TLS. The default is none.
 	Credentials *Credentials
+	// SigningKeys signs every token handed out (see proof.go and package
+	// tokensign): the API returns a proof beside each token. Load them with
+	// tokensign.LoadKeys; give every node the same file. The default, nil,
+	// hands out tokens without proofs.
+	SigningKeys *tokensign.Keyring
 	// Dial opens connections to other nodes, both Raft and API forwarding.
 	// Tests route it through fault-injecting relays. The default is a plain
 	// TCP dial.

@@ -73,9 +73,14 @@ func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
+	proof, err := s.proofFor(req.Resource, rng.First)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
 	s.setLeaderHeaders(w)
 	s.metrics.served(1)
-	writeJSON(w, http.StatusOK, tokenResponse{Resource: req.Resource, Token: rng.First, Term: rng.Term, Index: rng.Index, Leader: rng.Leader})
+	writeJSON(w, http.StatusOK, tokenResponse{Resource: req.Resource, Token: rng.First, Proof: proof, Term: rng.Term, Index: rng.Index, Leader: rng.Leader})
 }
 
 // setLeaderHeaders names the leader on a successful token answer: its API
@@ -117,11 +122,19 @@ func (s *Server) handleTokenBatch(w http.ResponseWriter, r *http.Request, req to
 		s.writeError(w, fmt.Errorf("allocated %d tokens for %d resources", rng.Count, len(req.Resources)))
 		return
 	}
+	proofs, err := s.proofsFor(req.Resources, rng.First)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
 	s.setLeaderHeaders(w)
 	s.metrics.served(len(req.Resources))
 	out := batchResponse{Tokens: make([]batchToken, len(req.Resources)), Term: rng.Term, Index: rng.Index, Leader: rng.Leader}
 	for i, res := range req.Resources {
 		out.Tokens[i] = batchToken{Resource: res, Token: rng.First + int64(i)}
+		if proofs != nil {
+			out.Tokens[i].Proof = proofs[i]
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 }

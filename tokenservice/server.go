@@ -74,6 +74,8 @@ type Server struct {
 	bg          sync.WaitGroup
 	promoteKick chan struct{}
 
+	proofs proofState // proof.go
+
 	closeOnce sync.Once
 	closeErr  error
 	served    chan struct{}

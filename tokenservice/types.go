@@ -14,6 +14,9 @@ type Token struct {
 	Term, Index uint64
 	// Leader is the ID of the node that committed that entry.
 	Leader string
+	// Proof is the token's proof (KEYID.HEX, package tokensign) when the
+	// service signs tokens, else "".
+	Proof string
 }
 
 // Member is one server of the Raft group.
@@ -130,10 +133,12 @@ type (
 	batchToken struct {
 		Resource string `json:"resource"`
 		Token    int64  `json:"token"`
+		Proof    string `json:"proof,omitempty"`
 	}
 	tokenResponse struct {
 		Resource string `json:"resource"`
 		Token    int64  `json:"token"`
+		Proof    string `json:"proof,omitempty"`
 		Term     uint64 `json:"term"`
 		Index    uint64 `json:"index"`
 		Leader   string `json:"leader"`

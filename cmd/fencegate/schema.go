@@ -21,6 +21,7 @@ import (
 // The in-database half: schema fencegate, protected tables, marks.
 //
 //	fencegate schema install|upgrade|status --db DSN [--grant ROLE...] [--guard-ddl] [--owner ROLE]
+//	fencegate schema require-signed --db DSN --signing-keys FILE [--cluster-id ID | --servers URLS] [--off]
 //	fencegate protect TABLE --resource EXPR --db DSN
 //	fencegate unprotect TABLE --db DSN
 //	fencegate marks show [RESOURCE...] --db DSN
@@ -50,29 +51,32 @@ func (l *stringList) Set(v string) error {
 
 func runSchema(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	usage := func() {
-		fmt.Fprintln(stderr, "Usage: fencegate schema install|upgrade|status --db DSN [flags]")
+		fmt.Fprintln(stderr, "Usage: fencegate schema install|upgrade|status|require-signed --db DSN [flags]")
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "  install  create schema fencegate, or bring it to the current version (idempotent)")
 		fmt.Fprintln(stderr, "  upgrade  the same, for a database that already holds the schema (keeps every mark)")
 		fmt.Fprintln(stderr, "  status   print the schema's version, protected tables and problems (exit status 1 on problems)")
+		fmt.Fprintln(stderr, "  require-signed  make fences need tokens the token service signed (--off: allow unsigned again)")
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "Run 'fencegate schema SUBCOMMAND --help' for its flags.")
 	}
 	if len(args) == 0 {
 		usage()
-		return usagef("missing subcommand; use install, upgrade or status")
+		return usagef("missing subcommand; use install, upgrade, status or require-signed")
 	}
 	switch args[0] {
 	case "install", "upgrade":
 		return runSchemaInstall(ctx, args[0], args[1:], stdout, stderr)
 	case "status":
 		return runSchemaStatus(ctx, args[1:], stdout, stderr)
+	case "require-signed":
+		return runSchemaRequireSigned(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		usage()
 		return flag.ErrHelp
 	}
 	usage()
-	return usagef("unknown subcommand %q; use install, upgrade or status", args[0])
+	return usagef("unknown subcommand %q; use install, upgrade, status or require-signed", args[0])
 }
 
 func runSchemaInstall(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) error {
@@ -167,6 +171,9 @@ func runSchemaStatus(ctx context.Context, args []string, stdout, stderr io.Write
 		}
 		fmt.Fprintf(stdout, "fence timeout:     %s\n", timeout)
 		fmt.Fprintf(stdout, "DDL guard:         %s\n", onOff(st.GuardDDL))
+		if sg, err := pgfence.SigningStatus(ctx, conn); err == nil {
+			fmt.Fprintf(stdout, "signed tokens:     %s\n", signingLine(sg))
+		}
 	}
 	if len(st.Tables) > 0 {
 		fmt.Fprintln(stdout, "protected tables:")

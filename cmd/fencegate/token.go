@@ -86,8 +86,19 @@ func parseInterspersed(fs *flag.FlagSet, args []string, stderr io.Writer) ([]str
 	}
 }
 
+// tokenNextOpts are the flags of 'fencegate token next'.
+type tokenNextOpts struct {
+	*clientOpts
+	proof, json bool
+}
+
 // tokenNextFlags defines the flags of 'fencegate token next'.
-func tokenNextFlags(fs *flag.FlagSet) *clientOpts { return addClientFlags(fs, 30*time.Second) }
+func tokenNextFlags(fs *flag.FlagSet) *tokenNextOpts {
+	o := &tokenNextOpts{clientOpts: addClientFlags(fs, 30*time.Second)}
+	fs.BoolVar(&o.proof, "proof", false, "print \"TOKEN PROOF\" on one line (PROOF is - when the service does not sign) (default false: the token alone)")
+	fs.BoolVar(&o.json, "json", false, "print {\"resource\":...,\"token\":...,\"proof\":...} (default false)")
+	return o
+}
 
 func runTokenNext(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("fencegate token next RESOURCE", flag.ContinueOnError)
@@ -109,11 +120,26 @@ func runTokenNext(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	tok, err := c.NextToken(ctx, pos[0])
+	tok, err := c.Next(ctx, pos[0])
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, tok)
+	switch {
+	case o.json:
+		return json.NewEncoder(stdout).Encode(struct {
+			Resource string `json:"resource"`
+			Token    int64  `json:"token"`
+			Proof    string `json:"proof,omitempty"`
+		}{tok.Resource, tok.Value, tok.Proof})
+	case o.proof:
+		proof := tok.Proof
+		if proof == "" {
+			proof = "-"
+		}
+		fmt.Fprintln(stdout, tok.Value, proof)
+	default:
+		fmt.Fprintln(stdout, tok.Value)
+	}
 	return nil
 }
 

@@ -12,11 +12,13 @@ import (
 
 	"github.com/fencegate/fencegate/raftstore"
 	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokensign"
 )
 
 // tokenServeOpts are the flags of 'fencegate token serve'.
 type tokenServeOpts struct {
 	id, dataDir, raftAddr, apiAddr, peers, join, logLevel, via string
+	signingKeys                                                string
 	waitForFounding, commitPerBatch                            bool
 	reserveSize                                                int
 	foundingTimeout, heartbeat, election, lease, roundTimeout  time.Duration
@@ -45,6 +47,7 @@ func tokenServeFlags(fs *flag.FlagSet) *tokenServeOpts {
 	fs.DurationVar(&o.roundTimeout, "round-timeout", time.Second, "how long a confirmation round waits for a majority of the voters before it fails and its requests get a retryable no_quorum (read-index path)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	o.tls = addTLSFlags(fs)
+	fs.StringVar(&o.signingKeys, "signing-keys", "", "sign every token: a file of \"KEYID HEXKEY\" lines, at least 32 bytes of key each; the first signs, the others are kept for rotation; give every node the same file (default empty: tokens without proofs)")
 	fs.StringVar(&o.via, "dial-via", "", "reach these peer addresses through others, as ADDR=VIA,... (fault injection: relays between nodes; default empty: dial peers directly)")
 	return o
 }
@@ -93,19 +96,28 @@ func runTokenServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
+	var keys *tokensign.Keyring
+	if o.signingKeys != "" {
+		if keys, err = tokensign.LoadKeys(o.signingKeys); err != nil {
+			return fmt.Errorf("--signing-keys %w", err)
+		}
+	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("node", o.id)
 	srv, err := tokenservice.Start(ctx, tokenservice.Config{
 		ID: o.id, DataDir: o.dataDir, RaftAddr: o.raftAddr, APIAddr: o.apiAddr, Peers: peerList, Join: join,
 		WaitForFounding: o.waitForFounding, FoundingTimeout: o.foundingTimeout, Logger: logger,
 		HeartbeatTimeout: o.heartbeat, ElectionTimeout: o.election, LeaderLeaseTimeout: o.lease,
 		SnapshotThreshold: o.snapThreshold, TrailingLogs: o.trailing, Dial: dial,
-		TLS: nodeTLS, Credentials: creds,
+		TLS: nodeTLS, Credentials: creds, SigningKeys: keys,
 		CommitPerBatch: o.commitPerBatch, ReserveSize: o.reserveSize, RoundTimeout: o.roundTimeout,
 	})
 	if err != nil {
 		return serveHint(err, o)
 	}
 	fmt.Fprintf(stdout, "fencegate token: node %s serving api=%s raft=%s\n", o.id, srv.APIURL(), srv.RaftAddr())
+	if keys != nil {
+		logger.Info("signing tokens", "key_id", keys.SigningKeyID(), "keys", len(keys.Keys()))
+	}
 	<-ctx.Done()
 	logger.Info("shutting down")
 	return srv.Close()

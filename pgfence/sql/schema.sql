@@ -1,9 +1,9 @@
--- fencegate schema, version 2: the marks, the fence and the checks of
+-- fencegate schema, version 3: the marks, the fence and the checks of
 -- protected tables. Install.go runs this file as the owner role (SET LOCAL
 -- ROLE), inside the install transaction, after it has made sure the schema
 -- exists and belongs to that role. Every statement is idempotent: the file
--- runs on a fresh schema, on a version 1 schema (whose marks it keeps) and on
--- a version 2 schema that was altered (it puts every function back).
+-- runs on a fresh schema, on a version 1 or 2 schema (whose marks it keeps)
+-- and on a version 3 schema that was altered (it puts every function back).
 --
 -- Rules every function below keeps (pgfence/DESIGN.md argues why):
 --   * search_path is pinned to pg_catalog, pg_temp by a SET clause;
@@ -49,11 +49,31 @@ CREATE TABLE IF NOT EXISTS fencegate.audit (
 );
 COMMENT ON TABLE fencegate.audit IS 'fencegate: every mark set by fencegate.set_mark (the only way a mark goes down)';
 
+-- signing_keys holds the keys a database that requires signed tokens
+-- verifies proofs with (version 3). Empty: the database does not require
+-- them (the default). "fencegate schema require-signed" fills it. Only the
+-- owner role reads it: no grant is ever given on it (HealthQuery reports
+-- one, Install revokes it). A key is stored as its HMAC-SHA256 pads (K0 XOR
+-- ipad, K0 XOR opad), from which the built-in sha256 alone computes the
+-- MAC, and message_prefix is the fixed start of every signed message: the
+-- domain and the length-prefixed cluster id (package tokensign documents
+-- the message).
+CREATE TABLE IF NOT EXISTS fencegate.signing_keys (
+	key_id         text COLLATE "C" PRIMARY KEY,
+	cluster_id     text NOT NULL,
+	message_prefix bytea NOT NULL,
+	inner_pad      bytea NOT NULL CHECK (octet_length(inner_pad) = 64),
+	outer_pad      bytea NOT NULL CHECK (octet_length(outer_pad) = 64),
+	position       integer NOT NULL,
+	added_at       timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE fencegate.signing_keys IS 'fencegate: keys that verify token proofs; while it has rows, fences need signed tokens';
+
 -- schema_version names the version this file installs.
 CREATE OR REPLACE FUNCTION fencegate.schema_version() RETURNS integer
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
-AS $fg$SELECT 2$fg$;
+AS $fg$SELECT 3$fg$;
 
 -- fence check-and-advances the mark of one resource and records that this
 -- top-level transaction holds it. It runs as the owner role, which alone may
@@ -67,6 +87,7 @@ AS $fg$
 DECLARE
 	cur  bigint;
 	wait text := current_setting('fencegate.fence_timeout', true);
+	chk  record;
 BEGIN
 	IF fence.resource IS NULL OR fence.resource = '' THEN
 		RAISE EXCEPTION 'fencegate: fence needs a non-empty resource name'
@@ -78,11 +99,113 @@ BEGIN
 			USING ERRCODE = 'FG003',
 			HINT = 'Pass the fencing token the lock service handed out with the lock.';
 	END IF;
-	IF (SELECT count(*) FROM pg_proc p
-	    WHERE p.pronamespace = 'fencegate'::regnamespace AND p.proname IN ('fence', 'fence_many')) <> 2 THEN
+	SELECT (SELECT count(*) FROM pg_proc p
+	        WHERE p.pronamespace = 'fencegate'::regnamespace AND p.proname IN ('fence', 'fence_many')) AS fns,
+	       EXISTS (SELECT 1 FROM fencegate.signing_keys) AS signed
+	INTO chk;
+	IF chk.fns <> 3 THEN
 		RAISE EXCEPTION 'fencegate: schema fencegate is altered (a function named fence or fence_many was added or removed): an administrator runs "fencegate schema upgrade" to repair it'
 			USING ERRCODE = 'FG005',
 			HINT = '"fencegate schema status" lists every problem.';
+	END IF;
+	IF chk.signed THEN
+		RAISE EXCEPTION 'fencegate: this database requires signed tokens: fence for resource % with token % has no proof; call fencegate.fence(resource, token, proof) with the proof the token service returns beside the token', quote_literal(fence.resource), fence.token
+			USING ERRCODE = 'FG003',
+			HINT = 'lockclient passes the proof by itself when the token service signs; "fencegate token next --proof RESOURCE" prints a token and its proof.';
+	END IF;
+	IF wait IS NOT NULL AND wait <> '' THEN
+		PERFORM set_config('lock_timeout', wait, true);
+	END IF;
+	BEGIN
+		INSERT INTO fencegate.marks AS m (resource, token, updated_at, holder_xid, holder_boot)
+		VALUES (fence.resource, fence.token, now(), pg_current_xact_id(), pg_postmaster_start_time())
+		ON CONFLICT (resource) DO UPDATE
+			SET token = EXCLUDED.token, updated_at = EXCLUDED.updated_at,
+			    holder_xid = EXCLUDED.holder_xid, holder_boot = EXCLUDED.holder_boot
+			WHERE m.token <= EXCLUDED.token
+		RETURNING m.token INTO cur;
+	EXCEPTION WHEN lock_not_available THEN
+		RAISE EXCEPTION 'fencegate: fence for resource % gave up after waiting % for the transaction that holds it', quote_literal(fence.resource), current_setting('lock_timeout')
+			USING ERRCODE = 'FG004',
+			HINT = 'Another transaction holds this resource''s fence and has not ended (a stalled lock holder?). Roll back and retry; idle_in_transaction_session_timeout ends stalled transactions.';
+	END;
+	IF cur IS NULL THEN
+		SELECT m.token INTO cur FROM fencegate.marks m WHERE m.resource = fence.resource;
+		RAISE EXCEPTION 'fencegate: stale token % for resource %: current token is %', fence.token, quote_literal(fence.resource), cur
+			USING ERRCODE = 'FG001',
+			HINT = 'A newer lock holder has written this resource; this holder lost its lock and must not write.';
+	END IF;
+	RETURN cur;
+END
+$fg$;
+
+-- fence with a proof: the same check-and-advance, after verifying that the
+-- token service signed (its cluster, this resource, this token) under a key
+-- this database holds. Where signing_keys is empty (the database does not
+-- require signed tokens) only the proof's form is checked. The proof is
+-- verified before anything is locked or advanced.
+CREATE OR REPLACE FUNCTION fencegate.fence(resource text, token bigint, proof text) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET lock_timeout = '5s'
+AS $fg$
+#variable_conflict use_column
+DECLARE
+	cur  bigint;
+	wait text := current_setting('fencegate.fence_timeout', true);
+	chk  record;
+BEGIN
+	IF fence.resource IS NULL OR fence.resource = '' THEN
+		RAISE EXCEPTION 'fencegate: fence needs a non-empty resource name'
+			USING ERRCODE = 'FG003',
+			HINT = 'Call SELECT fencegate.fence(resource, token, proof) with the resource the lock was taken on.';
+	END IF;
+	IF fence.token IS NULL OR fence.token < 0 THEN
+		RAISE EXCEPTION 'fencegate: fence for resource % needs a non-negative token, got %', quote_literal(fence.resource), coalesce(fence.token::text, 'NULL')
+			USING ERRCODE = 'FG003',
+			HINT = 'Pass the fencing token the lock service handed out with the lock.';
+	END IF;
+	-- One query for every check, and one test on its result when all is
+	-- well: plpgsql prepares each expression it evaluates once per
+	-- transaction, so fewer of them keep a fence in its own transaction
+	-- cheap. The MAC is computed under the key the proof names and compared
+	-- as hex text (nothing here can fail on what the caller sent). (Counted repetitions make
+	-- PostgreSQL's regex engine about 10 us slower: lengths are checked
+	-- apart.)
+	SELECT CASE
+	         WHEN NOT w.formed THEN 'malformed'
+	         WHEN (SELECT count(*) FROM pg_proc p
+	               WHERE p.pronamespace = 'fencegate'::regnamespace AND p.proname IN ('fence', 'fence_many')) <> 3 THEN 'altered'
+	         WHEN s.key_id IS NULL THEN CASE WHEN EXISTS (SELECT 1 FROM fencegate.signing_keys) THEN 'unknown' END
+	         WHEN encode(sha256(s.outer_pad || sha256(s.inner_pad || s.message_prefix || int4send(octet_length(convert_to(fence.resource, 'UTF8')))
+	                     || convert_to(fence.resource, 'UTF8') || int8send(fence.token))), 'hex') <> split_part(fence.proof, '.', 2) THEN 'bad'
+	       END AS problem,
+	       s.cluster_id
+	INTO chk
+	FROM (SELECT fence.proof IS NOT NULL AND fence.proof COLLATE "C" ~ '^[A-Za-z0-9_-]+\.[0-9a-f]+$'
+	             AND length(split_part(fence.proof, '.', 1)) <= 64 AND length(split_part(fence.proof, '.', 2)) = 64 AS formed) w
+	LEFT JOIN fencegate.signing_keys s ON w.formed AND s.key_id = split_part(fence.proof, '.', 1);
+	IF chk.problem IS NOT NULL THEN
+		IF chk.problem = 'malformed' THEN
+			RAISE EXCEPTION 'fencegate: the proof for token % of resource % is malformed: %', fence.token, quote_literal(fence.resource),
+				CASE WHEN fence.proof IS NULL OR fence.proof = '' THEN 'it is empty'
+				     WHEN strpos(fence.proof, '.') = 0 THEN 'it has no "." (a proof is KEYID.HEX)'
+				     WHEN split_part(fence.proof, '.', 1) COLLATE "C" !~ '^[A-Za-z0-9_-]{1,64}$' THEN 'its key id (before the ".") must be 1 to 64 letters, digits, _ or -'
+				     ELSE format('it must end in 64 lowercase hex digits after the ".", got %s characters', length(substr(fence.proof, strpos(fence.proof, '.') + 1))) END
+				USING ERRCODE = 'FG003',
+				HINT = 'Pass the proof exactly as the token service returned it beside the token (KEYID.HEX).';
+		ELSIF chk.problem = 'altered' THEN
+			RAISE EXCEPTION 'fencegate: schema fencegate is altered (a function named fence or fence_many was added or removed): an administrator runs "fencegate schema upgrade" to repair it'
+				USING ERRCODE = 'FG005',
+				HINT = '"fencegate schema status" lists every problem.';
+		ELSIF chk.problem = 'unknown' THEN
+			RAISE EXCEPTION 'fencegate: token % for resource % is refused: its proof is under key %, which this database does not hold', fence.token, quote_literal(fence.resource), split_part(fence.proof, '.', 1)
+				USING ERRCODE = 'FG008',
+				HINT = 'After a key rotation, give the database the new key list: fencegate schema require-signed --signing-keys FILE. Nothing was advanced.';
+		END IF;
+		RAISE EXCEPTION 'fencegate: token % for resource % is refused: its proof does not verify under key % (forged, minted for another resource, or by a token service other than cluster %)', fence.token, quote_literal(fence.resource), split_part(fence.proof, '.', 1), chk.cluster_id
+			USING ERRCODE = 'FG008',
+			HINT = 'Use the token and proof the token service returned for this very resource; nothing was advanced.';
 	END IF;
 	IF wait IS NOT NULL AND wait <> '' THEN
 		PERFORM set_config('lock_timeout', wait, true);
@@ -138,13 +261,18 @@ BEGIN
 			HINT = 'Call SELECT fencegate.fence_many(resources, token) with the resources the lock covers.';
 	END IF;
 	IF (SELECT count(*) FROM pg_proc p
-	    WHERE p.pronamespace = 'fencegate'::regnamespace AND p.proname IN ('fence', 'fence_many')) <> 2 THEN
+	    WHERE p.pronamespace = 'fencegate'::regnamespace AND p.proname IN ('fence', 'fence_many')) <> 3 THEN
 		RAISE EXCEPTION 'fencegate: schema fencegate is altered (a function named fence or fence_many was added or removed): an administrator runs "fencegate schema upgrade" to repair it'
 			USING ERRCODE = 'FG005',
 			HINT = '"fencegate schema status" lists every problem.';
 	END IF;
 	IF wait IS NOT NULL AND wait <> '' THEN
 		PERFORM set_config('lock_timeout', wait, true);
+	END IF;
+	IF EXISTS (SELECT 1 FROM fencegate.signing_keys) THEN
+		RAISE EXCEPTION 'fencegate: this database requires signed tokens, and fence_many has no proof (its one token covers many resources): fence each resource with fencegate.fence(resource, token, proof)'
+			USING ERRCODE = 'FG003',
+			HINT = 'Take a token per resource from the token service; each comes with its proof.';
 	END IF;
 	SELECT count(DISTINCT r COLLATE "C") INTO want FROM unnest(fence_many.resources) r;
 	BEGIN

@@ -1,0 +1,68 @@
+package lockclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Signed tokens. A token service started with signing keys returns a proof
+// beside each token: the token is bound to its cluster and resource, and a
+// database that requires signed tokens (fencegate schema require-signed)
+// accepts a fence only with a proof that verifies. A TokenSource that also
+// implements SignedTokenSource (tokenservice.Client does) gives the lock
+// its proof; Fence and InTx then run FenceSignedSQL instead of FenceSQL. A
+// token without a proof is fenced with FenceSQL as before, which a
+// database that requires signed tokens refuses (ErrFenceMisuse).
+
+// SignedTokenSource is a TokenSource that returns each token's proof too:
+// "" when the token service does not sign.
+type SignedTokenSource interface {
+	TokenSource
+	NextSigned(ctx context.Context, resource string) (token int64, proof string, err error)
+}
+
+// FenceSignedSQL is FenceSQL with the token's proof as $3.
+const FenceSignedSQL = "SELECT fencegate.fence($1::text, $2::bigint, $3::text)"
+
+// sqlstateBadProof: the database requires signed tokens and the proof does
+// not verify (fencegate.CodeBadProof).
+const sqlstateBadProof = "FG008"
+
+// ErrBadProof: the database refused the lock's token because its proof
+// does not verify: the token service's keys are not the database's (after
+// a key rotation, give the database the new key file), or the token
+// service belongs to another cluster than the one the database expects.
+// Nothing was advanced. Not retryable as is.
+var ErrBadProof = errors.New("lockclient: the database refused the token's proof")
+
+// Proof returns the lock's token proof, "" when the token service does not
+// sign or in efficiency mode.
+func (l *Lock) Proof() string { return l.proof }
+
+// nextToken asks the TokenSource for a token and, when it can say, its proof.
+func (c *Client) nextToken(ctx context.Context, resource string) (int64, string, error) {
+	if s, ok := c.tokens.(SignedTokenSource); ok {
+		return s.NextSigned(ctx, resource)
+	}
+	tok, err := c.tokens.NextToken(ctx, resource)
+	return tok, "", err
+}
+
+// fenceExec runs the fence statement that fits the lock's token.
+func (l *Lock) fenceExec(ctx context.Context, tx pgx.Tx) error {
+	var err error
+	if l.proof != "" {
+		_, err = tx.Exec(ctx, FenceSignedSQL, l.resource, l.token, l.proof)
+	} else {
+		_, err = tx.Exec(ctx, FenceSQL, l.resource, l.token)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == sqlstateBadProof {
+		return fmt.Errorf("%w: %w", ErrBadProof, err)
+	}
+	return err
+}
