@@ -175,11 +175,16 @@ func TestMemberPublishesOwnAPIAddress(t *testing.T) {
 		return nil
 	})
 	// Make the moved node the leader; the others forward to its new address.
+	// Stop the leader and let the two others elect one of them before it
+	// comes back (restarted at once, it often won again on a busy machine).
 	for tries := 0; c.Leader(t) != moved; tries++ {
 		if tries == 20 {
 			t.Fatalf("%s never became leader", c.ID(moved))
 		}
-		c.Restart(c.Leader(t))
+		old := c.Leader(t)
+		c.Kill(old)
+		c.Leader(t)
+		c.Restart(old)
 	}
 	other := (moved + 1) % 3
 	mint(t, c.ClientFor(t, []string{c.APIURL(other)}, tokenservice.WithFollowLeader(false)), 3)
