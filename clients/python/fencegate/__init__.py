@@ -32,6 +32,7 @@ from .client import (
     DEFAULT_KEY_PREFIX,
     LockClient,
     RetryStrategy,
+    SignedTokenSource,
     TokenSource,
     exponential_retry,
     fixed_retry,
@@ -39,6 +40,7 @@ from .client import (
 )
 from .errors import (
     FENCE_ERRORS,
+    BadProofError,
     CommitUnknownError,
     Error,
     FenceError,
@@ -60,7 +62,7 @@ from .errors import (
     TransactionAbortedError,
     UnfencedWriteError,
 )
-from .fence import FENCE_SQL, fence_errors, map_error, sqlstate, transaction
+from .fence import FENCE_SIGNED_SQL, FENCE_SQL, fence_errors, map_error, sqlstate, transaction
 from .lock import Lock
 from .nodes import EXTEND_SCRIPT, RELEASE_SCRIPT
 from .tokens import Token, TokenClient
@@ -72,16 +74,19 @@ __version__ = "0.1.0"
 _logging.getLogger("fencegate").addHandler(_logging.NullHandler())
 
 __all__ = [
+    "BadProofError",
     "CommitUnknownError",
     "DEFAULT_KEY_PREFIX",
     "EXTEND_SCRIPT",
     "Error",
     "FENCE_ERRORS",
+    "FENCE_SIGNED_SQL",
     "FENCE_SQL",
     "FenceError",
     "FenceMisuseError",
     "FenceTimeoutError",
     "Lock",
+    "SignedTokenSource",
     "LockClient",
     "LockError",
     "LockLostError",
