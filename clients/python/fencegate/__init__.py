@@ -22,6 +22,11 @@ the same locks correctly::
         except fencegate.StaleTokenError:
             pass  # a newer holder wrote; nothing of this transaction committed
 
+With a token service that signs its tokens (``--signing-keys``), each lock
+keeps the token's proof (``lock.proof``) and ``lock.transaction`` passes it
+to ``fencegate.fence(resource, token, proof)``; a database that requires
+signed tokens refuses a proof that does not verify with BadProofError.
+
 Dependencies: the standard library, redis-py and psycopg2 (Debian's
 python3-redis and python3-psycopg2). Python 3.11 or later.
 """
