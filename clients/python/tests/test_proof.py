@@ -128,6 +128,7 @@ class SignedTokenTest(StackTest):
             with self.assertRaises(fencegate.FenceMisuseError) as cm:
                 self.write(lock, entry, "malformed")
         self.assertEqual(cm.exception.sqlstate, "FG003")
+        self.assertIn("malformed", str(cm.exception))
         self.assertIsNone(self.mark("ledger:" + entry))
         self.assertEqual(self.ledger(entry), [])
 
@@ -163,3 +164,33 @@ class SignedTokenTest(StackTest):
             with self.assertRaises(fencegate.FenceMisuseError):
                 self.write(lock, entry, "plain")
         self.assertEqual(self.ledger(entry), [])
+
+    def test_several_signed_locks_in_one_transaction(self):
+        locks = self.signed_locks()
+        a, b = unique("a"), unique("b")
+        with locks.acquire("ledger:" + a) as la, locks.acquire("ledger:" + b) as lb:
+            with fencegate.transaction(self.signed_conn(), lb, la) as cur:
+                cur.execute("INSERT INTO ledger (id, holder, token) VALUES (%s, 'x', %s)", (a, la.token))
+                cur.execute("INSERT INTO ledger (id, holder, token) VALUES (%s, 'x', %s)", (b, lb.token))
+        self.assertEqual((self.mark("ledger:" + a), self.mark("ledger:" + b)), (la.token, lb.token))
+        # One forged proof among them: BadProofError, nothing of either advanced.
+        with locks.acquire("ledger:" + a) as la2, locks.acquire("ledger:" + b) as lb2:
+            lb2.proof = forge(lb2.proof)
+            with self.assertRaises(fencegate.BadProofError) as cm:
+                with fencegate.transaction(self.signed_conn(), la2, lb2) as cur:
+                    cur.execute("UPDATE ledger SET holder = 'y' WHERE id IN (%s, %s)", (a, b))
+        self.assertEqual((cm.exception.resource, cm.exception.token), ("ledger:" + b, lb2.token))
+        self.assertEqual((self.mark("ledger:" + a), self.mark("ledger:" + b)), (la.token, lb.token))
+        self.assertEqual(self.query_signed("SELECT DISTINCT holder FROM ledger WHERE id IN (%s, %s)", (a, b)), [("x",)])
+
+    def test_proofs_on_a_database_that_does_not_require_them(self):
+        # Rollout order: keys on the token service first. The database that
+        # does not require proofs yet takes the three-argument fence.
+        locks = self.signed_locks()
+        acct = self.new_account(locks, 70)
+        self.assertEqual(self.balance(acct), 70)
+        with locks.acquire("account:" + acct) as lock:
+            self.assertIsNotNone(lock.proof)
+            with lock.transaction(self.connect()) as cur:
+                cur.execute("UPDATE accounts SET balance = balance - 20 WHERE id = %s", (acct,))
+        self.assertEqual(self.balance(acct), 50)
