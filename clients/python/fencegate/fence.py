@@ -89,9 +89,9 @@ def transaction(conn: Any, *locks: Any) -> Iterator[Any]:
     """A fenced transaction on a psycopg2 connection, under one lock or more:
     begin, run FENCE_SIGNED_SQL with each lock's resource, token and proof
     (FENCE_SQL with resource and token for a lock whose ``proof`` is None)
-    before anything else (in byte-wise order of the resources, so that two transactions
-    fencing the same resources never deadlock), yield a cursor, commit when
-    the block ends, roll back when it raises.
+    before anything else (in byte-wise order of the resources, so that two
+    transactions fencing the same resources never deadlock), yield a cursor,
+    commit when the block ends, roll back when it raises.
 
     ``lock.transaction(conn)`` is ``transaction(conn, lock)``; a transfer
     between two accounts takes both locks and writes in
