@@ -2,7 +2,9 @@
 // stack: a 3-node token cluster, the shared Redis, three redis-servers for
 // Redlock, one with a password and one with TLS, a fresh database behind the
 // fence, a TLS front that asks for a client certificate and a bearer token,
-// and a Go lockclient the Python tests drive to contend with it.
+// a Go lockclient the Python tests drive to contend with it, and a token
+// service that signs its tokens beside a database that requires signed
+// tokens.
 package python_test
 
 import (

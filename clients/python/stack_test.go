@@ -82,6 +82,7 @@ type stack struct {
 	authRedis  string // redis://:PASSWORD@127.0.0.1:PORT
 	tlsRedis   string // rediss://127.0.0.1:PORT?ssl_ca_certs=CA
 	peer       *peer
+	signed     *signed
 }
 
 func startStack(t *testing.T) *stack {
@@ -114,6 +115,7 @@ func startStack(t *testing.T) *stack {
 	s.tlsRedis = "rediss://127.0.0.1:" + strconv.Itoa(tlsPort) + "?ssl_ca_certs=" + url.QueryEscape(s.certs.CA)
 
 	s.peer = startPeer(t, s)
+	s.signed = startSigned(t)
 	return s
 }
 
@@ -167,7 +169,7 @@ func (s *stack) env() []string {
 	for _, r := range s.redlock {
 		redlock = append(redlock, "redis://"+r.Addr())
 	}
-	return []string{
+	return append([]string{
 		"FENCEGATE_TEST_REDIS_URL=redis://" + s.redisAddr,
 		"FENCEGATE_TEST_KEY_PREFIX=" + s.prefix,
 		"FENCEGATE_TEST_REDLOCK_URLS=" + strings.Join(redlock, ","),
@@ -185,5 +187,5 @@ func (s *stack) env() []string {
 		"FENCEGATE_TEST_CREDENTIALS=" + s.credFile,
 		"FENCEGATE_TEST_REDIS_AUTH_URL=" + s.authRedis,
 		"FENCEGATE_TEST_REDIS_TLS_URL=" + s.tlsRedis,
-	}
+	}, s.signed.env()...)
 }

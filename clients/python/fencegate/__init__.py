@@ -22,6 +22,11 @@ the same locks correctly::
         except fencegate.StaleTokenError:
             pass  # a newer holder wrote; nothing of this transaction committed
 
+With a token service that signs its tokens (``--signing-keys``), each lock
+keeps the token's proof (``lock.proof``) and ``lock.transaction`` passes it
+to ``fencegate.fence(resource, token, proof)``; a database that requires
+signed tokens refuses a proof that does not verify with BadProofError.
+
 Dependencies: the standard library, redis-py and psycopg2 (Debian's
 python3-redis and python3-psycopg2). Python 3.11 or later.
 """
@@ -32,6 +37,7 @@ from .client import (
     DEFAULT_KEY_PREFIX,
     LockClient,
     RetryStrategy,
+    SignedTokenSource,
     TokenSource,
     exponential_retry,
     fixed_retry,
@@ -39,6 +45,7 @@ from .client import (
 )
 from .errors import (
     FENCE_ERRORS,
+    BadProofError,
     CommitUnknownError,
     Error,
     FenceError,
@@ -60,7 +67,7 @@ from .errors import (
     TransactionAbortedError,
     UnfencedWriteError,
 )
-from .fence import FENCE_SQL, fence_errors, map_error, sqlstate, transaction
+from .fence import FENCE_SIGNED_SQL, FENCE_SQL, fence_errors, map_error, sqlstate, transaction
 from .lock import Lock
 from .nodes import EXTEND_SCRIPT, RELEASE_SCRIPT
 from .tokens import Token, TokenClient
@@ -72,16 +79,19 @@ __version__ = "0.1.0"
 _logging.getLogger("fencegate").addHandler(_logging.NullHandler())
 
 __all__ = [
+    "BadProofError",
     "CommitUnknownError",
     "DEFAULT_KEY_PREFIX",
     "EXTEND_SCRIPT",
     "Error",
     "FENCE_ERRORS",
+    "FENCE_SIGNED_SQL",
     "FENCE_SQL",
     "FenceError",
     "FenceMisuseError",
     "FenceTimeoutError",
     "Lock",
+    "SignedTokenSource",
     "LockClient",
     "LockError",
     "LockLostError",

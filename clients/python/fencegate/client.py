@@ -54,6 +54,16 @@ class TokenSource(Protocol):
     def next_token(self, resource: str, timeout: float | None = None) -> int: ...
 
 
+class SignedTokenSource(TokenSource, Protocol):
+    """A TokenSource that also returns each token's proof, the token
+    service's signature binding it to its cluster and resource: (token,
+    proof), proof None when the service does not sign. TokenClient is one.
+    LockClient asks for the proof whenever its source has next_signed, and
+    the lock passes it to the fence."""
+
+    def next_signed(self, resource: str, timeout: float | None = None) -> tuple[int, "str | None"]: ...
+
+
 class LockClient:
     """Takes locks on one Redis (single-node mode) or on N independent Redis
     masters (Redlock, a lock needs N//2+1 of them), each with a fencing token
@@ -90,7 +100,8 @@ class LockClient:
             a file holding the bearer credentials, the per-request timeout and
             the bound on one token call).
         token_source: an object with next_token(resource, timeout) to use
-            instead of token_servers.
+            instead of token_servers; when it also has next_signed(resource,
+            timeout) (a SignedTokenSource), the locks carry its proofs.
     """
 
     def __init__(
@@ -260,9 +271,7 @@ class LockClient:
         if self._tokens is None:
             return Lock(self, resource, key, value, None, valid_until)
         try:
-            # The lock is granted: the token has its own bound, whatever is
-            # left of the time allowed for waiting on other holders.
-            token = self._tokens.next_token(resource, timeout=self._token_max_wait)
+            token, proof = self._next_token(resource)
         except BaseException:
             self._cleanup(key, value, taken)
             raise
@@ -270,6 +279,13 @@ class LockClient:
             self._cleanup(key, value, taken)
             raise TokenServiceError(
                 f"fencegate: the token source returned {token!r} for {resource!r}; a token is an int > 0",
+                kind="bad_answer",
+            )
+        if proof is not None and not (isinstance(proof, str) and proof):
+            self._cleanup(key, value, taken)
+            raise TokenServiceError(
+                f"fencegate: the token source returned the proof {proof!r} for {resource!r}; a proof is a "
+                "non-empty str or None",
                 kind="bad_answer",
             )
         # Confirm: the key still holds our value on a majority, so nobody
@@ -281,7 +297,23 @@ class LockClient:
             raise self._not_acquired(
                 resource, tally, reason="lost between the grant and the token; the token was not used"
             )
-        return Lock(self, resource, key, value, token, valid_until)
+        return Lock(self, resource, key, value, token, valid_until, proof=proof)
+
+    def _next_token(self, resource: str) -> tuple[object, object]:
+        """A token and its proof (None when the source cannot say) from the
+        token source. The lock is granted: the token has its own bound,
+        whatever is left of the time allowed for waiting on other holders."""
+        signed = getattr(self._tokens, "next_signed", None)
+        if signed is not None:
+            out = signed(resource, timeout=self._token_max_wait)
+            if not (isinstance(out, tuple) and len(out) == 2):
+                raise TokenServiceError(
+                    f"fencegate: the token source's next_signed returned {out!r} for {resource!r}; "
+                    "it returns (token, proof)",
+                    kind="bad_answer",
+                )
+            return out[0], out[1]
+        return self._tokens.next_token(resource, timeout=self._token_max_wait), None  # type: ignore[union-attr]
 
     # --- the Redlock steps ---------------------------------------------------
 

@@ -206,8 +206,11 @@ class UnfencedWriteError(FenceError):
 class FenceMisuseError(FenceError):
     """FG003: the fence was used so that it protects nothing: a NULL or
     negative token, an empty resource, not first in its transaction, alone in
-    autocommit, or a protected row whose resource expression is NULL. The
-    calling code (or the table's data) is wrong; retrying cannot help.
+    autocommit, a protected row whose resource expression is NULL, a proof
+    that is not of the form ``KEYID.HEX``, or a fence without a proof on a
+    database that requires signed tokens (the lock's token service does not
+    sign: ``lock.proof`` is None). The calling code, the table's data or the
+    deployment is wrong; retrying cannot help.
 
     Raised without a SQLSTATE too, before anything is sent, when
     ``lock.transaction(conn)`` is given a connection that already has a
@@ -249,6 +252,18 @@ class PrivilegedRoleError(FenceError):
     code = "FG007"
 
 
+class BadProofError(FenceError):
+    """FG008: the database requires signed tokens and the token's proof does
+    not verify: forged or altered, minted for another resource or by another
+    token service cluster, or signed under a key the database does not hold.
+    Nothing was advanced. Retrying with the same token cannot help; a key
+    rotation not yet given to the database (``fencegate schema
+    require-signed``) or a client pointed at the wrong token service is an
+    operator's fix."""
+
+    code = "FG008"
+
+
 #: SQLSTATE -> exception class, for every code fencegate defines.
 FENCE_ERRORS: dict[str, type[FenceError]] = {
     cls.code: cls
@@ -260,6 +275,7 @@ FENCE_ERRORS: dict[str, type[FenceError]] = {
         SchemaInvalidError,
         ProtectedDDLError,
         PrivilegedRoleError,
+        BadProofError,
     )
     if cls.code
 }

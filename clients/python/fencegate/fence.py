@@ -21,6 +21,13 @@ from .errors import (
 #: transaction, and fails with FG001 when a higher token was accepted before.
 FENCE_SQL = "SELECT fencegate.fence(%s::text, %s::bigint)"
 
+#: FENCE_SQL with the token's proof as the third parameter: what a fenced
+#: transaction runs for a lock that has a proof (the token service signs).
+#: A database that requires signed tokens verifies the proof before anything
+#: is locked or advanced (FG008 when it does not verify); one that does not
+#: checks only its form.
+FENCE_SIGNED_SQL = "SELECT fencegate.fence(%s::text, %s::bigint, %s::text)"
+
 # libpq's PQtransactionStatus values (psycopg2.extensions.TRANSACTION_STATUS_*).
 _IDLE, _ACTIVE, _INTRANS, _INERROR, _UNKNOWN = range(5)
 
@@ -80,10 +87,11 @@ def _status(conn: Any) -> int:
 @contextlib.contextmanager
 def transaction(conn: Any, *locks: Any) -> Iterator[Any]:
     """A fenced transaction on a psycopg2 connection, under one lock or more:
-    begin, run FENCE_SQL with each lock's resource and token before anything
-    else (in byte-wise order of the resources, so that two transactions
-    fencing the same resources never deadlock), yield a cursor, commit when
-    the block ends, roll back when it raises.
+    begin, run FENCE_SIGNED_SQL with each lock's resource, token and proof
+    (FENCE_SQL with resource and token for a lock whose ``proof`` is None)
+    before anything else (in byte-wise order of the resources, so that two
+    transactions fencing the same resources never deadlock), yield a cursor,
+    commit when the block ends, roll back when it raises.
 
     ``lock.transaction(conn)`` is ``transaction(conn, lock)``; a transfer
     between two accounts takes both locks and writes in
@@ -127,7 +135,11 @@ def transaction(conn: Any, *locks: Any) -> Iterator[Any]:
             try:
                 for lock in ordered:
                     saved, who[:] = list(who), [lock.resource, lock.token]
-                    cur.execute(FENCE_SQL, (lock.resource, lock.token))
+                    proof = getattr(lock, "proof", None)
+                    if proof:
+                        cur.execute(FENCE_SIGNED_SQL, (lock.resource, lock.token, proof))
+                    else:
+                        cur.execute(FENCE_SQL, (lock.resource, lock.token))
                     who[:] = saved
                 yield cur
             except BaseException as e:

@@ -55,6 +55,12 @@ class Lock:
         token: the fencing token (an int > 0), larger than the token of every
             earlier holder; None for a client without token servers
             (efficiency mode).
+        proof: the token service's signature of the token, bound to its
+            cluster and resource (``KEYID.HEX``); None when the service does
+            not sign, the token source gives no proofs, or in efficiency
+            mode. transaction() passes it to the fence; a database that
+            requires signed tokens refuses a token without it (FG003) or
+            with one that does not verify (FG008).
         lost: a threading.Event set as soon as the lease is known lost: the
             validity passed (measured on time.monotonic(), so a pause counts),
             a refresh found that a majority of nodes no longer hold this
@@ -70,10 +76,21 @@ class Lock:
     by PostgreSQL inside the writing transaction (transaction()), does that.
     """
 
-    def __init__(self, client: "LockClient", resource: str, key: str, value: str, token: int | None, valid_until: float):
+    def __init__(
+        self,
+        client: "LockClient",
+        resource: str,
+        key: str,
+        value: str,
+        token: int | None,
+        valid_until: float,
+        *,
+        proof: str | None = None,
+    ):
         self._client = client
         self.resource = resource
         self.token = token
+        self.proof = proof
         self._key = key
         self._value = value
         self._mu = threading.RLock()
@@ -239,12 +256,13 @@ class Lock:
     def transaction(self, conn: Any) -> Iterator[Any]:
         """A context manager for a fenced transaction on a psycopg2
         connection: it begins, runs ``SELECT fencegate.fence(resource,
-        token)`` before anything else, yields a cursor, and commits when the
-        block ends (it rolls back when the block raises). For writes under
+        token, proof)`` (``fencegate.fence(resource, token)`` when the lock
+        has no proof) before anything else, yields a cursor, and commits when
+        the block ends (it rolls back when the block raises). For writes under
         several locks, use ``fencegate.transaction(conn, lock_a, lock_b)``.
 
         Fence errors raise the FenceError subclass of their SQLSTATE
-        (StaleTokenError for FG001, ...); a connection lost during COMMIT
+        (StaleTokenError for FG001, BadProofError for FG008, ...); a connection lost during COMMIT
         raises CommitUnknownError. It does not look at ``lost``: the fence,
         checked by PostgreSQL inside the transaction, is what keeps a holder
         that lost its lock from writing.

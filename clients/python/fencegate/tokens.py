@@ -31,15 +31,25 @@ LEADER_ID_HEADER = "X-Fencegate-Leader-Id"
 _DEAD_ENDS = {"refused", "unknown_host", "bad_answer"}
 
 
+#: A proof's text form: KEYID.HEX (docs/protocol.md, "Proofs").
+_PROOF_RE = re.compile(r"[A-Za-z0-9_-]{1,64}\.[0-9a-f]{64}")
+
+
 @dataclass(frozen=True)
 class Token:
-    """A fencing token and where it came from."""
+    """A fencing token and where it came from.
+
+    ``proof`` is the token service's signature of the token, bound to its
+    cluster and resource (``KEYID.HEX``), or None when the service does not
+    sign. A database that requires signed tokens accepts the token only
+    with it."""
 
     resource: str
     value: int
     term: int
     index: int
     leader: str
+    proof: str | None = None
 
 
 class _Attempt(Exception):
@@ -221,13 +231,27 @@ class TokenClient:
             raise TokenServiceError(
                 f"fencegate: token for {resource!r}: the answer holds no token > 0: {str(out)[:200]}", kind="bad_answer"
             )
+        proof = out.get("proof")
+        if proof is not None and not (isinstance(proof, str) and (proof == "" or _PROOF_RE.fullmatch(proof))):
+            raise TokenServiceError(
+                f"fencegate: token for {resource!r}: the answer's proof is not of the form KEYID.HEX: {str(proof)[:80]!r}",
+                kind="bad_answer",
+            )
         return Token(
             resource=str(out.get("resource", resource)),
             value=tok,
             term=int(out.get("term") or 0),
             index=int(out.get("index") or 0),
             leader=str(out.get("leader") or ""),
+            proof=proof or None,
         )
+
+    def next_signed(self, resource: str, timeout: float | None = None) -> tuple[int, str | None]:
+        """next_token with the token's proof: (token, proof), the proof None
+        when the token service does not sign. LockClient uses it to keep
+        each lock's proof."""
+        t = self.next(resource, timeout)
+        return t.value, t.proof
 
     def status(self, timeout: float | None = None) -> dict:
         """GET /v1/status of the first node that answers."""

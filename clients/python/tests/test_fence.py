@@ -209,6 +209,7 @@ class FenceTest(StackTest):
             "FG005": fencegate.SchemaInvalidError,
             "FG006": fencegate.ProtectedDDLError,
             "FG007": fencegate.PrivilegedRoleError,
+            "FG008": fencegate.BadProofError,
             "FG099": fencegate.FenceError,  # a code this version does not know
         }
         for code, cls in want.items():

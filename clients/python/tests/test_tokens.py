@@ -147,6 +147,8 @@ class TokenClientTest(StackTest):
             "a boolean": {"resource": "r", "token": True},
             "another resource": {"resource": "s", "token": 7},
             "a list": [7],
+            "a malformed proof": {"resource": "r", "token": 7, "proof": "k1.XYZ"},
+            "a proof that is no string": {"resource": "r", "token": 7, "proof": 5},
         }
         for name, body in answers.items():
             with self.subTest(name):
