@@ -195,8 +195,8 @@ type forgedScene struct {
 
 // startForgedStack starts what the paused-holder stack starts, except that
 // its token cluster signs, with a key generated for the run and kept in the
-// run's temporary directory, and that no proxy runs (every fence here goes
-// straight to PostgreSQL, which verifies the proofs itself).
+// run's temporary directory, and that a second cluster with the same key
+// runs beside it.
 func startForgedStack(ctx context.Context, cfg *ForgedConfig) (_ *forgedScene, err error) {
 	s := &stack{log: cfg.Logger, svcLog: cfg.ServiceLogger}
 	sc := &forgedScene{st: s}
@@ -238,6 +238,9 @@ func startForgedStack(ctx context.Context, cfg *ForgedConfig) (_ *forgedScene, e
 		return nil, err
 	}
 	s.tokenURLs = sc.trusted
+	if err := s.startProxy(ctx); err != nil {
+		return nil, err
+	}
 	if err := resetTables(ctx, s, true); err != nil {
 		return nil, err
 	}
@@ -349,11 +352,19 @@ func (sc *forgedScene) play(ctx context.Context, cfg *ForgedConfig, res *ForgedR
 		return fmt.Errorf("connect demo database: %w", err)
 	}
 	defer admin.Close(context.Background())
-	app, err := s.connectApp(ctx)
+	// The holder goes through the proxy, as a deployed application does;
+	// the attacker skips it and talks to PostgreSQL straight, which
+	// verifies the proofs itself.
+	app, err := s.connectApp(ctx, true)
 	if err != nil {
 		return err
 	}
 	defer app.Close(context.Background())
+	direct, err := s.connectApp(ctx, false)
+	if err != nil {
+		return err
+	}
+	defer direct.Close(context.Background())
 
 	trusted, err := tokenservice.NewClient(sc.trusted)
 	if err != nil {
@@ -409,7 +420,7 @@ func (sc *forgedScene) play(ctx context.Context, cfg *ForgedConfig, res *ForgedR
 	// connection, then a write, as a client that holds no lock would.
 	attack := func(args ...any) func() error {
 		return func() error {
-			return pgx.BeginFunc(ctx, app, func(tx pgx.Tx) error {
+			return pgx.BeginFunc(ctx, direct, func(tx pgx.Tx) error {
 				q := fencegate.FenceSignedSQL
 				if len(args) == 2 {
 					q = fencegate.FenceSQL
@@ -522,9 +533,10 @@ func (sc *forgedScene) play(ctx context.Context, cfg *ForgedConfig, res *ForgedR
 	return nil
 }
 
-// connectApp connects straight to the demo database as the application role.
-func (s *stack) connectApp(ctx context.Context) (*pgx.Conn, error) {
-	cc, err := pgx.ParseConfig(s.appDSN(false))
+// connectApp connects to the demo database as the application role,
+// through the proxy when proxied, else straight to PostgreSQL.
+func (s *stack) connectApp(ctx context.Context, proxied bool) (*pgx.Conn, error) {
+	cc, err := pgx.ParseConfig(s.appDSN(proxied))
 	if err != nil {
 		return nil, fmt.Errorf("demo database DSN: %w", err)
 	}
@@ -570,6 +582,7 @@ func printForgedIntro(w io.Writer, cfg *ForgedConfig, sc *forgedScene) {
 	fmt.Fprintf(w, "  Redis        %s (%s)\n", s.redis.Addr, s.redis.Source)
 	fmt.Fprintf(w, "  tokens       cluster %s, 3 nodes, signing with key %q made for this run: %s\n", sc.clusterID, sc.keys.SigningKeyID(), strings.Join(sc.trusted, " "))
 	fmt.Fprintf(w, "               cluster %s, 1 node, the same key: %s\n", sc.otherClusterID, strings.Join(sc.other, " "))
+	fmt.Fprintf(w, "  proxy        %s -> PostgreSQL: the holder writes through it; the attacker skips it\n", s.proxyAddr)
 	fmt.Fprintf(w, "  database     requires signed tokens of cluster %s (pgfence.RequireSigned, as 'fencegate schema require-signed')\n", sc.clusterID)
 	fmt.Fprintf(w, "  lock TTL     %v\n", cfg.TTL)
 	fmt.Fprintln(w)
