@@ -66,6 +66,7 @@ type ForgedConfig struct {
 type Attempt struct {
 	Who        string // "holder" or "attacker"
 	What       string // what was tried
+	Lane       string // its lane in the picture: "holder", or what the attacker tried
 	Legitimate bool   // the holder's own token and proof: it must commit
 	Token      int64
 	Proof      string // "" for the two-argument fence
@@ -385,7 +386,9 @@ func (sc *forgedScene) play(ctx context.Context, cfg *ForgedConfig, res *ForgedR
 
 	start := time.Now()
 	tl := timeline.New("forged, foreign and proofless tokens on a database that requires signed tokens", start)
-	tl.AddLane("holder", "attacker")
+	// One lane per kind of attack: the attacks come milliseconds apart, and
+	// their labels would collide on one lane.
+	tl.AddLane("holder", laneNeverMinted, laneOtherResource, laneOtherCluster, laneNoProof)
 	res.Timeline = tl
 
 	record := func(a Attempt, run func() error) error {
@@ -410,10 +413,13 @@ func (sc *forgedScene) play(ctx context.Context, cfg *ForgedConfig, res *ForgedR
 		res.Attempts = append(res.Attempts, a)
 		printAttempt(cfg.Out, len(res.Attempts), &a)
 		kind := timeline.Rejected
-		if a.OK {
+		switch {
+		case a.OK && a.Legitimate:
 			kind = timeline.Accepted
+		case a.OK:
+			kind = timeline.Stale // a forged token got through: the damage the scene exists to rule out
 		}
-		tl.Mark(a.Who, kind, a.At, attemptLabel(&a))
+		tl.Mark(a.Lane, kind, a.At, attemptLabel(&a))
 		return nil
 	}
 	// attack runs one fence with the given arguments on the application
@@ -440,7 +446,7 @@ func (sc *forgedScene) play(ctx context.Context, cfg *ForgedConfig, res *ForgedR
 	if err != nil {
 		return fmt.Errorf("the holder takes the lock: %w", err)
 	}
-	err = record(Attempt{Who: "holder", What: "the holder fences with its token and proof, charges order 42", Legitimate: true,
+	err = record(Attempt{Who: "holder", Lane: "holder", What: "the holder fences with its token and proof, charges order 42", Legitimate: true,
 		Token: l1.Token(), Proof: l1.Proof()}, func() error {
 		return l1.InTx(ctx, app, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, "INSERT INTO charges (order_id, amount_cents, by_client, token) SELECT id, amount_cents, 'holder', $2 FROM orders WHERE id = $1", orderID, l1.Token()); err != nil {
@@ -466,7 +472,7 @@ func (sc *forgedScene) play(ctx context.Context, cfg *ForgedConfig, res *ForgedR
 		return err
 	}
 	forged := sc.keys.SigningKeyID() + "." + hex.EncodeToString(fake)
-	if err := record(Attempt{Who: "attacker", What: "a token never minted (the largest bigint) with a made-up proof",
+	if err := record(Attempt{Who: "attacker", Lane: laneNeverMinted, What: "a token never minted (the largest bigint) with a made-up proof",
 		Token: math.MaxInt64, Proof: forged}, attack(resource, int64(math.MaxInt64), forged)); err != nil {
 		return err
 	}
@@ -476,7 +482,7 @@ func (sc *forgedScene) play(ctx context.Context, cfg *ForgedConfig, res *ForgedR
 	if err != nil {
 		return fmt.Errorf("mint a token for order:43: %w", err)
 	}
-	if err := record(Attempt{Who: "attacker", What: "a genuine token and proof minted for order:43, used on order:42",
+	if err := record(Attempt{Who: "attacker", Lane: laneOtherResource, What: "a genuine token and proof minted for order:43, used on order:42",
 		Token: tok.Value, Proof: tok.Proof}, attack(resource, tok.Value, tok.Proof)); err != nil {
 		return err
 	}
@@ -491,13 +497,13 @@ func (sc *forgedScene) play(ctx context.Context, cfg *ForgedConfig, res *ForgedR
 	if err != nil {
 		return fmt.Errorf("mint a token on the second cluster: %w", err)
 	}
-	if err := record(Attempt{Who: "attacker", What: fmt.Sprintf("a genuine token and proof of another cluster (%s), same keys", sc.otherClusterID),
+	if err := record(Attempt{Who: "attacker", Lane: laneOtherCluster, What: fmt.Sprintf("a genuine token and proof of another cluster (%s), same keys", sc.otherClusterID),
 		Token: foreign.Value, Proof: foreign.Proof}, attack(resource, foreign.Value, foreign.Proof)); err != nil {
 		return err
 	}
 
 	// 5. The two-argument fence, without proof.
-	if err := record(Attempt{Who: "attacker", What: "the two-argument fence, without proof (the largest bigint)",
+	if err := record(Attempt{Who: "attacker", Lane: laneNoProof, What: "the two-argument fence, without proof (the largest bigint)",
 		Token: math.MaxInt64}, attack(resource, int64(math.MaxInt64))); err != nil {
 		return err
 	}
@@ -508,7 +514,7 @@ func (sc *forgedScene) play(ctx context.Context, cfg *ForgedConfig, res *ForgedR
 	if err != nil {
 		return fmt.Errorf("the holder takes the lock again: %w", err)
 	}
-	err = record(Attempt{Who: "holder", What: "the holder takes the lock again, fences with its next token, ships order 42", Legitimate: true,
+	err = record(Attempt{Who: "holder", Lane: "holder", What: "the holder takes the lock again, fences with its next token, ships order 42", Legitimate: true,
 		Token: l2.Token(), Proof: l2.Proof()}, func() error {
 		return l2.InTx(ctx, app, func(tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, "UPDATE orders SET state = 'shipped' WHERE id = $1 AND state = 'paid'", orderID)
@@ -548,11 +554,19 @@ func (s *stack) connectApp(ctx context.Context, proxied bool) (*pgx.Conn, error)
 	return conn, nil
 }
 
+// The attacker's lanes in the picture.
+const (
+	laneNeverMinted   = "never minted"
+	laneOtherResource = "other resource"
+	laneOtherCluster  = "other cluster"
+	laneNoProof       = "no proof"
+)
+
 func attemptLabel(a *Attempt) string {
 	if a.OK {
-		return fmt.Sprintf("token %d: committed", a.Token)
+		return fmt.Sprintf("%s: committed, mark %d -> %d", shortTok(a.Token), a.MarkBefore, a.MarkAfter)
 	}
-	return fmt.Sprintf("%s: %s", shortTok(a.Token), a.SQLState)
+	return fmt.Sprintf("%s: refused %s, mark stays %d", shortTok(a.Token), a.SQLState, a.MarkAfter)
 }
 
 func shortTok(t int64) string {
@@ -569,8 +583,12 @@ func forgedCaption(r *ForgedResult) string {
 			refused++
 		}
 	}
-	return fmt.Sprintf("%d of 4 forged or foreign fences refused, mark unchanged; order 42 charged %d time(s), now %s.",
-		refused, r.Charges, r.OrderState)
+	charged := fmt.Sprintf("%d times", r.Charges)
+	if r.Charges == 1 {
+		charged = "once"
+	}
+	return fmt.Sprintf("%d of 4 forged or foreign fences refused, mark unchanged; order 42 charged %s, now %s.",
+		refused, charged, r.OrderState)
 }
 
 func printForgedIntro(w io.Writer, cfg *ForgedConfig, sc *forgedScene) {
