@@ -100,3 +100,37 @@ func TestForgedToken(t *testing.T) {
 		t.Errorf("left behind: %d database(s) named %q, %d of roles %q", dbs, res.Database, roles, res.Roles)
 	}
 }
+
+// The verdict fails on any single attempt that went wrong, without servers.
+func TestForgedVerdict(t *testing.T) {
+	good := func() *ForgedResult {
+		return &ForgedResult{Charges: 1, OrderState: "shipped", Attempts: []Attempt{
+			{Who: "holder", Legitimate: true, Token: 1, Proof: "k.1", OK: true, MarkBefore: 0, MarkAfter: 1},
+			{Who: "attacker", Token: math.MaxInt64, Proof: "k.2", SQLState: "FG008", MarkBefore: 1, MarkAfter: 1},
+			{Who: "attacker", Token: 2, Proof: "k.3", SQLState: "FG008", MarkBefore: 1, MarkAfter: 1},
+			{Who: "attacker", Token: 1003, Proof: "k.4", SQLState: "FG008", MarkBefore: 1, MarkAfter: 1},
+			{Who: "attacker", Token: math.MaxInt64, SQLState: "FG003", MarkBefore: 1, MarkAfter: 1},
+			{Who: "holder", Legitimate: true, Token: 3, Proof: "k.5", OK: true, MarkBefore: 1, MarkAfter: 3},
+		}}
+	}
+	if r := good(); !r.Refused() {
+		t.Fatalf("Refused() = false for a good run %+v", r.Attempts)
+	}
+	for name, spoil := range map[string]func(*ForgedResult){
+		"forged token committed":          func(r *ForgedResult) { r.Attempts[1].OK, r.Attempts[1].SQLState = true, "" },
+		"mark moved by a refused fence":   func(r *ForgedResult) { r.Attempts[2].MarkAfter = 2 },
+		"bad proof refused as stale":      func(r *ForgedResult) { r.Attempts[3].SQLState = "FG001" },
+		"no-proof fence refused as FG008": func(r *ForgedResult) { r.Attempts[4].SQLState = "FG008" },
+		"holder's second write failed":    func(r *ForgedResult) { r.Attempts[5].OK, r.Attempts[5].SQLState = false, "FG001" },
+		"holder's write left the mark":    func(r *ForgedResult) { r.Attempts[0].MarkAfter = 0 },
+		"an attempt missing":              func(r *ForgedResult) { r.Attempts = r.Attempts[:5] },
+		"order charged twice":             func(r *ForgedResult) { r.Charges = 2 },
+		"order not shipped":               func(r *ForgedResult) { r.OrderState = "refunded" },
+	} {
+		r := good()
+		spoil(r)
+		if r.Refused() {
+			t.Errorf("%s: Refused() = true", name)
+		}
+	}
+}
