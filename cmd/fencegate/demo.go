@@ -14,12 +14,13 @@ import (
 )
 
 func init() {
-	register(&command{name: "demo", summary: "replay the paused lock holder with and without fencing", run: runDemo})
+	register(&command{name: "demo", summary: "replay the paused lock holder with and without fencing; refuse forged tokens", run: runDemo})
 }
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
 		fmt.Fprintln(stderr, "Usage: fencegate demo paused-holder [--redlock] [flags]")
+		fmt.Fprintln(stderr, "       fencegate demo forged-token [flags]")
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "  paused-holder   Kleppmann's paused lock holder with real processes, three times:")
 		fmt.Fprintln(stderr, "                  (a) straight to PostgreSQL, unprotected tables (the stale write lands);")
@@ -31,18 +32,27 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		pausedHolderFlags(fs, new(demo.Config))
 		fs.SetOutput(stderr)
 		printFlags(fs)
+		fmt.Fprintln(stderr)
+		forgedTokenUsage(stderr)
+		fmt.Fprintln(stderr)
+		ffs := flag.NewFlagSet("demo forged-token", flag.ContinueOnError)
+		forgedTokenFlags(ffs, new(demo.ForgedConfig))
+		ffs.SetOutput(stderr)
+		printFlags(ffs)
 		if len(args) == 0 {
-			return usagef("name a demo: paused-holder")
+			return usagef("name a demo: paused-holder or forged-token")
 		}
 		return flag.ErrHelp
 	}
 	switch args[0] {
 	case "paused-holder":
 		return runPausedHolder(ctx, args[1:], stdout, stderr)
+	case "forged-token":
+		return runForgedToken(ctx, args[1:], stdout, stderr)
 	case "client": // hidden: one client process of the demo
 		return runDemoClient(ctx, args[1:], stderr)
 	}
-	return usagef("unknown demo %q; the demo is paused-holder", args[0])
+	return usagef("unknown demo %q; the demos are paused-holder and forged-token", args[0])
 }
 
 func runPausedHolder(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -98,6 +108,53 @@ func runDemoClient(ctx context.Context, args []string, stderr io.Writer) error {
 	err := demo.RunClient(ctx, &c, os.Stdin, os.Stdout)
 	if errors.Is(err, context.Canceled) {
 		return nil
+	}
+	return err
+}
+
+func forgedTokenUsage(w io.Writer) {
+	fmt.Fprintln(w, "  forged-token    a database that requires signed tokens (token cluster signing with a key made")
+	fmt.Fprintln(w, "                  for the run) refuses, moving no mark: the largest bigint with a made-up proof")
+	fmt.Fprintln(w, "                  (FG008), a genuine token of another resource (FG008), a genuine token of a")
+	fmt.Fprintln(w, "                  second cluster with the same key (FG008), the fence without proof (FG003);")
+	fmt.Fprintln(w, "                  the lock holder writes before and after. Exits 0 only when all four were")
+	fmt.Fprintln(w, "                  refused and both of the holder's writes committed.")
+}
+
+// forgedTokenFlags defines the flags of 'fencegate demo forged-token'.
+func forgedTokenFlags(fs *flag.FlagSet, cfg *demo.ForgedConfig) (verbose *bool) {
+	fs.DurationVar(&cfg.TTL, "ttl", 0, "the holder's lock TTL (default 5s)")
+	fs.StringVar(&cfg.Postgres, "postgres", "", "PostgreSQL DSN of a superuser: the demo creates a database and two roles, dropped at the end (default: DATABASE_URL or PG* variables, else 127.0.0.1:5432, else a throwaway server)")
+	fs.StringVar(&cfg.Redis, "redis", "", "Redis host:port or redis:// URL (default: REDIS_URL, else 127.0.0.1:6379, else a throwaway server)")
+	fs.StringVar(&cfg.Picture, "picture", demo.DefaultForgedPicture, "SVG timeline to write (default "+demo.DefaultForgedPicture+")")
+	return fs.Bool("v", false, "log progress, and the token nodes' logs, to stderr (default false)")
+}
+
+func runForgedToken(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("demo forged-token", flag.ContinueOnError)
+	var cfg demo.ForgedConfig
+	verbose := forgedTokenFlags(fs, &cfg)
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	if cfg.TTL != 0 && cfg.TTL < 500*time.Millisecond {
+		return usagef("--ttl %v is too short for the holder's writes; use 500ms or more", cfg.TTL)
+	}
+	level := slog.LevelWarn
+	if *verbose {
+		level = slog.LevelInfo
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if *verbose {
+		cfg.ServiceLogger = cfg.Logger
+	}
+	cfg.Out = stdout
+	_, err := demo.ForgedToken(ctx, cfg)
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("interrupted; the servers and database it started are gone: %w", ctx.Err())
 	}
 	return err
 }

@@ -19,6 +19,13 @@
 // The clients are the fencegate binary itself, re-executed with the hidden
 // command "fencegate demo client", so that a pause is a real SIGSTOP of a
 // real process whose lease runs out in Redis while it cannot run.
+//
+// ForgedToken is a second scene, for signed tokens: a database that
+// requires the proofs of a signing token cluster refuses a token never
+// minted (the largest bigint with a made-up proof), a genuine token of
+// another resource, a genuine token of another cluster under the same key
+// (each FG008) and the fence without proof (FG003), moving no mark, while
+// a lock holder writes before and after them.
 package demo
 
 import "errors"
