@@ -25,7 +25,7 @@ func ExampleTimeline_WriteText() {
 	//           0         0.5s      1s        1.5s
 	// client 1  ====zzzzzzzzzzzzzzzz|zzzzzzzzzzzzzzzzzX=
 	// client 2                        ======+==
-	//           = holds lock   - lease in Redis   z paused   | TTL expired   + write accepted   X write rejected   ! stale write landed   * event
+	//           = holds lock   z paused   | TTL expired   + write accepted   X write rejected
 	//
 	//     0.000s  client 1  holds lock          token 33 (1.900s)
 	//     0.200s  client 1  paused              SIGSTOP (1.600s)

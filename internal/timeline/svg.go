@@ -84,7 +84,7 @@ func WriteSVG(w io.Writer, title string, ts ...*Timeline) error {
 		drawAxis(p, top, y, span, x)
 		y += svgAxisH + svgPanelGap
 	}
-	drawLegend(p, y)
+	drawLegend(p, y, usedIn(snaps...))
 	p("</svg>\n")
 	return bw.Flush()
 }
@@ -182,20 +182,29 @@ func drawAxis(p func(string, ...any), top, bottom int, span time.Duration, x fun
 	}
 }
 
-func drawLegend(p func(string, ...any), y int) {
+// drawLegend explains the shapes the picture draws, and only those.
+func drawLegend(p func(string, ...any), y int, u used) {
 	y += 8
 	p(`<g font-size="12" fill="#222">` + "\n")
-	items := []struct {
+	all := []struct {
+		show  bool
 		shape string
 		text  string
 	}{
-		{fmt.Sprintf(`<rect x="0" y="-10" width="26" height="12" rx="2" fill="%s"/>`, colHold), "believes it holds the lock (token)"},
-		{fmt.Sprintf(`<rect x="0" y="-3" width="26" height="5" fill="%s"/>`, colLease), "lease in Redis"},
-		{fmt.Sprintf(`<rect x="0" y="-11" width="26" height="14" fill="url(#hatch)" stroke="%s"/>`, colPause), "process paused (SIGSTOP)"},
-		{fmt.Sprintf(`<line x1="13" y1="-12" x2="13" y2="4" stroke="%s" stroke-width="1.5" stroke-dasharray="4 3"/>`, colExpiry), "TTL expired"},
-		{fmt.Sprintf(`<circle cx="13" cy="-4" r="5" fill="%s"/>`, colAccepted), "write accepted"},
-		{fmt.Sprintf(`<g stroke="%s" stroke-width="3"><line x1="7" y1="-10" x2="19" y2="2"/><line x1="7" y1="2" x2="19" y2="-10"/></g>`, colRejected), "write rejected (FG001)"},
-		{fmt.Sprintf(`<path d="M13 -12 L20 2 L6 2 Z" fill="%s"/>`, colStale), "stale write landed"},
+		{u.spans[Hold], fmt.Sprintf(`<rect x="0" y="-10" width="26" height="12" rx="2" fill="%s"/>`, colHold), "believes it holds the lock (token)"},
+		{u.spans[Lease], fmt.Sprintf(`<rect x="0" y="-3" width="26" height="5" fill="%s"/>`, colLease), "lease in Redis"},
+		{u.spans[Pause], fmt.Sprintf(`<rect x="0" y="-11" width="26" height="14" fill="url(#hatch)" stroke="%s"/>`, colPause), "process paused (SIGSTOP)"},
+		{u.marks[Expiry], fmt.Sprintf(`<line x1="13" y1="-12" x2="13" y2="4" stroke="%s" stroke-width="1.5" stroke-dasharray="4 3"/>`, colExpiry), "TTL expired"},
+		{u.marks[Accepted], fmt.Sprintf(`<circle cx="13" cy="-4" r="5" fill="%s"/>`, colAccepted), "write accepted"},
+		{u.marks[Rejected], fmt.Sprintf(`<g stroke="%s" stroke-width="3"><line x1="7" y1="-10" x2="19" y2="2"/><line x1="7" y1="2" x2="19" y2="-10"/></g>`, colRejected), "write rejected by the fence"},
+		{u.marks[Stale], fmt.Sprintf(`<path d="M13 -12 L20 2 L6 2 Z" fill="%s"/>`, colStale), "stale write landed"},
+	}
+	type item struct{ shape, text string }
+	var items []item
+	for _, it := range all {
+		if it.show {
+			items = append(items, item{it.shape, it.text})
+		}
 	}
 	cols := 4
 	for i, it := range items {

@@ -20,7 +20,8 @@ const (
 	chNote     = '*'
 )
 
-// TextLegend explains the characters WriteText uses.
+// TextLegend explains every character WriteText may use; a picture's own
+// legend lists only those it draws.
 const TextLegend = "= holds lock   - lease in Redis   z paused   | TTL expired   + write accepted   X write rejected   ! stale write landed   * event"
 
 // WriteText draws the timeline as rows of width characters, one per lane, on
@@ -89,7 +90,7 @@ func (t *Timeline) WriteText(w io.Writer, width int, span time.Duration, events 
 		}
 		fmt.Fprintf(bw, "%-*s  %s\n", nameW, l.Name, strings.TrimRight(string(row), " "))
 	}
-	fmt.Fprintf(bw, "%-*s  %s\n", nameW, "", TextLegend)
+	fmt.Fprintf(bw, "%-*s  %s\n", nameW, "", textLegend(lanes))
 	if events {
 		fmt.Fprintln(bw)
 		for _, e := range t.Events() {

@@ -54,7 +54,7 @@ func TestSVGIsWellFormed(t *testing.T) {
 			inText = false
 		}
 	}
-	for _, want := range []string{"demo <&>", "token 33", "token 34", "client 1", "write rejected (FG001)", "TTL expired"} {
+	for _, want := range []string{"demo <&>", "token 33", "token 34", "client 1", "write rejected by the fence", "TTL expired"} {
 		if !texts[want] {
 			t.Errorf("SVG has no text %q", want)
 		}
@@ -97,5 +97,41 @@ func TestTickStep(t *testing.T) {
 		if got := tickStep(tc.span); got != tc.want {
 			t.Errorf("tickStep(%v)=%v, want %v", tc.span, got, tc.want)
 		}
+	}
+}
+
+// The legends list what the picture draws and nothing else.
+func TestLegendListsOnlyWhatAppears(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tl := New("no pause", t0)
+	tl.AddLane("client 1")
+	tl.Span("client 1", Hold, t0, t0.Add(time.Second), "token 7")
+	tl.Mark("client 1", Accepted, t0.Add(500*time.Millisecond), "token 7 accepted")
+	var svg, text bytes.Buffer
+	if err := WriteSVG(&svg, "x", tl); err != nil {
+		t.Fatal(err)
+	}
+	if err := tl.WriteText(&text, 60, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, out := range []string{svg.String(), text.String()} {
+		for _, want := range []string{"holds", "write accepted"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("legend lacks %q:\n%s", want, out)
+			}
+		}
+		for _, absent := range []string{"paused", "SIGSTOP", "TTL expired", "rejected", "stale write", "lease in Redis"} {
+			if strings.Contains(out, absent) {
+				t.Errorf("legend lists %q, which the picture does not draw", absent)
+			}
+		}
+	}
+	// The full sample draws every kind but the stale write.
+	text.Reset()
+	if err := sample().WriteText(&text, 60, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), "z paused") || strings.Contains(text.String(), "! stale write landed") {
+		t.Errorf("sample legend:\n%s", text.String())
 	}
 }
