@@ -74,7 +74,7 @@ func pausedHolderFlags(fs *flag.FlagSet, cfg *demo.Config) (verbose *bool) {
 	fs.DurationVar(&cfg.TTL, "ttl", 0, "lock TTL (default 1s, 5s with --redlock)")
 	fs.StringVar(&cfg.Postgres, "postgres", "", "PostgreSQL DSN of a superuser: the demo creates a database and two roles, dropped at the end (default: DATABASE_URL or PG* variables, else 127.0.0.1:5432, else a throwaway server)")
 	fs.StringVar(&cfg.Redis, "redis", "", "Redis host:port or redis:// URL (default: REDIS_URL, else 127.0.0.1:6379, else a throwaway server)")
-	fs.StringVar(&cfg.Picture, "picture", demo.DefaultPicture, "SVG timeline to write (default "+demo.DefaultPicture+")")
+	fs.StringVar(&cfg.Picture, "picture", "", "SVG timeline to write (default "+demo.DefaultPicture+", or "+demo.DefaultRedlockPicture+" with --redlock)")
 	return fs.Bool("v", false, "log progress, and the token nodes' and proxy's logs, to stderr (default false)")
 }
 

@@ -34,7 +34,8 @@ type Config struct {
 	// single-node mode. The default is to find one as "fencegate dev" does.
 	Redis string
 	// Picture is the SVG file written. The default is
-	// "fencegate-data/paused-holder.svg" (DefaultPicture).
+	// "fencegate-data/paused-holder.svg" (DefaultPicture), or
+	// DefaultRedlockPicture with Redlock.
 	Picture string
 	// Out receives the terminal timeline and the verdict. The default is io.Discard.
 	Out io.Writer
@@ -129,6 +130,9 @@ const resource = "order:42"
 // in the dev data directory, which "fencegate dev --reset" removes.
 var DefaultPicture = filepath.Join(devstack.DefaultDataDir, "paused-holder.svg")
 
+// DefaultRedlockPicture is DefaultPicture for the --redlock scenario.
+var DefaultRedlockPicture = filepath.Join(devstack.DefaultDataDir, "paused-holder-redlock.svg")
+
 // PausedHolder runs the scenario three times, prints the timelines and
 // writes the picture: (a) straight to PostgreSQL on unprotected tables,
 // (b) through the proxy on protected tables, (c) straight to PostgreSQL on
@@ -144,6 +148,11 @@ func PausedHolder(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	if cfg.Picture == "" {
 		cfg.Picture = DefaultPicture
+		if cfg.Redlock {
+			// One file per scenario: the Redlock run does not overwrite
+			// the single-Redis picture.
+			cfg.Picture = DefaultRedlockPicture
+		}
 	}
 	if cfg.Out == nil {
 		cfg.Out = io.Discard
@@ -317,7 +326,8 @@ func runOnce(ctx context.Context, cfg *Config, st *stack, run *Run) error {
 	}
 	run.Token1 = acq1.Token
 	leaseEnd1 := acq1.at.Add(cfg.TTL)
-	if _, err := c1.next(ctx, step, evRead); err != nil {
+	read1, err := c1.next(ctx, step, evRead)
+	if err != nil {
 		return err
 	}
 	chk1, err := c1.next(ctx, step, evChecked)
@@ -436,6 +446,9 @@ func runOnce(ctx context.Context, cfg *Config, st *stack, run *Run) error {
 		tl.Mark("client 1", timeline.Expiry, leaseEnd1, fmt.Sprintf("lease expired (TTL %v)", cfg.TTL))
 		tl.Span("client 1", timeline.Pause, pausedAt, resumedAt, "SIGSTOP")
 	}
+	// The heart of the story: client 1 read the order (unpaid) before it
+	// stalled, and later acts on that read.
+	tl.Mark("client 1", timeline.Note, read1.at, fmt.Sprintf("reads order %d: %s", orderID, read1.State))
 	tl.Mark("client 1", timeline.Note, chk1.at, "checks its lease: valid")
 	tl.Mark("client 2", writeKind(run.Write2, false), w2.at, writeLabel(run.Write2, run.Token2))
 	tl.Mark("client 1", writeKind(run.Write1, true), w1.at, writeLabel(run.Write1, run.Token1))

@@ -6,6 +6,7 @@ import (
 	"html"
 	"io"
 	"math"
+	"sort"
 	"time"
 )
 
@@ -130,7 +131,7 @@ func drawLane(p func(string, ...any), l Lane, ly int, x func(time.Duration) floa
 			labelled++
 		}
 	}
-	for i, m := range l.Marks {
+	for _, m := range l.Marks {
 		mx := x(m.At)
 		cy := float64(ly) + 23
 		t := esc(tip(m.Kind.String(), m.Label))
@@ -154,21 +155,68 @@ func drawLane(p func(string, ...any), l Lane, ly int, x func(time.Duration) floa
 			p(`<path d="M%.1f %.1f L%.1f %.1f L%.1f %.1f L%.1f %.1f Z" fill="%s"><title>%s</title></path>`+"\n",
 				mx, cy-5, mx+5, cy, mx, cy+5, mx-5, cy, colNote, t)
 		}
-		if labelled <= maxMarkLabel && m.Label != "" {
-			// Alternate above and below so neighbouring labels do not collide.
-			ty := ly + 10
-			if i%2 == 1 {
-				ty = ly + svgLaneH - 2
-			}
-			anchor := "middle"
-			if mx > svgWidth-svgRight-90 {
-				anchor = "end"
-			} else if mx < svgLeft+60 {
-				anchor = "start"
-			}
-			p(`<text x="%.1f" y="%d" font-size="10" fill="#222" text-anchor="%s" %s>%s</text>`+"\n", mx, ty, anchor, halo, esc(m.Label))
+	}
+	if labelled > maxMarkLabel {
+		return
+	}
+	for _, pl := range placeMarkLabels(l, x) {
+		ty := ly + 10
+		if pl.row == 1 {
+			ty = ly + svgLaneH - 2
+		}
+		p(`<text x="%.1f" y="%d" font-size="10" fill="#222" text-anchor="%s" %s>%s</text>`+"\n", pl.mx, ty, pl.anchor, halo, esc(pl.text))
+	}
+}
+
+// markLabelWidth estimates the width in pixels of a mark label drawn at
+// font-size 10 (Helvetica averages a little over half the font size).
+func markLabelWidth(label string) float64 { return float64(len([]rune(label)))*5.6 + 4 }
+
+// placedLabel is a mark label and where drawLane put it.
+type placedLabel struct {
+	x0, x1 float64 // horizontal extent
+	row    int     // 0 above the lane's marks, 1 below
+	anchor string
+	mx     float64
+	text   string
+}
+
+// placeMarkLabels lays out the labels of a lane's marks in two rows, above
+// and below the marks, left to right: each goes into the first row where it
+// does not overlap the label before it, and a label that fits in neither is
+// left out of the picture (its mark keeps it as a tooltip). No two labels
+// drawn overlap.
+func placeMarkLabels(l Lane, x func(time.Duration) float64) []placedLabel {
+	type cand struct {
+		mx    float64
+		label string
+	}
+	var cs []cand
+	for _, m := range l.Marks {
+		if m.Label != "" {
+			cs = append(cs, cand{x(m.At), m.Label})
 		}
 	}
+	sort.SliceStable(cs, func(i, j int) bool { return cs[i].mx < cs[j].mx })
+	end := [2]float64{math.Inf(-1), math.Inf(-1)}
+	var out []placedLabel
+	for _, c := range cs {
+		w := markLabelWidth(c.label)
+		anchor, x0 := "middle", c.mx-w/2
+		if c.mx+w/2 > svgWidth-svgRight+10 {
+			anchor, x0 = "end", c.mx-w
+		} else if x0 < svgLeft-10 {
+			anchor, x0 = "start", c.mx
+		}
+		for row := range 2 {
+			if x0 >= end[row]+4 {
+				end[row] = x0 + w
+				out = append(out, placedLabel{x0: x0, x1: x0 + w, row: row, anchor: anchor, mx: c.mx, text: c.label})
+				break
+			}
+		}
+	}
+	return out
 }
 
 func drawAxis(p func(string, ...any), top, bottom int, span time.Duration, x func(time.Duration) float64) {

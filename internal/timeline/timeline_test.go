@@ -135,3 +135,33 @@ func TestLegendListsOnlyWhatAppears(t *testing.T) {
 		t.Errorf("sample legend:\n%s", text.String())
 	}
 }
+
+// No two mark labels overlap, however close their marks are: crowded ones
+// go to the other row or, when both rows are taken there, stay tooltips.
+func TestMarkLabelsDoNotOverlap(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tl := New("crowded", t0)
+	tl.AddLane("client 1")
+	tl.Span("client 1", Hold, t0, t0.Add(3*time.Second), "token 9")
+	for i, ms := range []int{0, 5, 10, 1000, 1010, 1020, 1030, 1250, 2990, 3000} {
+		tl.Mark("client 1", Note, t0.Add(time.Duration(ms)*time.Millisecond), strings.Repeat("label ", 1+i%3)+"end")
+	}
+	lanes := tl.Lanes()
+	span := tl.Duration() + tl.Duration()/50
+	plotW := float64(svgWidth - svgLeft - svgRight)
+	x := func(d time.Duration) float64 { return svgLeft + plotW*float64(d)/float64(span) }
+	placed := placeMarkLabels(lanes[0], x)
+	if len(placed) < 4 {
+		t.Fatalf("only %d of 10 labels drawn", len(placed))
+	}
+	for i, a := range placed {
+		if a.x0 < 0 || a.x1 > svgWidth {
+			t.Errorf("label %q runs off the picture: %.0f-%.0f", a.text, a.x0, a.x1)
+		}
+		for _, b := range placed[i+1:] {
+			if a.row == b.row && a.x0 < b.x1 && b.x0 < a.x1 {
+				t.Errorf("labels %q (%.0f-%.0f) and %q (%.0f-%.0f) overlap in row %d", a.text, a.x0, a.x1, b.text, b.x0, b.x1, a.row)
+			}
+		}
+	}
+}
