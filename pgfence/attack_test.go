@@ -107,7 +107,7 @@ var attacks = []struct {
 	}},
 	{"a fence taken in another session", func(t *testing.T, f *fixture) {
 		ctx := context.Background()
-		other := f.db.AppConn(t)
+		other := f.appConn(t)
 		tx, err := other.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -156,7 +156,7 @@ var attacks = []struct {
 		expectErr(t, "write after the settings, fence on another resource", err, fencegate.CodeUnfenced)
 	}},
 	{"session_replication_role = replica (a superuser)", func(t *testing.T, f *fixture) {
-		super := f.db.Admin(t)
+		super := f.superConn(t)
 		mustExec(t, super, "SET session_replication_role = replica")
 		err := script(super, "BEGIN", "UPDATE shop.orders SET state = 'replica' WHERE id = 1", "COMMIT")
 		expectErr(t, "replica update", err, fencegate.CodeUnfenced)
@@ -313,9 +313,17 @@ var attacks = []struct {
 }
 
 func TestAttacks(t *testing.T) {
+	for _, via := range []path{direct, viaProxy} {
+		t.Run(string(via), func(t *testing.T) { runAttacks(t, via) })
+	}
+}
+
+// runAttacks runs every attack on a fresh fixture whose application
+// connections reach PostgreSQL along via.
+func runAttacks(t *testing.T, via path) {
 	for _, a := range attacks {
 		t.Run(a.name, func(t *testing.T) {
-			f := newFixture(t)
+			f := newFixtureVia(t, via)
 			data := f.dataSnapshot(t)
 			before := f.marksMap(t)
 			a.run(t, f)
