@@ -2,11 +2,13 @@ package pgfence_test
 
 import (
 	"context"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/pgfence/pgfencetest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
 )
@@ -541,6 +543,30 @@ var protocolAttacks = []struct {
 				t.Fatalf("%s: %v, want FG002 (or a syntax error)", q, err)
 			}
 		}
+	}},
+	{"privileged roles through the gate", func(t *testing.T, f *fixture) {
+		// Straight to PostgreSQL a superuser or a table owner is trusted
+		// by design (see the superuser route above); the gate refuses both
+		// at startup, members of the owner role too.
+		if f.via != viaProxy {
+			return
+		}
+		u, err := url.Parse(f.db.DSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		member := pgfencetest.Role(t, f.db.DSN, "fg_member_", "LOGIN IN ROLE "+f.data)
+		owner := pgfencetest.Role(t, f.db.DSN, "fg_login_owner_", "LOGIN")
+		mustExec(t, f.admin, "CREATE TABLE shop.owned (id int); ALTER TABLE shop.owned OWNER TO "+owner+"; SELECT fencegate.protect('shop.owned', $$'owned:' || id$$)")
+		for _, user := range []string{u.User.Username(), member, owner} {
+			c, err := pgx.Connect(context.Background(), pgfencetest.WithUser(t, f.appDSN, user))
+			if err == nil {
+				c.Close(context.Background())
+				t.Fatalf("the gate admitted %s", user)
+			}
+			expectErr(t, "startup as "+user, err, fencegate.CodePrivilegedRole)
+		}
+		mustExec(t, f.admin, "SELECT fencegate.unprotect('shop.owned'); DROP TABLE shop.owned")
 	}},
 }
 
