@@ -21,6 +21,7 @@ import psycopg2
 import psycopg2.extensions
 
 OPTIONS = "-c lock_timeout=5s -c statement_timeout=30s"
+OWNER = None  # the role owning schema shop, read from the database
 
 TABLES = [
     "SELECT coalesce(string_agg(c::text, ';' ORDER BY c::text), '') FROM shop.customers c",
@@ -403,6 +404,41 @@ def prepared_transaction(conn, dsn, n):
             pass
 
 
+def fence_many_mixed(conn, dsn, n):
+    # One stale resource in a set-based fence: nothing of the set holds.
+    try:
+        run(conn, "BEGIN", "SELECT fencegate.fence_many(ARRAY['order:1', 'order:2'], 10)")
+    except psycopg2.Error:
+        run(conn, "ROLLBACK")
+    run(conn, "BEGIN", "SELECT fencegate.fence_many(ARRAY['order:3', 'order:3'], 1)",
+        "UPDATE shop.orders SET state = 'many' WHERE id = 1", "COMMIT")
+
+
+def lookalike_resources(conn, dsn, n):
+    # Resources compare byte for byte: case, spaces, zero padding, a
+    # fullwidth colon, a zero-width space.
+    for r in ["Order:1", "order:1 ", " order:1", "order:01", "order\uff1a1", "order:1\u200b"]:
+        try:
+            cur = conn.cursor()
+            cur.execute("BEGIN")
+            cur.execute("SELECT fencegate.fence(%s, 10)", (r,))
+            cur.execute("UPDATE shop.orders SET state = 'lookalike' WHERE id = 1")
+            cur.execute("COMMIT")
+        except psycopg2.Error:
+            run(conn, "ROLLBACK")
+    run(conn, "BEGIN", "SELECT fencegate.fence(U&'order\\FF1A1', 10)",
+        "UPDATE shop.orders SET state = 'fullwidth' WHERE id = 1", "COMMIT")
+
+
+def become_owner(conn, dsn, n):
+    for q in ["SET ROLE %s" % OWNER, "SET SESSION AUTHORIZATION %s" % OWNER, "SET ROLE postgres"]:
+        try:
+            run(conn, q)
+        except psycopg2.Error:
+            pass
+    run(conn, "UPDATE shop.orders SET state = 'owner' WHERE id = 1")
+
+
 ROUTES = [
     ("COMMIT AND CHAIN after a fence", chain("COMMIT AND CHAIN")),
     ("ROLLBACK AND CHAIN after a fence", chain("ROLLBACK AND CHAIN")),
@@ -455,6 +491,9 @@ ROUTES = [
     ("the proxy's old fencegate_rw statement", leftover_statement),
     ("fencegate's trigger functions on a temp table", temp_trigger),
     ("PREPARE TRANSACTION after a fence", prepared_transaction),
+    ("fence_many with a stale resource, and duplicates", fence_many_mixed),
+    ("resources that look like the row's", lookalike_resources),
+    ("SET ROLE / SESSION AUTHORIZATION to the owner", become_owner),
 ]
 
 
@@ -462,8 +501,12 @@ def main(argv):
     if len(argv) < 3 or any("=" not in a.split("://")[0] for a in argv[2:]):
         print("usage: bypass_routes.py ADMIN_DSN NAME=APP_DSN [NAME=APP_DSN...]", file=sys.stderr)
         return 2
+    global OWNER
     admin = psycopg2.connect(argv[1])
     admin.autocommit = True
+    cur = admin.cursor()
+    cur.execute("SELECT quote_ident(nspowner::regrole::text) FROM pg_namespace WHERE nspname = 'shop'")
+    OWNER = cur.fetchone()[0]
     paths = [a.split("=", 1) for a in argv[2:]]
     failed = 0
     for pi, (name, dsn) in enumerate(paths):
