@@ -2,11 +2,15 @@ package pgfence_test
 
 import (
 	"context"
+	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/pgfence/pgfencetest"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // The attack suite: each route the issue lists for the database half (and a
@@ -107,7 +111,7 @@ var attacks = []struct {
 	}},
 	{"a fence taken in another session", func(t *testing.T, f *fixture) {
 		ctx := context.Background()
-		other := f.db.AppConn(t)
+		other := f.appConn(t)
 		tx, err := other.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -156,7 +160,7 @@ var attacks = []struct {
 		expectErr(t, "write after the settings, fence on another resource", err, fencegate.CodeUnfenced)
 	}},
 	{"session_replication_role = replica (a superuser)", func(t *testing.T, f *fixture) {
-		super := f.db.Admin(t)
+		super := f.superConn(t)
 		mustExec(t, super, "SET session_replication_role = replica")
 		err := script(super, "BEGIN", "UPDATE shop.orders SET state = 'replica' WHERE id = 1", "COMMIT")
 		expectErr(t, "replica update", err, fencegate.CodeUnfenced)
@@ -313,9 +317,17 @@ var attacks = []struct {
 }
 
 func TestAttacks(t *testing.T) {
+	for _, via := range []path{direct, viaProxy} {
+		t.Run(string(via), func(t *testing.T) { runAttacks(t, via) })
+	}
+}
+
+// runAttacks runs every attack on a fresh fixture whose application
+// connections reach PostgreSQL along via.
+func runAttacks(t *testing.T, via path) {
 	for _, a := range attacks {
 		t.Run(a.name, func(t *testing.T) {
-			f := newFixture(t)
+			f := newFixtureVia(t, via)
 			data := f.dataSnapshot(t)
 			before := f.marksMap(t)
 			a.run(t, f)
@@ -355,3 +367,207 @@ func mustExec(t *testing.T, conn *pgx.Conn, sql string, args ...any) {
 		t.Fatalf("%s: %v", sql, err)
 	}
 }
+
+// rawExchange sends msgs on conn as they are (no client library logic in
+// between), then a Sync, a ROLLBACK (of a transaction msgs left open or
+// failed; a route commits explicitly) and a Query selecting a marker, and reads until the
+// marker's ReadyForQuery (whatever the server skipped or ignored in
+// between). It returns the SQLSTATEs of the errors received, in order.
+func rawExchange(t *testing.T, conn *pgx.Conn, msgs ...pgproto3.FrontendMessage) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const marker = "fencegate-end-of-exchange"
+	pc := conn.PgConn()
+	end := []pgproto3.FrontendMessage{&pgproto3.Sync{}, &pgproto3.Query{String: "ROLLBACK"}, &pgproto3.Query{String: "SELECT '" + marker + "'"}}
+	for _, m := range append(msgs, end...) {
+		pc.Frontend().Send(m)
+	}
+	if err := pc.Frontend().Flush(); err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	var codes []string
+	seen := false
+	for {
+		m, err := pc.ReceiveMessage(ctx)
+		if err != nil {
+			t.Fatalf("receive: %v (errors so far %q)", err, codes)
+		}
+		switch m := m.(type) {
+		case *pgproto3.ErrorResponse:
+			codes = append(codes, m.Code)
+		case *pgproto3.DataRow:
+			seen = seen || (len(m.Values) == 1 && string(m.Values[0]) == marker)
+		case *pgproto3.ReadyForQuery:
+			if seen {
+				return codes
+			}
+		}
+	}
+}
+
+// lastCode fails unless codes ends with code.
+func lastCode(t *testing.T, what string, codes []string, code string) {
+	t.Helper()
+	if len(codes) == 0 || codes[len(codes)-1] != code {
+		t.Fatalf("%s: errors %q, want the last one %s", what, codes, code)
+	}
+}
+
+// Routes of our own, at the protocol level and in single statements that
+// carry their own fence. They run like the others, straight to PostgreSQL
+// and through the proxy.
+var protocolAttacks = []struct {
+	name string
+	run  func(t *testing.T, f *fixture)
+}{
+	{"a FunctionCall to set_config and to the fence", func(t *testing.T, f *fixture) {
+		var setConfig, fence uint32
+		if err := f.admin.QueryRow(context.Background(), "SELECT 'pg_catalog.set_config(text,text,boolean)'::regprocedure::oid, 'fencegate.fence(text,bigint)'::regprocedure::oid").Scan(&setConfig, &fence); err != nil {
+			t.Fatal(err)
+		}
+		call := func(fn uint32, args ...string) *pgproto3.FunctionCall {
+			fc := &pgproto3.FunctionCall{Function: fn, ArgFormatCodes: []uint16{0}}
+			for _, a := range args {
+				fc.Arguments = append(fc.Arguments, []byte(a))
+			}
+			return fc
+		}
+		codes := rawExchange(t, f.app,
+			&pgproto3.Query{String: "BEGIN"},
+			call(setConfig, "session_replication_role", "replica", "false"),
+			call(setConfig, "transaction_read_only", "off", "true"),
+			call(setConfig, "search_path", "app, pg_catalog", "true"),
+			&pgproto3.Query{String: "ROLLBACK"},
+			&pgproto3.Query{String: "BEGIN"},
+			call(fence, "order:2", "5"),
+			&pgproto3.Query{String: "UPDATE shop.orders SET state = 'fcall' WHERE id = 1"},
+			&pgproto3.Query{String: "ROLLBACK"},
+		)
+		lastCode(t, "write after a FunctionCall fence on another resource", codes, fencegate.CodeUnfenced)
+		if codes[0] != "42501" {
+			t.Fatalf("FunctionCall set_config(session_replication_role): errors %q, want 42501 first", codes)
+		}
+	}},
+	{"a fence parsed and bound, never executed", func(t *testing.T, f *fixture) {
+		codes := rawExchange(t, f.app,
+			&pgproto3.Query{String: "BEGIN"},
+			&pgproto3.Parse{Name: "unrun", Query: fencegate.FenceSQL},
+			&pgproto3.Bind{PreparedStatement: "unrun", Parameters: [][]byte{[]byte("order:1"), []byte("5")}},
+			&pgproto3.Describe{ObjectType: 'P'},
+			&pgproto3.Sync{},
+			&pgproto3.Parse{Query: "UPDATE shop.orders SET state = 'bound' WHERE id = 1"},
+			&pgproto3.Bind{},
+			&pgproto3.Execute{},
+			&pgproto3.Sync{},
+			&pgproto3.Query{String: "COMMIT"},
+		)
+		lastCode(t, "write after an unexecuted fence", codes, fencegate.CodeUnfenced)
+	}},
+	{"an error in an extended batch, then a Query before Sync", func(t *testing.T, f *fixture) {
+		codes := rawExchange(t, f.app,
+			&pgproto3.Query{String: "BEGIN"},
+			&pgproto3.Parse{Query: "SELECT fencegate.fence('order:1', 1/0)"},
+			&pgproto3.Bind{},
+			&pgproto3.Execute{},
+			&pgproto3.Query{String: "UPDATE shop.orders SET state = 'presync' WHERE id = 1"},
+			&pgproto3.Sync{},
+			&pgproto3.Query{String: "ROLLBACK"},
+			&pgproto3.Query{String: "UPDATE shop.orders SET state = 'aftersync' WHERE id = 1"},
+		)
+		lastCode(t, "write after the batch", codes, fencegate.CodeUnfenced)
+	}},
+	{"the proxy's old statement fencegate_rw", func(t *testing.T, f *fixture) {
+		codes := rawExchange(t, f.app,
+			&pgproto3.Bind{PreparedStatement: "fencegate_rw"},
+			&pgproto3.Execute{},
+			&pgproto3.Sync{},
+			&pgproto3.Query{String: "EXECUTE fencegate_rw"},
+			&pgproto3.Query{String: "UPDATE shop.orders SET state = 'rw' WHERE id = 1"},
+		)
+		lastCode(t, "write after fencegate_rw", codes, fencegate.CodeUnfenced)
+	}},
+	{"an extended COPY FROM STDIN with libpq's extra Sync", func(t *testing.T, f *fixture) {
+		codes := rawExchange(t, f.app,
+			&pgproto3.Query{String: "BEGIN"},
+			&pgproto3.Query{String: "SELECT fencegate.fence('order:2', 1)"},
+			&pgproto3.Parse{Query: "COPY shop.orders (id, customer, state, amount) FROM STDIN"},
+			&pgproto3.Bind{},
+			&pgproto3.Execute{},
+			&pgproto3.Sync{},
+			&pgproto3.CopyData{Data: []byte("100\t1\tcopied\t1\n")},
+			&pgproto3.CopyDone{},
+			&pgproto3.Query{String: "COMMIT"},
+		)
+		lastCode(t, "extended COPY", codes, fencegate.CodeUnfenced)
+	}},
+	{"statements that carry a fence on another resource", func(t *testing.T, f *fixture) {
+		mustExec(t, f.app, `CREATE VIEW app.v AS SELECT * FROM shop.orders;
+			CREATE TABLE app.t (i int);
+			CREATE RULE r AS ON INSERT TO app.t DO ALSO UPDATE shop.orders SET state = 'rule' WHERE id = 1;
+			CREATE FUNCTION app.sd() RETURNS void LANGUAGE sql SECURITY DEFINER AS $$UPDATE shop.orders SET state = 'definer' WHERE id = 1$$`)
+		for _, q := range []string{
+			"WITH f AS (SELECT fencegate.fence('order:2', 1) AS t) UPDATE shop.orders SET state = 'cte' WHERE id = 1 AND (SELECT count(*) FROM f) = 1",
+			"UPDATE shop.orders SET state = 'where' WHERE id = 1 AND fencegate.fence('order:2', 1) > 0",
+			"UPDATE shop.orders SET id = 99, state = 'key' WHERE id = 7 AND fencegate.fence('order:7', 1) > 0",
+			"UPDATE shop.events SET account = 150 WHERE id = 1 AND fencegate.fence('acct:5', 1) > 0",
+			"MERGE INTO shop.orders o USING (SELECT 1 AS id, fencegate.fence('order:2', 1)) v ON o.id = v.id WHEN MATCHED THEN UPDATE SET state = 'merge'",
+			"INSERT INTO shop.orders SELECT 1, 1, 'upsert', fencegate.fence('order:2', 1) ON CONFLICT (id) DO UPDATE SET state = 'upsert'",
+			"UPDATE app.v SET state = 'view' WHERE id = 1 AND fencegate.fence('order:2', 1) > 0",
+			"INSERT INTO app.t SELECT fencegate.fence('order:2', 1)",
+			"SELECT fencegate.fence('order:2', 1), app.sd()",
+			"DELETE FROM shop.customers WHERE id = 1 AND fencegate.fence('order:2', 1) > 0",
+			"UPDATE shop.orders SET state = 'fenced' WHERE id = 2 AND fencegate.fence('order:2', 1) > 0; UPDATE shop.orders SET state = 'multi' WHERE id = 1",
+		} {
+			for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec} {
+				if mode == pgx.QueryExecModeExec && strings.Contains(q, "; ") {
+					continue // one statement per Parse
+				}
+				_, err := f.app.Exec(context.Background(), q, mode)
+				expectErr(t, q, err, fencegate.CodeUnfenced)
+			}
+		}
+	}},
+	{"text the server reads differently from a scanner", func(t *testing.T, f *fixture) {
+		for _, q := range []string{
+			"SELECT fencegate.fence('order:2', 1); -- note\rUPDATE shop.orders SET state = 'cr' WHERE id = 1",
+			"SELECT fencegate.fence('order:2', 1); /* a /* nested */ comment */ UPDATE shop.orders SET state = 'nested' WHERE id = 1",
+			"SELECT fencegate.fence('order:2', 1), $q$ ' $q$; UPDATE shop.orders SET state = 'dollar' WHERE id = 1",
+			"SET standard_conforming_strings = off; SELECT fencegate.fence('order:2', 1), 'a\\\\'; UPDATE shop.orders SET state = 'bs' WHERE id = 1; --'",
+			"SET standard_conforming_strings = on; SELECT fencegate.fence('order:2', 1), 'a\\'; UPDATE shop.orders SET state = 'bs' WHERE id = 1; --'",
+			"SELECT fencegate.fence('order:2', 1); U&\"UPDATE\" shop.orders SET state = 'u' WHERE id = 1",
+		} {
+			err := script(f.app, "BEGIN", q, "COMMIT")
+			expectErr(t, q, err, "")
+			if c := sqlstate(err); c != fencegate.CodeUnfenced && c != "42601" {
+				t.Fatalf("%s: %v, want FG002 (or a syntax error)", q, err)
+			}
+		}
+	}},
+	{"privileged roles through the gate", func(t *testing.T, f *fixture) {
+		// Straight to PostgreSQL a superuser or a table owner is trusted
+		// by design (see the superuser route above); the gate refuses both
+		// at startup, members of the owner role too.
+		if f.via != viaProxy {
+			return
+		}
+		u, err := url.Parse(f.db.DSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		member := pgfencetest.Role(t, f.db.DSN, "fg_member_", "LOGIN IN ROLE "+f.data)
+		owner := pgfencetest.Role(t, f.db.DSN, "fg_login_owner_", "LOGIN")
+		mustExec(t, f.admin, "CREATE TABLE shop.owned (id int); ALTER TABLE shop.owned OWNER TO "+owner+"; SELECT fencegate.protect('shop.owned', $$'owned:' || id$$)")
+		for _, user := range []string{u.User.Username(), member, owner} {
+			c, err := pgx.Connect(context.Background(), pgfencetest.WithUser(t, f.appDSN, user))
+			if err == nil {
+				c.Close(context.Background())
+				t.Fatalf("the gate admitted %s", user)
+			}
+			expectErr(t, "startup as "+user, err, fencegate.CodePrivilegedRole)
+		}
+		mustExec(t, f.admin, "SELECT fencegate.unprotect('shop.owned'); DROP TABLE shop.owned")
+	}},
+}
+
+func init() { attacks = append(attacks, protocolAttacks...) }

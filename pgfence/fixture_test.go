@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/internal/proxytest"
 	"github.com/fencegate/fencegate/pgfence/pgfencetest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -17,12 +18,32 @@ import (
 // owning schema shop and its tables, and the application role db.App, which
 // may read and write them (SELECT, INSERT, UPDATE, DELETE) and owns schema
 // app for its own views, rules and functions.
+//
+// A fixture reached through the gate proxy (newFixtureVia(t, viaProxy))
+// gives the same database, but app and every connection opened with
+// appConn go through a proxy in front of it, and superConn through a second
+// proxy started with AllowPrivilegedRoles. admin is always direct: it is the
+// referee that reads the tables and marks.
 type fixture struct {
 	db    *pgfencetest.DB
 	data  string // the role owning schema shop
 	admin *pgx.Conn
 	app   *pgx.Conn
+	// via is how the application role's connections reach PostgreSQL.
+	via path
+	// appDSN connects as the application role along via.
+	appDSN string
+	// superDSN connects as the superuser along via.
+	superDSN string
 }
+
+// path is a way to PostgreSQL.
+type path string
+
+const (
+	direct   path = "direct"
+	viaProxy path = "proxy"
+)
 
 // fixtureSQL builds schema shop. Protected: orders ('order:' || id), lines
 // ('order:' || order_id, cascading from orders), notes ('note:' || id, SET
@@ -64,15 +85,38 @@ SELECT fencegate.protect('shop.ledger', $$'acct:' || acct$$);
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
+	return newFixtureVia(t, direct)
+}
+
+// newFixtureVia is newFixture with the application role's connections (and
+// superConn's) reaching PostgreSQL along via.
+func newFixtureVia(t *testing.T, via path) *fixture {
+	t.Helper()
 	db := pgfencetest.New(t)
-	f := &fixture{db: db}
+	f := &fixture{db: db, via: via, appDSN: db.AppDSN, superDSN: db.DSN}
+	if via == viaProxy {
+		f.appDSN = proxytest.Start(t, db.AppDSN)
+		f.superDSN = proxytest.Start(t, db.DSN, proxytest.AllowPrivilegedRoles())
+	}
 	f.data = pgfencetest.Role(t, db.DSN, "fg_data_", "NOLOGIN")
 	f.admin = db.Admin(t)
 	if _, err := f.admin.Exec(context.Background(), fmt.Sprintf(fixtureSQL, f.data, db.App), pgx.QueryExecModeSimpleProtocol); err != nil {
 		t.Fatalf("fixture: %v", err)
 	}
-	f.app = db.AppConn(t)
+	f.app = f.appConn(t)
 	return f
+}
+
+// appConn opens another connection as the application role along f.via.
+func (f *fixture) appConn(t *testing.T) *pgx.Conn {
+	t.Helper()
+	return pgfencetest.Connect(t, f.appDSN)
+}
+
+// superConn opens a connection as the superuser along f.via.
+func (f *fixture) superConn(t *testing.T) *pgx.Conn {
+	t.Helper()
+	return pgfencetest.Connect(t, f.superDSN)
 }
 
 // snapshot is the content of every table of schema shop and of the marks,
