@@ -49,54 +49,6 @@ func LoadNodeTLS(caFile, certFile, keyFile string) (*NodeTLS, error) {
 	return &NodeTLS{CA: pool, Cert: pair, CertFile: certFile}, nil
 }
 
-// LoadClientTLS returns the TLS configuration of a client of the token
-// service: the nodes' certificates must verify against the CA in caFile and
-// carry the peer role. certFile and keyFile (both or neither) are the
-// client's own certificate, which identifies it (role client or admin);
-// without them it identifies with a bearer credential (WithCredential).
-// Every file is checked now, as LoadNodeTLS does.
-func LoadClientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
-	if caFile == "" {
-		return nil, fmt.Errorf("%w: no CA file: the client needs the cluster CA to verify the nodes", ErrBadTLS)
-	}
-	if (certFile == "") != (keyFile == "") {
-		return nil, fmt.Errorf("%w: give both a certificate and its key, or neither", ErrBadTLS)
-	}
-	pool, err := loadCA(caFile)
-	if err != nil {
-		return nil, err
-	}
-	var certs []tls.Certificate
-	if certFile != "" {
-		pair, err := loadPair(certFile, keyFile)
-		if err != nil {
-			return nil, err
-		}
-		if err := verifyLeaf(pair.Leaf, pool, certFile, caFile); err != nil {
-			return nil, err
-		}
-		if len(rolesOf(pair.Leaf)) == 0 {
-			return nil, fmt.Errorf("%w: certificate %s names no role (its OU must be client, admin or peer); issue one with a role", ErrBadTLS, certFile)
-		}
-		certs = []tls.Certificate{pair}
-	}
-	return ClientTLSConfig(pool, certs...), nil
-}
-
-// ClientTLSConfig returns a client TLS configuration that trusts ca and
-// accepts only servers that present the peer role; certs (optional) is the
-// client's own certificate.
-func ClientTLSConfig(ca *x509.CertPool, certs ...tls.Certificate) *tls.Config {
-	return &tls.Config{
-		RootCAs:            ca,
-		Certificates:       certs,
-		MinVersion:         tls.VersionTLS12,
-		NextProtos:         []string{"http/1.1"},
-		ClientSessionCache: tls.NewLRUClientSessionCache(64),
-		VerifyConnection:   requirePeerRole,
-	}
-}
-
 // requirePeerRole is a VerifyConnection that refuses a peer whose
 // certificate lacks the peer role (a client's certificate signed by the
 // same CA must not pass for a node).
