@@ -3,6 +3,8 @@ package tokenclient
 import (
 	"errors"
 	"fmt"
+
+	"github.com/fencegate/fencegate/internal/tlsfiles"
 )
 
 var (
@@ -49,7 +51,7 @@ var (
 	// or unreadable, not PEM, expired, signed by another CA, a key that does
 	// not match, or a certificate without the role it needs. The message
 	// names the file.
-	ErrBadTLS = errors.New("tokenservice: bad TLS material")
+	ErrBadTLS = tlsfiles.ErrBadTLS
 	// ErrBadCredentials means a credentials file cannot be used; the
 	// message names the file and the line.
 	ErrBadCredentials = errors.New("tokenservice: bad credentials file")
