@@ -14,7 +14,7 @@ import (
 )
 
 // Role is what an identity may do. A route needs one of a set of roles
-// (see Routes); an identity holds one or more.
+// (see tokenservice.Routes); an identity holds one or more.
 type Role string
 
 // The roles.

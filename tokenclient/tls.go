@@ -17,7 +17,7 @@ import (
 // carry the peer role. certFile and keyFile (both or neither) are the
 // client's own certificate, which identifies it (role client or admin);
 // without them it identifies with a bearer credential (WithCredential).
-// Every file is checked now, as LoadNodeTLS does.
+// Every file is checked now, as tokenservice.LoadNodeTLS does.
 func LoadClientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
 	if caFile == "" {
 		return nil, fmt.Errorf("%w: no CA file: the client needs the cluster CA to verify the nodes", ErrBadTLS)
