@@ -15,7 +15,7 @@ import (
 
 // TokenSource mints fencing tokens: every call returns a number greater than
 // every number returned before, for any resource. The fencegate token
-// service's Go client (tokenservice.Client) is one.
+// service's Go client (tokenclient.Client) is one.
 type TokenSource interface {
 	NextToken(ctx context.Context, resource string) (int64, error)
 }

@@ -26,10 +26,10 @@
 // client, and pass it in; lockclient adds nothing and needs no option of
 // its own:
 //
-//	tlsCfg, err := tokenservice.LoadClientTLS("ca.pem", "client-app.pem", "client-app-key.pem")
-//	// or a bearer credential: tokenservice.WithCredential(cred) with
-//	// cred from tokenservice.LoadClientCredential("app.credential")
-//	tokens, err := tokenservice.NewClient(urls, tokenservice.WithTLS(tlsCfg))
+//	tlsCfg, err := tokenclient.LoadClientTLS("ca.pem", "client-app.pem", "client-app-key.pem")
+//	// or a bearer credential: tokenclient.WithCredential(cred) with
+//	// cred from tokenclient.LoadClientCredential("app.credential")
+//	tokens, err := tokenclient.NewClient(urls, tokenclient.WithTLS(tlsCfg))
 //	locks, err := lockclient.Dial(redisAddrs, tokens)
 //
 // # Grant, then token, then confirm

@@ -133,7 +133,7 @@ func exampleShop(ctx context.Context) (*pgx.Conn, lockclient.TokenSource, func()
 	}
 }
 
-// counter stands in for the token service (tokenservice.NewClient in a
+// counter stands in for the token service (tokenclient.NewClient in a
 // real deployment): one process, so a counter is monotonic enough.
 type counter struct{ n atomic.Int64 }
 

@@ -121,7 +121,7 @@ func ExampleLock_Done() {
 // up late gets ErrStaleToken and commits nothing.
 func ExampleLock_InTx() {
 	ctx := context.Background()
-	var tokens lockclient.TokenSource // e.g. tokenservice.NewClient([]string{"http://127.0.0.1:7101", ...})
+	var tokens lockclient.TokenSource // e.g. tokenclient.NewClient([]string{"http://127.0.0.1:7101", ...})
 	var db *pgx.Conn                  // e.g. pgx.Connect(ctx, "postgres://app@127.0.0.1:6432/app") (through the proxy, as role app)
 
 	c, err := lockclient.Dial([]string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379", "10.0.0.4:6379", "10.0.0.5:6379"},

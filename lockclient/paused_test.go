@@ -17,7 +17,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/tokentest"
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )
@@ -51,7 +51,7 @@ func TestMain(m *testing.M) {
 func pausedHolder() int {
 	ctx := context.Background()
 	fail := func(err error) int { fmt.Println("ERROR", err); return 1 }
-	tokens, err := tokenservice.NewClient(strings.Split(os.Getenv("FG_TOKENS"), ","))
+	tokens, err := tokenclient.NewClient(strings.Split(os.Getenv("FG_TOKENS"), ","))
 	if err != nil {
 		return fail(err)
 	}

@@ -13,7 +13,7 @@ import (
 // beside each token: the token is bound to its cluster and resource, and a
 // database that requires signed tokens (fencegate schema require-signed)
 // accepts a fence only with a proof that verifies. A TokenSource that also
-// implements SignedTokenSource (tokenservice.Client does) gives the lock
+// implements SignedTokenSource (tokenclient.Client does) gives the lock
 // its proof; Fence and InTx then run FenceSignedSQL instead of FenceSQL. A
 // token without a proof is fenced with FenceSQL as before, which a
 // database that requires signed tokens refuses (ErrFenceMisuse).

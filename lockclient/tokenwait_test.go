@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenclient"
 )
 
 // hangingSource never mints: it waits until its context ends, as a token
@@ -50,7 +50,7 @@ func acquireWithin(t *testing.T, ctx context.Context, c *Client, resource string
 // key is gone and the error matches ErrTokenUnavailable.
 func TestTokenWaitBounded(t *testing.T) {
 	tr := sharedRedis(t)
-	down, err := tokenservice.NewClient([]string{"http://" + testutil.FreeAddr(t)}, tokenservice.WithLogger(testutil.Logger(t)))
+	down, err := tokenclient.NewClient([]string{"http://" + testutil.FreeAddr(t)}, tokenclient.WithLogger(testutil.Logger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestTokenWaitBounded(t *testing.T) {
 			[]Option{WithTTL(300 * time.Millisecond), WithTokenTimeout(time.Second)},
 			[]string{"none within 1s (the token timeout)"}, context.DeadlineExceeded, 2},
 		{"token service down", context.Background(), down, []Option{WithTokenTimeout(300 * time.Millisecond)},
-			nil, tokenservice.ErrUnavailable, 0},
+			nil, tokenclient.ErrUnavailable, 0},
 		{"caller cancels", cancelled, cancelSource{cancel}, nil, nil, context.Canceled, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

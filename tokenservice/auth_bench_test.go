@@ -43,7 +43,7 @@ func BenchmarkIdentify(b *testing.B) {
 	certReq.TLS = &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{leaf.Cert}}}
 	bearerReq, _ := http.NewRequest("POST", "/v1/tokens", nil)
 	bearerReq.TLS = &tls.ConnectionState{}
-	bearerReq.Header.Set("Authorization", cred.header())
+	bearerReq.Header.Set("Authorization", "Bearer "+cred.Name+":"+cred.Secret)
 	for _, bc := range []struct {
 		name string
 		req  *http.Request

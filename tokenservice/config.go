@@ -6,7 +6,6 @@ import (
 	"github.com/fencegate/fencegate/tokensign"
 	"log/slog"
 	"net"
-	"net/url"
 	"strings"
 	"time"
 
@@ -49,22 +48,6 @@ func ParsePeers(s string) ([]Peer, error) {
 		peers = append(peers, Peer{ID: parts[0], RaftAddr: parts[1], APIAddr: api})
 	}
 	return peers, nil
-}
-
-// NormalizeURL turns "host:port" or "http://host:port[/]" into "http://host:port".
-func NormalizeURL(s string) (string, error) {
-	s = strings.TrimSpace(s)
-	if !strings.Contains(s, "://") {
-		s = "http://" + s
-	}
-	u, err := url.Parse(s)
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return "", fmt.Errorf("%q is not a URL like http://127.0.0.1:7101 or a HOST:PORT", s)
-	}
-	if _, _, err := net.SplitHostPort(u.Host); err != nil {
-		return "", fmt.Errorf("%q has no port; write HOST:PORT", s)
-	}
-	return u.Scheme + "://" + u.Host, nil
 }
 
 // Config configures a token service node. Zero values take the defaults

@@ -1,5 +1,8 @@
 // Package tokenservice serves fencing tokens from a three-node (or larger)
-// Raft group built on package raftstore, and is the Go client for it.
+// Raft group built on package raftstore. Its Go client is package
+// tokenclient, which imports neither Raft nor bbolt; the client names here
+// (Client, NewClient, the With options, the errors) are aliases of
+// tokenclient's, kept so that existing callers build.
 //
 // # Guarantee
 //
@@ -99,16 +102,5 @@
 //
 // # Client
 //
-// Client takes the addresses of all nodes, sends each call to the node that
-// last answered, follows the leader a node names, fails over to the others,
-// and retries retryable errors with exponential backoff and full jitter until
-// its context ends. Concurrent calls on one Client are coalesced: calls
-// that arrive while a token request to a node is in flight go out together
-// as one batch request when it returns (WithCoalescing(false) turns this
-// off). A call only joins a request not yet sent, so the guarantee above
-// holds per call. WithTLS (LoadClientTLS) and WithCredential
-// (LoadClientCredential) give it the cluster CA and an identity. Errors
-// name what each node answered and satisfy
-// errors.Is with the sentinels below and with context.Canceled or
-// context.DeadlineExceeded when the context ended.
+// See package tokenclient.
 package tokenservice

@@ -102,7 +102,7 @@ func decodeError(status int, body []byte) error {
 		if status == http.StatusServiceUnavailable || status == http.StatusBadGateway || status == http.StatusGatewayTimeout {
 			code = CodeUnavailable
 		}
-		return &APIError{Status: status, Code: code, Message: fmt.Sprintf("%v: HTTP %d: %.200s", codeSentinel(code), status, body)}
+		return &APIError{Status: status, Code: code, Message: fmt.Sprintf("%v: HTTP %d: %.200s", (&APIError{Code: code}).Unwrap(), status, body)}
 	}
 	return &APIError{Status: status, Code: e.Code, Message: e.Error, LeaderAPI: e.LeaderAPI, LeaderID: e.LeaderID}
 }

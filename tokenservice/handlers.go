@@ -9,16 +9,12 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/fencegate/fencegate/raftstore"
 )
 
 // maxBody caps request bodies.
 const maxBody = 64 << 10
-
-// maxResource caps resource names.
-const maxResource = 1024
 
 // MaxBatchResources caps how many resources one batch-form token request
 // ({"resources":[...]}) may name.
@@ -184,16 +180,6 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "id": s.cfg.ID})
-}
-
-func validateResource(res string) error {
-	switch {
-	case strings.TrimSpace(res) == "":
-		return ErrEmptyResource
-	case len(res) > maxResource:
-		return fmt.Errorf("%w: resource name is %d bytes; keep it under %d", ErrBadRequest, len(res), maxResource)
-	}
-	return nil
 }
 
 func decodeBody(r *http.Request, v any) error {

@@ -1,7 +1,6 @@
 package tokenservice
 
 import (
-	"context"
 	"fmt"
 	"sync/atomic"
 )
@@ -67,15 +66,4 @@ func (s *Server) proofsFor(resources []string, first int64) ([]string, error) {
 		out[i] = s.cfg.SigningKeys.Sign(cid, r, first+int64(i))
 	}
 	return out, nil
-}
-
-// NextSigned returns a new token for resource and its proof ("" when the
-// service does not sign). It is what lockclient uses to pass proofs by
-// itself.
-func (c *Client) NextSigned(ctx context.Context, resource string) (int64, string, error) {
-	t, err := c.Next(ctx, resource)
-	if err != nil {
-		return 0, "", err
-	}
-	return t.Value, t.Proof, nil
 }

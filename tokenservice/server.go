@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/tokenwire"
 	"github.com/fencegate/fencegate/raftstore"
 )
 
@@ -31,8 +32,8 @@ const hopsHeader = "X-Fencegate-Hops"
 // leader, so clients can skip the forwarding hop next time; leaderIDHeader
 // its ID, which a client over TLS requires of the node answering there.
 const (
-	leaderHeader   = "X-Fencegate-Leader-Api"
-	leaderIDHeader = "X-Fencegate-Leader-Id"
+	leaderHeader   = tokenwire.LeaderHeader
+	leaderIDHeader = tokenwire.LeaderIDHeader
 )
 
 // Server is one node of the token service: a raftstore.Store and the HTTP

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/pki"
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenclient"
 )
 
 // listFlag is a flag that may be given several times.
@@ -74,14 +74,14 @@ func runTokenCerts(_ context.Context, args []string, stdout, stderr io.Writer) e
 			}
 			hosts = append(hosts, h)
 		}
-		if err := add(job{file: id, name: id, roles: []string{string(tokenservice.RolePeer)}, hosts: hosts}); err != nil {
+		if err := add(job{file: id, name: id, roles: []string{string(tokenclient.RolePeer)}, hosts: hosts}); err != nil {
 			return err
 		}
 	}
 	for _, group := range []struct {
 		names listFlag
-		role  tokenservice.Role
-	}{{clients, tokenservice.RoleClient}, {admins, tokenservice.RoleAdmin}} {
+		role  tokenclient.Role
+	}{{clients, tokenclient.RoleClient}, {admins, tokenclient.RoleAdmin}} {
 		for _, name := range group.names {
 			if !validName(name) {
 				return usagef("--%s %q: use letters, digits, '.', '_' or '-'", group.role, name)
@@ -163,16 +163,16 @@ func runTokenCredential(_ context.Context, args []string, stdout, stderr io.Writ
 	if *name == "" || *out == "" {
 		return usagef("--name and --out are required, e.g. --name app --role client --out app.credential")
 	}
-	var roles []tokenservice.Role
+	var roles []tokenclient.Role
 	for _, r := range strings.Split(*role, ",") {
-		switch tokenservice.Role(r) {
-		case tokenservice.RoleClient, tokenservice.RoleAdmin:
-			roles = append(roles, tokenservice.Role(r))
+		switch tokenclient.Role(r) {
+		case tokenclient.RoleClient, tokenclient.RoleAdmin:
+			roles = append(roles, tokenclient.Role(r))
 		default:
 			return usagef("--role %q: use client, admin or client,admin (nodes identify by certificate, never by credential)", r)
 		}
 	}
-	cred, err := tokenservice.NewClientCredential(*name)
+	cred, err := tokenclient.NewClientCredential(*name)
 	if err != nil {
 		return usagef("--name: %v", err)
 	}

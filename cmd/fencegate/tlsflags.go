@@ -4,6 +4,7 @@ import (
 	"flag"
 	"strings"
 
+	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice"
 )
 
@@ -54,8 +55,8 @@ func (f *tlsFlags) node() (*tokenservice.NodeTLS, *tokenservice.Credentials, err
 
 // clientOptions loads a client's TLS configuration and credential, checking
 // every file now.
-func (f *tlsFlags) clientOptions() ([]tokenservice.ClientOption, error) {
-	var opts []tokenservice.ClientOption
+func (f *tlsFlags) clientOptions() ([]tokenclient.ClientOption, error) {
+	var opts []tokenclient.ClientOption
 	if (f.cert == "") != (f.key == "") {
 		return nil, usagef("--tls-cert and --tls-key go together")
 	}
@@ -63,18 +64,18 @@ func (f *tlsFlags) clientOptions() ([]tokenservice.ClientOption, error) {
 		return nil, usagef("--tls-cert needs --tls-ca, the cluster CA that verifies the nodes")
 	}
 	if f.ca != "" {
-		cfg, err := tokenservice.LoadClientTLS(f.ca, f.cert, f.key)
+		cfg, err := tokenclient.LoadClientTLS(f.ca, f.cert, f.key)
 		if err != nil {
 			return nil, err
 		}
-		opts = append(opts, tokenservice.WithTLS(cfg))
+		opts = append(opts, tokenclient.WithTLS(cfg))
 	}
 	if f.creds != "" {
-		cred, err := tokenservice.LoadClientCredential(f.creds)
+		cred, err := tokenclient.LoadClientCredential(f.creds)
 		if err != nil {
 			return nil, err
 		}
-		opts = append(opts, tokenservice.WithCredential(cred))
+		opts = append(opts, tokenclient.WithCredential(cred))
 	}
 	return opts, nil
 }

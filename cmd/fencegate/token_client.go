@@ -4,7 +4,7 @@ import (
 	"flag"
 	"time"
 
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenclient"
 )
 
 // defaultServers are the API addresses of the local development cluster.
@@ -31,18 +31,18 @@ func addClientFlags(fs *flag.FlagSet, timeout time.Duration) *clientOpts {
 
 // client returns a client for the nodes the flags name, with their TLS
 // and credential flags.
-func (o *clientOpts) client() (*tokenservice.Client, error) {
+func (o *clientOpts) client() (*tokenclient.Client, error) {
 	return newClient(o.servers, o.timeout, o.tls)
 }
 
 // newClient returns a client of the nodes in servers with the TLS and
 // credential flags tf, checking every file now.
-func newClient(servers string, timeout time.Duration, tf *tlsFlags) (*tokenservice.Client, error) {
+func newClient(servers string, timeout time.Duration, tf *tlsFlags) (*tokenclient.Client, error) {
 	opts, err := tf.clientOptions()
 	if err != nil {
 		return nil, err
 	}
-	c, err := tokenservice.NewClient(tf.servers(servers), append(opts, tokenservice.WithMaxWait(timeout))...)
+	c, err := tokenclient.NewClient(tf.servers(servers), append(opts, tokenclient.WithMaxWait(timeout))...)
 	if err != nil {
 		return nil, usagef("--servers: %v", err)
 	}

@@ -11,7 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenclient"
 )
 
 func runTokenMembers(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -96,7 +96,7 @@ func runMembersList(ctx context.Context, args []string, stdout, stderr io.Writer
 	return tw.Flush()
 }
 
-func caughtUp(m tokenservice.Member, commit uint64) string {
+func caughtUp(m tokenclient.Member, commit uint64) string {
 	switch {
 	case m.CaughtUp == nil:
 		return "unknown: " + m.Problem
@@ -148,7 +148,7 @@ func runMembersAdd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if _, _, err := net.SplitHostPort(o.raftAddr); err != nil {
 		return usagef("RAFTADDR %q is not HOST:PORT", o.raftAddr)
 	}
-	if _, err := tokenservice.NormalizeURL(o.apiAddr); err != nil {
+	if _, err := tokenclient.NormalizeURL(o.apiAddr); err != nil {
 		return usagef("APIADDR: %v", err)
 	}
 	c, err := o.client()
@@ -172,7 +172,7 @@ func runMembersAdd(ctx context.Context, args []string, stdout, stderr io.Writer)
 
 // waitPromoted waits until the leader lists id as a voter, printing how far
 // it has caught up now and then.
-func waitPromoted(ctx context.Context, c *tokenservice.Client, id string, wait time.Duration, stdout, stderr io.Writer) error {
+func waitPromoted(ctx context.Context, c *tokenclient.Client, id string, wait time.Duration, stdout, stderr io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	var last string

@@ -12,7 +12,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenclient"
 )
 
 // tokenSnapshotOpts are the flags of 'fencegate token snapshot'.
@@ -164,8 +164,8 @@ func runTokenRestore(ctx context.Context, args []string, stdout, stderr io.Write
 }
 
 // readSnapshot reads and checks a snapshot file.
-func readSnapshot(path string) (tokenservice.Snapshot, error) {
-	var sn tokenservice.Snapshot
+func readSnapshot(path string) (tokenclient.Snapshot, error) {
+	var sn tokenclient.Snapshot
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return sn, fmt.Errorf("read snapshot: %w", err)
@@ -176,8 +176,8 @@ func readSnapshot(path string) (tokenservice.Snapshot, error) {
 		return sn, fmt.Errorf("%s is not a snapshot written by 'fencegate token snapshot': %v", path, err)
 	}
 	switch {
-	case sn.Format != tokenservice.SnapshotFormat:
-		return sn, fmt.Errorf("%s has format %q, want %q; give a file written by 'fencegate token snapshot'", path, sn.Format, tokenservice.SnapshotFormat)
+	case sn.Format != tokenclient.SnapshotFormat:
+		return sn, fmt.Errorf("%s has format %q, want %q; give a file written by 'fencegate token snapshot'", path, sn.Format, tokenclient.SnapshotFormat)
 	case sn.Counter < 0:
 		return sn, fmt.Errorf("%s has a negative counter %d; the file is damaged", path, sn.Counter)
 	}

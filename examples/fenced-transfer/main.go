@@ -32,7 +32,7 @@ import (
 
 	"github.com/fencegate/fencegate/examples/internal/appdb"
 	"github.com/fencegate/fencegate/lockclient"
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -117,7 +117,7 @@ func run(ctx context.Context, c config) (*result, error) {
 	}
 	defer setup.Close(context.Background())
 
-	tc, err := tokenservice.NewClient(c.Tokens)
+	tc, err := tokenclient.NewClient(c.Tokens)
 	if err != nil {
 		return nil, err
 	}

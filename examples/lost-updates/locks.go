@@ -4,18 +4,18 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/lockclient"
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenclient"
 )
 
 // locks is a worker's lock service: lockclient over Redis (one server, or
 // five masters for Redlock) with fencing tokens from the token service.
 type locks struct {
-	tokens *tokenservice.Client
+	tokens *tokenclient.Client
 	*lockclient.Client
 }
 
 func newLocks(cfg workerConfig) (*locks, error) {
-	tc, err := tokenservice.NewClient(cfg.Tokens)
+	tc, err := tokenclient.NewClient(cfg.Tokens)
 	if err != nil {
 		return nil, err
 	}

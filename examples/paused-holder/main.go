@@ -27,7 +27,7 @@ import (
 
 	"github.com/fencegate/fencegate/examples/internal/appdb"
 	"github.com/fencegate/fencegate/lockclient"
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -101,7 +101,7 @@ func scenario(ctx context.Context, direct, dsn, redisAddr string, tokenURLs []st
 		return nil, fmt.Errorf("connect to the fencegate proxy as %s: %w (is -db the fencegate proxy?)", app.Role, err)
 	}
 	defer db.Close(context.Background())
-	tc, err := tokenservice.NewClient(tokenURLs)
+	tc, err := tokenclient.NewClient(tokenURLs)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package tokenservice
+package tokenclient
 
 import (
 	"bytes"
@@ -198,7 +198,7 @@ func (c *Client) NextToken(ctx context.Context, resource string) (int64, error) 
 // Next returns a new fencing token for resource, greater than every token
 // any node returned before this call started.
 func (c *Client) Next(ctx context.Context, resource string) (Token, error) {
-	if err := validateResource(resource); err != nil {
+	if err := ValidateResource(resource); err != nil {
 		return Token{}, err
 	}
 	what := fmt.Sprintf("next token for %q", resource)

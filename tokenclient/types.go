@@ -1,4 +1,4 @@
-package tokenservice
+package tokenclient
 
 import "time"
 
@@ -113,63 +113,3 @@ type ReservedRange struct {
 	Term  uint64 `json:"term"`
 	Index uint64 `json:"index"`
 }
-
-// Wire forms of requests and responses.
-type (
-	// tokenRequest is either the single form {"resource":"R"} or the batch
-	// form {"resources":["a","b"]} a coalescing Client sends.
-	tokenRequest struct {
-		Resource  string   `json:"resource,omitempty"`
-		Resources []string `json:"resources,omitempty"`
-	}
-	// batchResponse answers the batch form: one token per resource, in
-	// request order, consecutive from one committed entry.
-	batchResponse struct {
-		Tokens []batchToken `json:"tokens"`
-		Term   uint64       `json:"term"`
-		Index  uint64       `json:"index"`
-		Leader string       `json:"leader"`
-	}
-	batchToken struct {
-		Resource string `json:"resource"`
-		Token    int64  `json:"token"`
-		Proof    string `json:"proof,omitempty"`
-	}
-	tokenResponse struct {
-		Resource string `json:"resource"`
-		Token    int64  `json:"token"`
-		Proof    string `json:"proof,omitempty"`
-		Term     uint64 `json:"term"`
-		Index    uint64 `json:"index"`
-		Leader   string `json:"leader"`
-	}
-	// allocRequest/allocResponse are the follower-to-leader form: a whole
-	// batch of a follower's requests in one call.
-	allocRequest struct {
-		Count int `json:"count"`
-	}
-	allocResponse struct {
-		First  int64  `json:"first"`
-		Count  int    `json:"count"`
-		Term   uint64 `json:"term"`
-		Index  uint64 `json:"index"`
-		Leader string `json:"leader"`
-	}
-	memberRequest struct {
-		ID       string `json:"id"`
-		RaftAddr string `json:"raft_addr"`
-		APIAddr  string `json:"api_addr"`
-	}
-	apiAddrRequest struct {
-		APIAddr string `json:"api_addr"`
-	}
-	restoreRequest struct {
-		AtLeast int64 `json:"at_least"`
-	}
-	errorResponse struct {
-		Error     string `json:"error"`
-		Code      string `json:"code"`
-		LeaderAPI string `json:"leader_api,omitempty"`
-		LeaderID  string `json:"leader_id,omitempty"`
-	}
-)

@@ -1,0 +1,115 @@
+package tokenclient
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+
+	"github.com/fencegate/fencegate/internal/tlsfiles"
+)
+
+// LoadClientTLS returns the TLS configuration of a client of the token
+// service: the nodes' certificates must verify against the CA in caFile and
+// carry the peer role. certFile and keyFile (both or neither) are the
+// client's own certificate, which identifies it (role client or admin);
+// without them it identifies with a bearer credential (WithCredential).
+// Every file is checked now, as tokenservice.LoadNodeTLS does.
+func LoadClientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
+	if caFile == "" {
+		return nil, fmt.Errorf("%w: no CA file: the client needs the cluster CA to verify the nodes", ErrBadTLS)
+	}
+	if (certFile == "") != (keyFile == "") {
+		return nil, fmt.Errorf("%w: give both a certificate and its key, or neither", ErrBadTLS)
+	}
+	pool, err := loadCA(caFile)
+	if err != nil {
+		return nil, err
+	}
+	var certs []tls.Certificate
+	if certFile != "" {
+		pair, err := loadPair(certFile, keyFile)
+		if err != nil {
+			return nil, err
+		}
+		if err := verifyLeaf(pair.Leaf, pool, certFile, caFile); err != nil {
+			return nil, err
+		}
+		if len(rolesOf(pair.Leaf)) == 0 {
+			return nil, fmt.Errorf("%w: certificate %s names no role (its OU must be client, admin or peer); issue one with a role", ErrBadTLS, certFile)
+		}
+		certs = []tls.Certificate{pair}
+	}
+	return ClientTLSConfig(pool, certs...), nil
+}
+
+// ClientTLSConfig returns a client TLS configuration that trusts ca and
+// accepts only servers that present the peer role; certs (optional) is the
+// client's own certificate.
+func ClientTLSConfig(ca *x509.CertPool, certs ...tls.Certificate) *tls.Config {
+	return &tls.Config{
+		RootCAs:            ca,
+		Certificates:       certs,
+		MinVersion:         tls.VersionTLS12,
+		NextProtos:         []string{"http/1.1"},
+		ClientSessionCache: tls.NewLRUClientSessionCache(64),
+		VerifyConnection:   requirePeerRole,
+	}
+}
+
+// requirePeerRole is a VerifyConnection that refuses a peer whose
+// certificate lacks the peer role (a client's certificate signed by the
+// same CA must not pass for a node).
+func requirePeerRole(cs tls.ConnectionState) error {
+	if len(cs.PeerCertificates) == 0 {
+		return errors.New("tokenservice: the other side presented no certificate")
+	}
+	leaf := cs.PeerCertificates[0]
+	if !slices.Contains(rolesOf(leaf), RolePeer) {
+		return fmt.Errorf("tokenservice: certificate of %q has roles %v, not peer: it is not a node of this cluster", leaf.Subject.CommonName, rolesOf(leaf))
+	}
+	return nil
+}
+
+// rolesOf reads the roles of a certificate from its subject's OUs.
+func rolesOf(c *x509.Certificate) []Role {
+	var out []Role
+	for _, ou := range c.Subject.OrganizationalUnit {
+		if r := Role(ou); slices.Contains(Roles, r) && !slices.Contains(out, r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Credentials are the bearer credentials a node accepts, as read from its
+// The TLS files are read as in package tlsfiles, shared with the server.
+var (
+	loadCA     = tlsfiles.LoadCA
+	loadPair   = tlsfiles.LoadPair
+	verifyLeaf = tlsfiles.VerifyLeaf
+)
+
+// hostOf returns the host of HOST:PORT or URL a.
+func hostOf(a string) string {
+	if _, rest, ok := strings.Cut(a, "://"); ok {
+		a = rest
+	}
+	host, _, err := net.SplitHostPort(strings.TrimSuffix(a, "/"))
+	if err != nil {
+		return a
+	}
+	return host
+}
+
+// isLoopback reports whether host is a loopback name or address.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,62 @@
+package tokenclient
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/fencegate/fencegate/internal/tokenwire"
+)
+
+// MaxResource caps resource names, in bytes.
+const MaxResource = 1024
+
+// The headers a node names the leader in.
+const (
+	leaderHeader   = tokenwire.LeaderHeader
+	leaderIDHeader = tokenwire.LeaderIDHeader
+)
+
+// NormalizeURL turns "host:port" or "http://host:port[/]" into "http://host:port".
+func NormalizeURL(s string) (string, error) {
+	s = strings.TrimSpace(s)
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return "", fmt.Errorf("%q is not a URL like http://127.0.0.1:7101 or a HOST:PORT", s)
+	}
+	if _, _, err := net.SplitHostPort(u.Host); err != nil {
+		return "", fmt.Errorf("%q has no port; write HOST:PORT", s)
+	}
+	return u.Scheme + "://" + u.Host, nil
+}
+
+// ValidateResource checks a resource name as the service does: not empty
+// (nor only spaces) and at most MaxResource bytes.
+func ValidateResource(res string) error {
+	switch {
+	case strings.TrimSpace(res) == "":
+		return ErrEmptyResource
+	case len(res) > MaxResource:
+		return fmt.Errorf("%w: resource name is %d bytes; keep it under %d", ErrBadRequest, len(res), MaxResource)
+	}
+	return nil
+}
+
+// decodeError turns a node's error answer into an *APIError.
+func decodeError(status int, body []byte) error {
+	var e errorResponse
+	if err := json.Unmarshal(body, &e); err != nil || e.Code == "" {
+		code := CodeInternal
+		if status == http.StatusServiceUnavailable || status == http.StatusBadGateway || status == http.StatusGatewayTimeout {
+			code = CodeUnavailable
+		}
+		return &APIError{Status: status, Code: code, Message: fmt.Sprintf("%v: HTTP %d: %.200s", codeSentinel(code), status, body)}
+	}
+	return &APIError{Status: status, Code: e.Code, Message: e.Error, LeaderAPI: e.LeaderAPI, LeaderID: e.LeaderID}
+}
