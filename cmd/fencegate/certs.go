@@ -34,12 +34,9 @@ func runTokenCerts(_ context.Context, args []string, stdout, stderr io.Writer) e
 	fs.Var(&admins, "admin", "an admin certificate (OU=admin, CN=`NAME`); repeatable")
 	days := fs.Int("days", 825, "validity of the certificates, in days")
 	caDays := fs.Int("ca-days", 3650, "validity of a new CA, in days")
-	pos, err := parseInterspersed(fs, args, stderr)
+	err := parseFlagsOnly(fs, args, stderr, "certs")
 	if err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected argument %q; certs takes only flags", pos[0])
 	}
 	if len(nodes)+len(clients)+len(admins) == 0 {
 		return usagef("nothing to issue; give --node ID=HOST for each node (e.g. --node n1=10.0.0.1 --node n2=10.0.0.2 --node n3=10.0.0.3) and --client/--admin NAME")
@@ -153,12 +150,9 @@ func runTokenCredential(_ context.Context, args []string, stdout, stderr io.Writ
 	name := fs.String("name", "", "the credential's `NAME` (required; no default)")
 	role := fs.String("role", "client", "`ROLES` it grants: client, admin or client,admin")
 	out := fs.String("out", "", "`FILE` to write the client's NAME SECRET line to, mode 0600 (required; no default); the node line is printed")
-	pos, err := parseInterspersed(fs, args, stderr)
+	err := parseFlagsOnly(fs, args, stderr, "credential")
 	if err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected argument %q; credential takes only flags", pos[0])
 	}
 	if *name == "" || *out == "" {
 		return usagef("--name and --out are required, e.g. --name app --role client --out app.credential")

@@ -66,6 +66,19 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return usagef("unknown subcommand %q; use %s", args[0], subs)
 }
 
+// parseFlagsOnly parses the flags of a subcommand that takes no
+// positional arguments; one is a usage error naming the subcommand.
+func parseFlagsOnly(fs *flag.FlagSet, args []string, stderr io.Writer, name string) error {
+	pos, err := parseInterspersed(fs, args, stderr)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected argument %q; %s takes only flags", pos[0], name)
+	}
+	return nil
+}
+
 // parseInterspersed parses flags that may come before or after positional
 // arguments ("next RESOURCE --servers X") and returns the positionals.
 func parseInterspersed(fs *flag.FlagSet, args []string, stderr io.Writer) ([]string, error) {
@@ -113,13 +126,11 @@ func runTokenNext(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if strings.TrimSpace(pos[0]) == "" {
 		return usagef("RESOURCE is empty; name the resource the token fences, e.g. orders/42")
 	}
-	c, err := o.client()
+	c, ctx, done, err := o.session(ctx)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
+	defer done()
 	tok, err := c.Next(ctx, pos[0])
 	if err != nil {
 		return err
@@ -159,20 +170,14 @@ func tokenStatusFlags(fs *flag.FlagSet) *tokenStatusOpts {
 func runTokenStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("fencegate token status", flag.ContinueOnError)
 	o := tokenStatusFlags(fs)
-	pos, err := parseInterspersed(fs, args, stderr)
+	if err := parseFlagsOnly(fs, args, stderr, "status"); err != nil {
+		return err
+	}
+	c, ctx, done, err := o.session(ctx)
 	if err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return usagef("unexpected argument %q; status takes only flags", pos[0])
-	}
-	c, err := o.client()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
+	defer done()
 	st, err := c.Status(ctx)
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"time"
 
@@ -33,6 +34,17 @@ func addClientFlags(fs *flag.FlagSet, timeout time.Duration) *clientOpts {
 // and credential flags.
 func (o *clientOpts) client() (*tokenclient.Client, error) {
 	return newClient(o.servers, o.timeout, o.tls)
+}
+
+// session returns a client for the nodes the flags name and ctx bounded
+// by --timeout; done closes the client and releases the context.
+func (o *clientOpts) session(ctx context.Context) (c *tokenclient.Client, sctx context.Context, done func(), err error) {
+	c, err = o.client()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, o.timeout)
+	return c, sctx, func() { cancel(); c.Close() }, nil
 }
 
 // newClient returns a client of the nodes in servers with the TLS and

@@ -28,23 +28,17 @@ func tokenInitFlags(fs *flag.FlagSet) *tokenInitOpts {
 func runTokenInit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("fencegate token init", flag.ContinueOnError)
 	o := tokenInitFlags(fs)
-	pos, err := parseInterspersed(fs, args, stderr)
-	if err != nil {
+	if err := parseFlagsOnly(fs, args, stderr, "init"); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected argument %q; init takes only flags", pos[0])
 	}
 	if o.initial < 0 {
 		return usagef("--initial-token is required and may not be negative: the value every new token must exceed, e.g. the highest mark in 'fencegate marks show'")
 	}
-	c, err := o.client()
+	c, ctx, done, err := o.session(ctx)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
+	defer done()
 	res, err := c.RaiseCounter(ctx, o.initial)
 	if err != nil {
 		return err

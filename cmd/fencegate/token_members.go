@@ -60,20 +60,14 @@ func membersListFlags(fs *flag.FlagSet) *membersListOpts {
 func runMembersList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("fencegate token members list", flag.ContinueOnError)
 	o := membersListFlags(fs)
-	pos, err := parseInterspersed(fs, args, stderr)
+	if err := parseFlagsOnly(fs, args, stderr, "list"); err != nil {
+		return err
+	}
+	c, ctx, done, err := o.session(ctx)
 	if err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return usagef("unexpected argument %q; list takes only flags", pos[0])
-	}
-	c, err := o.client()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
+	defer done()
 	ms, err := c.Members(ctx)
 	if err != nil {
 		return err
@@ -216,13 +210,11 @@ func runMembersRemove(ctx context.Context, args []string, stdout, stderr io.Writ
 	if len(pos) != 1 || strings.TrimSpace(pos[0]) == "" {
 		return usagef("want exactly one member ID, e.g. fencegate token members remove n2")
 	}
-	c, err := o.client()
+	c, ctx, done, err := o.session(ctx)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
+	defer done()
 	if err := c.RemoveMember(ctx, pos[0]); err != nil {
 		return err
 	}

@@ -55,12 +55,8 @@ func tokenServeFlags(fs *flag.FlagSet) *tokenServeOpts {
 func runTokenServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("fencegate token serve", flag.ContinueOnError)
 	o := tokenServeFlags(fs)
-	pos, err := parseInterspersed(fs, args, stderr)
-	if err != nil {
+	if err := parseFlagsOnly(fs, args, stderr, "serve"); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected argument %q; serve takes only flags", pos[0])
 	}
 	if o.id == "" || o.dataDir == "" {
 		return usagef("--id and --data-dir are required, e.g. --id n1 --data-dir /var/lib/fencegate/n1")

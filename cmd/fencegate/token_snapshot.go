@@ -31,23 +31,17 @@ func tokenSnapshotFlags(fs *flag.FlagSet) *tokenSnapshotOpts {
 func runTokenSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("fencegate token snapshot", flag.ContinueOnError)
 	o := tokenSnapshotFlags(fs)
-	pos, err := parseInterspersed(fs, args, stderr)
-	if err != nil {
+	if err := parseFlagsOnly(fs, args, stderr, "snapshot"); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected argument %q; snapshot takes only flags", pos[0])
 	}
 	if o.out == "" {
 		return usagef("--out is required, e.g. --out /var/backups/fencegate-token.json (or - for standard output)")
 	}
-	c, err := o.client()
+	c, ctx, done, err := o.session(ctx)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
+	defer done()
 	sn, err := c.Snapshot(ctx)
 	if err != nil {
 		return err
@@ -114,12 +108,8 @@ func tokenRestoreFlags(fs *flag.FlagSet) *tokenRestoreOpts {
 func runTokenRestore(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("fencegate token restore", flag.ContinueOnError)
 	o := tokenRestoreFlags(fs)
-	pos, err := parseInterspersed(fs, args, stderr)
-	if err != nil {
+	if err := parseFlagsOnly(fs, args, stderr, "restore"); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected argument %q; restore takes only flags", pos[0])
 	}
 	if o.from == "" {
 		return usagef("--from is required: the snapshot file to restore from")
@@ -135,13 +125,11 @@ func runTokenRestore(ctx context.Context, args []string, stdout, stderr io.Write
 		return usagef("--margin %d: the snapshot's counter %d plus the margin exceeds the largest token %d; give a smaller margin", o.margin, sn.Counter, int64(math.MaxInt64))
 	}
 	target := sn.Counter + o.margin
-	c, err := o.client()
+	c, ctx, done, err := o.session(ctx)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
+	defer done()
 	st, err := c.Status(ctx)
 	if err != nil {
 		return err
