@@ -43,7 +43,7 @@ func classify(err error) NodeErrorKind {
 	)
 	switch {
 	case errors.As(err, &verify), errors.As(err, &alert), errors.As(err, &unknownCA),
-		errors.As(err, &host), errors.As(err, &invalid):
+		errors.As(err, &host), errors.As(err, &invalid), errors.Is(err, errNoClientCertificate):
 		return NodeAuthFailed
 	case errors.As(err, &opErr) && opErr.Op == "remote error":
 		// The server ended the TLS handshake with an alert: about

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -97,17 +98,19 @@ func (d *dialFailures) take(msg string) *slog.Logger {
 // redisLog.
 func dialer(ro *redis.Options, l *slog.Logger) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	nd := &net.Dialer{Timeout: ro.DialTimeout}
-	var td *tls.Dialer
-	if ro.TLSConfig != nil {
-		td = &tls.Dialer{NetDialer: nd, Config: ro.TLSConfig}
-	}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		var (
 			c   net.Conn
 			err error
 		)
-		if td != nil {
-			c, err = td.DialContext(ctx, network, addr)
+		if ro.TLSConfig != nil {
+			// Each connection notes whether the server asked for a client
+			// certificate none was given for (see certConn).
+			asked := new(atomic.Bool)
+			td := &tls.Dialer{NetDialer: nd, Config: certNoting(ro.TLSConfig, asked)}
+			if c, err = td.DialContext(ctx, network, addr); err == nil {
+				c = &certConn{Conn: c.(*tls.Conn), asked: asked}
+			}
 		} else {
 			c, err = nd.DialContext(ctx, network, addr)
 		}
