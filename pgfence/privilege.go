@@ -22,8 +22,20 @@ package pgfence
 //     the table and recreate it without checks;
 //   - member of the owner of a type used by a protected table's columns: can
 //     change the meaning of stored values (ALTER TYPE ... RENAME VALUE);
+//   - member of the owner of a function or operator that code attached to a
+//     protected table (or a partition or child) runs: an index expression
+//     or predicate, a constraint, a column default or generated column,
+//     extended statistics, a row-security policy, a rule, a trigger. Such
+//     code runs with the rights of whoever writes or maintains the table
+//     (ANALYZE, autovacuum and REINDEX run index expressions as the
+//     table's owner), so its owner can replace it and act as the owner;
+//   - holding TRIGGER on a protected table (itself or through a role it is
+//     a member of, PUBLIC included): CREATE OR REPLACE TRIGGER needs only
+//     that privilege, and replaces a check with a trigger that does nothing;
 //   - member of pg_write_server_files or pg_execute_server_program: can
 //     write the server's files or run programs as the server's OS user;
+//   - member of pg_write_all_data: can write every table, fencegate.marks
+//     included (forge a holder, lower a mark);
 //   - where schema fencegate has the signing keys table (version 3), member
 //     of pg_read_all_data or pg_read_server_files: can read the signing
 //     keys a database that requires signed tokens holds, and so forge
@@ -38,9 +50,39 @@ me AS (
 	FROM pg_catalog.pg_roles r WHERE r.rolname = session_user),
 fg AS (
 	SELECT n.oid, n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = 'fencegate'),
+mine AS (
+	SELECT r.oid, r.rolname::text AS name FROM pg_catalog.pg_roles r, me
+	WHERE r.oid <> me.oid AND pg_catalog.pg_has_role(me.oid, r.oid, 'MEMBER')),
 prot AS (
 	SELECT DISTINCT t.tgrelid AS relid FROM pg_catalog.pg_trigger t
 	JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid JOIN fg ON p.pronamespace = fg.oid),
+attached(classid, objid, relid, what) AS (
+	SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, i.indexrelid, prot.relid, 'an index' FROM prot JOIN pg_catalog.pg_index i ON i.indrelid = prot.relid
+	UNION ALL
+	SELECT 'pg_catalog.pg_constraint'::pg_catalog.regclass, k.oid, prot.relid, 'a constraint' FROM prot JOIN pg_catalog.pg_constraint k ON k.conrelid = prot.relid
+	UNION ALL
+	SELECT 'pg_catalog.pg_attrdef'::pg_catalog.regclass, d.oid, prot.relid, 'a column default' FROM prot JOIN pg_catalog.pg_attrdef d ON d.adrelid = prot.relid
+	UNION ALL
+	SELECT 'pg_catalog.pg_statistic_ext'::pg_catalog.regclass, x.oid, prot.relid, 'extended statistics' FROM prot JOIN pg_catalog.pg_statistic_ext x ON x.stxrelid = prot.relid
+	UNION ALL
+	SELECT 'pg_catalog.pg_policy'::pg_catalog.regclass, p.oid, prot.relid, 'a policy' FROM prot JOIN pg_catalog.pg_policy p ON p.polrelid = prot.relid
+	UNION ALL
+	SELECT 'pg_catalog.pg_rewrite'::pg_catalog.regclass, w.oid, prot.relid, 'a rule' FROM prot JOIN pg_catalog.pg_rewrite w ON w.ev_class = prot.relid
+	UNION ALL
+	SELECT 'pg_catalog.pg_trigger'::pg_catalog.regclass, g.oid, prot.relid, 'a trigger' FROM prot JOIN pg_catalog.pg_trigger g ON g.tgrelid = prot.relid),
+code(what, relid, fn, op, owner) AS (
+	SELECT a.what, a.relid, p.oid, NULL::pg_catalog.oid, p.proowner
+	FROM attached a JOIN pg_catalog.pg_depend d ON d.classid = a.classid AND d.objid = a.objid AND d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+	JOIN pg_catalog.pg_proc p ON p.oid = d.refobjid
+	WHERE p.pronamespace NOT IN (SELECT fg.oid FROM fg)
+	UNION ALL
+	SELECT a.what, a.relid, NULL, o.oid, o.oprowner
+	FROM attached a JOIN pg_catalog.pg_depend d ON d.classid = a.classid AND d.objid = a.objid AND d.refclassid = 'pg_catalog.pg_operator'::pg_catalog.regclass
+	JOIN pg_catalog.pg_operator o ON o.oid = d.refobjid
+	UNION ALL
+	SELECT a.what, a.relid, p.oid, NULL, p.proowner
+	FROM attached a JOIN pg_catalog.pg_depend d ON d.classid = a.classid AND d.objid = a.objid AND d.refclassid = 'pg_catalog.pg_operator'::pg_catalog.regclass
+	JOIN pg_catalog.pg_operator o ON o.oid = d.refobjid JOIN pg_catalog.pg_proc p ON p.oid = o.oprcode),
 owned(what, owner) AS (
 	SELECT 'schema fencegate', fg.nspowner FROM fg
 	UNION
@@ -65,7 +107,11 @@ owned(what, owner) AS (
 	JOIN pg_catalog.pg_type y ON y.oid IN (a.atttypid, (SELECT e.typelem FROM pg_catalog.pg_type e WHERE e.oid = a.atttypid),
 	                                       (SELECT b.typbasetype FROM pg_catalog.pg_type b WHERE b.oid = a.atttypid))
 	JOIN pg_catalog.pg_namespace yn ON yn.oid = y.typnamespace
-	WHERE y.typnamespace <> 'pg_catalog'::pg_catalog.regnamespace)
+	WHERE y.typnamespace <> 'pg_catalog'::pg_catalog.regnamespace
+	UNION
+	SELECT pg_catalog.format('%s %s, which %s of protected table %s runs', CASE WHEN c.fn IS NULL THEN 'operator' ELSE 'function' END,
+	       coalesce(c.fn::pg_catalog.regprocedure::text, c.op::pg_catalog.regoperator::text), c.what, c.relid::pg_catalog.regclass), c.owner
+	FROM code c)
 SELECT pg_catalog.format('role %s is a superuser', me.name) FROM me WHERE me.rolsuper
 UNION ALL
 SELECT pg_catalog.format('role %s has CREATEROLE, so it can make itself a member of the roles that own fencegate and the protected tables', me.name)
@@ -77,10 +123,22 @@ FROM me, owned o
 WHERE NOT me.rolsuper AND pg_catalog.pg_has_role(me.oid, o.owner, 'MEMBER')
 UNION ALL
 SELECT pg_catalog.format('role %s is a member of %s, which can %s', me.name, r.rolname,
-       CASE r.rolname WHEN 'pg_write_server_files' THEN 'write the server''s files' ELSE 'run programs on the server' END)
+       CASE r.rolname WHEN 'pg_write_server_files' THEN 'write the server''s files'
+                      WHEN 'pg_write_all_data' THEN 'write every table, fencegate.marks included'
+                      ELSE 'run programs on the server' END)
 FROM me, pg_catalog.pg_roles r
-WHERE NOT me.rolsuper AND r.rolname IN ('pg_write_server_files', 'pg_execute_server_program')
+WHERE NOT me.rolsuper AND r.rolname IN ('pg_write_server_files', 'pg_execute_server_program', 'pg_write_all_data')
   AND pg_catalog.pg_has_role(me.oid, r.oid, 'MEMBER')
+UNION ALL
+SELECT pg_catalog.format('role %s %s TRIGGER on protected table %s, so it can replace its checks (CREATE OR REPLACE TRIGGER)', me.name,
+       CASE WHEN x.via IS NULL THEN 'holds' ELSE pg_catalog.format('is a member of %s, which holds', x.via) END, x.relid::pg_catalog.regclass)
+FROM me, LATERAL (
+	SELECT prot.relid, (SELECT m.name FROM mine m WHERE pg_catalog.has_table_privilege(m.oid, prot.relid, 'TRIGGER')
+	                    ORDER BY m.name LIMIT 1) AS via,
+	       pg_catalog.has_table_privilege(me.oid, prot.relid, 'TRIGGER') AS direct
+	FROM prot) x
+WHERE NOT me.rolsuper AND (x.direct OR x.via IS NOT NULL)
+  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = x.relid AND pg_catalog.pg_has_role(me.oid, c.relowner, 'MEMBER'))
 UNION ALL
 SELECT pg_catalog.format('role %s is a member of %s, which can read the signing keys of fencegate.signing_keys and so forge token proofs', me.name, r.rolname)
 FROM me, pg_catalog.pg_roles r, pg_catalog.pg_class k JOIN fg ON k.relnamespace = fg.oid
