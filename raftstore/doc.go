@@ -31,4 +31,9 @@
 // until then). The cluster's id is random, committed in the log by its
 // first leader, and recorded in every data directory. See DESIGN.md for
 // the reasoning behind these choices.
+//
+// Errors say what is wrong in this package's terms (Config.RaftAddr, the
+// peers list, the data directory) and never name a program's flags; an
+// error about a setting is a *FieldError naming the Config fields, which a
+// program maps to the flag or file setting that fixes it.
 package raftstore

@@ -66,7 +66,7 @@ func TestJoinGatesVotesUntilPromoted(t *testing.T) {
 	noJoin := cfgB
 	noJoin.Join = nil
 	if _, err := Open(noJoin); !errors.Is(err, ErrNoFounding) {
-		t.Fatalf("Open of a joining node without --join = %v; want ErrNoFounding", err)
+		t.Fatalf("Open of a joining node without Join = %v; want ErrNoFounding", err)
 	}
 	if b, err = Open(cfgB); err != nil {
 		t.Fatal(err)

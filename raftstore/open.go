@@ -84,9 +84,9 @@ func Prepare(cfg Config) (_ *Pending, err error) {
 	p.cfg, p.log = cfg, cfg.Logger
 	// Listen first: a taken port fails before anything is written.
 	if p.layer == nil {
-		ln, err := listen("raft", cfg.RaftAddr, "--raft-addr")
+		ln, err := Listen("raft", cfg.RaftAddr)
 		if err != nil {
-			return nil, err
+			return nil, fieldErr(err, "RaftAddr")
 		}
 		p.layer = NewTCPLayer(ln, cfg.Dial)
 	}
@@ -112,7 +112,7 @@ func Prepare(cfg Config) (_ *Pending, err error) {
 	})
 	if err != nil {
 		if errors.Is(err, bbolt.ErrTimeout) {
-			return nil, fmt.Errorf("%w: %s is open in another process; stop that process or use another --data-dir", ErrDataDirLocked, cfg.DataDir)
+			return nil, fieldErr(fmt.Errorf("%w: %s is open in another process; stop that process or use another data directory", ErrDataDirLocked, cfg.DataDir), "DataDir")
 		}
 		return nil, fmt.Errorf("open raft log: %w", err)
 	}
@@ -218,7 +218,7 @@ func (p *Pending) Start(ctx context.Context) (_ *Store, err error) {
 		// lost what it received as a non-voter, which counted for
 		// nothing) asks again.
 		if len(p.contacts()) == 0 {
-			return nil, fmt.Errorf("%w: %s was joining a cluster and holds no Raft state yet; give members to join (--join)", ErrNoFounding, cfg.DataDir)
+			return nil, fieldErr(fmt.Errorf("%w: %s was joining a cluster and holds no Raft state yet; give members to join (Config.Join)", ErrNoFounding, cfg.DataDir), "Join")
 		}
 		if err := p.waitJoin(ctx); err != nil {
 			return nil, err
@@ -230,7 +230,7 @@ func (p *Pending) Start(ctx context.Context) (_ *Store, err error) {
 		}
 		join = !found
 	default:
-		return nil, fmt.Errorf("%w: %s holds no Raft state; give the voters of a new cluster (--peers) or members to join (--join)", ErrNoFounding, cfg.DataDir)
+		return nil, fieldErr(fmt.Errorf("%w: %s holds no Raft state; give the voters of a new cluster (the peers list) or members to join (Config.Join)", ErrNoFounding, cfg.DataDir), "Bootstrap", "Join")
 	}
 	p.setWaiting("")
 

@@ -68,6 +68,25 @@ var (
 	ErrQuorumAtRisk = errors.New("raftstore: change would lose quorum")
 )
 
+// FieldError is an error about one or more fields of a Config: Fields
+// names them as Go spells them ("RaftAddr", "Bootstrap"), so that a program
+// that fills a Config from its own settings (command-line flags, a file)
+// can name the setting that fixes it. Err is the error itself, wrapping one
+// of the sentinels above (ErrBadConfig, ErrAddrInUse, ErrForeignDataDir,
+// ...); its message says what is wrong in this package's terms.
+type FieldError struct {
+	Fields []string
+	Err    error
+}
+
+func (e *FieldError) Error() string { return e.Err.Error() }
+
+// Unwrap returns e.Err.
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// fieldErr wraps err as being about fields of Config.
+func fieldErr(err error, fields ...string) error { return &FieldError{Fields: fields, Err: err} }
+
 // Server is one voter of the cluster: its Raft ID and address, and the
 // address of its token API (kept in the replicated state so every node can
 // forward to the leader).
@@ -190,11 +209,11 @@ func (c *Config) setDefaults() {
 func (c *Config) validate() error {
 	switch {
 	case c.ID == "":
-		return fmt.Errorf("%w: node id is empty; set --id", ErrBadConfig)
+		return fieldErr(fmt.Errorf("%w: the node id (Config.ID) is empty", ErrBadConfig), "ID")
 	case c.DataDir == "":
-		return fmt.Errorf("%w: data dir is empty; set --data-dir", ErrBadConfig)
+		return fieldErr(fmt.Errorf("%w: the data directory (Config.DataDir) is empty", ErrBadConfig), "DataDir")
 	case c.RaftAddr == "":
-		return fmt.Errorf("%w: raft address is empty; set --raft-addr", ErrBadConfig)
+		return fieldErr(fmt.Errorf("%w: the raft address (Config.RaftAddr) is empty", ErrBadConfig), "RaftAddr")
 	}
 	if len(c.Bootstrap) == 0 {
 		return nil
@@ -203,23 +222,23 @@ func (c *Config) validate() error {
 	self := false
 	for _, p := range c.Bootstrap {
 		if p.ID == "" || p.RaftAddr == "" {
-			return fmt.Errorf("%w: peer %q has an empty id or raft address; write peers as ID=RAFTADDR=APIADDR", ErrBadConfig, p.ID)
+			return fieldErr(fmt.Errorf("%w: peer %q in the peers list has an empty id or raft address", ErrBadConfig, p.ID), "Bootstrap")
 		}
 		if ids[p.ID] || addrs[p.RaftAddr] {
-			return fmt.Errorf("%w: peer %s=%s appears twice; list each node once", ErrBadConfig, p.ID, p.RaftAddr)
+			return fieldErr(fmt.Errorf("%w: peer %s=%s appears twice in the peers list; list each node once", ErrBadConfig, p.ID, p.RaftAddr), "Bootstrap")
 		}
 		ids[p.ID], addrs[p.RaftAddr] = true, true
 		if p.ID == c.ID {
 			self = true
 			if p.RaftAddr != c.RaftAddr {
-				return fmt.Errorf("%w: --peers gives node %s the raft address %s but --raft-addr is %s; make them equal",
-					ErrBadConfig, c.ID, p.RaftAddr, c.RaftAddr)
+				return fieldErr(fmt.Errorf("%w: the peers list gives node %s the raft address %s but Config.RaftAddr is %s; make them equal",
+					ErrBadConfig, c.ID, p.RaftAddr, c.RaftAddr), "Bootstrap", "RaftAddr")
 			}
 		}
 	}
 	if !self {
-		return fmt.Errorf("%w: --peers does not name this node %q; add %s=%s=APIADDR to --peers or fix --id",
-			ErrBadConfig, c.ID, c.ID, c.RaftAddr)
+		return fieldErr(fmt.Errorf("%w: the peers list does not name this node %q; add %s=%s=APIADDR to it or fix the node id",
+			ErrBadConfig, c.ID, c.ID, c.RaftAddr), "Bootstrap", "ID")
 	}
 	return nil
 }

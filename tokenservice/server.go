@@ -100,7 +100,8 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	if cfg.ID == "" || cfg.DataDir == "" || cfg.RaftAddr == "" || cfg.APIAddr == "" {
-		return nil, fmt.Errorf("%w: id, data dir, raft address and api address are all required; set --id, --data-dir, --raft-addr and --api-addr", ErrBadConfig)
+		return nil, &raftstore.FieldError{Fields: []string{"ID", "DataDir", "RaftAddr", "APIAddr"},
+			Err: fmt.Errorf("%w: the node id, data directory, raft address and API address (Config.ID, DataDir, RaftAddr, APIAddr) are all required", ErrBadConfig)}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default().With("component", "tokenservice")
@@ -133,7 +134,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	// TLS and authentication (see auth.go, tlsconfig.go).
 	hostPort, scheme, err := apiHostPort(cfg)
 	if err != nil {
-		return nil, err
+		return nil, &raftstore.FieldError{Fields: []string{"APIAddr"}, Err: err}
 	}
 	if err := checkSecurity(&cfg); err != nil {
 		return nil, err
@@ -141,7 +142,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	join := make([]string, len(cfg.Join))
 	for i, u := range cfg.Join {
 		if join[i], err = NormalizeURL(u); err != nil {
-			return nil, fmt.Errorf("%w: --join: %v", ErrBadConfig, err)
+			return nil, &raftstore.FieldError{Fields: []string{"Join"}, Err: fmt.Errorf("%w: a member to join (Config.Join): %v", ErrBadConfig, err)}
 		}
 		join[i] = withScheme(join[i], scheme)
 	}
@@ -152,17 +153,17 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	// Listen before opening the store, so a taken port fails before any
 	// state is created.
-	s.ln, err = raftstore.Listen("api", hostPort, "--api-addr")
+	s.ln, err = raftstore.Listen("api", hostPort)
 	if err != nil {
-		return nil, err
+		return nil, &raftstore.FieldError{Fields: []string{"APIAddr"}, Err: err}
 	}
 	if _, port, _ := net.SplitHostPort(hostPort); port == "0" {
 		s.apiURL = scheme + "://" + s.ln.Addr().String()
 	}
-	raftLn, err := raftstore.Listen("raft", cfg.RaftAddr, "--raft-addr")
+	raftLn, err := raftstore.Listen("raft", cfg.RaftAddr)
 	if err != nil {
 		s.ln.Close()
-		return nil, err
+		return nil, &raftstore.FieldError{Fields: []string{"RaftAddr"}, Err: err}
 	}
 	if _, port, _ := net.SplitHostPort(cfg.RaftAddr); port == "0" {
 		cfg.RaftAddr = raftLn.Addr().String()
