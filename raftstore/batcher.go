@@ -52,11 +52,12 @@ type BatcherOption func(*Batcher)
 
 // WithMaxBatch caps how many tokens one entry allocates: callers are merged
 // only while their sum stays within it (a single caller asking for more is
-// allocated alone). The default is 4096.
+// allocated alone). The default is DefaultMaxBatch (4096).
 func WithMaxBatch(n int) BatcherOption { return func(b *Batcher) { b.maxBatch = max(1, n) } }
 
 // WithMaxInflight caps how many allocations are in flight at once; callers
-// arriving meanwhile wait and form the next batch. The default is 2.
+// arriving meanwhile wait and form the next batch. The default is
+// DefaultMaxInflight (1).
 func WithMaxInflight(n int) BatcherOption {
 	return func(b *Batcher) { b.sem = make(chan struct{}, max(1, n)) }
 }
@@ -68,10 +69,10 @@ func WithBatchTimeout(d time.Duration) BatcherOption { return func(b *Batcher) {
 func NewBatcher(alloc AllocFunc, opts ...BatcherOption) *Batcher {
 	b := &Batcher{
 		alloc:       alloc,
-		maxBatch:    4096,
+		maxBatch:    DefaultMaxBatch,
 		timeout:     10 * time.Second,
 		reqs:        make(chan *batchReq, 1024),
-		sem:         make(chan struct{}, 2),
+		sem:         make(chan struct{}, DefaultMaxInflight),
 		done:        make(chan struct{}),
 		loopStopped: make(chan struct{}),
 		closed:      make(chan struct{}),

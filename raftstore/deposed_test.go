@@ -50,7 +50,7 @@ func newLinkedNodes(t *testing.T, ids ...string) *linkedNodes {
 // config returns id's configuration: its Raft links go through the relays.
 func (ln *linkedNodes) config(id string, boot []Server) Config {
 	cfg := fastConfig(ln.t, id, ln.t.TempDir(), ln.addrs[id])
-	cfg.Bootstrap, cfg.Probe = boot, ln.probe
+	cfg.Peers, cfg.Probe = boot, ln.probe
 	var d net.Dialer
 	cfg.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		for to, a := range ln.addrs {

@@ -21,7 +21,7 @@
 // Raft Layer (Config.Layer, or plain TCP on Config.RaftAddr); Pending.Start
 // decides how the node starts and starts Raft on that layer. A directory
 // that holds state resumes. An empty one founds a new cluster with
-// Config.Bootstrap only once every other voter has answered (through
+// Config.Peers only once every other voter has answered (through
 // Config.Probe) and none holds the state of a cluster founded without this
 // directory; otherwise it is refused with ErrMustReplace, because an empty
 // node that starts Raft grants votes and acknowledgements in the name of

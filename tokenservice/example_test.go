@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/freeport"
+	"github.com/fencegate/fencegate/raftstore"
 	"github.com/fencegate/fencegate/tokenservice"
 )
 
@@ -32,9 +33,14 @@ func Example() {
 	defer os.RemoveAll(dir)
 	raftAddr, apiAddr := freeAddr(), freeAddr()
 	srv, err := tokenservice.Start(context.Background(), tokenservice.Config{
-		ID: "n1", DataDir: dir, RaftAddr: raftAddr, APIAddr: apiAddr,
-		Peers:  []tokenservice.Peer{{ID: "n1", RaftAddr: raftAddr, APIAddr: apiAddr}},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Config: raftstore.Config{
+			ID:       "n1",
+			DataDir:  dir,
+			RaftAddr: raftAddr,
+			APIAddr:  apiAddr,
+			Peers:    []tokenservice.Peer{{ID: "n1", RaftAddr: raftAddr, APIAddr: apiAddr}},
+			Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		},
 	})
 	if err != nil {
 		panic(err)

@@ -30,9 +30,17 @@ func foundingConfigs(t *testing.T, n int) []tokenservice.Config {
 	cfgs := make([]tokenservice.Config, n)
 	for i, p := range peers {
 		cfgs[i] = tokenservice.Config{
-			ID: p.ID, DataDir: filepath.Join(dir, p.ID), RaftAddr: p.RaftAddr, APIAddr: p.APIAddr, Peers: peers,
-			Logger:           testutil.Logger(t).With("node", p.ID),
-			HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond, LeaderLeaseTimeout: 150 * time.Millisecond,
+			Config: raftstore.Config{
+				ID:                 p.ID,
+				DataDir:            filepath.Join(dir, p.ID),
+				RaftAddr:           p.RaftAddr,
+				APIAddr:            p.APIAddr,
+				Peers:              peers,
+				Logger:             testutil.Logger(t).With("node", p.ID),
+				HeartbeatTimeout:   200 * time.Millisecond,
+				ElectionTimeout:    200 * time.Millisecond,
+				LeaderLeaseTimeout: 150 * time.Millisecond,
+			},
 		}
 	}
 	return cfgs
@@ -252,8 +260,14 @@ func TestFoundingPeerWithState(t *testing.T) {
 	}
 	n4 := tokenservice.Peer{ID: "n4", RaftAddr: tokentest.StableAddr(t), APIAddr: "http://" + tokentest.StableAddr(t)}
 	_, err := tokenservice.Start(context.Background(), tokenservice.Config{
-		ID: "n4", DataDir: t.TempDir(), RaftAddr: n4.RaftAddr, APIAddr: n4.APIAddr, Peers: append(peers, n4),
-		Logger: testutil.Logger(t).With("node", "n4"),
+		Config: raftstore.Config{
+			ID:       "n4",
+			DataDir:  t.TempDir(),
+			RaftAddr: n4.RaftAddr,
+			APIAddr:  n4.APIAddr,
+			Peers:    append(peers, n4),
+			Logger:   testutil.Logger(t).With("node", "n4"),
+		},
 	})
 	if !errors.Is(err, raftstore.ErrMustReplace) {
 		t.Fatalf("new node listed next to a running cluster: %v; want ErrMustReplace", err)
@@ -293,8 +307,14 @@ func TestFoundingPeerOfAnotherCluster(t *testing.T) {
 	raftB, apiB := tokentest.StableAddr(t), "http://"+tokentest.StableAddr(t)
 	dirB := t.TempDir()
 	b, err := tokenservice.Start(context.Background(), tokenservice.Config{
-		ID: "n1", DataDir: dirB, RaftAddr: raftB, APIAddr: apiB, Peers: []tokenservice.Peer{{ID: "n1", RaftAddr: raftB, APIAddr: apiB}},
-		Logger: testutil.Logger(t).With("node", "b1"),
+		Config: raftstore.Config{
+			ID:       "n1",
+			DataDir:  dirB,
+			RaftAddr: raftB,
+			APIAddr:  apiB,
+			Peers:    []tokenservice.Peer{{ID: "n1", RaftAddr: raftB, APIAddr: apiB}},
+			Logger:   testutil.Logger(t).With("node", "b1"),
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -309,7 +329,14 @@ func TestFoundingPeerOfAnotherCluster(t *testing.T) {
 		peers = append(peers, tokenservice.Peer{ID: a.ID(i), RaftAddr: a.Node(i).RaftAddr(), APIAddr: a.APIURL(i)})
 	}
 	_, err = tokenservice.Start(context.Background(), tokenservice.Config{
-		ID: "n1", DataDir: dirB, RaftAddr: raftB, APIAddr: apiB, Peers: peers, Logger: testutil.Logger(t).With("node", "b1"),
+		Config: raftstore.Config{
+			ID:       "n1",
+			DataDir:  dirB,
+			RaftAddr: raftB,
+			APIAddr:  apiB,
+			Peers:    peers,
+			Logger:   testutil.Logger(t).With("node", "b1"),
+		},
 	})
 	if !errors.Is(err, raftstore.ErrForeignDataDir) || !strings.Contains(err.Error(), idB) {
 		t.Fatalf("cluster %s's data dir among cluster A's peers: %v; want ErrForeignDataDir", idB, err)

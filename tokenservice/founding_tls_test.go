@@ -89,14 +89,22 @@ func TestFoundingProbeRefusesStrangers(t *testing.T) {
 			}
 			dir := t.TempDir()
 			cfg := tokenservice.Config{
-				ID: "n1", DataDir: dir, RaftAddr: raft1, APIAddr: api1,
-				Peers: []tokenservice.Peer{
-					{ID: "n1", RaftAddr: raft1, APIAddr: "https://" + api1},
-					{ID: "n2", RaftAddr: raft2, APIAddr: "https://" + im.addr},
+				Config: raftstore.Config{
+					ID:       "n1",
+					DataDir:  dir,
+					RaftAddr: raft1,
+					APIAddr:  api1,
+					Peers: []tokenservice.Peer{
+						{ID: "n1", RaftAddr: raft1, APIAddr: "https://" + api1},
+						{ID: "n2", RaftAddr: raft2, APIAddr: "https://" + im.addr},
+					},
+					FoundingTimeout:    3 * time.Second,
+					Logger:             testutil.Logger(t).With("node", "n1"),
+					HeartbeatTimeout:   200 * time.Millisecond,
+					ElectionTimeout:    200 * time.Millisecond,
+					LeaderLeaseTimeout: 150 * time.Millisecond,
 				},
-				TLS:             &tokenservice.NodeTLS{CA: ca.Pool(), Cert: leaf.TLSCertificate()},
-				FoundingTimeout: 3 * time.Second, Logger: testutil.Logger(t).With("node", "n1"),
-				HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond, LeaderLeaseTimeout: 150 * time.Millisecond,
+				TLS: &tokenservice.NodeTLS{CA: ca.Pool(), Cert: leaf.TLSCertificate()},
 			}
 			type result struct {
 				srv *tokenservice.Server

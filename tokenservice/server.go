@@ -99,38 +99,10 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if cfg.ID == "" || cfg.DataDir == "" || cfg.RaftAddr == "" || cfg.APIAddr == "" {
-		return nil, &raftstore.FieldError{Fields: []string{"ID", "DataDir", "RaftAddr", "APIAddr"},
-			Err: fmt.Errorf("%w: the node id, data directory, raft address and API address (Config.ID, DataDir, RaftAddr, APIAddr) are all required", ErrBadConfig)}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default().With("component", "tokenservice")
-	}
-	if cfg.Dial == nil {
-		var d net.Dialer
-		cfg.Dial = d.DialContext
-	}
-	if cfg.ForwardTimeout <= 0 {
-		cfg.ForwardTimeout = 5 * time.Second
-	}
-	if cfg.MaxBatch <= 0 {
-		cfg.MaxBatch = 4096
-	}
-	if cfg.MaxBatch > maxAllocCount {
-		return nil, fmt.Errorf("%w: the batch limit %d is above %d, the most one forwarded allocation may carry", ErrBadConfig, cfg.MaxBatch, maxAllocCount)
-	}
-	if cfg.MaxInflight <= 0 {
-		cfg.MaxInflight = 1
-	}
-	if cfg.ReserveSize < 0 || cfg.ReserveSize > 1<<30 {
-		return nil, fmt.Errorf("%w: the reservation size %d is out of range; give 1..%d tokens (0 takes the default, 65536)", ErrBadConfig, cfg.ReserveSize, 1<<30)
-	}
-	if cfg.RoundTimeout < 0 {
-		return nil, fmt.Errorf("%w: the round timeout %v is negative; give a positive duration (0 takes the default, 1s)", ErrBadConfig, cfg.RoundTimeout)
-	}
-	if cfg.PromoteInterval <= 0 {
-		cfg.PromoteInterval = 500 * time.Millisecond
-	}
+	cfg.setDefaults()
 	// TLS and authentication (see auth.go, tlsconfig.go).
 	hostPort, scheme, err := apiHostPort(cfg)
 	if err != nil {
@@ -194,7 +166,8 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	s.probe = &httpProber{hc: s.fwd, scheme: scheme, verify: cfg.TLS != nil}
 	s.metrics = newMetrics(s)
 	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
-	scfg := cfg.storeConfig(s.apiURL, s.probe)
+	scfg := cfg.Config
+	scfg.APIAddr, scfg.Probe = s.apiURL, s.probe
 	scfg.Layer = s.raftLayer // Prepare owns it from here, also when it fails
 	pending, err := raftstore.Prepare(scfg)
 	if err != nil {

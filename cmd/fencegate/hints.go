@@ -24,7 +24,6 @@ var flagOfField = map[string]string{
 	"RaftAddr":        "--raft-addr",
 	"APIAddr":         "--api-addr",
 	"Peers":           "--peers",
-	"Bootstrap":       "--peers",
 	"Join":            "--join",
 	"FoundingTimeout": "--founding-timeout",
 	"ReserveSize":     "--reserve-size",

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencegate/fencegate/raftstore"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokensign"
 )
@@ -98,10 +99,23 @@ func runTokenServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("node", o.id)
 	srv, err := tokenservice.Start(ctx, tokenservice.Config{
-		ID: o.id, DataDir: o.dataDir, RaftAddr: o.raftAddr, APIAddr: o.apiAddr, Peers: peerList, Join: join,
-		WaitForFounding: o.waitForFounding, FoundingTimeout: o.foundingTimeout, Logger: logger,
-		HeartbeatTimeout: o.heartbeat, ElectionTimeout: o.election, LeaderLeaseTimeout: o.lease,
-		SnapshotThreshold: o.snapThreshold, TrailingLogs: o.trailing, Dial: dial,
+		Config: raftstore.Config{
+			ID:                 o.id,
+			DataDir:            o.dataDir,
+			RaftAddr:           o.raftAddr,
+			APIAddr:            o.apiAddr,
+			Peers:              peerList,
+			Join:               join,
+			WaitForFounding:    o.waitForFounding,
+			FoundingTimeout:    o.foundingTimeout,
+			Logger:             logger,
+			HeartbeatTimeout:   o.heartbeat,
+			ElectionTimeout:    o.election,
+			LeaderLeaseTimeout: o.lease,
+			SnapshotThreshold:  o.snapThreshold,
+			TrailingLogs:       o.trailing,
+			Dial:               dial,
+		},
 		TLS: nodeTLS, Credentials: creds, SigningKeys: keys,
 		CommitPerBatch: o.commitPerBatch, ReserveSize: o.reserveSize, RoundTimeout: o.roundTimeout,
 	})

@@ -175,19 +175,21 @@ func (c *Cluster) dialer(i int) func(ctx context.Context, network, addr string) 
 func (c *Cluster) config(i int) tokenservice.Config {
 	nd := c.nodes[i]
 	cfg := tokenservice.Config{
-		ID:                 nd.id,
-		DataDir:            nd.dir,
-		RaftAddr:           nd.raftAddr,
-		APIAddr:            nd.apiAddr,
-		Peers:              nd.peers,
-		Join:               nd.join,
-		Logger:             c.log.With("node", nd.id),
-		Dial:               c.dialer(i),
-		HeartbeatTimeout:   200 * time.Millisecond,
-		ElectionTimeout:    200 * time.Millisecond,
-		LeaderLeaseTimeout: 150 * time.Millisecond,
-		TransportTimeout:   2 * time.Second,
-		ForwardTimeout:     2 * time.Second,
+		Config: raftstore.Config{
+			ID:                 nd.id,
+			DataDir:            nd.dir,
+			RaftAddr:           nd.raftAddr,
+			APIAddr:            nd.apiAddr,
+			Peers:              nd.peers,
+			Join:               nd.join,
+			Logger:             c.log.With("node", nd.id),
+			Dial:               c.dialer(i),
+			HeartbeatTimeout:   200 * time.Millisecond,
+			ElectionTimeout:    200 * time.Millisecond,
+			LeaderLeaseTimeout: 150 * time.Millisecond,
+			TransportTimeout:   2 * time.Second,
+		},
+		ForwardTimeout: 2 * time.Second,
 	}
 	for _, f := range c.opts.configure {
 		f(i, &cfg)
