@@ -75,8 +75,8 @@ func oneLine(t *testing.T, s string, want ...string) {
 func TestCLIBadInput(t *testing.T) {
 	dir := t.TempDir()
 	// A data dir that belongs to a one-node cluster n1.
-	raft1, api1 := testutil.FreeAddr(t), testutil.FreeAddr(t)
-	srv, err := tokenservice.Start(context.Background(), tokenservice.Config{
+	raft1, api1 := loopbackAddr(t), loopbackAddr(t)
+	srv, err := tokenservice.Start(context.Background(), bound(t, tokenservice.Config{
 		Config: raftstore.Config{
 			ID:       "n1",
 			DataDir:  filepath.Join(dir, "n1"),
@@ -85,7 +85,7 @@ func TestCLIBadInput(t *testing.T) {
 			Logger:   testutil.Logger(t),
 			Peers:    []tokenservice.Peer{{ID: "n1", RaftAddr: raft1, APIAddr: api1}},
 		},
-	})
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,8 +99,8 @@ func TestCLIBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Another one-node cluster, running, with node n2.
-	raftB, apiB := testutil.FreeAddr(t), testutil.FreeAddr(t)
-	b, err := tokenservice.Start(context.Background(), tokenservice.Config{
+	raftB, apiB := loopbackAddr(t), loopbackAddr(t)
+	b, err := tokenservice.Start(context.Background(), bound(t, tokenservice.Config{
 		Config: raftstore.Config{
 			ID:       "n2",
 			DataDir:  filepath.Join(dir, "b"),
@@ -109,7 +109,7 @@ func TestCLIBadInput(t *testing.T) {
 			Logger:   testutil.Logger(t),
 			Peers:    []tokenservice.Peer{{ID: "n2", RaftAddr: raftB, APIAddr: apiB}},
 		},
-	})
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,7 +63,10 @@ func ParsePeers(s string) ([]Peer, error) {
 //     accepted too), and Start records the API's URL in the store. Port 0
 //     takes a free port (Server.RaftAddr and Server.APIURL report it):
 //     for a node that joins and is never restarted; a founder's addresses
-//     must be known to its peers beforehand.
+//     must be known to its peers beforehand. RaftListener and APIListener
+//     hand Start listeners the caller opened instead (tests bind
+//     127.0.0.1:0 that way before they write the peers list, and bind the
+//     same address again to restart a node).
 //   - Peers are the voters of a new cluster (ParsePeers reads them); a node
 //     whose DataDir holds no state founds the cluster with them only once
 //     every one of them answers and none holds the state of a cluster
@@ -81,6 +84,16 @@ func ParsePeers(s string) ([]Peer, error) {
 type Config struct {
 	raftstore.Config
 
+	// RaftListener, when set, is the listener Raft accepts on (plain TCP;
+	// Start adds TLS when TLS is set), and RaftAddr is the listener's
+	// address. The node owns it from Start on and closes it, also when
+	// Start fails.
+	RaftListener net.Listener
+	// APIListener, when set, is the listener the API serves on (plain TCP;
+	// Start adds TLS when TLS is set), and APIAddr is the listener's
+	// address. The node owns it from Start on and closes it, also when
+	// Start fails.
+	APIListener net.Listener
 	// TLS turns on TLS for the API, mutual TLS for Raft and for calls to
 	// other nodes, and authentication with roles (see Routes); load it with
 	// LoadNodeTLS. The default, nil, is plain HTTP and TCP with every route
@@ -154,7 +167,7 @@ func DefaultConfig() Config {
 // *raftstore.FieldError naming its fields; they wrap ErrBadConfig or
 // raftstore.ErrBadConfig.
 func (c *Config) Validate() error {
-	if c.ID == "" || c.DataDir == "" || c.RaftAddr == "" || c.APIAddr == "" {
+	if c.ID == "" || c.DataDir == "" || (c.RaftAddr == "" && c.RaftListener == nil) || (c.APIAddr == "" && c.APIListener == nil) {
 		return &raftstore.FieldError{Fields: []string{"ID", "DataDir", "RaftAddr", "APIAddr"},
 			Err: fmt.Errorf("%w: the node id, data directory, raft address and API address (Config.ID, DataDir, RaftAddr, APIAddr) are all required", ErrBadConfig)}
 	}
@@ -174,7 +187,11 @@ func (c *Config) Validate() error {
 		return &raftstore.FieldError{Fields: []string{"RoundTimeout"},
 			Err: fmt.Errorf("%w: the round timeout %v is negative; give a positive duration (0 takes the default, %v)", ErrBadConfig, c.RoundTimeout, raftstore.DefaultRoundTimeout)}
 	}
-	return c.Config.Validate()
+	store := c.Config
+	if c.RaftListener != nil {
+		store.RaftAddr = c.RaftListener.Addr().String()
+	}
+	return store.Validate()
 }
 
 // setDefaults fills in the defaults of the token service's own settings;

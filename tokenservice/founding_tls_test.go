@@ -18,7 +18,6 @@ import (
 
 	"github.com/fencegate/fencegate/internal/pki"
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/internal/tokentest"
 	"github.com/fencegate/fencegate/raftstore"
 	"github.com/fencegate/fencegate/tokenservice"
 )
@@ -80,7 +79,7 @@ func TestFoundingProbeRefusesStrangers(t *testing.T) {
 		{"control: n2's own peer certificate", serverTLS(t, ca, "n2", tokenservice.RolePeer), true},
 	} {
 		t.Run(d.name, func(t *testing.T) {
-			raft1, api1, raft2 := tokentest.StableAddr(t), tokentest.StableAddr(t), tokentest.StableAddr(t)
+			raft1, api1, raft2 := loopbackAddr(t), loopbackAddr(t), closedAddr(t)
 			voters := []raftstore.Server{{ID: "n1", RaftAddr: raft1}, {ID: "n2", RaftAddr: raft2}}
 			im := startImpostor(t, d.tls, "n2", voters)
 			leaf, err := ca.Issue("n1", []string{string(tokenservice.RolePeer)}, []string{"127.0.0.1"}, pki.Options{})
@@ -111,6 +110,7 @@ func TestFoundingProbeRefusesStrangers(t *testing.T) {
 				err error
 			}
 			done := make(chan result, 1)
+			cfg = bound(t, cfg)
 			go func() {
 				srv, err := tokenservice.Start(context.Background(), cfg)
 				done <- result{srv, err}

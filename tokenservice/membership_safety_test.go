@@ -61,7 +61,7 @@ func TestAddMemberRefusals(t *testing.T) {
 	t.Cleanup(n4.Kill)
 	n4raft, n4api := n4.RaftAddr(), n4.APIURL()
 	before := memberLine(t, cl)
-	silent := tokentest.StableAddr(t)
+	silent := closedAddr(t)
 	cases := []struct {
 		name, id, raft, api string
 		want                []string
@@ -220,7 +220,7 @@ func TestJoinWhileStillVoterRefused(t *testing.T) {
 			ID:              c.ID(victim),
 			DataDir:         t.TempDir(),
 			RaftAddr:        raftAddr,
-			APIAddr:         tokentest.StableAddr(t),
+			APIAddr:         "127.0.0.1:0",
 			Join:            others,
 			FoundingTimeout: 5 * time.Second,
 			Logger:          testutil.Logger(t).With("node", c.ID(victim)),

@@ -94,8 +94,21 @@ type Server struct {
 // With Config.TLS the API serves https, Raft runs over mutual TLS and
 // every call to another node presents this node's peer certificate; every
 // request is authenticated (see Routes). An API or Raft address with port 0
-// is given a free port (for tests; a real node restarts on its ports).
+// is given a free port (for a node that is never restarted; a real node
+// restarts on its ports); Config.RaftListener and Config.APIListener hand
+// Start listeners the caller bound.
 func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
+	defer func() {
+		// Listeners handed in are the node's: closed when it does not
+		// start (closing one twice is harmless).
+		if err != nil {
+			for _, ln := range []net.Listener{cfg.APIListener, cfg.RaftListener} {
+				if ln != nil {
+					ln.Close()
+				}
+			}
+		}
+	}()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -103,6 +116,12 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	cfg.setDefaults()
+	if cfg.APIListener != nil {
+		cfg.APIAddr = cfg.APIListener.Addr().String()
+	}
+	if cfg.RaftListener != nil {
+		cfg.RaftAddr = cfg.RaftListener.Addr().String()
+	}
 	// TLS and authentication (see auth.go, tlsconfig.go).
 	hostPort, scheme, err := apiHostPort(cfg)
 	if err != nil {
@@ -125,17 +144,20 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	// Listen before opening the store, so a taken port fails before any
 	// state is created.
-	s.ln, err = raftstore.Listen("api", hostPort)
-	if err != nil {
-		return nil, &raftstore.FieldError{Fields: []string{"APIAddr"}, Err: err}
+	if s.ln = cfg.APIListener; s.ln == nil {
+		if s.ln, err = raftstore.Listen("api", hostPort); err != nil {
+			return nil, &raftstore.FieldError{Fields: []string{"APIAddr"}, Err: err}
+		}
 	}
 	if _, port, _ := net.SplitHostPort(hostPort); port == "0" {
 		s.apiURL = scheme + "://" + s.ln.Addr().String()
 	}
-	raftLn, err := raftstore.Listen("raft", cfg.RaftAddr)
-	if err != nil {
-		s.ln.Close()
-		return nil, &raftstore.FieldError{Fields: []string{"RaftAddr"}, Err: err}
+	raftLn := cfg.RaftListener
+	if raftLn == nil {
+		if raftLn, err = raftstore.Listen("raft", cfg.RaftAddr); err != nil {
+			s.ln.Close()
+			return nil, &raftstore.FieldError{Fields: []string{"RaftAddr"}, Err: err}
+		}
 	}
 	if _, port, _ := net.SplitHostPort(cfg.RaftAddr); port == "0" {
 		cfg.RaftAddr = raftLn.Addr().String()
