@@ -40,7 +40,8 @@ var (
 	ErrDataDirLocked = errors.New("raftstore: data dir in use")
 	// ErrAddrInUse means a listen address is taken by another process.
 	ErrAddrInUse = errors.New("raftstore: address in use")
-	// ErrCorrupt is returned by FSM.Apply for an entry it cannot decode.
+	// ErrCorrupt is returned by FSM.Apply for an entry it cannot decode,
+	// and by its Restore for a snapshot it must not restore.
 	ErrCorrupt = errors.New("raftstore: corrupt log entry")
 	// ErrExhausted means the int64 token space is used up.
 	ErrExhausted = errors.New("raftstore: token counter exhausted")
