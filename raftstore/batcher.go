@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -20,20 +19,23 @@ type AllocFunc func(ctx context.Context, n int) (Range, error)
 // i.e. a single Raft log entry that allocates a range. Every caller gets its
 // own sub-range, so tokens within a batch are distinct, and all of them are
 // above every token minted before the entry.
+//
+// Every goroutine a Batcher starts (its loop, one per allocation in
+// flight) is started through goFunc and counted in wg, as hashicorp/raft
+// does; Close cancels ctx, which is the one shutdown signal, and returns
+// once they are all gone.
 type Batcher struct {
-	alloc       AllocFunc
-	maxBatch    int
-	timeout     time.Duration
-	reqs        chan *batchReq
-	sem         chan struct{}
-	done        chan struct{}
-	ctx         context.Context
-	cancel      context.CancelFunc
-	loopStopped chan struct{}
-	running     sync.WaitGroup // batches in flight
-	closed      chan struct{}  // closed when every request has its answer
-	closeOnce   sync.Once
-	received    atomic.Int64 // requests taken by loop, for tests
+	alloc    AllocFunc
+	maxBatch int
+	timeout  time.Duration
+	reqs     chan *batchReq
+	sem      chan struct{} // one slot per allocation in flight
+	// ctx ends at Close: it stops the loop, cancels the allocations in
+	// flight, and refuses new calls.
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
 }
 
 type batchReq struct {
@@ -52,11 +54,12 @@ type BatcherOption func(*Batcher)
 
 // WithMaxBatch caps how many tokens one entry allocates: callers are merged
 // only while their sum stays within it (a single caller asking for more is
-// allocated alone). The default is 4096.
+// allocated alone). The default is DefaultMaxBatch (4096).
 func WithMaxBatch(n int) BatcherOption { return func(b *Batcher) { b.maxBatch = max(1, n) } }
 
 // WithMaxInflight caps how many allocations are in flight at once; callers
-// arriving meanwhile wait and form the next batch. The default is 2.
+// arriving meanwhile wait and form the next batch. The default is
+// DefaultMaxInflight (1).
 func WithMaxInflight(n int) BatcherOption {
 	return func(b *Batcher) { b.sem = make(chan struct{}, max(1, n)) }
 }
@@ -67,69 +70,73 @@ func WithBatchTimeout(d time.Duration) BatcherOption { return func(b *Batcher) {
 // NewBatcher returns a Batcher that allocates through alloc. Close it when done.
 func NewBatcher(alloc AllocFunc, opts ...BatcherOption) *Batcher {
 	b := &Batcher{
-		alloc:       alloc,
-		maxBatch:    4096,
-		timeout:     10 * time.Second,
-		reqs:        make(chan *batchReq, 1024),
-		sem:         make(chan struct{}, 2),
-		done:        make(chan struct{}),
-		loopStopped: make(chan struct{}),
-		closed:      make(chan struct{}),
+		alloc:    alloc,
+		maxBatch: DefaultMaxBatch,
+		timeout:  10 * time.Second,
+		reqs:     make(chan *batchReq, 1024),
+		sem:      make(chan struct{}, DefaultMaxInflight),
 	}
 	for _, o := range opts {
 		o(b)
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
-	go b.loop()
+	b.goFunc(b.loop)
 	return b
+}
+
+// goFunc runs f in a goroutine that Close waits for.
+func (b *Batcher) goFunc(f func()) {
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		f()
+	}()
 }
 
 // Next returns n consecutive tokens (n >= 1), allocated together with those
 // of other concurrent callers.
+//
+// Every request queued gets exactly one answer: from the allocation that
+// served it, or ErrBatcherClosed from whoever drains the queue after Close
+// (the loop as it stops, Close once every goroutine is gone, or Next
+// itself when it queued after that).
 func (b *Batcher) Next(ctx context.Context, n int) (Range, error) {
+	if b.ctx.Err() != nil {
+		return Range{}, ErrBatcherClosed
+	}
 	req := &batchReq{ctx: ctx, n: max(1, n), res: make(chan batchRes, 1)}
 	select {
-	case <-b.done:
-		return Range{}, ErrBatcherClosed
-	default:
-	}
-	select {
 	case b.reqs <- req:
-	case <-b.done:
+	case <-b.ctx.Done():
 		return Range{}, ErrBatcherClosed
 	case <-ctx.Done():
 		return Range{}, ctx.Err()
+	}
+	if b.ctx.Err() != nil {
+		// Closed while this request was queued: Close may have drained
+		// the queue before it arrived.
+		b.failPending()
 	}
 	select {
 	case res := <-req.res:
 		return res.r, res.err
 	case <-ctx.Done():
 		return Range{}, ctx.Err()
-	case <-b.closed:
-		select {
-		case res := <-req.res:
-			return res.r, res.err
-		default:
-			return Range{}, ErrBatcherClosed
-		}
 	}
 }
 
-// Close stops the batcher; pending and later calls fail with ErrBatcherClosed
-// (in-flight allocations are cancelled).
+// Close stops the batcher and returns once every goroutine it started has
+// returned; pending and later calls fail with ErrBatcherClosed (in-flight
+// allocations are cancelled and fail with their AllocFunc's error).
 func (b *Batcher) Close() {
 	b.closeOnce.Do(func() {
-		close(b.done)
 		b.cancel()
-		<-b.loopStopped
-		b.running.Wait()
+		b.wg.Wait()
 		b.failPending()
-		close(b.closed)
 	})
 }
 
 func (b *Batcher) loop() {
-	defer close(b.loopStopped)
 	// carry is a request taken from the queue that did not fit the batch
 	// being formed; it opens the next one.
 	var carry *batchReq
@@ -139,8 +146,7 @@ func (b *Batcher) loop() {
 		if first == nil {
 			select {
 			case first = <-b.reqs:
-				b.received.Add(1)
-			case <-b.done:
+			case <-b.ctx.Done():
 				b.failPending()
 				return
 			}
@@ -160,7 +166,6 @@ func (b *Batcher) loop() {
 			case b.sem <- struct{}{}:
 				break gather
 			case r := <-reqs:
-				b.received.Add(1)
 				if total+r.n > b.maxBatch {
 					carry, reqs = r, nil
 					continue
@@ -169,7 +174,7 @@ func (b *Batcher) loop() {
 				if total >= b.maxBatch {
 					reqs = nil
 				}
-			case <-b.done:
+			case <-b.ctx.Done():
 				if carry != nil {
 					batch = append(batch, carry)
 				}
@@ -183,7 +188,6 @@ func (b *Batcher) loop() {
 		for carry == nil && total < b.maxBatch {
 			select {
 			case r := <-b.reqs:
-				b.received.Add(1)
 				if total+r.n > b.maxBatch {
 					carry = r
 					break drain
@@ -193,14 +197,22 @@ func (b *Batcher) loop() {
 				break drain
 			}
 		}
-		b.running.Add(1)
-		go b.run(batch)
+		if b.ctx.Err() != nil {
+			// Closed while the batch formed: no allocation starts.
+			<-b.sem
+			if carry != nil {
+				batch = append(batch, carry)
+			}
+			fail(batch, ErrBatcherClosed)
+			b.failPending()
+			return
+		}
+		b.goFunc(func() { b.run(batch) })
 	}
 }
 
 // run allocates one range for batch and hands each caller its part.
 func (b *Batcher) run(batch []*batchReq) {
-	defer b.running.Done()
 	defer func() { <-b.sem }()
 	live, total := batch[:0], 0
 	for _, r := range batch {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,13 +14,15 @@ import (
 // counterAlloc is an AllocFunc over an in-memory counter that records the
 // size of each call; gate, when set, holds every call until closed.
 type counterAlloc struct {
-	mu    sync.Mutex
-	next  int64
-	calls []int
-	gate  chan struct{}
+	mu      sync.Mutex
+	next    int64
+	calls   []int
+	gate    chan struct{}
+	entered atomic.Int64 // calls begun, held at the gate or not
 }
 
 func (c *counterAlloc) alloc(ctx context.Context, n int) (Range, error) {
+	c.entered.Add(1)
 	if c.gate != nil {
 		select {
 		case <-c.gate:
@@ -41,11 +44,13 @@ func TestBatcherMergesConcurrentCalls(t *testing.T) {
 	defer b.Close()
 	const n = 100
 	var wg sync.WaitGroup
+	var calling atomic.Int64
 	got := make([]Range, n)
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			calling.Add(1)
 			r, err := b.Next(context.Background(), 1)
 			if err != nil {
 				t.Error(err)
@@ -54,7 +59,9 @@ func TestBatcherMergesConcurrentCalls(t *testing.T) {
 		}()
 	}
 	// Let everyone queue behind the held first allocation, then release.
-	testutil.Eventually(t, 5*time.Second, "all calls queued", func() bool { return b.received.Load() == n })
+	testutil.Eventually(t, 5*time.Second, "every caller calling, one allocation held", func() bool {
+		return calling.Load() == n && ca.entered.Load() == 1
+	})
 	close(ca.gate)
 	wg.Wait()
 	seen := map[int64]bool{}
@@ -104,7 +111,7 @@ func TestBatcherHonoursLimitWhileWaiting(t *testing.T) {
 				}()
 			}
 			// Everyone queues behind the first allocation, held at the gate.
-			testutil.Eventually(t, 10*time.Second, "the first allocation to be in flight", func() bool { return b.received.Load() >= 1 })
+			testutil.Eventually(t, 10*time.Second, "the first allocation to be in flight", func() bool { return ca.entered.Load() >= 1 })
 			time.Sleep(50 * time.Millisecond) // let the rest queue up
 			close(ca.gate)
 			wg.Wait()
@@ -154,6 +161,42 @@ func TestBatcherErrorsAndClose(t *testing.T) {
 	b.Close()
 	if _, err := b.Next(context.Background(), 1); !errors.Is(err, ErrBatcherClosed) {
 		t.Fatalf("Next after Close = %v, want ErrBatcherClosed", err)
+	}
+}
+
+// Close returns once every goroutine the batcher started is gone: an
+// allocation held in flight is cancelled and has returned, and every caller,
+// served or queued, has its answer.
+func TestBatcherCloseWaitsForItsGoroutines(t *testing.T) {
+	var running atomic.Int64
+	held := make(chan struct{})
+	b := NewBatcher(func(ctx context.Context, n int) (Range, error) {
+		running.Add(1)
+		defer running.Add(-1)
+		select {
+		case held <- struct{}{}:
+		case <-ctx.Done():
+		}
+		<-ctx.Done()
+		return Range{}, ctx.Err()
+	})
+	const n = 20
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			_, err := b.Next(context.Background(), 1)
+			errs <- err
+		}()
+	}
+	<-held // one allocation in flight, the other callers queued behind it
+	b.Close()
+	if got := running.Load(); got != 0 {
+		t.Fatalf("Close returned with %d allocations still running", got)
+	}
+	for range n {
+		if err := <-errs; !errors.Is(err, context.Canceled) && !errors.Is(err, ErrBatcherClosed) {
+			t.Fatalf("Next during Close = %v; want the cancelled allocation's error or ErrBatcherClosed", err)
+		}
 	}
 }
 

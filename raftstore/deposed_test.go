@@ -19,6 +19,7 @@ type linkedNodes struct {
 	t      *testing.T
 	mu     sync.Mutex
 	addrs  map[string]string             // id -> raft address
+	lns    map[string]net.Listener       // id -> its Raft listener
 	links  map[[2]string]*netfault.Relay // from, to -> relay
 	stores map[string]*Store             // id -> store, once running
 	apiCut map[string]bool               // id -> its confirmation calls fail
@@ -26,10 +27,15 @@ type linkedNodes struct {
 }
 
 func newLinkedNodes(t *testing.T, ids ...string) *linkedNodes {
-	ln := &linkedNodes{t: t, addrs: map[string]string{}, links: map[[2]string]*netfault.Relay{}, stores: map[string]*Store{},
+	ln := &linkedNodes{t: t, addrs: map[string]string{}, lns: map[string]net.Listener{}, links: map[[2]string]*netfault.Relay{}, stores: map[string]*Store{},
 		apiCut: map[string]bool{}, probe: &pendingProber{nodes: map[string]*Pending{}}}
 	for _, id := range ids {
-		ln.addrs[id] = testutil.FreeAddr(t)
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		ln.lns[id], ln.addrs[id] = l, l.Addr().String()
 	}
 	for _, a := range ids {
 		for _, b := range ids {
@@ -49,17 +55,17 @@ func newLinkedNodes(t *testing.T, ids ...string) *linkedNodes {
 
 // config returns id's configuration: its Raft links go through the relays.
 func (ln *linkedNodes) config(id string, boot []Server) Config {
-	cfg := fastConfig(ln.t, id, ln.t.TempDir(), ln.addrs[id])
-	cfg.Bootstrap, cfg.Probe = boot, ln.probe
+	cfg := fastConfig(ln.t, id, ln.t.TempDir())
+	cfg.Peers, cfg.Probe = boot, ln.probe
 	var d net.Dialer
-	cfg.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+	cfg.Layer = NewTCPLayer(ln.lns[id], func(ctx context.Context, network, addr string) (net.Conn, error) {
 		for to, a := range ln.addrs {
 			if a == addr && to != id {
 				addr = ln.links[[2]string{id, to}].Addr()
 			}
 		}
 		return d.DialContext(ctx, network, addr)
-	}
+	})
 	return cfg
 }
 

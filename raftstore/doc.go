@@ -21,7 +21,7 @@
 // Raft Layer (Config.Layer, or plain TCP on Config.RaftAddr); Pending.Start
 // decides how the node starts and starts Raft on that layer. A directory
 // that holds state resumes. An empty one founds a new cluster with
-// Config.Bootstrap only once every other voter has answered (through
+// Config.Peers only once every other voter has answered (through
 // Config.Probe) and none holds the state of a cluster founded without this
 // directory; otherwise it is refused with ErrMustReplace, because an empty
 // node that starts Raft grants votes and acknowledgements in the name of
@@ -31,4 +31,9 @@
 // until then). The cluster's id is random, committed in the log by its
 // first leader, and recorded in every data directory. See DESIGN.md for
 // the reasoning behind these choices.
+//
+// Errors say what is wrong in this package's terms (Config.RaftAddr, the
+// peers list, the data directory) and never name a program's flags; an
+// error about a setting is a *FieldError naming the Config fields, which a
+// program maps to the flag or file setting that fixes it.
 package raftstore

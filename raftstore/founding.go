@@ -118,11 +118,11 @@ func decideFounding(self identity, voters []Server, answers []probeResult) found
 		case a.err != nil:
 			d.waiting = append(d.waiting, fmt.Sprintf("%s at %s does not answer (%v)", p.ID, p.APIAddr, a.err))
 		case a.st.NodeID != p.ID:
-			d.waiting = append(d.waiting, fmt.Sprintf("the node at %s (%s's API address) says it is %q; check --peers", p.APIAddr, p.ID, a.st.NodeID))
+			d.waiting = append(d.waiting, fmt.Sprintf("the node at %s (%s's API address) says it is %q; check the peers list", p.APIAddr, p.ID, a.st.NodeID))
 		case !a.st.HasState && a.st.Phase != PhaseFounding:
 			d.waiting = append(d.waiting, fmt.Sprintf("%s holds no state but is %s, not founding", p.ID, a.st.Phase))
 		case !a.st.HasState && !samePeers(a.st.Peers, voters):
-			d.waiting = append(d.waiting, fmt.Sprintf("%s was started with other --peers (%s); give every node the same --peers", p.ID, peerList(a.st.Peers)))
+			d.waiting = append(d.waiting, fmt.Sprintf("%s was started with another peers list (%s); give every node the same peers list", p.ID, peerList(a.st.Peers)))
 		case !a.st.HasState:
 			d.seen[p.ID] = a.st.DataDirID
 		case a.st.Founding != nil && samePeers(a.st.Founding.Peers, voters) && self.DataDirID != "" &&
@@ -212,8 +212,8 @@ func checkForeign(self identity, answers []probeResult) error {
 		if a.err != nil || !a.st.HasState || a.st.ClusterID == "" || a.st.ClusterID == self.ClusterID {
 			continue
 		}
-		return fmt.Errorf("%w: data dir holds cluster %s, but peer %s at %s holds cluster %s; start this node with the data dir of cluster %s, or give it an empty --data-dir and replace it through membership",
-			ErrForeignDataDir, self.ClusterID, a.peer.ID, a.peer.APIAddr, a.st.ClusterID, a.st.ClusterID)
+		return fieldErr(fmt.Errorf("%w: the data directory holds cluster %s, but peer %s at %s holds cluster %s; start this node with the data directory of cluster %s, or give it an empty data directory and replace it through membership",
+			ErrForeignDataDir, self.ClusterID, a.peer.ID, a.peer.APIAddr, a.st.ClusterID, a.st.ClusterID), "DataDir")
 	}
 	return nil
 }

@@ -41,7 +41,7 @@ func TestDecideFounding(t *testing.T) {
 	}{
 		{"all empty, same peers", []probeResult{{v[1], empty("n2", "d-n2", v), nil}, {v[2], empty("n3", "d-n3", v), nil}}, "found", ""},
 		{"one peer down", []probeResult{{v[1], empty("n2", "d-n2", v), nil}, {v[2], NodeState{}, down}}, "wait", "n3 at http://h3:7101 does not answer"},
-		{"a peer with other --peers", []probeResult{{v[1], empty("n2", "d-n2", other), nil}, {v[2], empty("n3", "d-n3", v), nil}}, "wait", "other --peers"},
+		{"a peer with another peers list", []probeResult{{v[1], empty("n2", "d-n2", other), nil}, {v[2], empty("n3", "d-n3", v), nil}}, "wait", "another peers list"},
 		{"another node at a peer's address", []probeResult{{v[1], empty("n7", "d-n7", v), nil}, {v[2], empty("n3", "d-n3", v), nil}}, "wait", `says it is "n7"`},
 		{"a joining peer", []probeResult{{v[1], NodeState{NodeID: "n2", Phase: PhaseJoining}, nil}, {v[2], empty("n3", "d-n3", v), nil}}, "wait", "joining"},
 		{"a slower founder: peers founded having seen this directory", []probeResult{

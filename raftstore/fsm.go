@@ -194,6 +194,11 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if err := json.NewDecoder(rc).Decode(&s); err != nil {
 		return fmt.Errorf("decode snapshot: %w", err)
 	}
+	if s.Counter < 0 {
+		// This FSM never writes one: restoring it would hand out tokens
+		// again from below zero.
+		return fmt.Errorf("%w: snapshot with a negative counter (%d)", ErrCorrupt, s.Counter)
+	}
 	if s.APIAddrs == nil {
 		s.APIAddrs = map[string]string{}
 	}

@@ -72,7 +72,7 @@ func readIdentity(dir string) (*identity, error) {
 	}
 	var id identity
 	if err := json.Unmarshal(b, &id); err != nil {
-		return nil, fmt.Errorf("%w: %s in %s is not valid JSON (%v); restore it or use an empty --data-dir", ErrForeignDataDir, identityFile, dir, err)
+		return nil, fieldErr(fmt.Errorf("%w: %s in %s is not valid JSON (%v); restore it or use an empty data directory", ErrForeignDataDir, identityFile, dir, err), "DataDir")
 	}
 	if id.Founding == nil && len(id.LegacyPeers) > 0 {
 		id.Founding = &Founding{Peers: id.LegacyPeers}
@@ -124,6 +124,6 @@ func checkIdentity(cfg *Config, id *identity) error {
 	if id == nil || id.NodeID == cfg.ID {
 		return nil
 	}
-	return fmt.Errorf("%w: data dir %s belongs to node %q, not %q; start node %q with it or give %q an empty --data-dir",
-		ErrForeignDataDir, cfg.DataDir, id.NodeID, cfg.ID, id.NodeID, cfg.ID)
+	return fieldErr(fmt.Errorf("%w: data directory %s belongs to node %q, not %q; start node %q with it or give %q an empty data directory",
+		ErrForeignDataDir, cfg.DataDir, id.NodeID, cfg.ID, id.NodeID, cfg.ID), "DataDir", "ID")
 }

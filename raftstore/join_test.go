@@ -21,9 +21,11 @@ func (p storeProber) Configuration(ctx context.Context, api string) (Configurati
 	return p.leader.Configuration(ctx)
 }
 
-func fastConfig(t testing.TB, id, dir, addr string) Config {
+// fastConfig is node id's configuration with short Raft timeouts and no
+// network: give it a Layer (bindLayer) before each Open.
+func fastConfig(t testing.TB, id, dir string) Config {
 	return Config{
-		ID: id, DataDir: dir, RaftAddr: addr, APIAddr: "http://" + id, Logger: testutil.Logger(t).With("node", id),
+		ID: id, DataDir: dir, APIAddr: "http://" + id, Logger: testutil.Logger(t).With("node", id),
 		HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond, LeaderLeaseTimeout: 150 * time.Millisecond,
 	}
 }
@@ -31,16 +33,19 @@ func fastConfig(t testing.TB, id, dir, addr string) Config {
 // A node that joins withholds its votes until it is promoted, also across
 // a restart before the promotion, and records the promotion.
 func TestJoinGatesVotesUntilPromoted(t *testing.T) {
-	a := singleNode(t, t.TempDir(), testutil.FreeAddr(t), true)
+	a := singleNode(t, t.TempDir(), "", true)
 	defer a.Close()
 	ctx := context.Background()
 	testutil.Eventually(t, 10*time.Second, "a cluster id", func() bool { return a.fsm.clusterID() != "" })
 	if _, err := a.Allocate(ctx, 7); err != nil {
 		t.Fatal(err)
 	}
-	dirB, addrB := t.TempDir(), testutil.FreeAddr(t)
-	cfgB := fastConfig(t, "n2", dirB, addrB)
+	dirB := t.TempDir()
+	cfgB := fastConfig(t, "n2", dirB)
 	cfgB.Join, cfgB.Probe = []string{"http://n1"}, storeProber{a}
+	cfgB.Layer = bindLayer(t, "", nil)
+	addrB := cfgB.Layer.Addr().String()
+	cfgB.RaftAddr = addrB
 	b, err := Open(cfgB)
 	if err != nil {
 		t.Fatal(err)
@@ -53,6 +58,7 @@ func TestJoinGatesVotesUntilPromoted(t *testing.T) {
 	}
 	// Restarted before its promotion, it still withholds its votes.
 	b.Kill()
+	cfgB.Layer = bindLayer(t, addrB, nil)
 	if b, err = Open(cfgB); err != nil {
 		t.Fatal(err)
 	}
@@ -64,10 +70,11 @@ func TestJoinGatesVotesUntilPromoted(t *testing.T) {
 	// cannot start.
 	b.Kill()
 	noJoin := cfgB
-	noJoin.Join = nil
+	noJoin.Join, noJoin.Layer = nil, bindLayer(t, addrB, nil)
 	if _, err := Open(noJoin); !errors.Is(err, ErrNoFounding) {
-		t.Fatalf("Open of a joining node without --join = %v; want ErrNoFounding", err)
+		t.Fatalf("Open of a joining node without Join = %v; want ErrNoFounding", err)
 	}
+	cfgB.Layer = bindLayer(t, addrB, nil)
 	if b, err = Open(cfgB); err != nil {
 		t.Fatal(err)
 	}
@@ -93,11 +100,14 @@ func TestJoinGatesVotesUntilPromoted(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	cfgB.Layer = bindLayer(t, addrB, nil)
 	if _, err := Open(cfgB); !errors.Is(err, ErrDataDirLost) {
 		t.Fatalf("Open of a data dir without its log = %v; want ErrDataDirLost", err)
 	}
 	// An empty data dir given neither voters nor members to join.
-	if _, err := Open(fastConfig(t, "n3", t.TempDir(), testutil.FreeAddr(t))); !errors.Is(err, ErrNoFounding) {
+	cfg3 := fastConfig(t, "n3", t.TempDir())
+	cfg3.Layer = bindLayer(t, "", nil)
+	if _, err := Open(cfg3); !errors.Is(err, ErrNoFounding) {
 		t.Fatalf("Open of an empty data dir without peers or join = %v; want ErrNoFounding", err)
 	}
 }

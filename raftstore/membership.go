@@ -88,7 +88,7 @@ func (s *Store) AddNonvoter(ctx context.Context, srv Server) error {
 		}
 	}
 	if present && apis[srv.ID] != "" && apis[srv.ID] != srv.APIAddr {
-		return fmt.Errorf("%w: %s is already a member with api address %s; only the member itself changes it (restart it with the new --api-addr)", ErrConflict, srv.ID, apis[srv.ID])
+		return fmt.Errorf("%w: %s is already a member with api address %s; only the member itself changes it (restart it with its new API address)", ErrConflict, srv.ID, apis[srv.ID])
 	}
 	if !present {
 		if err := wait(ctx, s.raft.AddNonvoter(raft.ServerID(srv.ID), raft.ServerAddress(srv.RaftAddr), 0, 0)); err != nil {

@@ -67,7 +67,7 @@ func Prepare(cfg Config) (_ *Pending, err error) {
 	if cfg.Layer != nil && cfg.RaftAddr == "" {
 		cfg.RaftAddr = cfg.Layer.Addr().String()
 	}
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg.setDefaults()
@@ -84,9 +84,9 @@ func Prepare(cfg Config) (_ *Pending, err error) {
 	p.cfg, p.log = cfg, cfg.Logger
 	// Listen first: a taken port fails before anything is written.
 	if p.layer == nil {
-		ln, err := listen("raft", cfg.RaftAddr, "--raft-addr")
+		ln, err := Listen("raft", cfg.RaftAddr)
 		if err != nil {
-			return nil, err
+			return nil, fieldErr(err, "RaftAddr")
 		}
 		p.layer = NewTCPLayer(ln, cfg.Dial)
 	}
@@ -112,7 +112,7 @@ func Prepare(cfg Config) (_ *Pending, err error) {
 	})
 	if err != nil {
 		if errors.Is(err, bbolt.ErrTimeout) {
-			return nil, fmt.Errorf("%w: %s is open in another process; stop that process or use another --data-dir", ErrDataDirLocked, cfg.DataDir)
+			return nil, fieldErr(fmt.Errorf("%w: %s is open in another process; stop that process or use another data directory", ErrDataDirLocked, cfg.DataDir), "DataDir")
 		}
 		return nil, fmt.Errorf("open raft log: %w", err)
 	}
@@ -145,7 +145,7 @@ func (p *Pending) State() NodeState {
 		ClusterID: p.ident.ClusterID, Founding: p.ident.Founding,
 	}
 	if p.phase == PhaseFounding {
-		st.Peers = p.cfg.Bootstrap
+		st.Peers = p.cfg.Peers
 	}
 	return st
 }
@@ -188,7 +188,7 @@ func (p *Pending) Close() error {
 //     peers do not belong to another cluster);
 //   - a directory that once held Raft state and lost it is refused;
 //   - an empty directory with Join waits until the cluster lets it in;
-//   - an empty directory with Bootstrap founds the cluster once every
+//   - an empty directory with Peers founds the cluster once every
 //     voter answered and the founding is safe, and is refused when the
 //     cluster exists without it (ErrMustReplace).
 //
@@ -218,19 +218,19 @@ func (p *Pending) Start(ctx context.Context) (_ *Store, err error) {
 		// lost what it received as a non-voter, which counted for
 		// nothing) asks again.
 		if len(p.contacts()) == 0 {
-			return nil, fmt.Errorf("%w: %s was joining a cluster and holds no Raft state yet; give members to join (--join)", ErrNoFounding, cfg.DataDir)
+			return nil, fieldErr(fmt.Errorf("%w: %s was joining a cluster and holds no Raft state yet; give members to join (Config.Join)", ErrNoFounding, cfg.DataDir), "Join")
 		}
 		if err := p.waitJoin(ctx); err != nil {
 			return nil, err
 		}
 		join = true
-	case len(cfg.Bootstrap) > 0:
+	case len(cfg.Peers) > 0:
 		if found, seen, err = p.waitFounding(ctx); err != nil {
 			return nil, err
 		}
 		join = !found
 	default:
-		return nil, fmt.Errorf("%w: %s holds no Raft state; give the voters of a new cluster (--peers) or members to join (--join)", ErrNoFounding, cfg.DataDir)
+		return nil, fieldErr(fmt.Errorf("%w: %s holds no Raft state; give the voters of a new cluster (the peers list) or members to join (Config.Join)", ErrNoFounding, cfg.DataDir), "Peers", "Join")
 	}
 	p.setWaiting("")
 
@@ -278,7 +278,7 @@ func (p *Pending) Start(ctx context.Context) (_ *Store, err error) {
 	case found:
 		// The record first: a slower founder that asks once this node
 		// holds state must find its own data directory id in it.
-		ident.Founding = &Founding{Peers: cfg.Bootstrap, Seen: seen}
+		ident.Founding = &Founding{Peers: cfg.Peers, Seen: seen}
 		if err := writeIdentity(cfg.DataDir, ident); err != nil {
 			return nil, err
 		}
@@ -289,7 +289,7 @@ func (p *Pending) Start(ctx context.Context) (_ *Store, err error) {
 		p.ident, p.existing, p.phase = ident, true, PhaseRunning
 		p.mu.Unlock()
 		var conf raft.Configuration
-		for _, v := range cfg.Bootstrap {
+		for _, v := range cfg.Peers {
 			conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(v.ID), Address: raft.ServerAddress(v.RaftAddr)})
 		}
 		if err := raft.BootstrapCluster(rc, p.logs, p.bolt, p.snaps, trans, conf); err != nil {
@@ -330,7 +330,7 @@ func (p *Pending) Start(ctx context.Context) (_ *Store, err error) {
 	s.raft.RegisterObserver(s.obs)
 	switch {
 	case found:
-		s.log.Info("founded new cluster", "voters", len(cfg.Bootstrap))
+		s.log.Info("founded new cluster", "voters", len(cfg.Peers))
 	case join:
 		s.log.Info("joining: Raft started; votes withheld until this node is promoted")
 	default:
@@ -372,10 +372,10 @@ func (s *Store) updateIdentity(change func(*identity) bool) error {
 	return writeIdentity(s.cfg.DataDir, s.ident)
 }
 
-// others returns the voters of Bootstrap other than this node.
+// others returns the voters of Peers other than this node.
 func (p *Pending) others() []Server {
 	var out []Server
-	for _, v := range p.cfg.Bootstrap {
+	for _, v := range p.cfg.Peers {
 		if v.ID != p.cfg.ID {
 			out = append(out, v)
 		}
@@ -414,7 +414,7 @@ func (p *Pending) checkResume(ctx context.Context) error {
 			peers = append(peers, s)
 		}
 	}
-	for _, v := range p.cfg.Bootstrap {
+	for _, v := range p.cfg.Peers {
 		add(v)
 	}
 	if p.ident.Founding != nil {
@@ -444,7 +444,7 @@ func (p *Pending) waitFounding(ctx context.Context) (found bool, seen map[string
 	start := time.Now()
 	lastLog := start // the first progress line after 5s: a short wait says nothing
 	for {
-		d := decideFounding(p.ident, p.cfg.Bootstrap, p.probeAll(ctx, others, probeTimeout))
+		d := decideFounding(p.ident, p.cfg.Peers, p.probeAll(ctx, others, probeTimeout))
 		if d.found {
 			return true, d.seen, nil
 		}

@@ -49,7 +49,7 @@ func (s *Store) Reserve(ctx context.Context, n int) (Range, error) {
 }
 
 // maxReserve caps one reservation (FSM.Apply accepts up to MaxInt32).
-const maxReserve = 1 << 30
+const maxReserve = MaxReserveSize
 
 // LeaderTerm returns the term this node leads in, read now; ok is false
 // when it does not lead. The term is read before and after the state, so a
@@ -144,12 +144,12 @@ type Confirmer interface {
 // ReadIndexConfig configures a ReadIndex. Zero values take the defaults.
 type ReadIndexConfig struct {
 	// ReserveSize is how many tokens one reservation entry sets aside. The
-	// default is 65536. Tokens of a range not handed out when the leader
+	// default is DefaultReserveSize (65536), the most MaxReserveSize. Tokens of a range not handed out when the leader
 	// changes are never handed out (tokens have gaps, never repeats).
 	ReserveSize int
 	// RoundTimeout bounds one confirmation round; a round that has not
 	// heard from a majority by then fails (it never succeeds by waiting).
-	// The default is 1s.
+	// The default is DefaultRoundTimeout (1s).
 	RoundTimeout time.Duration
 	// OnReserve, when set, is called with each reservation committed and
 	// the time its commit took (for metrics).
@@ -199,11 +199,11 @@ type heldRange struct {
 // through confirm. Close it when done.
 func NewReadIndex(s *Store, confirm Confirmer, cfg ReadIndexConfig) *ReadIndex {
 	if cfg.ReserveSize <= 0 {
-		cfg.ReserveSize = 65536
+		cfg.ReserveSize = DefaultReserveSize
 	}
 	cfg.ReserveSize = min(cfg.ReserveSize, maxReserve)
 	if cfg.RoundTimeout <= 0 {
-		cfg.RoundTimeout = time.Second
+		cfg.RoundTimeout = DefaultRoundTimeout
 	}
 	ri := &ReadIndex{s: s, confirm: confirm, size: cfg.ReserveSize, timeout: cfg.RoundTimeout, onRes: cfg.OnReserve}
 	ri.ctx, ri.cancel = context.WithCancel(context.Background())

@@ -47,8 +47,9 @@ func TestFSMReserve(t *testing.T) {
 // its range when a raise overtakes it, and after a restart every token is
 // above every reservation in the log.
 func TestReadIndexSingleNode(t *testing.T) {
-	dir, addr := t.TempDir(), testutil.FreeAddr(t)
-	s := singleNode(t, dir, addr, true)
+	dir := t.TempDir()
+	s := singleNode(t, dir, "", true)
+	addr := s.RaftAddr()
 	ri := NewReadIndex(s, noPeers{}, ReadIndexConfig{ReserveSize: 10})
 	ctx := context.Background()
 	var last int64
@@ -104,7 +105,7 @@ func TestReadIndexSingleNode(t *testing.T) {
 
 // A node that does not lead hands out nothing.
 func TestReadIndexNotLeader(t *testing.T) {
-	s := singleNode(t, t.TempDir(), testutil.FreeAddr(t), true)
+	s := singleNode(t, t.TempDir(), "", true)
 	ri := NewReadIndex(s, noPeers{}, ReadIndexConfig{})
 	ri.Close()
 	s.Close()

@@ -40,7 +40,8 @@ var (
 	ErrDataDirLocked = errors.New("raftstore: data dir in use")
 	// ErrAddrInUse means a listen address is taken by another process.
 	ErrAddrInUse = errors.New("raftstore: address in use")
-	// ErrCorrupt is returned by FSM.Apply for an entry it cannot decode.
+	// ErrCorrupt is returned by FSM.Apply for an entry it cannot decode,
+	// and by its Restore for a snapshot it must not restore.
 	ErrCorrupt = errors.New("raftstore: corrupt log entry")
 	// ErrExhausted means the int64 token space is used up.
 	ErrExhausted = errors.New("raftstore: token counter exhausted")
@@ -68,6 +69,25 @@ var (
 	ErrQuorumAtRisk = errors.New("raftstore: change would lose quorum")
 )
 
+// FieldError is an error about one or more fields of a Config: Fields
+// names them as Go spells them ("RaftAddr", "Peers"), so that a program
+// that fills a Config from its own settings (command-line flags, a file)
+// can name the setting that fixes it. Err is the error itself, wrapping one
+// of the sentinels above (ErrBadConfig, ErrAddrInUse, ErrForeignDataDir,
+// ...); its message says what is wrong in this package's terms.
+type FieldError struct {
+	Fields []string
+	Err    error
+}
+
+func (e *FieldError) Error() string { return e.Err.Error() }
+
+// Unwrap returns e.Err.
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// fieldErr wraps err as being about fields of Config.
+func fieldErr(err error, fields ...string) error { return &FieldError{Fields: fields, Err: err} }
+
 // Server is one voter of the cluster: its Raft ID and address, and the
 // address of its token API (kept in the replicated state so every node can
 // forward to the leader).
@@ -77,8 +97,40 @@ type Server struct {
 	APIAddr  string `json:"api_addr"`
 }
 
+// Defaults of Config (see DefaultConfig) and of the Batcher and ReadIndex
+// settings the token service exposes beside it. Each is defined here only.
+const (
+	DefaultFoundingTimeout    = 2 * time.Minute
+	DefaultHeartbeatTimeout   = time.Second
+	DefaultElectionTimeout    = time.Second
+	DefaultLeaderLeaseTimeout = 500 * time.Millisecond
+	DefaultCommitTimeout      = 20 * time.Millisecond
+	DefaultTransportTimeout   = 10 * time.Second
+	DefaultSnapshotThreshold  = 8192
+	DefaultSnapshotInterval   = 30 * time.Second
+	DefaultTrailingLogs       = 10240
+	DefaultRetainSnapshots    = 2
+
+	// DefaultMaxBatch is the Batcher's cap on the tokens one allocation
+	// takes (WithMaxBatch).
+	DefaultMaxBatch = 4096
+	// DefaultMaxInflight is the Batcher's cap on allocations in flight at
+	// once (WithMaxInflight): one, so that the requests arriving meanwhile
+	// form the next batch (a second one in flight cost a third more CPU
+	// per token on the read-index path; see DESIGN.md, "Performance").
+	DefaultMaxInflight = 1
+	// DefaultReserveSize is ReadIndexConfig.ReserveSize's default, and
+	// MaxReserveSize its largest value.
+	DefaultReserveSize = 65536
+	MaxReserveSize     = 1 << 30
+	// DefaultRoundTimeout is ReadIndexConfig.RoundTimeout's default.
+	DefaultRoundTimeout = time.Second
+)
+
 // Config configures a Store. Zero durations and counts take the defaults
-// stated on each field.
+// stated on each field (the Default constants; DefaultConfig returns them
+// filled in), as hashicorp/raft's Config does. Validate checks it; Prepare
+// calls Validate.
 type Config struct {
 	// ID is this node's Raft server ID. Required.
 	ID string
@@ -90,20 +142,20 @@ type Config struct {
 	// APIAddr is this node's token API base URL, recorded in the replicated
 	// state when this node leads.
 	APIAddr string
-	// Bootstrap lists the voters of a new cluster. It is used only when the
-	// data directory holds no Raft state, and then only once every other
-	// voter has answered through Probe and none holds the state of a
-	// cluster founded without this directory (see DESIGN.md, "Founding").
-	// It must name this node.
-	Bootstrap []Server
+	// Peers, the peers list, are the voters of a new cluster, the same on
+	// every node. It is used only when the data directory holds no Raft
+	// state, and then only once every other voter has answered through
+	// Probe and none holds the state of a cluster founded without this
+	// directory (see DESIGN.md, "Founding"). It must name this node.
+	Peers []Server
 	// Join lists the API addresses of members of an existing cluster. A
 	// node whose data directory holds no Raft state and that is given Join
 	// starts Raft only once the committed configuration lists it as a
 	// non-voter, or not at all; it grants no votes until it is promoted
-	// (see DESIGN.md, "Joining"). Join wins over Bootstrap.
+	// (see DESIGN.md, "Joining"). Join wins over Peers.
 	Join []string
 	// Probe asks other nodes about themselves before Raft starts. Required
-	// when Bootstrap names other nodes or Join is set.
+	// when Peers names other nodes or Join is set.
 	Probe Prober
 	// FoundingTimeout bounds how long a node with an empty data directory
 	// waits for its peers (to found, or to be let in with Join) before
@@ -153,6 +205,25 @@ type Config struct {
 	RetainSnapshots int
 }
 
+// DefaultConfig returns a Config with every setting that has a default set
+// to it: the Raft timings, snapshots and FoundingTimeout. The node's
+// identity (ID, DataDir, RaftAddr or Layer, Peers or Join, Probe) is the
+// caller's to fill in.
+func DefaultConfig() Config {
+	return Config{
+		FoundingTimeout:    DefaultFoundingTimeout,
+		HeartbeatTimeout:   DefaultHeartbeatTimeout,
+		ElectionTimeout:    DefaultElectionTimeout,
+		LeaderLeaseTimeout: DefaultLeaderLeaseTimeout,
+		CommitTimeout:      DefaultCommitTimeout,
+		TransportTimeout:   DefaultTransportTimeout,
+		SnapshotThreshold:  DefaultSnapshotThreshold,
+		SnapshotInterval:   DefaultSnapshotInterval,
+		TrailingLogs:       DefaultTrailingLogs,
+		RetainSnapshots:    DefaultRetainSnapshots,
+	}
+}
+
 func (c *Config) setDefaults() {
 	if c.Dial == nil {
 		var d net.Dialer
@@ -166,66 +237,84 @@ func (c *Config) setDefaults() {
 			*d = v
 		}
 	}
-	def(&c.HeartbeatTimeout, time.Second)
-	def(&c.ElectionTimeout, time.Second)
-	def(&c.LeaderLeaseTimeout, 500*time.Millisecond)
-	def(&c.CommitTimeout, 20*time.Millisecond)
-	def(&c.TransportTimeout, 10*time.Second)
-	def(&c.SnapshotInterval, 30*time.Second)
-	def(&c.FoundingTimeout, 2*time.Minute)
+	def(&c.HeartbeatTimeout, DefaultHeartbeatTimeout)
+	def(&c.ElectionTimeout, DefaultElectionTimeout)
+	def(&c.LeaderLeaseTimeout, DefaultLeaderLeaseTimeout)
+	def(&c.CommitTimeout, DefaultCommitTimeout)
+	def(&c.TransportTimeout, DefaultTransportTimeout)
+	def(&c.SnapshotInterval, DefaultSnapshotInterval)
+	def(&c.FoundingTimeout, DefaultFoundingTimeout)
 	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
 		c.LeaderLeaseTimeout = c.HeartbeatTimeout
 	}
 	if c.SnapshotThreshold == 0 {
-		c.SnapshotThreshold = 8192
+		c.SnapshotThreshold = DefaultSnapshotThreshold
 	}
 	if c.TrailingLogs == 0 {
-		c.TrailingLogs = 10240
+		c.TrailingLogs = DefaultTrailingLogs
 	}
 	if c.RetainSnapshots <= 0 {
-		c.RetainSnapshots = 2
+		c.RetainSnapshots = DefaultRetainSnapshots
 	}
 }
 
-func (c *Config) validate() error {
+// Validate reports the first thing wrong with c as a *FieldError wrapping
+// ErrBadConfig: a missing ID, DataDir or RaftAddr (RaftAddr may be empty
+// when Layer is set), a negative duration, or a peers list that repeats a
+// node, does not name this node, or gives it another Raft address.
+func (c *Config) Validate() error {
+	raftAddr := c.RaftAddr
+	if raftAddr == "" && c.Layer != nil {
+		raftAddr = c.Layer.Addr().String()
+	}
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{{"FoundingTimeout", c.FoundingTimeout}, {"HeartbeatTimeout", c.HeartbeatTimeout}, {"ElectionTimeout", c.ElectionTimeout},
+		{"LeaderLeaseTimeout", c.LeaderLeaseTimeout}, {"CommitTimeout", c.CommitTimeout}, {"TransportTimeout", c.TransportTimeout},
+		{"SnapshotInterval", c.SnapshotInterval}} {
+		if d.v < 0 {
+			return fieldErr(fmt.Errorf("%w: Config.%s is negative (%v); give a positive duration, or 0 for the default", ErrBadConfig, d.field, d.v), d.field)
+		}
+	}
 	switch {
 	case c.ID == "":
-		return fmt.Errorf("%w: node id is empty; set --id", ErrBadConfig)
+		return fieldErr(fmt.Errorf("%w: the node id (Config.ID) is empty", ErrBadConfig), "ID")
 	case c.DataDir == "":
-		return fmt.Errorf("%w: data dir is empty; set --data-dir", ErrBadConfig)
-	case c.RaftAddr == "":
-		return fmt.Errorf("%w: raft address is empty; set --raft-addr", ErrBadConfig)
+		return fieldErr(fmt.Errorf("%w: the data directory (Config.DataDir) is empty", ErrBadConfig), "DataDir")
+	case raftAddr == "":
+		return fieldErr(fmt.Errorf("%w: the raft address (Config.RaftAddr) is empty", ErrBadConfig), "RaftAddr")
 	}
-	if len(c.Bootstrap) == 0 {
+	if len(c.Peers) == 0 {
 		return nil
 	}
 	ids, addrs := map[string]bool{}, map[string]bool{}
 	self := false
-	for _, p := range c.Bootstrap {
+	for _, p := range c.Peers {
 		if p.ID == "" || p.RaftAddr == "" {
-			return fmt.Errorf("%w: peer %q has an empty id or raft address; write peers as ID=RAFTADDR=APIADDR", ErrBadConfig, p.ID)
+			return fieldErr(fmt.Errorf("%w: peer %q in the peers list has an empty id or raft address", ErrBadConfig, p.ID), "Peers")
 		}
 		if ids[p.ID] || addrs[p.RaftAddr] {
-			return fmt.Errorf("%w: peer %s=%s appears twice; list each node once", ErrBadConfig, p.ID, p.RaftAddr)
+			return fieldErr(fmt.Errorf("%w: peer %s=%s appears twice in the peers list; list each node once", ErrBadConfig, p.ID, p.RaftAddr), "Peers")
 		}
 		ids[p.ID], addrs[p.RaftAddr] = true, true
 		if p.ID == c.ID {
 			self = true
-			if p.RaftAddr != c.RaftAddr {
-				return fmt.Errorf("%w: --peers gives node %s the raft address %s but --raft-addr is %s; make them equal",
-					ErrBadConfig, c.ID, p.RaftAddr, c.RaftAddr)
+			if p.RaftAddr != raftAddr {
+				return fieldErr(fmt.Errorf("%w: the peers list gives node %s the raft address %s but Config.RaftAddr is %s; make them equal",
+					ErrBadConfig, c.ID, p.RaftAddr, raftAddr), "Peers", "RaftAddr")
 			}
 		}
 	}
 	if !self {
-		return fmt.Errorf("%w: --peers does not name this node %q; add %s=%s=APIADDR to --peers or fix --id",
-			ErrBadConfig, c.ID, c.ID, c.RaftAddr)
+		return fieldErr(fmt.Errorf("%w: the peers list does not name this node %q; add %s=%s=APIADDR to it or fix the node id",
+			ErrBadConfig, c.ID, c.ID, raftAddr), "Peers", "ID")
 	}
 	return nil
 }
 
 // needsProbe reports whether starting from an empty directory asks peers.
-func (c *Config) needsProbe() bool { return len(c.Join) > 0 || len(c.Bootstrap) > 1 }
+func (c *Config) needsProbe() bool { return len(c.Join) > 0 || len(c.Peers) > 1 }
 
 // Store is one node of the token Raft group.
 type Store struct {

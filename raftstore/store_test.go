@@ -13,14 +13,39 @@ import (
 	"github.com/fencegate/fencegate/internal/testutil"
 )
 
+// bindLayer returns a plain TCP Layer on addr, dialling with dial (a plain
+// dial when nil): "" binds 127.0.0.1:0 for a new node; the address of a
+// stopped node binds it again, retried for up to 10s while a socket of
+// its last run still closes.
+func bindLayer(t testing.TB, addr string, dial DialFunc) Layer {
+	t.Helper()
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ln, err := net.Listen("tcp", addr)
+		if err == nil {
+			t.Cleanup(func() { ln.Close() })
+			return NewTCPLayer(ln, dial)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// singleNode opens node n1 on addr ("" for a new address; its RaftAddr to
+// reopen it), founding a one-node cluster when boot is set.
 func singleNode(t testing.TB, dir, addr string, boot bool) *Store {
 	t.Helper()
 	cfg := Config{
-		ID: "n1", DataDir: dir, RaftAddr: addr, APIAddr: "http://127.0.0.1:7101", Logger: testutil.Logger(t),
+		ID: "n1", DataDir: dir, Layer: bindLayer(t, addr, nil), APIAddr: "http://127.0.0.1:7101", Logger: testutil.Logger(t),
 		HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond, LeaderLeaseTimeout: 150 * time.Millisecond,
 	}
 	if boot {
-		cfg.Bootstrap = []Server{{ID: "n1", RaftAddr: addr, APIAddr: "http://127.0.0.1:7101"}}
+		cfg.Peers = []Server{{ID: "n1", RaftAddr: cfg.Layer.Addr().String(), APIAddr: "http://127.0.0.1:7101"}}
 	}
 	s, err := Open(cfg)
 	if err != nil {
@@ -31,8 +56,9 @@ func singleNode(t testing.TB, dir, addr string, boot bool) *Store {
 }
 
 func TestStoreAllocateCloseResume(t *testing.T) {
-	dir, addr := t.TempDir(), testutil.FreeAddr(t)
-	s := singleNode(t, dir, addr, true)
+	dir := t.TempDir()
+	s := singleNode(t, dir, "", true)
+	addr := s.RaftAddr()
 	ctx := context.Background()
 	r, err := s.Allocate(ctx, 5)
 	if err != nil {
@@ -65,12 +91,14 @@ func TestStoreAllocateCloseResume(t *testing.T) {
 }
 
 func TestOpenRejectsBadInput(t *testing.T) {
-	dir, addr := t.TempDir(), testutil.FreeAddr(t)
-	s := singleNode(t, dir, addr, true)
+	dir := t.TempDir()
+	s := singleNode(t, dir, "", true)
+	addr := s.RaftAddr()
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	other := testutil.FreeAddr(t)
+	// Every case fails before the node listens.
+	other := "127.0.0.1:0"
 	cases := []struct {
 		name string
 		cfg  Config
@@ -78,9 +106,9 @@ func TestOpenRejectsBadInput(t *testing.T) {
 	}{
 		{"another node's data dir", Config{ID: "n2", DataDir: dir, RaftAddr: other}, ErrForeignDataDir},
 		{"peers without this node", Config{ID: "n3", DataDir: t.TempDir(), RaftAddr: other,
-			Bootstrap: []Server{{ID: "n1", RaftAddr: addr}}}, ErrBadConfig},
+			Peers: []Server{{ID: "n1", RaftAddr: addr}}}, ErrBadConfig},
 		{"peers with another address for this node", Config{ID: "n1", DataDir: t.TempDir(), RaftAddr: other,
-			Bootstrap: []Server{{ID: "n1", RaftAddr: addr}}}, ErrBadConfig},
+			Peers: []Server{{ID: "n1", RaftAddr: addr}}}, ErrBadConfig},
 		{"missing id", Config{DataDir: t.TempDir(), RaftAddr: other}, ErrBadConfig},
 	}
 	for _, tc := range cases {
@@ -118,7 +146,7 @@ func TestOpenRejectsBadInput(t *testing.T) {
 func BenchmarkStoreAllocate(b *testing.B) {
 	for _, batch := range []int{1, 64} {
 		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
-			s := singleNode(b, b.TempDir(), testutil.FreeAddr(b), true)
+			s := singleNode(b, b.TempDir(), "", true)
 			defer s.Close()
 			ctx := context.Background()
 			for b.Loop() {
@@ -132,7 +160,7 @@ func BenchmarkStoreAllocate(b *testing.B) {
 }
 
 func BenchmarkStoreBatcherParallel(b *testing.B) {
-	s := singleNode(b, b.TempDir(), testutil.FreeAddr(b), true)
+	s := singleNode(b, b.TempDir(), "", true)
 	defer s.Close()
 	bt := NewBatcher(s.Allocate)
 	defer bt.Close()

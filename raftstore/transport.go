@@ -238,19 +238,16 @@ func (l raftLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Con
 	return l.Layer.Dial(ctx, string(addr))
 }
 
-// listen opens a TCP listener and turns "address in use" into an error that
+// Listen opens a TCP listener on addr for the use what names ("raft",
+// "api") and turns "address in use" into ErrAddrInUse, with a message that
 // says what to do.
-func listen(what, addr, flag string) (net.Listener, error) {
+func Listen(what, addr string) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
-			return nil, fmt.Errorf("%w: %s address %s is already in use; stop the process holding it or choose another %s", ErrAddrInUse, what, addr, flag)
+			return nil, fmt.Errorf("%w: %s address %s is already in use; stop the process holding it or choose another address", ErrAddrInUse, what, addr)
 		}
 		return nil, fmt.Errorf("listen %s %s: %w", what, addr, err)
 	}
 	return ln, nil
 }
-
-// Listen is listen for other packages of this module: it names the flag to
-// change when addr is in use.
-func Listen(what, addr, flag string) (net.Listener, error) { return listen(what, addr, flag) }

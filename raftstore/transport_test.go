@@ -161,7 +161,7 @@ func TestStoresOverTLSLayer(t *testing.T) {
 	probe := &pendingProber{nodes: map[string]*Pending{}}
 	var pending []*Pending
 	for i, l := range []Layer{la, lb} {
-		p, err := Prepare(Config{ID: boot[i].ID, DataDir: t.TempDir(), Layer: l, Bootstrap: boot, Probe: probe, Logger: testutil.Logger(t),
+		p, err := Prepare(Config{ID: boot[i].ID, DataDir: t.TempDir(), Layer: l, Peers: boot, Probe: probe, Logger: testutil.Logger(t),
 			HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond, LeaderLeaseTimeout: 150 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)

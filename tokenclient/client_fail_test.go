@@ -4,26 +4,27 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/fencegate/fencegate/internal/freeport"
 )
 
-// closedNodeURLs returns n URLs of loopback ports where nothing listens.
+// closedNodeURLs returns n distinct URLs of loopback ports where nothing
+// listens: bound to 127.0.0.1:0 together, then closed.
 func closedNodeURLs(t *testing.T, n int) []string {
 	t.Helper()
-	addrs, err := freeport.Loopback(n)
-	if err != nil {
-		t.Fatal(err)
-	}
 	urls := make([]string, n)
-	for i, a := range addrs {
-		urls[i] = "http://" + a
+	for i := range urls {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		urls[i] = "http://" + ln.Addr().String()
 	}
 	return urls
 }

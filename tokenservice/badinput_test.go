@@ -16,6 +16,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/tokentest"
+	"github.com/fencegate/fencegate/raftstore"
 	"github.com/fencegate/fencegate/tokenservice"
 )
 
@@ -74,11 +75,17 @@ func oneLine(t *testing.T, s string, want ...string) {
 func TestCLIBadInput(t *testing.T) {
 	dir := t.TempDir()
 	// A data dir that belongs to a one-node cluster n1.
-	raft1, api1 := testutil.FreeAddr(t), testutil.FreeAddr(t)
-	srv, err := tokenservice.Start(context.Background(), tokenservice.Config{
-		ID: "n1", DataDir: filepath.Join(dir, "n1"), RaftAddr: raft1, APIAddr: api1, Logger: testutil.Logger(t),
-		Peers: []tokenservice.Peer{{ID: "n1", RaftAddr: raft1, APIAddr: api1}},
-	})
+	raft1, api1 := loopbackAddr(t), loopbackAddr(t)
+	srv, err := tokenservice.Start(context.Background(), bound(t, tokenservice.Config{
+		Config: raftstore.Config{
+			ID:       "n1",
+			DataDir:  filepath.Join(dir, "n1"),
+			RaftAddr: raft1,
+			APIAddr:  api1,
+			Logger:   testutil.Logger(t),
+			Peers:    []tokenservice.Peer{{ID: "n1", RaftAddr: raft1, APIAddr: api1}},
+		},
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,11 +99,17 @@ func TestCLIBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Another one-node cluster, running, with node n2.
-	raftB, apiB := testutil.FreeAddr(t), testutil.FreeAddr(t)
-	b, err := tokenservice.Start(context.Background(), tokenservice.Config{
-		ID: "n2", DataDir: filepath.Join(dir, "b"), RaftAddr: raftB, APIAddr: apiB, Logger: testutil.Logger(t),
-		Peers: []tokenservice.Peer{{ID: "n2", RaftAddr: raftB, APIAddr: apiB}},
-	})
+	raftB, apiB := loopbackAddr(t), loopbackAddr(t)
+	b, err := tokenservice.Start(context.Background(), bound(t, tokenservice.Config{
+		Config: raftstore.Config{
+			ID:       "n2",
+			DataDir:  filepath.Join(dir, "b"),
+			RaftAddr: raftB,
+			APIAddr:  apiB,
+			Logger:   testutil.Logger(t),
+			Peers:    []tokenservice.Peer{{ID: "n2", RaftAddr: raftB, APIAddr: apiB}},
+		},
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/freeport"
 	"github.com/fencegate/fencegate/internal/tokentest"
 )
 
@@ -46,10 +45,7 @@ func TestCLIInitialToken(t *testing.T) {
 // token next with no node running ends at once with one line naming the
 // fix, not after its 30 s timeout with "deadline exceeded".
 func TestCLINextWithNothingRunning(t *testing.T) {
-	addrs, err := freeport.Loopback(3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	addrs := []string{closedAddr(t), closedAddr(t), closedAddr(t)}
 	code, out, stderr := runCLI(t, "token", "next", "--servers", strings.Join(addrs, ","), "order:1")
 	if code != 1 || out != "" {
 		t.Fatalf("exit %d (want 1), stdout %q, stderr %q", code, out, stderr)

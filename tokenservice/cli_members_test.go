@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/tokentest"
+	"github.com/fencegate/fencegate/raftstore"
 	"github.com/fencegate/fencegate/tokenservice"
 )
 
@@ -63,8 +64,14 @@ func TestCLIMembers(t *testing.T) {
 	// not restarted), added with the command, which waits until the leader
 	// promoted it; then removed again.
 	n4, err := tokenservice.Start(context.Background(), tokenservice.Config{
-		ID: "n4", DataDir: t.TempDir(), RaftAddr: "127.0.0.1:0", APIAddr: "127.0.0.1:0", Join: c.APIURLs(),
-		Logger: testutil.Logger(t).With("node", "n4"),
+		Config: raftstore.Config{
+			ID:       "n4",
+			DataDir:  t.TempDir(),
+			RaftAddr: "127.0.0.1:0",
+			APIAddr:  "127.0.0.1:0",
+			Join:     c.APIURLs(),
+			Logger:   testutil.Logger(t).With("node", "n4"),
+		},
 	})
 	if err != nil {
 		t.Fatal(err)

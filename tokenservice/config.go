@@ -1,7 +1,6 @@
 package tokenservice
 
 import (
-	"context"
 	"fmt"
 	"github.com/fencegate/fencegate/tokensign"
 	"log/slog"
@@ -12,12 +11,10 @@ import (
 	"github.com/fencegate/fencegate/raftstore"
 )
 
-// Peer is one voter of a new cluster: "ID=RAFTADDR=APIADDR" on the command line.
-type Peer struct {
-	ID       string
-	RaftAddr string
-	APIAddr  string
-}
+// Peer is one voter of a new cluster: "ID=RAFTADDR=APIADDR" on the command
+// line. It is raftstore's Server: the peers list is handed to the store as
+// it is.
+type Peer = raftstore.Server
 
 // ParsePeers parses "n1=127.0.0.1:7201=http://127.0.0.1:7101,n2=...". The
 // API address may omit "http://". An empty string gives no peers.
@@ -51,48 +48,52 @@ func ParsePeers(s string) ([]Peer, error) {
 }
 
 // Config configures a token service node. Zero values take the defaults
-// stated on each field.
+// stated on each field; DefaultConfig returns them filled in, and Validate
+// checks a Config as Start does.
+//
+// The settings of the node's Raft store are raftstore's own Config,
+// embedded, with its defaults (raftstore.DefaultConfig): ID, DataDir,
+// RaftAddr, Peers, Join, FoundingTimeout, WaitForFounding, Dial, Logger,
+// the Raft timings and the snapshot settings, each documented there. In a
+// token service:
+//
+//   - ID, DataDir, RaftAddr and APIAddr are required. RaftAddr is the
+//     HOST:PORT Raft listens on and advertises; APIAddr the HOST:PORT the
+//     API listens on (http://HOST:PORT, or https://HOST:PORT with TLS, are
+//     accepted too), and Start records the API's URL in the store. Port 0
+//     takes a free port (Server.RaftAddr and Server.APIURL report it):
+//     for a node that joins and is never restarted; a founder's addresses
+//     must be known to its peers beforehand. RaftListener and APIListener
+//     hand Start listeners the caller opened instead (tests bind
+//     127.0.0.1:0 that way before they write the peers list, and bind the
+//     same address again to restart a node).
+//   - Peers are the voters of a new cluster (ParsePeers reads them); a node
+//     whose DataDir holds no state founds the cluster with them only once
+//     every one of them answers and none holds the state of a cluster
+//     founded without this directory; otherwise Start fails with
+//     raftstore.ErrMustReplace (see raftstore's DESIGN.md, "Founding").
+//   - Join lists API URLs of members of an existing cluster: a node whose
+//     DataDir holds no state waits until a leader confirms that the
+//     cluster lists it as a non-voter or not at all, then starts Raft; it
+//     is promoted to voter once it has caught up (README, "Replacing a
+//     node").
+//   - Dial opens connections to other nodes, both Raft and API
+//     forwarding (tests route it through fault-injecting relays).
+//   - Logger defaults to slog.Default().With("component", "tokenservice").
+//   - Probe and Layer are Start's to set: leave them nil.
 type Config struct {
-	// ID is the node's ID in the Raft group (e.g. "n1"). Required.
-	ID string
-	// DataDir holds the node's Raft log, snapshots and cluster identity. Required.
-	DataDir string
-	// RaftAddr is the HOST:PORT Raft listens on and advertises. Required.
-	// Port 0 takes a free port (Server.RaftAddr reports it): for a node
-	// that joins and is never restarted, as in tests; a founder's address
-	// must be known to its peers beforehand.
-	RaftAddr string
-	// APIAddr is the HOST:PORT the API listens on (http://HOST:PORT, or
-	// https://HOST:PORT with TLS, are accepted too). Required. Port 0 takes
-	// a free port (Server.APIURL reports it).
-	APIAddr string
-	// Peers are the voters of a new cluster, the same on every node. A node
-	// whose DataDir holds no state founds the cluster with them only once
-	// every one of them answers and none holds the state of a cluster
-	// founded without this directory; otherwise Start fails with
-	// raftstore.ErrMustReplace (see raftstore's DESIGN.md, "Founding").
-	// Ignored when DataDir holds state.
-	Peers []Peer
-	// Join lists API URLs of members of an existing cluster. A node whose
-	// DataDir holds no state and that is given Join waits until a leader
-	// confirms that the cluster lists it as a non-voter or not at all, and
-	// then starts Raft; it is promoted to voter once it has caught up. A
-	// replacement for a lost member is started this way, after the lost
-	// member was removed (see README, "Replacing a node"). Ignored when
-	// DataDir holds state.
-	Join []string
-	// FoundingTimeout bounds how long a node with an empty DataDir waits
-	// for its peers (to found, or to join) before Start fails. The default
-	// is 2m.
-	FoundingTimeout time.Duration
-	// WaitForFounding makes a node with an empty DataDir wait as long as
-	// ctx allows instead of failing, also when its peers hold state (it
-	// then joins once the cluster lists it as a non-voter). The default is
-	// false.
-	WaitForFounding bool
-	// Logger receives the node's logs. The default is
-	// slog.Default().With("component", "tokenservice").
-	Logger *slog.Logger
+	raftstore.Config
+
+	// RaftListener, when set, is the listener Raft accepts on (plain TCP;
+	// Start adds TLS when TLS is set), and RaftAddr is the listener's
+	// address. The node owns it from Start on and closes it, also when
+	// Start fails.
+	RaftListener net.Listener
+	// APIListener, when set, is the listener the API serves on (plain TCP;
+	// Start adds TLS when TLS is set), and APIAddr is the listener's
+	// address. The node owns it from Start on and closes it, also when
+	// Start fails.
+	APIListener net.Listener
 	// TLS turns on TLS for the API, mutual TLS for Raft and for calls to
 	// other nodes, and authentication with roles (see Routes); load it with
 	// LoadNodeTLS. The default, nil, is plain HTTP and TCP with every route
@@ -106,26 +107,13 @@ type Config struct {
 	// tokensign.LoadKeys; give every node the same file. The default, nil,
 	// hands out tokens without proofs.
 	SigningKeys *tokensign.Keyring
-	// Dial opens connections to other nodes, both Raft and API forwarding.
-	// Tests route it through fault-injecting relays. The default is a plain
-	// TCP dial.
-	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 
-	// HeartbeatTimeout, ElectionTimeout and LeaderLeaseTimeout tune Raft.
-	// The defaults are 1s, 1s and 500ms.
-	HeartbeatTimeout, ElectionTimeout, LeaderLeaseTimeout time.Duration
-	// TransportTimeout is the I/O deadline on Raft connections. The default is 10s.
-	TransportTimeout time.Duration
-	// SnapshotThreshold (default 8192), SnapshotInterval (default 30s) and
-	// TrailingLogs (default 10240) control snapshots and log compaction.
-	SnapshotThreshold uint64
-	SnapshotInterval  time.Duration
-	TrailingLogs      uint64
-	// MaxBatch caps the tokens one log entry allocates. The default is 4096.
+	// MaxBatch caps the tokens one log entry allocates. The default is
+	// raftstore.DefaultMaxBatch (4096).
 	MaxBatch int
 	// MaxInflight caps the allocations (log entries, or forwarded calls on a
 	// follower) in flight at once; requests arriving meanwhile form the next
-	// batch. The default is 1.
+	// batch. The default is raftstore.DefaultMaxInflight (1).
 	MaxInflight int
 	// CommitPerBatch turns off the read-index path: the leader then commits
 	// one log entry per batch of requests (group commit), as before. By
@@ -135,42 +123,97 @@ type Config struct {
 	// they still follow it in its term (see raftstore's DESIGN.md).
 	CommitPerBatch bool
 	// ReserveSize is how many tokens one reservation entry sets aside on
-	// the read-index path. The default is 65536.
+	// the read-index path, at most raftstore.MaxReserveSize. The default is
+	// raftstore.DefaultReserveSize (65536).
 	ReserveSize int
 	// RoundTimeout bounds one confirmation round on the read-index path;
 	// a round that has not heard from a majority by then fails, and the
-	// requests waiting on it get a retryable no_quorum. The default is 1s.
+	// requests waiting on it get a retryable no_quorum. The default is
+	// raftstore.DefaultRoundTimeout (1s).
 	RoundTimeout time.Duration
-	// ForwardTimeout bounds one forwarded request to the leader. The default is 5s.
+	// ForwardTimeout bounds one forwarded request to the leader. The
+	// default is DefaultForwardTimeout (5s).
 	ForwardTimeout time.Duration
 	// PromoteInterval is how often the leader checks whether a non-voter
-	// has caught up. The default is 500ms.
+	// has caught up. The default is DefaultPromoteInterval (500ms).
 	PromoteInterval time.Duration
 }
 
-func (c *Config) storeConfig(apiURL string, probe raftstore.Prober) raftstore.Config {
-	var boot []raftstore.Server
-	for _, p := range c.Peers {
-		boot = append(boot, raftstore.Server{ID: p.ID, RaftAddr: p.RaftAddr, APIAddr: p.APIAddr})
+// Defaults of the token service's own settings; the store's are
+// raftstore's (raftstore.DefaultConfig).
+const (
+	DefaultForwardTimeout  = 5 * time.Second
+	DefaultPromoteInterval = 500 * time.Millisecond
+)
+
+// DefaultConfig returns a Config with every setting that has a default set
+// to it; the node's identity (ID, DataDir, addresses, Peers or Join) and
+// security (TLS, Credentials, SigningKeys) are the caller's to fill in.
+func DefaultConfig() Config {
+	return Config{
+		Config:          raftstore.DefaultConfig(),
+		MaxBatch:        raftstore.DefaultMaxBatch,
+		MaxInflight:     raftstore.DefaultMaxInflight,
+		ReserveSize:     raftstore.DefaultReserveSize,
+		RoundTimeout:    raftstore.DefaultRoundTimeout,
+		ForwardTimeout:  DefaultForwardTimeout,
+		PromoteInterval: DefaultPromoteInterval,
 	}
-	return raftstore.Config{
-		ID:                 c.ID,
-		DataDir:            c.DataDir,
-		RaftAddr:           c.RaftAddr,
-		APIAddr:            apiURL,
-		Bootstrap:          boot,
-		Join:               c.Join,
-		Probe:              probe,
-		FoundingTimeout:    c.FoundingTimeout,
-		WaitForFounding:    c.WaitForFounding,
-		Dial:               c.Dial,
-		Logger:             c.Logger,
-		HeartbeatTimeout:   c.HeartbeatTimeout,
-		ElectionTimeout:    c.ElectionTimeout,
-		LeaderLeaseTimeout: c.LeaderLeaseTimeout,
-		TransportTimeout:   c.TransportTimeout,
-		SnapshotThreshold:  c.SnapshotThreshold,
-		SnapshotInterval:   c.SnapshotInterval,
-		TrailingLogs:       c.TrailingLogs,
+}
+
+// Validate reports the first thing wrong with c, as Start would: a
+// missing identity or address, a setting out of range, or what
+// raftstore.Config.Validate finds. Errors about a setting are a
+// *raftstore.FieldError naming its fields; they wrap ErrBadConfig or
+// raftstore.ErrBadConfig.
+func (c *Config) Validate() error {
+	if c.ID == "" || c.DataDir == "" || (c.RaftAddr == "" && c.RaftListener == nil) || (c.APIAddr == "" && c.APIListener == nil) {
+		return &raftstore.FieldError{Fields: []string{"ID", "DataDir", "RaftAddr", "APIAddr"},
+			Err: fmt.Errorf("%w: the node id, data directory, raft address and API address (Config.ID, DataDir, RaftAddr, APIAddr) are all required", ErrBadConfig)}
+	}
+	if c.Probe != nil || c.Layer != nil {
+		return &raftstore.FieldError{Fields: []string{"Probe", "Layer"},
+			Err: fmt.Errorf("%w: Config.Probe and Config.Layer are set by Start; leave them nil", ErrBadConfig)}
+	}
+	if c.MaxBatch > maxAllocCount {
+		return &raftstore.FieldError{Fields: []string{"MaxBatch"},
+			Err: fmt.Errorf("%w: the batch limit %d is above %d, the most one forwarded allocation may carry", ErrBadConfig, c.MaxBatch, maxAllocCount)}
+	}
+	if c.ReserveSize < 0 || c.ReserveSize > raftstore.MaxReserveSize {
+		return &raftstore.FieldError{Fields: []string{"ReserveSize"},
+			Err: fmt.Errorf("%w: the reservation size %d is out of range; give 1..%d tokens (0 takes the default, %d)", ErrBadConfig, c.ReserveSize, raftstore.MaxReserveSize, raftstore.DefaultReserveSize)}
+	}
+	if c.RoundTimeout < 0 {
+		return &raftstore.FieldError{Fields: []string{"RoundTimeout"},
+			Err: fmt.Errorf("%w: the round timeout %v is negative; give a positive duration (0 takes the default, %v)", ErrBadConfig, c.RoundTimeout, raftstore.DefaultRoundTimeout)}
+	}
+	store := c.Config
+	if c.RaftListener != nil {
+		store.RaftAddr = c.RaftListener.Addr().String()
+	}
+	return store.Validate()
+}
+
+// setDefaults fills in the defaults of the token service's own settings;
+// the store fills in its own.
+func (c *Config) setDefaults() {
+	if c.Logger == nil {
+		c.Logger = slog.Default().With("component", "tokenservice")
+	}
+	if c.Dial == nil {
+		var d net.Dialer
+		c.Dial = d.DialContext
+	}
+	if c.ForwardTimeout <= 0 {
+		c.ForwardTimeout = DefaultForwardTimeout
+	}
+	if c.MaxBatch <= 0 {
+		c.MaxBatch = raftstore.DefaultMaxBatch
+	}
+	if c.MaxInflight <= 0 {
+		c.MaxInflight = raftstore.DefaultMaxInflight
+	}
+	if c.PromoteInterval <= 0 {
+		c.PromoteInterval = DefaultPromoteInterval
 	}
 }

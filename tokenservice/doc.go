@@ -103,4 +103,10 @@
 // # Client
 //
 // See package tokenclient.
+//
+// # Testing
+//
+// Package tokenservicetest starts a cluster inside a test process
+// (StartCluster), on listeners bound to port 0; like hashicorp/raft's
+// MakeCluster it is not a stable API.
 package tokenservice

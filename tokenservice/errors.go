@@ -8,7 +8,7 @@ import (
 // Errors of the server side only; the errors a client sees are defined in
 // tokenclient (see client_compat.go).
 var (
-	// ErrBadPeers is returned by ParsePeers for a malformed --peers line.
+	// ErrBadPeers is returned by ParsePeers for a malformed peers list.
 	ErrBadPeers = errors.New("tokenservice: bad peers")
 	// ErrBadConfig is returned by Start for an invalid Config.
 	ErrBadConfig = errors.New("tokenservice: bad configuration")

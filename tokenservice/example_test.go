@@ -5,36 +5,42 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/freeport"
+	"github.com/fencegate/fencegate/raftstore"
 	"github.com/fencegate/fencegate/tokenservice"
 )
 
-// freeAddr returns a loopback address that was free a moment ago, never
-// the same one twice.
-func freeAddr() string {
-	addrs, err := freeport.Loopback(1)
-	if err != nil {
-		panic(err)
-	}
-	return addrs[0]
-}
-
 // Start a one-node token service and take two tokens from it. A real
-// deployment runs three nodes with the same Peers on each.
+// deployment runs three nodes with the same Peers on each, on fixed
+// addresses; here the node takes listeners on free loopback ports.
 func Example() {
 	dir, err := os.MkdirTemp("", "fencegate-example-")
 	if err != nil {
 		panic(err)
 	}
 	defer os.RemoveAll(dir)
-	raftAddr, apiAddr := freeAddr(), freeAddr()
+	raftLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	apiLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
 	srv, err := tokenservice.Start(context.Background(), tokenservice.Config{
-		ID: "n1", DataDir: dir, RaftAddr: raftAddr, APIAddr: apiAddr,
-		Peers:  []tokenservice.Peer{{ID: "n1", RaftAddr: raftAddr, APIAddr: apiAddr}},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Config: raftstore.Config{
+			ID:      "n1",
+			DataDir: dir,
+			Peers: []tokenservice.Peer{
+				{ID: "n1", RaftAddr: raftLn.Addr().String(), APIAddr: "http://" + apiLn.Addr().String()},
+			},
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		},
+		RaftListener: raftLn, // the node owns both listeners from here on
+		APIListener:  apiLn,
 	})
 	if err != nil {
 		panic(err)

@@ -25,14 +25,22 @@ func foundingConfigs(t *testing.T, n int) []tokenservice.Config {
 	dir := t.TempDir()
 	var peers []tokenservice.Peer
 	for i := range n {
-		peers = append(peers, tokenservice.Peer{ID: fmt.Sprintf("n%d", i+1), RaftAddr: tokentest.StableAddr(t), APIAddr: "http://" + tokentest.StableAddr(t)})
+		peers = append(peers, tokenservice.Peer{ID: fmt.Sprintf("n%d", i+1), RaftAddr: loopbackAddr(t), APIAddr: "http://" + loopbackAddr(t)})
 	}
 	cfgs := make([]tokenservice.Config, n)
 	for i, p := range peers {
 		cfgs[i] = tokenservice.Config{
-			ID: p.ID, DataDir: filepath.Join(dir, p.ID), RaftAddr: p.RaftAddr, APIAddr: p.APIAddr, Peers: peers,
-			Logger:           testutil.Logger(t).With("node", p.ID),
-			HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond, LeaderLeaseTimeout: 150 * time.Millisecond,
+			Config: raftstore.Config{
+				ID:                 p.ID,
+				DataDir:            filepath.Join(dir, p.ID),
+				RaftAddr:           p.RaftAddr,
+				APIAddr:            p.APIAddr,
+				Peers:              peers,
+				Logger:             testutil.Logger(t).With("node", p.ID),
+				HeartbeatTimeout:   200 * time.Millisecond,
+				ElectionTimeout:    200 * time.Millisecond,
+				LeaderLeaseTimeout: 150 * time.Millisecond,
+			},
 		}
 	}
 	return cfgs
@@ -47,6 +55,7 @@ func startNodes(t *testing.T, ctx context.Context, cfgs []tokenservice.Config) (
 	var wg sync.WaitGroup
 	for i, cfg := range cfgs {
 		wg.Add(1)
+		cfg = bound(t, cfg)
 		go func() {
 			defer wg.Done()
 			srvs[i], errs[i] = tokenservice.Start(ctx, cfg)
@@ -150,8 +159,9 @@ func TestFoundingSlowFounder(t *testing.T) {
 	res := make([]chan result, 3)
 	for i := range 3 {
 		res[i] = make(chan result, 1)
+		cfg := bound(t, cfgs[i])
 		go func() {
-			s, err := tokenservice.Start(context.Background(), cfgs[i])
+			s, err := tokenservice.Start(context.Background(), cfg)
 			res[i] <- result{s, err}
 		}()
 	}
@@ -212,8 +222,9 @@ func TestFoundingPeerDown(t *testing.T) {
 	}
 	res := make(chan result, 2)
 	for i := range 2 {
+		cfg := bound(t, cfgs[i])
 		go func() {
-			s, err := tokenservice.Start(ctx, cfgs[i])
+			s, err := tokenservice.Start(ctx, cfg)
 			res <- result{s, err}
 		}()
 	}
@@ -222,7 +233,7 @@ func TestFoundingPeerDown(t *testing.T) {
 		t.Fatalf("a founder started without its third peer: %v", r.err)
 	case <-time.After(2 * time.Second):
 	}
-	n3, err := tokenservice.Start(ctx, cfgs[2])
+	n3, err := tokenservice.Start(ctx, bound(t, cfgs[2]))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,11 +261,17 @@ func TestFoundingPeerWithState(t *testing.T) {
 	for i := range 3 {
 		peers = append(peers, tokenservice.Peer{ID: c.ID(i), RaftAddr: c.Node(i).RaftAddr(), APIAddr: c.APIURL(i)})
 	}
-	n4 := tokenservice.Peer{ID: "n4", RaftAddr: tokentest.StableAddr(t), APIAddr: "http://" + tokentest.StableAddr(t)}
-	_, err := tokenservice.Start(context.Background(), tokenservice.Config{
-		ID: "n4", DataDir: t.TempDir(), RaftAddr: n4.RaftAddr, APIAddr: n4.APIAddr, Peers: append(peers, n4),
-		Logger: testutil.Logger(t).With("node", "n4"),
-	})
+	n4 := tokenservice.Peer{ID: "n4", RaftAddr: loopbackAddr(t), APIAddr: "http://" + loopbackAddr(t)}
+	_, err := tokenservice.Start(context.Background(), bound(t, tokenservice.Config{
+		Config: raftstore.Config{
+			ID:       "n4",
+			DataDir:  t.TempDir(),
+			RaftAddr: n4.RaftAddr,
+			APIAddr:  n4.APIAddr,
+			Peers:    append(peers, n4),
+			Logger:   testutil.Logger(t).With("node", "n4"),
+		},
+	}))
 	if !errors.Is(err, raftstore.ErrMustReplace) {
 		t.Fatalf("new node listed next to a running cluster: %v; want ErrMustReplace", err)
 	}
@@ -290,12 +307,18 @@ func TestFoundingPeerOfAnotherCluster(t *testing.T) {
 	sameCluster(t, []*tokenservice.Server{a.Node(0), a.Node(1), a.Node(2)})
 
 	// Cluster B: one node, founded alone.
-	raftB, apiB := tokentest.StableAddr(t), "http://"+tokentest.StableAddr(t)
+	raftB, apiB := loopbackAddr(t), "http://"+loopbackAddr(t)
 	dirB := t.TempDir()
-	b, err := tokenservice.Start(context.Background(), tokenservice.Config{
-		ID: "n1", DataDir: dirB, RaftAddr: raftB, APIAddr: apiB, Peers: []tokenservice.Peer{{ID: "n1", RaftAddr: raftB, APIAddr: apiB}},
-		Logger: testutil.Logger(t).With("node", "b1"),
-	})
+	b, err := tokenservice.Start(context.Background(), bound(t, tokenservice.Config{
+		Config: raftstore.Config{
+			ID:       "n1",
+			DataDir:  dirB,
+			RaftAddr: raftB,
+			APIAddr:  apiB,
+			Peers:    []tokenservice.Peer{{ID: "n1", RaftAddr: raftB, APIAddr: apiB}},
+			Logger:   testutil.Logger(t).With("node", "b1"),
+		},
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,9 +331,16 @@ func TestFoundingPeerOfAnotherCluster(t *testing.T) {
 	for i := 1; i < 3; i++ {
 		peers = append(peers, tokenservice.Peer{ID: a.ID(i), RaftAddr: a.Node(i).RaftAddr(), APIAddr: a.APIURL(i)})
 	}
-	_, err = tokenservice.Start(context.Background(), tokenservice.Config{
-		ID: "n1", DataDir: dirB, RaftAddr: raftB, APIAddr: apiB, Peers: peers, Logger: testutil.Logger(t).With("node", "b1"),
-	})
+	_, err = tokenservice.Start(context.Background(), bound(t, tokenservice.Config{
+		Config: raftstore.Config{
+			ID:       "n1",
+			DataDir:  dirB,
+			RaftAddr: raftB,
+			APIAddr:  apiB,
+			Peers:    peers,
+			Logger:   testutil.Logger(t).With("node", "b1"),
+		},
+	}))
 	if !errors.Is(err, raftstore.ErrForeignDataDir) || !strings.Contains(err.Error(), idB) {
 		t.Fatalf("cluster %s's data dir among cluster A's peers: %v; want ErrForeignDataDir", idB, err)
 	}

@@ -18,7 +18,6 @@ import (
 
 	"github.com/fencegate/fencegate/internal/pki"
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/internal/tokentest"
 	"github.com/fencegate/fencegate/raftstore"
 	"github.com/fencegate/fencegate/tokenservice"
 )
@@ -80,7 +79,7 @@ func TestFoundingProbeRefusesStrangers(t *testing.T) {
 		{"control: n2's own peer certificate", serverTLS(t, ca, "n2", tokenservice.RolePeer), true},
 	} {
 		t.Run(d.name, func(t *testing.T) {
-			raft1, api1, raft2 := tokentest.StableAddr(t), tokentest.StableAddr(t), tokentest.StableAddr(t)
+			raft1, api1, raft2 := loopbackAddr(t), loopbackAddr(t), closedAddr(t)
 			voters := []raftstore.Server{{ID: "n1", RaftAddr: raft1}, {ID: "n2", RaftAddr: raft2}}
 			im := startImpostor(t, d.tls, "n2", voters)
 			leaf, err := ca.Issue("n1", []string{string(tokenservice.RolePeer)}, []string{"127.0.0.1"}, pki.Options{})
@@ -89,20 +88,29 @@ func TestFoundingProbeRefusesStrangers(t *testing.T) {
 			}
 			dir := t.TempDir()
 			cfg := tokenservice.Config{
-				ID: "n1", DataDir: dir, RaftAddr: raft1, APIAddr: api1,
-				Peers: []tokenservice.Peer{
-					{ID: "n1", RaftAddr: raft1, APIAddr: "https://" + api1},
-					{ID: "n2", RaftAddr: raft2, APIAddr: "https://" + im.addr},
+				Config: raftstore.Config{
+					ID:       "n1",
+					DataDir:  dir,
+					RaftAddr: raft1,
+					APIAddr:  api1,
+					Peers: []tokenservice.Peer{
+						{ID: "n1", RaftAddr: raft1, APIAddr: "https://" + api1},
+						{ID: "n2", RaftAddr: raft2, APIAddr: "https://" + im.addr},
+					},
+					FoundingTimeout:    3 * time.Second,
+					Logger:             testutil.Logger(t).With("node", "n1"),
+					HeartbeatTimeout:   200 * time.Millisecond,
+					ElectionTimeout:    200 * time.Millisecond,
+					LeaderLeaseTimeout: 150 * time.Millisecond,
 				},
-				TLS:             &tokenservice.NodeTLS{CA: ca.Pool(), Cert: leaf.TLSCertificate()},
-				FoundingTimeout: 3 * time.Second, Logger: testutil.Logger(t).With("node", "n1"),
-				HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond, LeaderLeaseTimeout: 150 * time.Millisecond,
+				TLS: &tokenservice.NodeTLS{CA: ca.Pool(), Cert: leaf.TLSCertificate()},
 			}
 			type result struct {
 				srv *tokenservice.Server
 				err error
 			}
 			done := make(chan result, 1)
+			cfg = bound(t, cfg)
 			go func() {
 				srv, err := tokenservice.Start(context.Background(), cfg)
 				done <- result{srv, err}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -162,4 +164,82 @@ func runCallers(t *testing.T, clients []*tokenservice.Client, total, workers int
 		t.Fatalf("got %d tokens, want %d", got, total)
 	}
 	return ops
+}
+
+// Nodes started in this process never pick ports: loopbackAddr binds
+// 127.0.0.1:0 and keeps the listener, and bound hands it to the node that
+// starts on that address (or binds the address again for a restart).
+var (
+	heldMu sync.Mutex
+	// held maps an address from loopbackAddr to its listener, nil once a
+	// node took it.
+	held = map[string]net.Listener{}
+)
+
+// loopbackAddr returns "127.0.0.1:PORT" of a listener bound to
+// 127.0.0.1:0, kept for the node that bound starts there.
+func loopbackAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	heldMu.Lock()
+	defer heldMu.Unlock()
+	held[ln.Addr().String()] = ln
+	return ln.Addr().String()
+}
+
+// closedAddr returns an address where nothing listens: bound to
+// 127.0.0.1:0 and closed again. No node ever starts there.
+func closedAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// bound returns cfg with the listeners of its Raft and API addresses when
+// loopbackAddr made them: the kept listener the first time, else the
+// address bound again (a restart), retried for up to 10s while a socket of
+// the node's last run closes. Other addresses are left to Start.
+func bound(t testing.TB, cfg tokenservice.Config) tokenservice.Config {
+	t.Helper()
+	take := func(addr string) net.Listener {
+		heldMu.Lock()
+		ln, ok := held[addr]
+		if ok {
+			held[addr] = nil
+		}
+		heldMu.Unlock()
+		if !ok {
+			return nil
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for ln == nil {
+			var err error
+			if ln, err = net.Listen("tcp", addr); err != nil {
+				if time.Now().After(deadline) {
+					t.Fatal(err)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+		return ln
+	}
+	if ln := take(cfg.RaftAddr); ln != nil {
+		cfg.RaftListener = ln
+	}
+	api := cfg.APIAddr
+	if _, rest, ok := strings.Cut(api, "://"); ok {
+		api = rest
+	}
+	if ln := take(api); ln != nil {
+		cfg.APIListener = ln
+	}
+	return cfg
 }

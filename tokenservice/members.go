@@ -141,13 +141,13 @@ func (s *Server) checkNewMember(ctx context.Context, req memberRequest) error {
 	defer cancel()
 	ns, err := s.probe.State(ctx, req.APIAddr)
 	if err != nil {
-		return fmt.Errorf("%w: no node answers at api address %s (%v); start the new node first (with an empty data dir and --join), then add it", ErrRefused, req.APIAddr, err)
+		return fmt.Errorf("%w: no node answers at api address %s (%v); start the new node first (with an empty data directory, told to join this cluster), then add it", ErrRefused, req.APIAddr, err)
 	}
 	if ns.NodeID != req.ID {
 		return fmt.Errorf("%w: the node at %s says it is %q, not %q; check the id and the address", ErrRefused, req.APIAddr, ns.NodeID, req.ID)
 	}
 	if cid := s.Store().Status().ClusterID; ns.HasState && ns.ClusterID != "" && cid != "" && ns.ClusterID != cid {
-		return fmt.Errorf("%w: %s at %s holds the state of cluster %s, not of this cluster %s; give it an empty data dir", ErrRefused, req.ID, req.APIAddr, ns.ClusterID, cid)
+		return fmt.Errorf("%w: %s at %s holds the state of cluster %s, not of this cluster %s; give it an empty data directory", ErrRefused, req.ID, req.APIAddr, ns.ClusterID, cid)
 	}
 	c, err := s.raftLayer.Dial(ctx, req.RaftAddr)
 	if err != nil {

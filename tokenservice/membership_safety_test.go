@@ -46,8 +46,14 @@ func TestAddMemberRefusals(t *testing.T) {
 	// n4 runs, empty, in join mode, but is not a member; it binds
 	// 127.0.0.1:0 (it is never restarted).
 	n4, err := tokenservice.Start(context.Background(), tokenservice.Config{
-		ID: "n4", DataDir: t.TempDir(), RaftAddr: "127.0.0.1:0", APIAddr: "127.0.0.1:0", Join: c.APIURLs(),
-		Logger: testutil.Logger(t).With("node", "n4"),
+		Config: raftstore.Config{
+			ID:       "n4",
+			DataDir:  t.TempDir(),
+			RaftAddr: "127.0.0.1:0",
+			APIAddr:  "127.0.0.1:0",
+			Join:     c.APIURLs(),
+			Logger:   testutil.Logger(t).With("node", "n4"),
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +61,7 @@ func TestAddMemberRefusals(t *testing.T) {
 	t.Cleanup(n4.Kill)
 	n4raft, n4api := n4.RaftAddr(), n4.APIURL()
 	before := memberLine(t, cl)
-	silent := tokentest.StableAddr(t)
+	silent := closedAddr(t)
 	cases := []struct {
 		name, id, raft, api string
 		want                []string
@@ -210,8 +216,15 @@ func TestJoinWhileStillVoterRefused(t *testing.T) {
 		}
 	}
 	_, err := tokenservice.Start(context.Background(), tokenservice.Config{
-		ID: c.ID(victim), DataDir: t.TempDir(), RaftAddr: raftAddr, APIAddr: tokentest.StableAddr(t), Join: others,
-		FoundingTimeout: 5 * time.Second, Logger: testutil.Logger(t).With("node", c.ID(victim)),
+		Config: raftstore.Config{
+			ID:              c.ID(victim),
+			DataDir:         t.TempDir(),
+			RaftAddr:        raftAddr,
+			APIAddr:         "127.0.0.1:0",
+			Join:            others,
+			FoundingTimeout: 5 * time.Second,
+			Logger:          testutil.Logger(t).With("node", c.ID(victim)),
+		},
 	})
 	if !errors.Is(err, raftstore.ErrStillVoter) {
 		t.Fatalf("join while still a voter: %v; want ErrStillVoter", err)

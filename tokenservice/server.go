@@ -94,46 +94,38 @@ type Server struct {
 // With Config.TLS the API serves https, Raft runs over mutual TLS and
 // every call to another node presents this node's peer certificate; every
 // request is authenticated (see Routes). An API or Raft address with port 0
-// is given a free port (for tests; a real node restarts on its ports).
+// is given a free port (for a node that is never restarted; a real node
+// restarts on its ports); Config.RaftListener and Config.APIListener hand
+// Start listeners the caller bound.
 func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
+	defer func() {
+		// Listeners handed in are the node's: closed when it does not
+		// start (closing one twice is harmless).
+		if err != nil {
+			for _, ln := range []net.Listener{cfg.APIListener, cfg.RaftListener} {
+				if ln != nil {
+					ln.Close()
+				}
+			}
+		}
+	}()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if cfg.ID == "" || cfg.DataDir == "" || cfg.RaftAddr == "" || cfg.APIAddr == "" {
-		return nil, fmt.Errorf("%w: id, data dir, raft address and api address are all required; set --id, --data-dir, --raft-addr and --api-addr", ErrBadConfig)
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default().With("component", "tokenservice")
+	cfg.setDefaults()
+	if cfg.APIListener != nil {
+		cfg.APIAddr = cfg.APIListener.Addr().String()
 	}
-	if cfg.Dial == nil {
-		var d net.Dialer
-		cfg.Dial = d.DialContext
-	}
-	if cfg.ForwardTimeout <= 0 {
-		cfg.ForwardTimeout = 5 * time.Second
-	}
-	if cfg.MaxBatch <= 0 {
-		cfg.MaxBatch = 4096
-	}
-	if cfg.MaxBatch > maxAllocCount {
-		return nil, fmt.Errorf("%w: the batch limit %d is above %d, the most one forwarded allocation may carry", ErrBadConfig, cfg.MaxBatch, maxAllocCount)
-	}
-	if cfg.MaxInflight <= 0 {
-		cfg.MaxInflight = 1
-	}
-	if cfg.ReserveSize < 0 || cfg.ReserveSize > 1<<30 {
-		return nil, fmt.Errorf("%w: the reservation size %d is out of range; give 1..%d tokens (0 takes the default, 65536)", ErrBadConfig, cfg.ReserveSize, 1<<30)
-	}
-	if cfg.RoundTimeout < 0 {
-		return nil, fmt.Errorf("%w: the round timeout %v is negative; give a positive duration (0 takes the default, 1s)", ErrBadConfig, cfg.RoundTimeout)
-	}
-	if cfg.PromoteInterval <= 0 {
-		cfg.PromoteInterval = 500 * time.Millisecond
+	if cfg.RaftListener != nil {
+		cfg.RaftAddr = cfg.RaftListener.Addr().String()
 	}
 	// TLS and authentication (see auth.go, tlsconfig.go).
 	hostPort, scheme, err := apiHostPort(cfg)
 	if err != nil {
-		return nil, err
+		return nil, &raftstore.FieldError{Fields: []string{"APIAddr"}, Err: err}
 	}
 	if err := checkSecurity(&cfg); err != nil {
 		return nil, err
@@ -141,7 +133,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	join := make([]string, len(cfg.Join))
 	for i, u := range cfg.Join {
 		if join[i], err = NormalizeURL(u); err != nil {
-			return nil, fmt.Errorf("%w: --join: %v", ErrBadConfig, err)
+			return nil, &raftstore.FieldError{Fields: []string{"Join"}, Err: fmt.Errorf("%w: a member to join (Config.Join): %v", ErrBadConfig, err)}
 		}
 		join[i] = withScheme(join[i], scheme)
 	}
@@ -152,17 +144,20 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	// Listen before opening the store, so a taken port fails before any
 	// state is created.
-	s.ln, err = raftstore.Listen("api", hostPort, "--api-addr")
-	if err != nil {
-		return nil, err
+	if s.ln = cfg.APIListener; s.ln == nil {
+		if s.ln, err = raftstore.Listen("api", hostPort); err != nil {
+			return nil, &raftstore.FieldError{Fields: []string{"APIAddr"}, Err: err}
+		}
 	}
 	if _, port, _ := net.SplitHostPort(hostPort); port == "0" {
 		s.apiURL = scheme + "://" + s.ln.Addr().String()
 	}
-	raftLn, err := raftstore.Listen("raft", cfg.RaftAddr, "--raft-addr")
-	if err != nil {
-		s.ln.Close()
-		return nil, err
+	raftLn := cfg.RaftListener
+	if raftLn == nil {
+		if raftLn, err = raftstore.Listen("raft", cfg.RaftAddr); err != nil {
+			s.ln.Close()
+			return nil, &raftstore.FieldError{Fields: []string{"RaftAddr"}, Err: err}
+		}
 	}
 	if _, port, _ := net.SplitHostPort(cfg.RaftAddr); port == "0" {
 		cfg.RaftAddr = raftLn.Addr().String()
@@ -193,7 +188,8 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	s.probe = &httpProber{hc: s.fwd, scheme: scheme, verify: cfg.TLS != nil}
 	s.metrics = newMetrics(s)
 	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
-	scfg := cfg.storeConfig(s.apiURL, s.probe)
+	scfg := cfg.Config
+	scfg.APIAddr, scfg.Probe = s.apiURL, s.probe
 	scfg.Layer = s.raftLayer // Prepare owns it from here, also when it fails
 	pending, err := raftstore.Prepare(scfg)
 	if err != nil {

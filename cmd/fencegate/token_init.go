@@ -41,7 +41,7 @@ func runTokenInit(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	defer done()
 	res, err := c.RaiseCounter(ctx, o.initial)
 	if err != nil {
-		return err
+		return clientHint(err)
 	}
 	if res.After > res.Before {
 		fmt.Fprintf(stdout, "counter raised from %d to %d (entry %d, term %d): every token from now on is above %d\n", res.Before, res.After, res.Index, res.Term, res.After)

@@ -70,7 +70,7 @@ func runMembersList(ctx context.Context, args []string, stdout, stderr io.Writer
 	defer done()
 	ms, err := c.Members(ctx)
 	if err != nil {
-		return err
+		return clientHint(err)
 	}
 	if o.json {
 		enc := json.NewEncoder(stdout)
@@ -154,7 +154,7 @@ func runMembersAdd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	m, err := c.AddMember(actx, o.id, o.raftAddr, o.apiAddr)
 	cancel()
 	if err != nil {
-		return err
+		return membersAddHint(err)
 	}
 	fmt.Fprintf(stdout, "%s added as a non-voter (raft %s, api %s)\n", m.ID, m.RaftAddr, m.APIAddr)
 	if o.wait <= 0 {
@@ -216,7 +216,7 @@ func runMembersRemove(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	defer done()
 	if err := c.RemoveMember(ctx, pos[0]); err != nil {
-		return err
+		return clientHint(err)
 	}
 	fmt.Fprintf(stdout, "%s removed\n", pos[0])
 	return nil

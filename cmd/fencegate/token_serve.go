@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -100,10 +99,23 @@ func runTokenServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("node", o.id)
 	srv, err := tokenservice.Start(ctx, tokenservice.Config{
-		ID: o.id, DataDir: o.dataDir, RaftAddr: o.raftAddr, APIAddr: o.apiAddr, Peers: peerList, Join: join,
-		WaitForFounding: o.waitForFounding, FoundingTimeout: o.foundingTimeout, Logger: logger,
-		HeartbeatTimeout: o.heartbeat, ElectionTimeout: o.election, LeaderLeaseTimeout: o.lease,
-		SnapshotThreshold: o.snapThreshold, TrailingLogs: o.trailing, Dial: dial,
+		Config: raftstore.Config{
+			ID:                 o.id,
+			DataDir:            o.dataDir,
+			RaftAddr:           o.raftAddr,
+			APIAddr:            o.apiAddr,
+			Peers:              peerList,
+			Join:               join,
+			WaitForFounding:    o.waitForFounding,
+			FoundingTimeout:    o.foundingTimeout,
+			Logger:             logger,
+			HeartbeatTimeout:   o.heartbeat,
+			ElectionTimeout:    o.election,
+			LeaderLeaseTimeout: o.lease,
+			SnapshotThreshold:  o.snapThreshold,
+			TrailingLogs:       o.trailing,
+			Dial:               dial,
+		},
 		TLS: nodeTLS, Credentials: creds, SigningKeys: keys,
 		CommitPerBatch: o.commitPerBatch, ReserveSize: o.reserveSize, RoundTimeout: o.roundTimeout,
 	})
@@ -117,27 +129,6 @@ func runTokenServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 	<-ctx.Done()
 	logger.Info("shutting down")
 	return srv.Close()
-}
-
-// serveHint adds to a refused start what the operator does about it.
-func serveHint(err error, o *tokenServeOpts) error {
-	admin := ""
-	if o.tls.on() {
-		admin = " with an admin's --tls-ca and --tls-cert/--tls-key or --credentials-file"
-	}
-	replace := fmt.Sprintf("to bring node %s back with an empty data dir: run 'fencegate token members remove %s'%s against the cluster, start this node again with the same flags plus --join API-URL-OF-A-MEMBER, then run 'fencegate token members add %s %s %s'%s (README: Replacing a node)",
-		o.id, o.id, admin, o.id, o.raftAddr, o.apiAddr, admin)
-	switch {
-	case errors.Is(err, raftstore.ErrMustReplace), errors.Is(err, raftstore.ErrDataDirLost):
-		return fmt.Errorf("%w; %s", err, replace)
-	case errors.Is(err, raftstore.ErrStillVoter):
-		return fmt.Errorf("%w; run 'fencegate token members remove %s' against the cluster first; this node then joins", err, o.id)
-	case errors.Is(err, raftstore.ErrWaitTimeout) && o.join == "":
-		return fmt.Errorf("%w; start every node listed in --peers, or give --wait-for-founding to wait without limit; if the cluster already runs and this node lost its data, %s", err, replace)
-	case errors.Is(err, raftstore.ErrWaitTimeout):
-		return fmt.Errorf("%w; check that --join names running members, or give --wait-for-founding to wait without limit", err)
-	}
-	return err
 }
 
 // splitList splits a comma-separated flag value, dropping empty items.

@@ -27,6 +27,7 @@ import (
 	"github.com/fencegate/fencegate/internal/timeline"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/pgfence"
+	"github.com/fencegate/fencegate/raftstore"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokensign"
 	"github.com/jackc/pgx/v5"
@@ -296,8 +297,15 @@ func startSigningCluster(ctx context.Context, s *stack, name string, n int, keys
 		go func() {
 			defer wg.Done()
 			servers[i], errs[i] = tokenservice.Start(ctx, tokenservice.Config{
-				ID: p.ID, DataDir: filepath.Join(s.tmp, "tokens-"+name, p.ID), RaftAddr: p.RaftAddr, APIAddr: p.APIAddr,
-				Peers: peers, SigningKeys: keys, Logger: s.svcLog.With("component", "tokenservice", "cluster", name, "node", p.ID),
+				Config: raftstore.Config{
+					ID:       p.ID,
+					DataDir:  filepath.Join(s.tmp, "tokens-"+name, p.ID),
+					RaftAddr: p.RaftAddr,
+					APIAddr:  p.APIAddr,
+					Peers:    peers,
+					Logger:   s.svcLog.With("component", "tokenservice", "cluster", name, "node", p.ID),
+				},
+				SigningKeys: keys,
 			})
 		}()
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencegate/fencegate/raftstore"
 	"github.com/fencegate/fencegate/tokenservice"
 )
 
@@ -55,12 +56,14 @@ func StartTokens(ctx context.Context, dataDir string, apiAddrs, raftAddrs []stri
 		go func() {
 			defer wg.Done()
 			servers[i], errs[i] = tokenservice.Start(ctx, tokenservice.Config{
-				ID:       p.ID,
-				DataDir:  filepath.Join(dataDir, "tokens", p.ID),
-				RaftAddr: p.RaftAddr,
-				APIAddr:  p.APIAddr,
-				Peers:    peers,
-				Logger:   log.With("node", p.ID),
+				Config: raftstore.Config{
+					ID:       p.ID,
+					DataDir:  filepath.Join(dataDir, "tokens", p.ID),
+					RaftAddr: p.RaftAddr,
+					APIAddr:  p.APIAddr,
+					Peers:    peers,
+					Logger:   log.With("node", p.ID),
+				},
 			})
 			if errs[i] != nil {
 				errs[i] = fmt.Errorf("start token node %s: %w", p.ID, errs[i])

@@ -1,5 +1,7 @@
 // Package tokentest starts token service clusters inside a test process:
 // n nodes on real TCP on 127.0.0.1 with temporary data directories, every
+// node on listeners bound to 127.0.0.1:0 and handed to it (so no test
+// picks a port; a restarted node binds its address again), every
 // link between two nodes (Raft and API forwarding alike) running through its
 // own netfault.Relay, so a test can cut a node off with a real TCP black hole,
 // kill it abruptly, restart it from its data directory, or add a node.
@@ -7,7 +9,6 @@ package tokentest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -75,10 +76,13 @@ type node struct {
 	dir      string
 	raftAddr string
 	apiAddr  string // HOST:PORT
-	peers    []tokenservice.Peer
-	join     []string // API URLs to join through; empty: found with peers
-	srv      *tokenservice.Server
-	cut      bool
+	// raftLn and apiLn are the listeners bound for the node's next start,
+	// nil once it took them.
+	raftLn, apiLn net.Listener
+	peers         []tokenservice.Peer
+	join          []string // API URLs to join through; empty: found with peers
+	srv           *tokenservice.Server
+	cut           bool
 }
 
 // StartCluster starts n nodes of a new cluster, waits until they agree on a
@@ -102,12 +106,7 @@ func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 
 	var peers []tokenservice.Peer
 	for i := range n {
-		nd := &node{
-			id:       fmt.Sprintf("n%d", i+1),
-			dir:      filepath.Join(c.dir, fmt.Sprintf("n%d", i+1)),
-			raftAddr: StableAddr(t),
-			apiAddr:  StableAddr(t),
-		}
+		nd := c.newNode(t, i)
 		c.nodes = append(c.nodes, nd)
 		peers = append(peers, tokenservice.Peer{ID: nd.id, RaftAddr: nd.raftAddr, APIAddr: c.scheme() + nd.apiAddr})
 	}
@@ -132,6 +131,66 @@ func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	}
 	c.Leader(t)
 	return c
+}
+
+// newNode returns node i, its listeners bound to 127.0.0.1:0.
+func (c *Cluster) newNode(t testing.TB, i int) *node {
+	t.Helper()
+	nd := &node{id: fmt.Sprintf("n%d", i+1), dir: filepath.Join(c.dir, fmt.Sprintf("n%d", i+1))}
+	nd.raftLn, nd.apiLn = listen(t, "127.0.0.1:0"), listen(t, "127.0.0.1:0")
+	nd.raftAddr, nd.apiAddr = nd.raftLn.Addr().String(), nd.apiLn.Addr().String()
+	t.Cleanup(func() { closeAll(nd.raftLn, nd.apiLn) })
+	return nd
+}
+
+func listen(t testing.TB, addr string) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+// closeAll closes the listeners that are not nil (a node that took them
+// closes them itself; closing twice is harmless).
+func closeAll(lns ...net.Listener) {
+	for _, ln := range lns {
+		if ln != nil {
+			ln.Close()
+		}
+	}
+}
+
+// takeListeners returns the listeners bound for node i's next start, or
+// binds its addresses again (a restart): the port was the node's until it
+// stopped; a socket still closing, or a connection that took the port as
+// its local one meanwhile, may hold it for a moment, so binding is retried
+// for up to 10s.
+func (c *Cluster) takeListeners(i int) (raftLn, apiLn net.Listener, err error) {
+	c.mu.Lock()
+	nd := c.nodes[i]
+	raftLn, apiLn = nd.raftLn, nd.apiLn
+	nd.raftLn, nd.apiLn = nil, nil
+	raftAddr, apiAddr := nd.raftAddr, nd.apiAddr
+	c.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if raftLn == nil {
+			raftLn, err = net.Listen("tcp", raftAddr)
+		}
+		if err == nil && apiLn == nil {
+			apiLn, err = net.Listen("tcp", apiAddr)
+		}
+		if err == nil || time.Now().After(deadline) {
+			if err != nil {
+				closeAll(raftLn, apiLn)
+				return nil, nil, err
+			}
+			return raftLn, apiLn, nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // addLinks creates the relays node i uses to reach node j.
@@ -175,19 +234,21 @@ func (c *Cluster) dialer(i int) func(ctx context.Context, network, addr string) 
 func (c *Cluster) config(i int) tokenservice.Config {
 	nd := c.nodes[i]
 	cfg := tokenservice.Config{
-		ID:                 nd.id,
-		DataDir:            nd.dir,
-		RaftAddr:           nd.raftAddr,
-		APIAddr:            nd.apiAddr,
-		Peers:              nd.peers,
-		Join:               nd.join,
-		Logger:             c.log.With("node", nd.id),
-		Dial:               c.dialer(i),
-		HeartbeatTimeout:   200 * time.Millisecond,
-		ElectionTimeout:    200 * time.Millisecond,
-		LeaderLeaseTimeout: 150 * time.Millisecond,
-		TransportTimeout:   2 * time.Second,
-		ForwardTimeout:     2 * time.Second,
+		Config: raftstore.Config{
+			ID:                 nd.id,
+			DataDir:            nd.dir,
+			RaftAddr:           nd.raftAddr,
+			APIAddr:            nd.apiAddr,
+			Peers:              nd.peers,
+			Join:               nd.join,
+			Logger:             c.log.With("node", nd.id),
+			Dial:               c.dialer(i),
+			HeartbeatTimeout:   200 * time.Millisecond,
+			ElectionTimeout:    200 * time.Millisecond,
+			LeaderLeaseTimeout: 150 * time.Millisecond,
+			TransportTimeout:   2 * time.Second,
+		},
+		ForwardTimeout: 2 * time.Second,
 	}
 	for _, f := range c.opts.configure {
 		f(i, &cfg)
@@ -207,23 +268,18 @@ func (c *Cluster) start(i int) {
 // or why it refused to start.
 func (c *Cluster) StartErr(i int) error {
 	cfg := c.config(i)
-	// The ports were free when chosen; another process may grab one in
-	// between, and a restarted node's old sockets may linger briefly.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		srv, err := tokenservice.Start(context.Background(), cfg)
-		if errors.Is(err, raftstore.ErrAddrInUse) && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		c.mu.Lock()
-		c.nodes[i].srv = srv
-		c.mu.Unlock()
-		return nil
+	var err error
+	if cfg.RaftListener, cfg.APIListener, err = c.takeListeners(i); err != nil {
+		return err
 	}
+	srv, err := tokenservice.Start(context.Background(), cfg)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.nodes[i].srv = srv
+	c.mu.Unlock()
+	return nil
 }
 
 func (c *Cluster) stopAll() {
@@ -437,9 +493,11 @@ func (c *Cluster) DelayAPI(i, j int, d time.Duration) {
 func (c *Cluster) MoveAPI(t testing.TB, i int) string {
 	t.Helper()
 	c.Kill(i)
-	addr := StableAddr(t)
+	apiLn := listen(t, "127.0.0.1:0")
+	addr := apiLn.Addr().String()
+	t.Cleanup(func() { apiLn.Close() })
 	c.mu.Lock()
-	c.nodes[i].apiAddr = addr
+	c.nodes[i].apiAddr, c.nodes[i].apiLn = addr, apiLn
 	for j := range c.nodes {
 		if j == i {
 			continue
@@ -470,12 +528,7 @@ func (c *Cluster) AddNode(t testing.TB) int {
 	t.Helper()
 	c.mu.Lock()
 	i := len(c.nodes)
-	nd := &node{
-		id:       fmt.Sprintf("n%d", i+1),
-		dir:      filepath.Join(c.dir, fmt.Sprintf("n%d", i+1)),
-		raftAddr: StableAddr(t),
-		apiAddr:  StableAddr(t),
-	}
+	nd := c.newNode(t, i)
 	for j := range i {
 		nd.join = append(nd.join, c.scheme()+c.nodes[j].apiAddr)
 	}

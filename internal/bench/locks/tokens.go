@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/lockclient"
+	"github.com/fencegate/fencegate/raftstore"
 	"github.com/fencegate/fencegate/tokenservice"
 )
 
@@ -62,8 +63,14 @@ func tokenSource(ctx context.Context, cfg config, stderr io.Writer) (lockclient.
 		go func() {
 			defer wg.Done()
 			started[i], errs[i] = tokenservice.Start(ctx, tokenservice.Config{
-				ID: p.ID, DataDir: filepath.Join(dir, p.ID), RaftAddr: p.RaftAddr, APIAddr: p.APIAddr,
-				Peers: peers, Logger: quiet,
+				Config: raftstore.Config{
+					ID:       p.ID,
+					DataDir:  filepath.Join(dir, p.ID),
+					RaftAddr: p.RaftAddr,
+					APIAddr:  p.APIAddr,
+					Peers:    peers,
+					Logger:   quiet,
+				},
 			})
 		}()
 	}

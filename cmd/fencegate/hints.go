@@ -1,0 +1,113 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenclient"
+)
+
+// The libraries say what is wrong in their own terms (Config.RaftAddr, the
+// peers list, the data directory); this file says which flag of the
+// command fixes it. Every error a token command reports goes through one
+// of the hint functions below, which append the hint to the message and
+// keep the error itself (errors.Is still sees its sentinels).
+
+// flagOfField names the flag of 'fencegate token serve' that sets a field
+// of tokenservice.Config or raftstore.Config, as a raftstore.FieldError
+// names it.
+var flagOfField = map[string]string{
+	"ID":              "--id",
+	"DataDir":         "--data-dir",
+	"RaftAddr":        "--raft-addr",
+	"APIAddr":         "--api-addr",
+	"Peers":           "--peers",
+	"Join":            "--join",
+	"FoundingTimeout": "--founding-timeout",
+	"ReserveSize":     "--reserve-size",
+	"RoundTimeout":    "--round-timeout",
+}
+
+// hinted is an error with the hint the command adds to it.
+type hinted struct {
+	err  error
+	hint string
+}
+
+func (h *hinted) Error() string { return h.err.Error() + "; " + h.hint }
+func (h *hinted) Unwrap() error { return h.err }
+
+func withHint(err error, format string, args ...any) error {
+	return &hinted{err: err, hint: fmt.Sprintf(format, args...)}
+}
+
+// fieldFlags returns the flags that set the fields err is about, "" when
+// it names none.
+func fieldFlags(err error) string {
+	var fe *raftstore.FieldError
+	if !errors.As(err, &fe) {
+		return ""
+	}
+	var flags []string
+	for _, f := range fe.Fields {
+		if fl, ok := flagOfField[f]; ok {
+			flags = append(flags, fl)
+		}
+	}
+	return strings.Join(flags, " and ")
+}
+
+// serveHint adds to a refused 'token serve' what the operator does about
+// it: which flag to change, or how to replace the node.
+func serveHint(err error, o *tokenServeOpts) error {
+	if err == nil {
+		return nil
+	}
+	admin := ""
+	if o.tls.on() {
+		admin = " with an admin's --tls-ca and --tls-cert/--tls-key or --credentials-file"
+	}
+	replace := fmt.Sprintf("to bring node %s back with an empty data dir: run 'fencegate token members remove %s'%s against the cluster, start this node again with the same flags plus --join API-URL-OF-A-MEMBER, then run 'fencegate token members add %s %s %s'%s (README: Replacing a node)",
+		o.id, o.id, admin, o.id, o.raftAddr, o.apiAddr, admin)
+	switch {
+	case errors.Is(err, raftstore.ErrMustReplace), errors.Is(err, raftstore.ErrDataDirLost):
+		return withHint(err, "%s", replace)
+	case errors.Is(err, raftstore.ErrStillVoter):
+		return withHint(err, "run 'fencegate token members remove %s' against the cluster first; this node then joins", o.id)
+	case errors.Is(err, raftstore.ErrWaitTimeout) && o.join == "":
+		return withHint(err, "start every node listed in --peers, or give --wait-for-founding to wait without limit; if the cluster already runs and this node lost its data, %s", replace)
+	case errors.Is(err, raftstore.ErrWaitTimeout):
+		return withHint(err, "check that --join names running members, or give --wait-for-founding to wait without limit")
+	case errors.Is(err, raftstore.ErrNoFounding):
+		return withHint(err, "give --peers to found a new cluster or --join to join a running one")
+	}
+	if flags := fieldFlags(err); flags != "" {
+		return withHint(err, "set by %s", flags)
+	}
+	return err
+}
+
+// clientHint adds to an error of a token command that talks to the
+// cluster (init, members, ...) which flag to check.
+func clientHint(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, tokenclient.ErrNotRunning):
+		return withHint(err, "check --servers")
+	case errors.Is(err, tokenclient.ErrUnauthenticated), errors.Is(err, tokenclient.ErrForbidden):
+		return withHint(err, "present an identity with the role the route needs: --tls-cert/--tls-key or --credentials-file")
+	}
+	return err
+}
+
+// membersAddHint is clientHint for 'token members add': a refused addition
+// is most often a node that is not started yet, or not as a joining node.
+func membersAddHint(err error) error {
+	if errors.Is(err, tokenclient.ErrRefused) {
+		return withHint(err, "the node to add runs first: 'fencegate token serve' with its own --id, an empty --data-dir and --join API-URL-OF-A-MEMBER")
+	}
+	return clientHint(err)
+}
