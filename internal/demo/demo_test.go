@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/proc"
 	"github.com/fencegate/fencegate/internal/testutil"
 )
 
@@ -146,7 +147,7 @@ func TestPauseStopsAllThreads(t *testing.T) {
 		if err := p.pause(10 * time.Second); err != nil {
 			t.Fatal(err)
 		}
-		stopped, err := allThreadsStopped(p.cmd.Process.Pid)
+		stopped, err := proc.Stopped(p.p.Pid())
 		if err != nil || !stopped {
 			t.Fatalf("after pause: all threads stopped = %v, %v (state %s)", stopped, err, p.state())
 		}

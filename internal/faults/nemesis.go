@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/fencegate/fencegate/internal/proc"
 )
 
 // Fault names, as the --faults flag takes them.
@@ -66,7 +68,7 @@ func ParseFaults(s string) ([]string, error) {
 // and what it last did (the campaign updates it from the client's events).
 type ClientProc struct {
 	Name string
-	Proc *Proc
+	Proc *proc.Proc
 
 	mu       sync.Mutex
 	last     string
@@ -277,7 +279,7 @@ func (n *Nemesis) windowUntil(ctx context.Context, fault, target, detail string,
 	return herr
 }
 
-func (n *Nemesis) pause(ctx context.Context, fault, target string, p *Proc, hold time.Duration) error {
+func (n *Nemesis) pause(ctx context.Context, fault, target string, p *proc.Proc, hold time.Duration) error {
 	return n.window(ctx, fault, target, "", p.Pause, hold, p.Resume)
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/devstack"
 	"github.com/fencegate/fencegate/internal/netfault"
+	"github.com/fencegate/fencegate/internal/proc"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )
@@ -61,7 +62,7 @@ type TokenNode struct {
 	RaftAddr string
 	APIAddr  string
 	DataDir  string
-	Proc     *Proc
+	Proc     *proc.Proc
 	// Out maps a peer's ID to the relay this node dials that peer through.
 	Out map[string]*netfault.Relay
 }
@@ -70,7 +71,7 @@ type TokenNode struct {
 type RedisNode struct {
 	Name  string
 	Addr  string
-	Proc  *Proc
+	Proc  *proc.Proc
 	Clock *Clock
 	skew  time.Duration
 }
@@ -79,14 +80,14 @@ type RedisNode struct {
 type ProxyNode struct {
 	Name string
 	Addr string
-	Proc *Proc
+	Proc *proc.Proc
 }
 
 // Stack is the whole system of one run, as real processes on loopback.
 type Stack struct {
 	cfg     StackConfig
 	log     *slog.Logger
-	Sup     *Supervisor
+	Sup     *proc.Group
 	Tokens  []*TokenNode
 	Redis   []*RedisNode
 	Proxies []*ProxyNode
@@ -116,7 +117,7 @@ func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 	if cfg.Redis <= 0 {
 		cfg.Redis = 1
 	}
-	sup, err := NewSupervisor(filepath.Join(cfg.Dir, "logs"), cfg.Logger)
+	sup, err := proc.New(filepath.Join(cfg.Dir, "logs"), cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -233,13 +234,13 @@ func (s *Stack) startRedis(ctx context.Context) error {
 			return err
 		}
 		r := &RedisNode{Name: fmt.Sprintf("redis%d", i+1), Addr: addr}
-		var opts []ProcOption
+		var opts []proc.Option
 		if s.cfg.ClockShim != "" {
 			r.Clock, err = NewClock(s.cfg.ClockShim, filepath.Join(s.cfg.Dir, r.Name+".clock"))
 			if err != nil {
 				return err
 			}
-			opts = append(opts, WithEnv(r.Clock.Env()...))
+			opts = append(opts, proc.WithEnv(r.Clock.Env()...))
 		}
 		r.Proc = s.Sup.Add(r.Name, "redis-server", redisArgs(addr), opts...)
 		if err := r.Proc.Start(); err != nil {
