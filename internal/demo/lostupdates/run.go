@@ -1,4 +1,4 @@
-package main
+package lostupdates
 
 import (
 	"bufio"
@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fencegate/fencegate/examples/internal/appdb"
+	"github.com/fencegate/fencegate/internal/demo/appdb"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -48,11 +48,13 @@ type modeRun struct {
 	stale   map[[2]int]bool // (worker, attempt) of committed writes whose token was below an earlier one
 }
 
-func run(ctx context.Context, cfg config, out io.Writer) (*report, error) {
+// Run makes the run in each mode cfg asks for, prints the report to out
+// and writes the chart.
+func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	fmt.Fprintf(out, "lost-updates: %d workers, up to %d increments each, TTL %v, %v per mode, freezes of %v every ~%v\n",
 		cfg.Workers, cfg.N, cfg.TTL, cfg.Duration, cfg.Pause, cfg.ChaosEvery)
 	fmt.Fprintf(out, "seed %d (replay the chaos schedule with -seed %d)\n\n", cfg.Seed, cfg.Seed)
-	rep := &report{cfg: cfg}
+	rep := &Report{cfg: cfg}
 	for _, fenced := range cfg.modes() {
 		mr, err := runMode(ctx, cfg, fenced)
 		if err != nil {
@@ -77,7 +79,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (*report, error) {
 
 // runMode sets up a fresh database, runs the workers and the chaos loop for
 // one mode, and reads the counter back.
-func runMode(ctx context.Context, cfg config, fenced bool) (*modeRun, error) {
+func runMode(ctx context.Context, cfg Config, fenced bool) (*modeRun, error) {
 	resource := "counter:" + randomHex(4)
 	db, app, drop, err := createDatabase(ctx, cfg, fenced, resource)
 	if err != nil {
@@ -113,7 +115,9 @@ func runMode(ctx context.Context, cfg config, fenced bool) (*modeRun, error) {
 		wc := workerConfig{ID: id, N: cfg.N, Duration: cfg.Duration, DB: dsn, Fenced: fenced, Redis: splitList(cfg.Redis),
 			Tokens: splitList(cfg.Tokens), Resource: resource, TTL: cfg.TTL, Prep: cfg.Prep, Work: cfg.Work}
 		raw, _ := json.Marshal(wc)
-		cmd := exec.Command(exe)
+		// The worker is this program again, told so by its environment;
+		// the arguments are those of the fencegate subcommand.
+		cmd := exec.Command(exe, "demo", "lost-updates")
 		cmd.Env = append(os.Environ(), workerEnv+"="+string(raw))
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 		var stderr strings.Builder
@@ -329,7 +333,7 @@ func readBack(ctx context.Context, db string, mr *modeRun) error {
 // schema fencegate and protects both tables as one resource, the one the
 // workers lock: PostgreSQL then refuses every write to them that is not
 // fenced with it. For the direct run the tables stay unprotected.
-func createDatabase(ctx context.Context, cfg config, fenced bool, resource string) (string, *appdb.App, func(), error) {
+func createDatabase(ctx context.Context, cfg Config, fenced bool, resource string) (string, *appdb.App, func(), error) {
 	admin, err := pgx.Connect(ctx, cfg.Postgres)
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("connect to PostgreSQL (-postgres %s): %w; is fencegate dev running?", cfg.Postgres, err)

@@ -1,4 +1,4 @@
-package main
+package lostupdates
 
 import (
 	"bufio"
@@ -125,8 +125,10 @@ func runWorker(ctx context.Context, cfg workerConfig, in io.Reader, out io.Write
 	return nil
 }
 
-// workerMain runs this process as a worker when the parent asked for one.
-func workerMain() bool {
+// WorkerMain runs this process as a worker, and exits, when the parent
+// asked for one (in its environment); otherwise it returns false. A
+// program that runs Run calls it first.
+func WorkerMain() bool {
 	raw := os.Getenv(workerEnv)
 	if raw == "" {
 		return false
