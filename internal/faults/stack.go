@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/devstack"
 	"github.com/fencegate/fencegate/internal/netfault"
+	"github.com/fencegate/fencegate/internal/poll"
 	"github.com/fencegate/fencegate/internal/proc"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
@@ -260,7 +261,7 @@ func (s *Stack) startRedis(ctx context.Context) error {
 func (r *RedisNode) WaitReady(ctx context.Context) error {
 	c := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1, DialTimeout: time.Second})
 	defer c.Close()
-	return poll(ctx, 15*time.Second, r.Name+" ready", func(ctx context.Context) error {
+	return poll.Until(ctx, r.Name+" ready", 20*time.Millisecond, 15*time.Second, func(ctx context.Context) error {
 		return c.Ping(ctx).Err()
 	})
 }
@@ -320,7 +321,7 @@ func (s *Stack) startTokens(ctx context.Context) error {
 // exits instead fails the start at once, with the end of its log.
 func (s *Stack) waitTokensUp(ctx context.Context, timeout time.Duration) error {
 	var exited error
-	err := poll(ctx, timeout, "every token node to answer", func(ctx context.Context) error {
+	err := poll.Until(ctx, "every token node to answer", 20*time.Millisecond, timeout, func(ctx context.Context) error {
 		for _, t := range s.Tokens {
 			if !t.Proc.Running() {
 				exited = fmt.Errorf("token node %s exited as it started; its log ends:\n%s", t.ID, logTail(t.Proc.LogPath(), 8))
@@ -408,7 +409,7 @@ func (s *Stack) Leader(ctx context.Context) (*TokenNode, error) {
 // WaitLeader polls until some node leads.
 func (s *Stack) WaitLeader(ctx context.Context, timeout time.Duration) (*TokenNode, error) {
 	var leader *TokenNode
-	err := poll(ctx, timeout, "token leader", func(ctx context.Context) error {
+	err := poll.Until(ctx, "token leader", 20*time.Millisecond, timeout, func(ctx context.Context) error {
 		l, err := s.Leader(ctx)
 		leader = l
 		return err
@@ -453,7 +454,7 @@ func waitSQL(ctx context.Context, name, dsn, password string) error {
 	if password != "" {
 		cfg.Password = password
 	}
-	return poll(ctx, 15*time.Second, name+" ready", func(ctx context.Context) error {
+	return poll.Until(ctx, name+" ready", 20*time.Millisecond, 15*time.Second, func(ctx context.Context) error {
 		c, err := pgx.ConnectConfig(ctx, cfg)
 		if err != nil {
 			return err
@@ -516,25 +517,6 @@ func (s *Stack) Close() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// poll calls f every 20ms until it returns nil, ctx ends or timeout passes.
-func poll(ctx context.Context, timeout time.Duration, what string, f func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for {
-		err := f(ctx)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("wait for %s: %w (last error: %v)", what, ctx.Err(), err)
-		case <-t.C:
-		}
-	}
 }
 
 // redisArgs is the command line of a Redis master without persistence on

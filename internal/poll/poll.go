@@ -29,22 +29,19 @@ func Abort(err error) error { return abortError{err} }
 
 // Until calls cond every interval until it returns nil. It gives up when
 // cond returns an error made by Abort (returning that error), when ctx ends
-// or when timeout passes (timeout <= 0: only ctx bounds it); the error then
-// names what was awaited and quotes cond's last error. Each call of cond
-// gets a context that ends with ctx and after at most max(interval, 1s).
+// or when timeout passes (0: only ctx bounds it; a negative timeout allows
+// one call); the error then names what was awaited and quotes cond's last
+// error. cond gets ctx, bounded by timeout.
 func Until(ctx context.Context, what string, interval, timeout time.Duration, cond func(context.Context) error) error {
-	if timeout > 0 {
+	if timeout != 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	per := max(interval, time.Second)
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		cctx, cancel := context.WithTimeout(ctx, per)
-		err := cond(cctx)
-		cancel()
+		err := cond(ctx)
 		if err == nil {
 			return nil
 		}
@@ -54,7 +51,7 @@ func Until(ctx context.Context, what string, interval, timeout time.Duration, co
 		}
 		select {
 		case <-ctx.Done():
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) && timeout > 0 {
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) && timeout != 0 {
 				return fmt.Errorf("%w after %v waiting for %s: %w", ErrTimeout, timeout, what, err)
 			}
 			return fmt.Errorf("waiting for %s: %w (last: %w)", what, ctx.Err(), err)

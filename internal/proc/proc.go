@@ -542,7 +542,8 @@ func (p *Proc) where() string {
 	return "last lines of its output"
 }
 
-// WaitReady polls check every interval until it returns nil. It fails early
+// WaitReady polls check every interval until it returns nil; each call of
+// check gets a context bounded to a second. It fails early
 // when the process exits (wrapping ErrExited, with the end of its output),
 // when ctx ends, or after timeout (with check's last error and the end of
 // the output).
@@ -554,7 +555,9 @@ func (p *Proc) WaitReady(ctx context.Context, interval, timeout time.Duration, c
 			return poll.Abort(fmt.Errorf("%s %w (%v); %s:\n%s", p.name, ErrExited, p.Err(), p.where(), p.LogTail(15)))
 		default:
 		}
-		return check(ctx)
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		return check(cctx)
 	})
 	if errors.Is(err, poll.ErrTimeout) {
 		return fmt.Errorf("%w; %s:\n%s", err, p.where(), p.LogTail(15))
