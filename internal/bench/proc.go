@@ -9,8 +9,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/fencegate/fencegate/internal/freeport"
 )
 
 // ErrMissingBinary is returned by LookPath when a program the benchmark
@@ -37,12 +35,6 @@ func Version(ctx context.Context, program string, args ...string) string {
 	}
 	return strings.TrimSpace(line)
 }
-
-// FreePorts returns n distinct TCP ports on 127.0.0.1 that were free a
-// moment ago and that no earlier call in this process returned (see package
-// freeport: a port picked and closed is not held, so it must not be picked
-// again before its server listens).
-func FreePorts(n int) ([]int, error) { return freeport.Ports(n) }
 
 // Command is exec.CommandContext for a short-lived helper program (pgbench,
 // a version query): it runs in its own process group, dies with the

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/devstack"
+	"github.com/fencegate/fencegate/internal/freeport"
 	"github.com/fencegate/fencegate/tokensign"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
@@ -72,11 +73,11 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 	}
 	s.closers = append(s.closers, func() { s.pg.Close() })
 	if o.redlock {
-		for i := 0; i < 5; i++ {
-			addr, err := devstack.FreeAddr()
-			if err != nil {
-				return nil, err
-			}
+		addrs, err := freeport.Loopback(5)
+		if err != nil {
+			return nil, err
+		}
+		for i, addr := range addrs {
 			r, err := devstack.StartRedis(ctx, addr, "")
 			if err != nil {
 				return nil, fmt.Errorf("%w: start Redis master %d of 5 for Redlock: %v; install Redis (apt-get install redis-server)", devstack.ErrNoRedis, i+1, err)

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/freeport"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -247,9 +248,11 @@ func startPostgres(ctx context.Context, bin string, o PostgresOptions) (*Postgre
 	}
 	addr := "127.0.0.1:5432"
 	if !PortFree(addr) {
-		if addr, err = FreeAddr(); err != nil {
+		addrs, err := freeport.Loopback(1)
+		if err != nil {
 			return nil, err
 		}
+		addr = addrs[0]
 	}
 	_, port, _ := net.SplitHostPort(addr)
 	dsn := "postgres://postgres@" + addr + "/postgres?sslmode=disable"

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/freeport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -113,10 +114,11 @@ func FindRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 	}
 	addr := DefaultRedisAddr
 	if !PortFree(addr) {
-		var err error
-		if addr, err = FreeAddr(); err != nil {
+		addrs, err := freeport.Loopback(1)
+		if err != nil {
 			return nil, err
 		}
+		addr = addrs[0]
 	}
 	r, err := StartRedis(ctx, addr, o.DataDir)
 	if err != nil {

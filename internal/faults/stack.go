@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/devstack"
+	"github.com/fencegate/fencegate/internal/freeport"
 	"github.com/fencegate/fencegate/internal/netfault"
 	"github.com/fencegate/fencegate/internal/poll"
 	"github.com/fencegate/fencegate/internal/proc"
@@ -102,15 +103,11 @@ type Stack struct {
 	relays []*netfault.Relay
 }
 
-// freeAddr returns a loopback HOST:PORT that was free a moment ago, that no
-// earlier call in this process returned (two nodes of one stack must not be
-// given the same port), and that no outgoing connection can take while its
-// server is killed and restarted (see package freeport).
-func freeAddr() (string, error) { return devstack.FreeAddr() }
-
 // StartStack starts every process of a run and waits until each serves:
 // a fresh database, Redis masters, three token nodes with a leader, two
-// proxies. On error it stops whatever it started.
+// proxies. On error it stops whatever it started. Every server listens on
+// a port from package freeport: the nemesis kills and restarts it on that
+// port, and no outgoing connection may take the port meanwhile.
 func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -229,11 +226,11 @@ func (s *Stack) TokenURLs() []string {
 }
 
 func (s *Stack) startRedis(ctx context.Context) error {
-	for i := range s.cfg.Redis {
-		addr, err := freeAddr()
-		if err != nil {
-			return err
-		}
+	addrs, err := freeport.Loopback(s.cfg.Redis)
+	if err != nil {
+		return err
+	}
+	for i, addr := range addrs {
 		r := &RedisNode{Name: fmt.Sprintf("redis%d", i+1), Addr: addr}
 		var opts []proc.Option
 		if s.cfg.ClockShim != "" {
@@ -268,15 +265,12 @@ func (r *RedisNode) WaitReady(ctx context.Context) error {
 
 func (s *Stack) startTokens(ctx context.Context) error {
 	const n = 3
+	addrs, err := freeport.Loopback(2 * n)
+	if err != nil {
+		return err
+	}
 	for i := range n {
-		raft, err := freeAddr()
-		if err != nil {
-			return err
-		}
-		api, err := freeAddr()
-		if err != nil {
-			return err
-		}
+		raft, api := addrs[2*i], addrs[2*i+1]
 		s.Tokens = append(s.Tokens, &TokenNode{ID: fmt.Sprintf("n%d", i+1), RaftAddr: raft, APIAddr: api, Out: map[string]*netfault.Relay{}})
 	}
 	var peers []string
@@ -311,7 +305,7 @@ func (s *Stack) startTokens(ctx context.Context) error {
 	if err := s.waitTokensUp(ctx, 30*time.Second); err != nil {
 		return err
 	}
-	_, err := s.WaitLeader(ctx, 30*time.Second)
+	_, err = s.WaitLeader(ctx, 30*time.Second)
 	return err
 }
 
@@ -424,11 +418,11 @@ func (s *Stack) startProxies(ctx context.Context) error {
 		return fmt.Errorf("parse database DSN: %w", err)
 	}
 	upstream := (&url.URL{Scheme: u.Scheme, Host: u.Host, RawQuery: u.RawQuery}).String()
-	for i := range 2 {
-		addr, err := freeAddr()
-		if err != nil {
-			return err
-		}
+	addrs, err := freeport.Loopback(2)
+	if err != nil {
+		return err
+	}
+	for i, addr := range addrs {
 		p := &ProxyNode{Name: fmt.Sprintf("proxy%d", i+1), Addr: addr}
 		p.Proc = s.Sup.Add(p.Name, s.cfg.Binary, []string{"proxy", "--listen", addr, "--upstream", upstream})
 		if err := p.Proc.Start(); err != nil {

@@ -62,11 +62,3 @@ func waitPing(ctx context.Context, addr string) error {
 	return poll.Until(ctx, "redis-server on "+addr+" to answer PING", 20*time.Millisecond, 10*time.Second,
 		func(ctx context.Context) error { return c.Ping(ctx).Err() })
 }
-
-func freePort() (int, error) {
-	ports, err := freeport.Ports(1)
-	if err != nil {
-		return 0, err
-	}
-	return ports[0], nil
-}

@@ -9,10 +9,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/freeport"
 	"github.com/fencegate/fencegate/internal/proc"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/fencegate/fencegate/internal/bench"
 	"github.com/fencegate/fencegate/pgfence"
 )
 
@@ -22,7 +22,7 @@ var errNoProxy = errors.New("this fencegate binary has no 'proxy' command; build
 // startProxy starts "fencegate proxy" under g in front of up and returns
 // its port and process id once a query goes through it.
 func startProxy(ctx context.Context, g *proc.Group, name, bin string, up pgbenchTarget, extra ...string) (port, pid int, err error) {
-	ports, err := bench.FreePorts(1)
+	ports, err := freeport.Ports(1)
 	if err != nil {
 		return 0, 0, err
 	}

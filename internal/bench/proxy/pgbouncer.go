@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/bench"
+	"github.com/fencegate/fencegate/internal/freeport"
 	"github.com/fencegate/fencegate/internal/proc"
 )
 
@@ -87,7 +87,7 @@ func startBouncer(ctx context.Context, g *proc.Group, bin, dir string, up pgbenc
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, 0, fmt.Errorf("create pgbouncer directory: %w", err)
 	}
-	ports, err := bench.FreePorts(1)
+	ports, err := freeport.Ports(1)
 	if err != nil {
 		return 0, 0, err
 	}

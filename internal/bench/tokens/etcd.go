@@ -12,7 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/fencegate/fencegate/internal/bench"
+	"github.com/fencegate/fencegate/internal/freeport"
 	"github.com/fencegate/fencegate/internal/proc"
 )
 
@@ -29,7 +29,7 @@ type etcdCluster struct {
 // speak mutual TLS to clients and to each other (--client-cert-auth,
 // --peer-client-cert-auth), as fencegate does with TLS on.
 func startEtcd(ctx context.Context, g *proc.Group, etcdBin, dir string, tc *benchTLS) (*etcdCluster, error) {
-	ports, err := bench.FreePorts(6)
+	ports, err := freeport.Ports(6)
 	if err != nil {
 		return nil, err
 	}

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/bench"
+	"github.com/fencegate/fencegate/internal/freeport"
 	"github.com/fencegate/fencegate/internal/proc"
 )
 
@@ -101,7 +101,7 @@ func (c *fencegateCluster) roundCounters(ctx context.Context) (roundCounters, er
 // dir, and waits until every node answers /readyz with 200. With tc the
 // nodes run with TLS (API, Raft, forwarding) and authentication.
 func startFencegate(ctx context.Context, g *proc.Group, bin, dir string, tc *benchTLS, extra ...string) (*fencegateCluster, error) {
-	ports, err := bench.FreePorts(6)
+	ports, err := freeport.Ports(6)
 	if err != nil {
 		return nil, err
 	}
