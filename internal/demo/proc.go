@@ -54,7 +54,7 @@ func startClient(binary string, c *ClientConfig) (*clientProc, error) {
 				cp.events <- stamped{e, time.Now()}
 			}
 		}),
-		proc.OnExit(func(error) { close(cp.events) }))
+		proc.OnExit(func(*proc.Proc, error) { close(cp.events) }))
 	if err != nil {
 		_ = g.Close()
 		return nil, err

@@ -147,9 +147,10 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 // WithStdout, as Wait runs concurrently).
 func WithSetup(setup func(*exec.Cmd) error) Option { return func(p *Proc) { p.setup = setup } }
 
-// OnExit has fn called with the exit error of each incarnation, after its
-// output is all written and before Exited's channel closes.
-func OnExit(fn func(error)) Option { return func(p *Proc) { p.onExit = fn } }
+// OnExit has fn called with the process and the exit error of each
+// incarnation, after its output is all written and before Exited's channel
+// closes.
+func OnExit(fn func(p *Proc, err error)) Option { return func(p *Proc) { p.onExit = fn } }
 
 // Proc is one supervised process.
 type Proc struct {
@@ -160,7 +161,7 @@ type Proc struct {
 	env    []string
 	stdout func() io.Writer
 	setup  func(*exec.Cmd) error
-	onExit func(error)
+	onExit func(*Proc, error)
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -282,7 +283,7 @@ func (p *Proc) Start() error {
 		fmt.Fprintf(out, "=== %s exit: %v\n", time.Now().UTC().Format(time.RFC3339Nano), err)
 		closeLog()
 		if p.onExit != nil {
-			p.onExit(err)
+			p.onExit(p, err)
 		}
 		p.mu.Lock()
 		if p.done == done {

@@ -188,7 +188,7 @@ func TestWaitStoppedAndOnExit(t *testing.T) {
 			return writerFunc(func(b []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return out.Write(b) })
 		}),
 		WithSetup(func(cmd *exec.Cmd) error { cmd.Stdin = strings.NewReader("hello\n"); return nil }),
-		OnExit(func(err error) { exited <- err }))
+		OnExit(func(_ *Proc, err error) { exited <- err }))
 	if err != nil {
 		t.Fatal(err)
 	}

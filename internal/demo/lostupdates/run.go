@@ -1,7 +1,6 @@
 package lostupdates
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/demo/appdb"
+	"github.com/fencegate/fencegate/internal/proc"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -103,11 +103,16 @@ func runMode(ctx context.Context, cfg Config, fenced bool) (*modeRun, error) {
 		return nil, err
 	}
 
+	g, err := proc.New("", nil)
+	if err != nil {
+		return nil, err
+	}
+	defer g.Close()
 	var (
 		mu      sync.Mutex
 		holding = make([]bool, cfg.Workers+1)
-		procs   []*exec.Cmd
-		stdins  []io.WriteCloser
+		procs   []*proc.Proc
+		stdins  = make([]io.WriteCloser, cfg.Workers)
 		ready   = make(chan int, cfg.Workers)
 		wg      sync.WaitGroup
 	)
@@ -115,38 +120,23 @@ func runMode(ctx context.Context, cfg Config, fenced bool) (*modeRun, error) {
 		wc := workerConfig{ID: id, N: cfg.N, Duration: cfg.Duration, DB: dsn, Fenced: fenced, Redis: splitList(cfg.Redis),
 			Tokens: splitList(cfg.Tokens), Resource: resource, TTL: cfg.TTL, Prep: cfg.Prep, Work: cfg.Work}
 		raw, _ := json.Marshal(wc)
+		wg.Add(1)
 		// The worker is this program again, told so by its environment;
 		// the arguments are those of the fencegate subcommand.
-		cmd := exec.Command(exe, "demo", "lost-updates")
-		cmd.Env = append(os.Environ(), workerEnv+"="+string(raw))
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			return nil, err
-		}
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			return nil, err
-		}
-		if err := cmd.Start(); err != nil {
-			return nil, fmt.Errorf("start worker %d: %w", id, err)
-		}
-		procs = append(procs, cmd)
-		stdins = append(stdins, stdin)
-		wg.Add(1)
-		go func(id int) {
-			defer wg.Done()
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
+		p, err := g.Start(fmt.Sprintf("worker %d", id), exe, []string{"demo", "lost-updates"},
+			proc.WithEnv(workerEnv+"="+string(raw)),
+			proc.WithSetup(func(cmd *exec.Cmd) (err error) {
+				stdins[id-1], err = cmd.StdinPipe()
+				return err
+			}),
+			proc.WithStdoutLines(func(line []byte) {
 				var r record
-				if json.Unmarshal(sc.Bytes(), &r) != nil {
-					continue
+				if json.Unmarshal(line, &r) != nil {
+					return
 				}
 				if r.Ev == "ready" {
 					ready <- id
-					continue
+					return
 				}
 				mu.Lock()
 				mr.records = append(mr.records, workerRecord{r, id})
@@ -157,18 +147,26 @@ func runMode(ctx context.Context, cfg Config, fenced bool) (*modeRun, error) {
 					holding[id] = false
 				}
 				mu.Unlock()
-			}
-			if err := cmd.Wait(); err != nil {
-				mu.Lock()
-				mr.failed = append(mr.failed, fmt.Sprintf("worker %d: %v: %s", id, err, strings.TrimSpace(stderr.String())))
-				mu.Unlock()
-			}
-		}(id)
+			}),
+			proc.OnExit(func(p *proc.Proc, err error) {
+				defer wg.Done()
+				if err != nil {
+					mu.Lock()
+					mr.failed = append(mr.failed, fmt.Sprintf("worker %d: %v: %s", id, err, strings.TrimSpace(p.LogTail(50))))
+					mu.Unlock()
+				}
+			}))
+		if err != nil {
+			wg.Done()
+			_ = g.Close()
+			wg.Wait()
+			return nil, fmt.Errorf("start worker %d: %w", id, err)
+		}
+		procs = append(procs, p)
 	}
 	killAll := func() {
 		for _, p := range procs {
-			_ = p.Process.Signal(syscall.SIGCONT)
-			_ = p.Process.Kill()
+			_ = p.Kill()
 		}
 	}
 	// Start every worker at once, when all are connected.
@@ -236,7 +234,7 @@ func runMode(ctx context.Context, cfg Config, fenced bool) (*modeRun, error) {
 			if len(holders) > 0 {
 				victim = holders[rng.IntN(len(holders))]
 			}
-			p := procs[victim-1].Process
+			p := procs[victim-1]
 			from := time.Now()
 			if p.Signal(syscall.SIGSTOP) != nil {
 				continue
