@@ -110,11 +110,6 @@ func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
 // drops the database, then the roles.
 func (s *stack) createDatabase(ctx context.Context) error {
 	s.adminDSN = s.pg.DSN
-	conn, err := pgx.Connect(ctx, s.adminDSN)
-	if err != nil {
-		return fmt.Errorf("connect %s: %w", s.pg.Source, err)
-	}
-	defer conn.Close(context.Background())
 	s.dbName = randomName("fencegate_demo_")
 	owner, app := randomName("fencegate_demo_owner_"), randomName("fencegate_demo_app_")
 	// Closers run in reverse order: the roles go after the database.
@@ -123,19 +118,11 @@ func (s *stack) createDatabase(ctx context.Context) error {
 			s.log.Warn("drop demo roles", "err", err)
 		}
 	})
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+s.dbName); err != nil {
-		return fmt.Errorf("create database %s: %w", s.dbName, err)
+	if _, err := devstack.CreateDatabase(ctx, s.adminDSN, s.dbName); err != nil {
+		return fmt.Errorf("%s: %w", s.pg.Source, err)
 	}
 	s.closers = append(s.closers, func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20e9)
-		defer cancel()
-		c, err := pgx.Connect(ctx, s.adminDSN)
-		if err != nil {
-			s.log.Warn("drop demo database", "db", s.dbName, "err", err)
-			return
-		}
-		defer c.Close(ctx)
-		if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+s.dbName+" WITH (FORCE)"); err != nil {
+		if err := devstack.DropDatabase(context.Background(), s.adminDSN, s.dbName); err != nil {
 			s.log.Warn("drop demo database", "db", s.dbName, "err", err)
 		}
 	})

@@ -149,20 +149,11 @@ func (s *Stack) createDB(ctx context.Context) error {
 	b := make([]byte, 5)
 	_, _ = rand.Read(b)
 	s.DBName = "fg_faults_" + hex.EncodeToString(b)
-	admin, err := pgx.Connect(ctx, s.cfg.PostgreSQL)
+	dsn, err := devstack.CreateDatabase(ctx, s.cfg.PostgreSQL, s.DBName)
 	if err != nil {
-		return fmt.Errorf("connect to PostgreSQL %s: %w", s.cfg.PostgreSQL, err)
+		return fmt.Errorf("PostgreSQL %s: %w", s.cfg.PostgreSQL, err)
 	}
-	defer admin.Close(context.WithoutCancel(ctx))
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+s.DBName); err != nil {
-		return fmt.Errorf("create database %s: %w", s.DBName, err)
-	}
-	u, err := url.Parse(s.cfg.PostgreSQL)
-	if err != nil {
-		return fmt.Errorf("parse PostgreSQL DSN: %w", err)
-	}
-	u.Path = "/" + s.DBName
-	s.dbDSN = u.String()
+	s.dbDSN = dsn
 	s.log.Info("created database", "db", s.DBName)
 	if s.DB, err = devstack.SetupFenced(ctx, devstack.FencedOptions{AdminDSN: s.dbDSN,
 		Owner: s.DBName + "_owner", App: s.DBName + "_app"}); err != nil {
@@ -497,14 +488,7 @@ func (s *Stack) Close() error {
 	if s.dbDSN != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if c, err := pgx.Connect(ctx, s.cfg.PostgreSQL); err != nil {
-			errs = append(errs, fmt.Errorf("drop database %s: %w", s.DBName, err))
-		} else {
-			if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+s.DBName+" WITH (FORCE)"); err != nil {
-				errs = append(errs, fmt.Errorf("drop database %s: %w", s.DBName, err))
-			}
-			c.Close(ctx)
-		}
+		errs = append(errs, devstack.DropDatabase(ctx, s.cfg.PostgreSQL, s.DBName))
 		errs = append(errs, devstack.DropRoles(ctx, s.cfg.PostgreSQL, []string{s.DBName}, s.DBName+"_app", s.DBName+"_owner"))
 	}
 	if err := os.RemoveAll(filepath.Join(s.cfg.Dir, "data")); err != nil {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/demo/appdb"
+	"github.com/fencegate/fencegate/internal/devstack"
 	"github.com/fencegate/fencegate/internal/proc"
 	"github.com/jackc/pgx/v5"
 )
@@ -332,18 +333,11 @@ func readBack(ctx context.Context, db string, mr *modeRun) error {
 // workers lock: PostgreSQL then refuses every write to them that is not
 // fenced with it. For the direct run the tables stay unprotected.
 func createDatabase(ctx context.Context, cfg Config, fenced bool, resource string) (string, *appdb.App, func(), error) {
-	admin, err := pgx.Connect(ctx, cfg.Postgres)
-	if err != nil {
-		return "", nil, nil, fmt.Errorf("connect to PostgreSQL (-postgres %s): %w; is fencegate dev running?", cfg.Postgres, err)
-	}
-	defer admin.Close(context.Background())
 	name := "lost_updates_" + randomHex(6)
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		return "", nil, nil, fmt.Errorf("create database %s: %w", name, err)
+	dsn, err := devstack.CreateDatabase(ctx, cfg.Postgres, name)
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("PostgreSQL (--postgres %s): %w; is fencegate dev running?", cfg.Postgres, err)
 	}
-	u, _ := url.Parse(cfg.Postgres)
-	u.Path = "/" + name
-	dsn := u.String()
 	var app *appdb.App
 	drop := func() {
 		if cfg.Keep {
@@ -352,12 +346,7 @@ func createDatabase(ctx context.Context, cfg Config, fenced bool, resource strin
 		if app != nil {
 			_ = app.Close()
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if c, err := pgx.Connect(ctx, cfg.Postgres); err == nil {
-			_, _ = c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-			c.Close(ctx)
-		}
+		_ = devstack.DropDatabase(context.Background(), cfg.Postgres, name)
 	}
 	expr := "" // unprotected
 	if fenced {
