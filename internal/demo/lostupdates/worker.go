@@ -10,6 +10,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/demo"
+	"github.com/fencegate/fencegate/lockclient"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -60,7 +62,8 @@ func runWorker(ctx context.Context, cfg workerConfig, in io.Reader, out io.Write
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Close(context.Background())
-	locks, err := newLocks(cfg)
+	locks, err := demo.DialLocks(cfg.Redis, cfg.Tokens, lockclient.WithTTL(cfg.TTL),
+		lockclient.WithRetry(lockclient.FixedRetry(4*time.Millisecond)))
 	if err != nil {
 		return err
 	}
