@@ -14,13 +14,14 @@ import (
 )
 
 func init() {
-	register(&command{name: "demo", summary: "replay the paused lock holder with and without fencing; refuse forged tokens", run: runDemo})
+	register(&command{name: "demo", summary: "replay the paused lock holder with and without fencing; refuse forged tokens; lose no update", run: runDemo})
 }
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
 		fmt.Fprintln(stderr, "Usage: fencegate demo paused-holder [--redlock] [flags]")
 		fmt.Fprintln(stderr, "       fencegate demo forged-token [flags]")
+		fmt.Fprintln(stderr, "       fencegate demo lost-updates [flags]")
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "  paused-holder   Kleppmann's paused lock holder with real processes, three times:")
 		fmt.Fprintln(stderr, "                  (a) straight to PostgreSQL, unprotected tables (the stale write lands);")
@@ -39,8 +40,13 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		forgedTokenFlags(ffs, new(demo.ForgedConfig))
 		ffs.SetOutput(stderr)
 		printFlags(ffs)
+		fmt.Fprintln(stderr)
+		fmt.Fprintln(stderr, "  lost-updates    the lock torture test: K worker processes increment one counter under a")
+		fmt.Fprintln(stderr, "                  Redis lock with a short TTL while holders are frozen past it, straight to")
+		fmt.Fprintln(stderr, "                  PostgreSQL and through the proxy; run against 'fencegate dev'. Exits 0 only")
+		fmt.Fprintln(stderr, "                  when nothing was lost through the proxy. See 'fencegate demo lost-updates --help'.")
 		if len(args) == 0 {
-			return usagef("name a demo: paused-holder or forged-token")
+			return usagef("name a demo: paused-holder, forged-token or lost-updates")
 		}
 		return flag.ErrHelp
 	}
@@ -49,10 +55,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return runPausedHolder(ctx, args[1:], stdout, stderr)
 	case "forged-token":
 		return runForgedToken(ctx, args[1:], stdout, stderr)
+	case "lost-updates":
+		return runLostUpdates(ctx, args[1:], stdout, stderr)
 	case "client": // hidden: one client process of the demo
 		return runDemoClient(ctx, args[1:], stderr)
 	}
-	return usagef("unknown demo %q; the demos are paused-holder and forged-token", args[0])
+	return usagef("unknown demo %q; the demos are paused-holder, forged-token and lost-updates", args[0])
 }
 
 func runPausedHolder(ctx context.Context, args []string, stdout, stderr io.Writer) error {

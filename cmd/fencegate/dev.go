@@ -78,7 +78,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fmt.Fprintln(stdout, "Try it:")
 	fmt.Fprintf(stdout, "  fencegate token next order:42 --servers %s\n", strings.Join(st.Tokens.URLs, ","))
 	extra := exampleFlags(st, *proxyListen, api)
-	fmt.Fprintf(stdout, "  go run ./examples/lost-updates%s\n", extra)
+	fmt.Fprintf(stdout, "  fencegate demo lost-updates%s\n", extra)
 	fmt.Fprintf(stdout, "  go run ./examples/fenced-transfer%s\n", extra)
 	fmt.Fprintf(stdout, "  go run ./examples/paused-holder%s\n", extra)
 	fmt.Fprintln(stdout)

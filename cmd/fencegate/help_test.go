@@ -11,7 +11,7 @@ import (
 // exits 0.
 func TestHelpListsFlagsOnce(t *testing.T) {
 	for _, args := range [][]string{
-		{"proxy"}, {"dev"}, {"demo"}, {"demo", "paused-holder"}, {"faults"},
+		{"proxy"}, {"dev"}, {"demo"}, {"demo", "paused-holder"}, {"demo", "lost-updates"}, {"faults"},
 		{"token", "serve"}, {"token", "next"}, {"token", "status"}, {"token", "init"},
 		{"token", "snapshot"}, {"token", "restore"}, {"token", "members", "list"},
 		{"schema", "install"}, {"schema", "status"}, {"protect"}, {"marks", "show"},

@@ -30,7 +30,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fencegate/fencegate/examples/internal/appdb"
+	"github.com/fencegate/fencegate/internal/demo/appdb"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/jackc/pgx/v5"

@@ -25,7 +25,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencegate/fencegate/examples/internal/appdb"
+	"github.com/fencegate/fencegate/internal/demo/appdb"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/jackc/pgx/v5"

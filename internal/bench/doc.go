@@ -1,9 +1,9 @@
 // Package bench holds what the side-by-side benchmark commands share:
 // statistics over runs and latency samples (Median, Summarize), aligned
-// ratio tables (Table), the common command-line flags (Flags), and a
-// supervisor for the server processes a benchmark starts (Group), which
-// puts every child in its own process group and kills them all on exit,
-// error or Ctrl-C.
+// ratio tables (Table), the common command-line flags (Flags), and
+// short-lived helper commands (Command). The server processes a benchmark
+// starts run under an internal/proc Group, which puts every child in its
+// own process group and stops them all on exit, error or Ctrl-C.
 //
 // The commands themselves live in the subpackages:
 //

@@ -95,7 +95,8 @@ func runClient(ctx context.Context, c *ClientConfig, stdin *bufio.Reader, ev *ev
 	}
 	defer conn.Close(context.Background())
 
-	locks, err := newLocks(c)
+	locks, err := DialLocks(c.Redis, c.Tokens, lockclient.WithTTL(c.TTL), lockclient.WithKeyPrefix(c.KeyPrefix),
+		lockclient.WithRetry(lockclient.FixedRetry(20*time.Millisecond)))
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/proc"
 	"github.com/fencegate/fencegate/internal/testutil"
 )
 
@@ -20,12 +21,15 @@ func TestMain(m *testing.M) { testutil.Main(m) }
 
 func runDemo(t *testing.T, redlock bool) *Result {
 	t.Helper()
+	// Built before the clock starts: a build on a busy machine can take
+	// minutes.
+	bin := testutil.Binary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	addr, _ := testutil.Redis(t)
 	pic := filepath.Join(t.TempDir(), "demo.svg")
 	res, err := PausedHolder(ctx, Config{
-		Binary:   testutil.Binary(t),
+		Binary:   bin,
 		Redlock:  redlock,
 		Postgres: testutil.PostgresAdminDSN(),
 		Redis:    addr,
@@ -146,7 +150,7 @@ func TestPauseStopsAllThreads(t *testing.T) {
 		if err := p.pause(10 * time.Second); err != nil {
 			t.Fatal(err)
 		}
-		stopped, err := allThreadsStopped(p.cmd.Process.Pid)
+		stopped, err := proc.Stopped(p.p.Pid())
 		if err != nil || !stopped {
 			t.Fatalf("after pause: all threads stopped = %v, %v (state %s)", stopped, err, p.state())
 		}

@@ -19,7 +19,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/fencegate/fencegate"
@@ -27,7 +26,6 @@ import (
 	"github.com/fencegate/fencegate/internal/timeline"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/pgfence"
-	"github.com/fencegate/fencegate/raftstore"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokensign"
 	"github.com/jackc/pgx/v5"
@@ -197,52 +195,27 @@ type forgedScene struct {
 
 // startForgedStack starts what the paused-holder stack starts, except that
 // its token cluster signs, with a key generated for the run and kept in the
-// run's temporary directory, and that a second cluster with the same key
-// runs beside it.
+// run's temporary directory, and that a second, 1-node cluster with the
+// same key runs beside it.
 func startForgedStack(ctx context.Context, cfg *ForgedConfig) (_ *forgedScene, err error) {
-	s := &stack{log: cfg.Logger, svcLog: cfg.ServiceLogger}
-	sc := &forgedScene{st: s}
+	s, err := startStack(ctx, stackOptions{postgres: cfg.Postgres, redis: cfg.Redis, signed: true,
+		log: cfg.Logger, svcLog: cfg.ServiceLogger})
+	if err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			s.close()
 		}
 	}()
-	if s.tmp, err = os.MkdirTemp("", "fencegate-demo-"); err != nil {
-		return nil, err
-	}
-	if err := os.Chmod(s.tmp, 0o755); err != nil { // a throwaway PostgreSQL runs as another user
-		return nil, err
-	}
-	s.closers = append(s.closers, func() { os.RemoveAll(s.tmp) })
-	if s.pg, err = devstack.FindPostgres(ctx, devstack.PostgresOptions{DSN: cfg.Postgres, DataDir: s.tmp, Logger: s.log}); err != nil {
-		return nil, err
-	}
-	s.closers = append(s.closers, func() { s.pg.Close() })
-	if s.redis, err = devstack.FindRedis(ctx, devstack.RedisOptions{URL: cfg.Redis, DataDir: s.tmp, Logger: s.log}); err != nil {
-		return nil, err
-	}
-	s.closers = append(s.closers, func() { s.redis.Close() })
-	if err := s.createDatabase(ctx); err != nil {
-		return nil, err
-	}
-
-	keyFile, err := writeRunKey(s.tmp)
+	sc := &forgedScene{st: s, keys: s.keys, trusted: s.tokenURLs, clusterID: s.clusterID}
+	other, err := devstack.StartTokens(ctx, devstack.TokenOptions{DataDir: filepath.Join(s.tmp, "tokens-other"), Nodes: 1,
+		SigningKeys: s.keys, Logger: s.svcLog.With("component", "tokenservice", "cluster", "other")})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("start the other token cluster: %w", err)
 	}
-	if sc.keys, err = tokensign.LoadKeys(keyFile); err != nil {
-		return nil, err
-	}
-	if sc.trusted, sc.clusterID, err = startSigningCluster(ctx, s, "trusted", 3, sc.keys); err != nil {
-		return nil, err
-	}
-	if sc.other, sc.otherClusterID, err = startSigningCluster(ctx, s, "other", 1, sc.keys); err != nil {
-		return nil, err
-	}
-	s.tokenURLs = sc.trusted
-	if err := s.startProxy(ctx); err != nil {
-		return nil, err
-	}
+	s.closers = append(s.closers, func() { other.Close() })
+	sc.other, sc.otherClusterID = other.URLs, other.ClusterID
 	if err := resetTables(ctx, s, true); err != nil {
 		return nil, err
 	}
@@ -270,75 +243,6 @@ func writeRunKey(dir string) (string, error) {
 		return "", fmt.Errorf("write the run's signing key: %w", err)
 	}
 	return path, nil
-}
-
-// startSigningCluster starts an n-node token cluster in this process, on
-// free ports, signing with keys, its data under the stack's temporary
-// directory; it returns the API URLs and the cluster id once a leader
-// mints. Each cluster founded this way gets a cluster id of its own.
-func startSigningCluster(ctx context.Context, s *stack, name string, n int, keys *tokensign.Keyring) ([]string, string, error) {
-	var peers []tokenservice.Peer
-	for i := 0; i < n; i++ {
-		api, err := devstack.FreeAddr()
-		if err != nil {
-			return nil, "", err
-		}
-		raft, err := devstack.FreeAddr()
-		if err != nil {
-			return nil, "", err
-		}
-		peers = append(peers, tokenservice.Peer{ID: fmt.Sprintf("n%d", i+1), RaftAddr: raft, APIAddr: "http://" + api})
-	}
-	servers := make([]*tokenservice.Server, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i, p := range peers { // a founding node waits for its peers: start them at once
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			servers[i], errs[i] = tokenservice.Start(ctx, tokenservice.Config{
-				Config: raftstore.Config{
-					ID:       p.ID,
-					DataDir:  filepath.Join(s.tmp, "tokens-"+name, p.ID),
-					RaftAddr: p.RaftAddr,
-					APIAddr:  p.APIAddr,
-					Peers:    peers,
-					Logger:   s.svcLog.With("component", "tokenservice", "cluster", name, "node", p.ID),
-				},
-				SigningKeys: keys,
-			})
-		}()
-	}
-	wg.Wait()
-	t := &devstack.Tokens{}
-	for _, srv := range servers {
-		if srv != nil {
-			t.Servers = append(t.Servers, srv)
-			t.URLs = append(t.URLs, srv.APIURL())
-		}
-	}
-	s.closers = append(s.closers, func() { t.Close() })
-	if err := errors.Join(errs...); err != nil {
-		return nil, "", fmt.Errorf("start the %s token cluster: %w", name, err)
-	}
-	c, err := tokenservice.NewClient(t.URLs, tokenservice.WithMaxWait(30*time.Second))
-	if err != nil {
-		return nil, "", err
-	}
-	defer c.Close()
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for {
-		st, err := c.Status(wctx)
-		if err == nil && st.LeaderID != "" && st.ClusterID != "" {
-			return t.URLs, st.ClusterID, nil
-		}
-		select {
-		case <-wctx.Done():
-			return nil, "", fmt.Errorf("the %s token cluster elected no leader: %w", name, errors.Join(err, wctx.Err()))
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }
 
 // markOf reads resource's mark (0 when it has none) as the administrator.

@@ -7,29 +7,30 @@ import (
 	"github.com/fencegate/fencegate/tokenservice"
 )
 
-// locks is a client's lock service: lockclient over the Redis server(s),
-// with fencing tokens from the token service.
-type locks struct {
+// Locks is the lock service of the demos' client and worker processes:
+// lockclient over Redis (one server, or the Redlock masters), with fencing
+// tokens from the token service.
+type Locks struct {
 	tokens *tokenservice.Client
 	*lockclient.Client
 }
 
-func newLocks(c *ClientConfig) (*locks, error) {
-	tc, err := tokenservice.NewClient(c.Tokens)
+// DialLocks connects to the Redis servers and the token service's nodes.
+func DialLocks(redis, tokens []string, opts ...lockclient.Option) (*Locks, error) {
+	tc, err := tokenservice.NewClient(tokens)
 	if err != nil {
 		return nil, err
 	}
-	opts := []lockclient.Option{lockclient.WithTTL(c.TTL), lockclient.WithKeyPrefix(c.KeyPrefix),
-		lockclient.WithRetry(lockclient.FixedRetry(20 * time.Millisecond))}
-	lc, err := lockclient.Dial(c.Redis, tc, opts...)
+	lc, err := lockclient.Dial(redis, tc, opts...)
 	if err != nil {
 		tc.Close()
 		return nil, err
 	}
-	return &locks{tokens: tc, Client: lc}, nil
+	return &Locks{tokens: tc, Client: lc}, nil
 }
 
-func (l *locks) Close() error {
+// Close closes the lock client, then the token client.
+func (l *Locks) Close() error {
 	err := l.Client.Close()
 	l.tokens.Close()
 	return err

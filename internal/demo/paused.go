@@ -170,7 +170,8 @@ func PausedHolder(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		cfg.Binary = exe
 	}
-	st, err := startStack(ctx, &cfg)
+	st, err := startStack(ctx, stackOptions{postgres: cfg.Postgres, redis: cfg.Redis, redlock: cfg.Redlock,
+		log: cfg.Logger, svcLog: cfg.ServiceLogger})
 	if err != nil {
 		return nil, err
 	}

@@ -7,13 +7,27 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/fencegate/fencegate/internal/devstack"
+	"github.com/fencegate/fencegate/internal/freeport"
+	"github.com/fencegate/fencegate/tokensign"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )
+
+// stackOptions says what a demo's stack holds.
+type stackOptions struct {
+	postgres, redis string // DSN and address given by the user, "" to find one
+	redlock         bool   // five Redis masters started for the run instead of one server
+	// signed has the token cluster sign its tokens with a key made for the
+	// run (in the run's temporary directory); its nodes then run on free
+	// ports, leaving the dev ports alone.
+	signed      bool
+	log, svcLog *slog.Logger
+}
 
 // stack is what a demo run needs: PostgreSQL with a fresh database, Redis
 // (one server, or five masters for Redlock), the token cluster and the proxy.
@@ -22,18 +36,23 @@ type stack struct {
 	svcLog    *slog.Logger
 	tmp       string
 	pg        *devstack.Postgres
-	redis     *devstack.Redis   // single-node mode
-	masters   []*devstack.Redis // Redlock mode
-	tokenURLs []string          // token service API URLs
-	proxyAddr string            // fencegate proxy, host:port
+	redis     *devstack.Redis    // single-node mode
+	masters   []*devstack.Redis  // Redlock mode
+	tokenURLs []string           // token service API URLs
+	clusterID string             // the token cluster's id
+	keys      *tokensign.Keyring // the run's signing key, when signed
+	proxyAddr string             // fencegate proxy, host:port
 	adminDSN  string
 	dbName    string
 	db        *devstack.FencedDB // the demo database's roles
 	closers   []func()           // run in reverse order by close
 }
 
-func startStack(ctx context.Context, cfg *Config) (_ *stack, err error) {
-	s := &stack{log: cfg.Logger, svcLog: cfg.ServiceLogger}
+// startStack starts the stack: PostgreSQL (found or throwaway), Redis, a
+// database of the demo's own with its roles, a 3-node token cluster in this
+// process, and the proxy. On error, whatever was started is stopped again.
+func startStack(ctx context.Context, o stackOptions) (_ *stack, err error) {
+	s := &stack{log: o.log, svcLog: o.svcLog}
 	defer func() {
 		if err != nil {
 			s.close()
@@ -49,16 +68,16 @@ func startStack(ctx context.Context, cfg *Config) (_ *stack, err error) {
 	}
 	s.closers = append(s.closers, func() { os.RemoveAll(s.tmp) })
 
-	if s.pg, err = devstack.FindPostgres(ctx, devstack.PostgresOptions{DSN: cfg.Postgres, DataDir: s.tmp, Logger: s.log}); err != nil {
+	if s.pg, err = devstack.FindPostgres(ctx, devstack.PostgresOptions{DSN: o.postgres, DataDir: s.tmp, Logger: s.log}); err != nil {
 		return nil, err
 	}
 	s.closers = append(s.closers, func() { s.pg.Close() })
-	if cfg.Redlock {
-		for i := 0; i < 5; i++ {
-			addr, err := devstack.FreeAddr()
-			if err != nil {
-				return nil, err
-			}
+	if o.redlock {
+		addrs, err := freeport.Loopback(5)
+		if err != nil {
+			return nil, err
+		}
+		for i, addr := range addrs {
 			r, err := devstack.StartRedis(ctx, addr, "")
 			if err != nil {
 				return nil, fmt.Errorf("%w: start Redis master %d of 5 for Redlock: %v; install Redis (apt-get install redis-server)", devstack.ErrNoRedis, i+1, err)
@@ -67,7 +86,7 @@ func startStack(ctx context.Context, cfg *Config) (_ *stack, err error) {
 			s.closers = append(s.closers, func() { r.Close() })
 		}
 	} else {
-		if s.redis, err = devstack.FindRedis(ctx, devstack.RedisOptions{URL: cfg.Redis, DataDir: s.tmp, Logger: s.log}); err != nil {
+		if s.redis, err = devstack.FindRedis(ctx, devstack.RedisOptions{URL: o.redis, DataDir: s.tmp, Logger: s.log}); err != nil {
 			return nil, err
 		}
 		s.closers = append(s.closers, func() { s.redis.Close() })
@@ -76,7 +95,7 @@ func startStack(ctx context.Context, cfg *Config) (_ *stack, err error) {
 	if err := s.createDatabase(ctx); err != nil {
 		return nil, err
 	}
-	if err := s.startTokens(ctx); err != nil {
+	if err := s.startTokens(ctx, o.signed); err != nil {
 		return nil, err
 	}
 	if err := s.startProxy(ctx); err != nil {
@@ -91,11 +110,6 @@ func startStack(ctx context.Context, cfg *Config) (_ *stack, err error) {
 // drops the database, then the roles.
 func (s *stack) createDatabase(ctx context.Context) error {
 	s.adminDSN = s.pg.DSN
-	conn, err := pgx.Connect(ctx, s.adminDSN)
-	if err != nil {
-		return fmt.Errorf("connect %s: %w", s.pg.Source, err)
-	}
-	defer conn.Close(context.Background())
 	s.dbName = randomName("fencegate_demo_")
 	owner, app := randomName("fencegate_demo_owner_"), randomName("fencegate_demo_app_")
 	// Closers run in reverse order: the roles go after the database.
@@ -104,19 +118,11 @@ func (s *stack) createDatabase(ctx context.Context) error {
 			s.log.Warn("drop demo roles", "err", err)
 		}
 	})
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+s.dbName); err != nil {
-		return fmt.Errorf("create database %s: %w", s.dbName, err)
+	if _, err := devstack.CreateDatabase(ctx, s.adminDSN, s.dbName); err != nil {
+		return fmt.Errorf("%s: %w", s.pg.Source, err)
 	}
 	s.closers = append(s.closers, func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20e9)
-		defer cancel()
-		c, err := pgx.Connect(ctx, s.adminDSN)
-		if err != nil {
-			s.log.Warn("drop demo database", "db", s.dbName, "err", err)
-			return
-		}
-		defer c.Close(ctx)
-		if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+s.dbName+" WITH (FORCE)"); err != nil {
+		if err := devstack.DropDatabase(context.Background(), s.adminDSN, s.dbName); err != nil {
 			s.log.Warn("drop demo database", "db", s.dbName, "err", err)
 		}
 	})
@@ -165,23 +171,39 @@ func (s *stack) redisAddrs() []string {
 	return out
 }
 
-// startTokens starts the 3-node Raft token group in this process, on the dev
-// addresses when they are free, else on free ports.
-func (s *stack) startTokens(ctx context.Context) error {
-	api, err := devstack.PreferAddrs(devstack.DevTokenAPIAddrs...)
+// startTokens starts the 3-node Raft token group in this process. Unsigned,
+// it runs on the dev addresses when they are free, else on free ports;
+// signed, with a key made for the run, on free ports.
+func (s *stack) startTokens(ctx context.Context, signed bool) error {
+	o := devstack.TokenOptions{DataDir: filepath.Join(s.tmp, "tokens"), Logger: s.svcLog.With("component", "tokenservice")}
+	if signed {
+		keyFile, err := writeRunKey(s.tmp)
+		if err != nil {
+			return err
+		}
+		if s.keys, err = tokensign.LoadKeys(keyFile); err != nil {
+			return err
+		}
+		o.SigningKeys = s.keys
+		o.DataDir = filepath.Join(s.tmp, "tokens-trusted")
+		o.Logger = o.Logger.With("cluster", "trusted")
+	} else {
+		var err error
+		if o.API, err = devstack.PreferAddrs(devstack.DevTokenAPIAddrs...); err != nil {
+			return err
+		}
+		if o.Raft, err = devstack.PreferAddrs(devstack.DevTokenRaftAddrs...); err != nil {
+			return err
+		}
+	}
+	t, err := devstack.StartTokens(ctx, o)
+	if t != nil {
+		s.closers = append(s.closers, func() { t.Close() })
+	}
 	if err != nil {
 		return err
 	}
-	raft, err := devstack.PreferAddrs(devstack.DevTokenRaftAddrs...)
-	if err != nil {
-		return err
-	}
-	t, err := devstack.StartTokens(ctx, s.tmp, api, raft, s.svcLog.With("component", "tokenservice"))
-	if err != nil {
-		return err
-	}
-	s.closers = append(s.closers, func() { t.Close() })
-	s.tokenURLs = t.URLs
+	s.tokenURLs, s.clusterID = t.URLs, t.ClusterID
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -151,4 +152,35 @@ func readPassfile(path, role string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// CreateDatabase creates database name (a plain identifier) on the server
+// adminDSN, a superuser's, points at, and returns the administrator's DSN
+// of the new database. DropDatabase drops it again.
+func CreateDatabase(ctx context.Context, adminDSN, name string) (string, error) {
+	conn, err := pgx.Connect(ctx, adminDSN)
+	if err != nil {
+		return "", fmt.Errorf("connect to PostgreSQL as the administrator: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", fmt.Errorf("create database %s: %w", name, err)
+	}
+	return WithDatabase(adminDSN, name), nil
+}
+
+// DropDatabase drops database name if it exists, closing its sessions
+// (WITH (FORCE)), within 20 seconds.
+func DropDatabase(ctx context.Context, adminDSN, name string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, adminDSN)
+	if err != nil {
+		return fmt.Errorf("drop database %s: %w", name, err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		return fmt.Errorf("drop database %s: %w", name, err)
+	}
+	return nil
 }

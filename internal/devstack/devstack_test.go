@@ -200,7 +200,7 @@ func TestStartTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	toks, err := StartTokens(ctx, t.TempDir(), api, raft, testutil.Logger(t))
+	toks, err := StartTokens(ctx, TokenOptions{DataDir: t.TempDir(), API: api, Raft: raft, Logger: testutil.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

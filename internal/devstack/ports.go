@@ -39,16 +39,6 @@ func checkPort(addr string) error {
 // PortFree reports whether addr can be listened on now.
 func PortFree(addr string) bool { return checkPort(addr) == nil }
 
-// FreeAddr returns 127.0.0.1:PORT for a port that was free a moment ago and
-// that no earlier call in this process returned.
-func FreeAddr() (string, error) {
-	addrs, err := freeport.Loopback(1)
-	if err != nil {
-		return "", err
-	}
-	return addrs[0], nil
-}
-
 // PreferAddrs returns preferred when every address in it is free, else the
 // same number of free loopback addresses.
 func PreferAddrs(preferred ...string) ([]string, error) {

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/freeport"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -33,19 +34,19 @@ type Postgres struct {
 	// Source says where it came from, for the user ("--postgres", "DATABASE_URL",
 	// "local server", "started by fencegate in DIR").
 	Source string
-	proc   *process
+	srv    *server
 }
 
 // Started reports whether the server was started by FindPostgres.
-func (p *Postgres) Started() bool { return p.proc != nil }
+func (p *Postgres) Started() bool { return p.srv != nil }
 
 // Close stops a server FindPostgres started (fast shutdown); it does nothing
 // for a server that was already running.
 func (p *Postgres) Close() error {
-	if p == nil || p.proc == nil {
+	if p == nil || p.srv == nil {
 		return nil
 	}
-	return p.proc.stop(syscall.SIGINT, 15*time.Second)
+	return p.srv.stop(syscall.SIGINT, 15*time.Second)
 }
 
 // PostgresOptions says where to look for PostgreSQL.
@@ -247,26 +248,24 @@ func startPostgres(ctx context.Context, bin string, o PostgresOptions) (*Postgre
 	}
 	addr := "127.0.0.1:5432"
 	if !PortFree(addr) {
-		if addr, err = FreeAddr(); err != nil {
+		addrs, err := freeport.Loopback(1)
+		if err != nil {
 			return nil, err
 		}
+		addr = addrs[0]
 	}
 	_, port, _ := net.SplitHostPort(addr)
-	cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", dir, "-p", port,
+	dsn := "postgres://postgres@" + addr + "/postgres?sslmode=disable"
+	srv, err := startServer(ctx, "postgres", filepath.Join(bin, "postgres"), []string{"-D", dir, "-p", port,
 		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=",
-		"-c", "fsync=off", "-c", "max_connections=200")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	proc, err := startProcess("postgres", cmd)
+		"-c", "fsync=off", "-c", "max_connections=200"},
+		func(cmd *exec.Cmd) error { cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}; return nil },
+		60*time.Second, func(ctx context.Context) error { return pingPostgres(ctx, dsn) })
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoPostgres, err)
 	}
-	dsn := "postgres://postgres@" + addr + "/postgres?sslmode=disable"
-	if err := proc.waitReady(ctx, 60*time.Second, func(ctx context.Context) error { return pingPostgres(ctx, dsn) }); err != nil {
-		_ = proc.stop(syscall.SIGINT, 5*time.Second)
-		return nil, fmt.Errorf("%w: %v", ErrNoPostgres, err)
-	}
 	o.Logger.Info("started PostgreSQL", "addr", addr, "dir", dir)
-	return &Postgres{DSN: dsn, Source: "started by fencegate in " + dir, proc: proc}, nil
+	return &Postgres{DSN: dsn, Source: "started by fencegate in " + dir, srv: srv}, nil
 }
 
 // postgresCredential returns the user to run PostgreSQL as: nil (ourselves)

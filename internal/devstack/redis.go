@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/freeport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -26,27 +27,27 @@ type Redis struct {
 	Options *redis.Options
 	// Source says where it came from, as Postgres.Source does.
 	Source string
-	proc   *process
+	srv    *server
 }
 
 // Started reports whether the server was started by FindRedis or StartRedis.
-func (r *Redis) Started() bool { return r.proc != nil }
+func (r *Redis) Started() bool { return r.srv != nil }
 
 // Close stops a server this package started; it does nothing otherwise.
 func (r *Redis) Close() error {
-	if r == nil || r.proc == nil {
+	if r == nil || r.srv == nil {
 		return nil
 	}
-	return r.proc.stop(syscall.SIGTERM, 5*time.Second)
+	return r.srv.stop(syscall.SIGTERM, 5*time.Second)
 }
 
 // Kill stops a started server with SIGKILL, losing every key (a master
 // restarted without persistence); Restart brings it back on the same port.
 func (r *Redis) Kill() error {
-	if r.proc == nil {
+	if r.srv == nil {
 		return fmt.Errorf("kill redis %s: not started by fencegate", r.Addr)
 	}
-	return r.proc.stop(syscall.SIGKILL, 5*time.Second)
+	return r.srv.stop(syscall.SIGKILL, 5*time.Second)
 }
 
 // Restart starts a killed server again on its address, empty.
@@ -55,7 +56,7 @@ func (r *Redis) Restart(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.proc = nr.proc
+	r.srv = nr.srv
 	return nil
 }
 
@@ -113,10 +114,11 @@ func FindRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 	}
 	addr := DefaultRedisAddr
 	if !PortFree(addr) {
-		var err error
-		if addr, err = FreeAddr(); err != nil {
+		addrs, err := freeport.Loopback(1)
+		if err != nil {
 			return nil, err
 		}
+		addr = addrs[0]
 	}
 	r, err := StartRedis(ctx, addr, o.DataDir)
 	if err != nil {
@@ -136,24 +138,21 @@ func StartRedis(ctx context.Context, addr, dir string) (*Redis, error) {
 	host, port, _ := strings.Cut(addr, ":")
 	args := []string{"--port", port, "--bind", host, "--save", "", "--appendonly", "no",
 		"--daemonize", "no", "--logfile", ""}
-	cmd := exec.Command(bin, args...)
+	var workDir string
 	if dir != "" {
-		d := filepath.Join(dir, "redis")
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, fmt.Errorf("create %s: %w", d, err)
+		workDir = filepath.Join(dir, "redis")
+		if err := os.MkdirAll(workDir, 0o755); err != nil {
+			return nil, fmt.Errorf("create %s: %w", workDir, err)
 		}
-		cmd.Dir = d
 	}
-	proc, err := startProcess("redis-server "+addr, cmd)
+	opts := &redis.Options{Addr: addr}
+	srv, err := startServer(ctx, "redis-server "+addr, bin, args,
+		func(cmd *exec.Cmd) error { cmd.Dir = workDir; return nil },
+		15*time.Second, func(ctx context.Context) error { return pingRedis(ctx, opts) })
 	if err != nil {
 		return nil, err
 	}
-	opts := &redis.Options{Addr: addr}
-	if err := proc.waitReady(ctx, 15*time.Second, func(ctx context.Context) error { return pingRedis(ctx, opts) }); err != nil {
-		_ = proc.stop(syscall.SIGKILL, time.Second)
-		return nil, err
-	}
-	return &Redis{Addr: addr, Options: opts, Source: "started by fencegate", proc: proc}, nil
+	return &Redis{Addr: addr, Options: opts, Source: "started by fencegate", srv: srv}, nil
 }
 
 // ParseRedis accepts host:port or a redis:// URL.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"path/filepath"
 	"strings"
 
 	"github.com/fencegate/fencegate/pgfence"
@@ -143,7 +144,8 @@ func Start(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 		return nil, err
 	}
 	s.closers = append(s.closers, s.Redis.Close)
-	if s.Tokens, err = StartTokens(ctx, s.DataDir, cfg.TokenAPI, cfg.TokenRaft, cfg.ServiceLogger.With("component", "tokenservice")); err != nil {
+	if s.Tokens, err = StartTokens(ctx, TokenOptions{DataDir: filepath.Join(s.DataDir, "tokens"), API: cfg.TokenAPI, Raft: cfg.TokenRaft,
+		Logger: cfg.ServiceLogger.With("component", "tokenservice")}); err != nil {
 		return nil, err
 	}
 	s.closers = append(s.closers, s.Tokens.Close)

@@ -1,7 +1,6 @@
 package faults
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/fencegate/fencegate/internal/proc"
 )
 
 // Config configures a campaign. Zero values take the defaults stated on
@@ -352,7 +353,7 @@ func startClients(stack *Stack, cfg Config, seed int64, rec *Recorder) ([]*Clien
 			}
 		}
 		cp.Proc = stack.Sup.Add("client-"+cp.Name, cfg.Binary, args,
-			WithStdout(func() io.Writer { return &lineWriter{f: sink} }), WithEnv(stack.ClientEnv()...))
+			proc.WithStdoutLines(sink), proc.WithEnv(stack.ClientEnv()...))
 		out = append(out, cp)
 	}
 	for _, cp := range out {
@@ -361,22 +362,4 @@ func startClients(stack *Stack, cfg Config, seed int64, rec *Recorder) ([]*Clien
 		}
 	}
 	return out, firstOK
-}
-
-// lineWriter calls f with each complete line written to it.
-type lineWriter struct {
-	buf []byte
-	f   func([]byte)
-}
-
-func (w *lineWriter) Write(p []byte) (int, error) {
-	w.buf = append(w.buf, p...)
-	for {
-		i := bytes.IndexByte(w.buf, '\n')
-		if i < 0 {
-			return len(p), nil
-		}
-		w.f(w.buf[:i])
-		w.buf = w.buf[i+1:]
-	}
 }

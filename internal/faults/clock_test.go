@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/proc"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/redis/go-redis/v9"
 )
@@ -22,13 +23,13 @@ func TestClockJumpExpiresRedisKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sup, err := NewSupervisor(dir, testutil.Logger(t))
+	sup, err := proc.New(dir, testutil.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sup.Close()
 	addr := testutil.FreeAddr(t)
-	p := sup.Add("redis", "redis-server", redisArgs(addr), WithEnv(clock.Env()...))
+	p := sup.Add("redis", "redis-server", redisArgs(addr), proc.WithEnv(clock.Env()...))
 	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}

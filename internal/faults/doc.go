@@ -31,14 +31,6 @@ package faults
 import "errors"
 
 var (
-	// ErrRunning is returned when starting a process that already runs.
-	ErrRunning = errors.New("faults: process already running")
-	// ErrNotRunning is returned when signalling a process that is not running.
-	ErrNotRunning = errors.New("faults: process not running")
-	// ErrClosed is returned when starting a process after the supervisor closed.
-	ErrClosed = errors.New("faults: supervisor closed")
-	// ErrStuck is returned when a killed process did not exit.
-	ErrStuck = errors.New("faults: process did not exit")
 	// ErrUnknownFault is returned for a fault name the nemesis does not know.
 	ErrUnknownFault = errors.New("faults: unknown fault")
 	// ErrNoLeader is returned when no token node leads.

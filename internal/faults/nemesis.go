@@ -9,6 +9,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/fencegate/fencegate/internal/poll"
+	"github.com/fencegate/fencegate/internal/proc"
 )
 
 // Fault names, as the --faults flag takes them.
@@ -66,7 +69,7 @@ func ParseFaults(s string) ([]string, error) {
 // and what it last did (the campaign updates it from the client's events).
 type ClientProc struct {
 	Name string
-	Proc *Proc
+	Proc *proc.Proc
 
 	mu       sync.Mutex
 	last     string
@@ -189,7 +192,7 @@ func (n *Nemesis) RunRandom(ctx context.Context, faults []string) error {
 func (n *Nemesis) RunList(ctx context.Context, faults []string) error {
 	for _, f := range faults {
 		_, before := progress(n.clients, nil)
-		_ = poll(ctx, 30*time.Second, "a commit", func(context.Context) error {
+		_ = poll.Until(ctx, "a commit", 20*time.Millisecond, 30*time.Second, func(context.Context) error {
 			if _, now := progress(n.clients, nil); now > before {
 				return nil
 			}
@@ -277,7 +280,7 @@ func (n *Nemesis) windowUntil(ctx context.Context, fault, target, detail string,
 	return herr
 }
 
-func (n *Nemesis) pause(ctx context.Context, fault, target string, p *Proc, hold time.Duration) error {
+func (n *Nemesis) pause(ctx context.Context, fault, target string, p *proc.Proc, hold time.Duration) error {
 	return n.window(ctx, fault, target, "", p.Pause, hold, p.Resume)
 }
 
@@ -287,7 +290,7 @@ func (n *Nemesis) pause(ctx context.Context, fault, target string, p *Proc, hold
 func (n *Nemesis) holder(ctx context.Context, ahead time.Duration) *ClientProc {
 	pick := n.rng.IntN(len(n.clients))
 	var target *ClientProc
-	_ = poll(ctx, 5*time.Second, "a lock holder", func(context.Context) error {
+	_ = poll.Until(ctx, "a lock holder", 20*time.Millisecond, 5*time.Second, func(context.Context) error {
 		for i := range n.clients {
 			c := n.clients[(pick+i)%len(n.clients)]
 			if c.HoldingFor(ahead) && c.Proc.Running() && !c.Proc.Paused() {
@@ -313,7 +316,7 @@ func (n *Nemesis) pauseClient(ctx context.Context) error {
 	before, _ := progress(n.clients, target)
 	wait := func() {
 		sleepCtx(ctx, hold)
-		_ = poll(ctx, maxClientPause-hold, "another lock holder", func(context.Context) error {
+		_ = poll.Until(ctx, "another lock holder", 20*time.Millisecond, maxClientPause-hold, func(context.Context) error {
 			if now, _ := progress(n.clients, target); now > before {
 				return nil
 			}

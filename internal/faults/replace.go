@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/fencegate/fencegate/internal/poll"
 )
 
 // refusalWait bounds how long a wiped node restarted with its usual flags
@@ -83,7 +85,7 @@ func (s *Stack) Replace(ctx context.Context, t *TokenNode) error {
 	others := s.otherURLs(t)
 	// The removal is refused while the other voters could not form a
 	// quorum without t (a previous fault may still be healing): retry.
-	if err := poll(ctx, 60*time.Second, "members remove "+t.ID, func(ctx context.Context) error {
+	if err := poll.Until(ctx, "members remove "+t.ID, 20*time.Millisecond, 60*time.Second, func(ctx context.Context) error {
 		_, err := s.Operator(ctx, "token", "members", "remove", t.ID, "--servers", others, "--timeout", "10s")
 		return err
 	}); err != nil {
@@ -98,11 +100,11 @@ func (s *Stack) Replace(ctx context.Context, t *TokenNode) error {
 		return err
 	}
 	// The operator waits for the new node to come up before adding it.
-	_ = poll(ctx, 30*time.Second, t.ID+" to answer", func(ctx context.Context) error {
+	_ = poll.Until(ctx, t.ID+" to answer", 20*time.Millisecond, 30*time.Second, func(ctx context.Context) error {
 		_, err := s.status(ctx, t)
 		return err
 	})
-	if err := poll(ctx, 90*time.Second, "members add "+t.ID, func(ctx context.Context) error {
+	if err := poll.Until(ctx, "members add "+t.ID, 20*time.Millisecond, 90*time.Second, func(ctx context.Context) error {
 		if !t.Proc.Running() {
 			return fmt.Errorf("%w: %s exited while joining; its log ends:\n%s", ErrCheckFailed, t.ID, logTail(t.Proc.LogPath(), 8))
 		}

@@ -16,7 +16,10 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/devstack"
+	"github.com/fencegate/fencegate/internal/freeport"
 	"github.com/fencegate/fencegate/internal/netfault"
+	"github.com/fencegate/fencegate/internal/poll"
+	"github.com/fencegate/fencegate/internal/proc"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )
@@ -61,7 +64,7 @@ type TokenNode struct {
 	RaftAddr string
 	APIAddr  string
 	DataDir  string
-	Proc     *Proc
+	Proc     *proc.Proc
 	// Out maps a peer's ID to the relay this node dials that peer through.
 	Out map[string]*netfault.Relay
 }
@@ -70,7 +73,7 @@ type TokenNode struct {
 type RedisNode struct {
 	Name  string
 	Addr  string
-	Proc  *Proc
+	Proc  *proc.Proc
 	Clock *Clock
 	skew  time.Duration
 }
@@ -79,14 +82,14 @@ type RedisNode struct {
 type ProxyNode struct {
 	Name string
 	Addr string
-	Proc *Proc
+	Proc *proc.Proc
 }
 
 // Stack is the whole system of one run, as real processes on loopback.
 type Stack struct {
 	cfg     StackConfig
 	log     *slog.Logger
-	Sup     *Supervisor
+	Sup     *proc.Group
 	Tokens  []*TokenNode
 	Redis   []*RedisNode
 	Proxies []*ProxyNode
@@ -100,15 +103,11 @@ type Stack struct {
 	relays []*netfault.Relay
 }
 
-// freeAddr returns a loopback HOST:PORT that was free a moment ago, that no
-// earlier call in this process returned (two nodes of one stack must not be
-// given the same port), and that no outgoing connection can take while its
-// server is killed and restarted (see package freeport).
-func freeAddr() (string, error) { return devstack.FreeAddr() }
-
 // StartStack starts every process of a run and waits until each serves:
 // a fresh database, Redis masters, three token nodes with a leader, two
-// proxies. On error it stops whatever it started.
+// proxies. On error it stops whatever it started. Every server listens on
+// a port from package freeport: the nemesis kills and restarts it on that
+// port, and no outgoing connection may take the port meanwhile.
 func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -116,7 +115,7 @@ func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 	if cfg.Redis <= 0 {
 		cfg.Redis = 1
 	}
-	sup, err := NewSupervisor(filepath.Join(cfg.Dir, "logs"), cfg.Logger)
+	sup, err := proc.New(filepath.Join(cfg.Dir, "logs"), cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -150,20 +149,11 @@ func (s *Stack) createDB(ctx context.Context) error {
 	b := make([]byte, 5)
 	_, _ = rand.Read(b)
 	s.DBName = "fg_faults_" + hex.EncodeToString(b)
-	admin, err := pgx.Connect(ctx, s.cfg.PostgreSQL)
+	dsn, err := devstack.CreateDatabase(ctx, s.cfg.PostgreSQL, s.DBName)
 	if err != nil {
-		return fmt.Errorf("connect to PostgreSQL %s: %w", s.cfg.PostgreSQL, err)
+		return fmt.Errorf("PostgreSQL %s: %w", s.cfg.PostgreSQL, err)
 	}
-	defer admin.Close(context.WithoutCancel(ctx))
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+s.DBName); err != nil {
-		return fmt.Errorf("create database %s: %w", s.DBName, err)
-	}
-	u, err := url.Parse(s.cfg.PostgreSQL)
-	if err != nil {
-		return fmt.Errorf("parse PostgreSQL DSN: %w", err)
-	}
-	u.Path = "/" + s.DBName
-	s.dbDSN = u.String()
+	s.dbDSN = dsn
 	s.log.Info("created database", "db", s.DBName)
 	if s.DB, err = devstack.SetupFenced(ctx, devstack.FencedOptions{AdminDSN: s.dbDSN,
 		Owner: s.DBName + "_owner", App: s.DBName + "_app"}); err != nil {
@@ -227,19 +217,19 @@ func (s *Stack) TokenURLs() []string {
 }
 
 func (s *Stack) startRedis(ctx context.Context) error {
-	for i := range s.cfg.Redis {
-		addr, err := freeAddr()
-		if err != nil {
-			return err
-		}
+	addrs, err := freeport.Loopback(s.cfg.Redis)
+	if err != nil {
+		return err
+	}
+	for i, addr := range addrs {
 		r := &RedisNode{Name: fmt.Sprintf("redis%d", i+1), Addr: addr}
-		var opts []ProcOption
+		var opts []proc.Option
 		if s.cfg.ClockShim != "" {
 			r.Clock, err = NewClock(s.cfg.ClockShim, filepath.Join(s.cfg.Dir, r.Name+".clock"))
 			if err != nil {
 				return err
 			}
-			opts = append(opts, WithEnv(r.Clock.Env()...))
+			opts = append(opts, proc.WithEnv(r.Clock.Env()...))
 		}
 		r.Proc = s.Sup.Add(r.Name, "redis-server", redisArgs(addr), opts...)
 		if err := r.Proc.Start(); err != nil {
@@ -259,22 +249,19 @@ func (s *Stack) startRedis(ctx context.Context) error {
 func (r *RedisNode) WaitReady(ctx context.Context) error {
 	c := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1, DialTimeout: time.Second})
 	defer c.Close()
-	return poll(ctx, 15*time.Second, r.Name+" ready", func(ctx context.Context) error {
+	return poll.Until(ctx, r.Name+" ready", 20*time.Millisecond, 15*time.Second, func(ctx context.Context) error {
 		return c.Ping(ctx).Err()
 	})
 }
 
 func (s *Stack) startTokens(ctx context.Context) error {
 	const n = 3
+	addrs, err := freeport.Loopback(2 * n)
+	if err != nil {
+		return err
+	}
 	for i := range n {
-		raft, err := freeAddr()
-		if err != nil {
-			return err
-		}
-		api, err := freeAddr()
-		if err != nil {
-			return err
-		}
+		raft, api := addrs[2*i], addrs[2*i+1]
 		s.Tokens = append(s.Tokens, &TokenNode{ID: fmt.Sprintf("n%d", i+1), RaftAddr: raft, APIAddr: api, Out: map[string]*netfault.Relay{}})
 	}
 	var peers []string
@@ -309,7 +296,7 @@ func (s *Stack) startTokens(ctx context.Context) error {
 	if err := s.waitTokensUp(ctx, 30*time.Second); err != nil {
 		return err
 	}
-	_, err := s.WaitLeader(ctx, 30*time.Second)
+	_, err = s.WaitLeader(ctx, 30*time.Second)
 	return err
 }
 
@@ -319,7 +306,7 @@ func (s *Stack) startTokens(ctx context.Context) error {
 // exits instead fails the start at once, with the end of its log.
 func (s *Stack) waitTokensUp(ctx context.Context, timeout time.Duration) error {
 	var exited error
-	err := poll(ctx, timeout, "every token node to answer", func(ctx context.Context) error {
+	err := poll.Until(ctx, "every token node to answer", 20*time.Millisecond, timeout, func(ctx context.Context) error {
 		for _, t := range s.Tokens {
 			if !t.Proc.Running() {
 				exited = fmt.Errorf("token node %s exited as it started; its log ends:\n%s", t.ID, logTail(t.Proc.LogPath(), 8))
@@ -407,7 +394,7 @@ func (s *Stack) Leader(ctx context.Context) (*TokenNode, error) {
 // WaitLeader polls until some node leads.
 func (s *Stack) WaitLeader(ctx context.Context, timeout time.Duration) (*TokenNode, error) {
 	var leader *TokenNode
-	err := poll(ctx, timeout, "token leader", func(ctx context.Context) error {
+	err := poll.Until(ctx, "token leader", 20*time.Millisecond, timeout, func(ctx context.Context) error {
 		l, err := s.Leader(ctx)
 		leader = l
 		return err
@@ -422,11 +409,11 @@ func (s *Stack) startProxies(ctx context.Context) error {
 		return fmt.Errorf("parse database DSN: %w", err)
 	}
 	upstream := (&url.URL{Scheme: u.Scheme, Host: u.Host, RawQuery: u.RawQuery}).String()
-	for i := range 2 {
-		addr, err := freeAddr()
-		if err != nil {
-			return err
-		}
+	addrs, err := freeport.Loopback(2)
+	if err != nil {
+		return err
+	}
+	for i, addr := range addrs {
 		p := &ProxyNode{Name: fmt.Sprintf("proxy%d", i+1), Addr: addr}
 		p.Proc = s.Sup.Add(p.Name, s.cfg.Binary, []string{"proxy", "--listen", addr, "--upstream", upstream})
 		if err := p.Proc.Start(); err != nil {
@@ -452,7 +439,7 @@ func waitSQL(ctx context.Context, name, dsn, password string) error {
 	if password != "" {
 		cfg.Password = password
 	}
-	return poll(ctx, 15*time.Second, name+" ready", func(ctx context.Context) error {
+	return poll.Until(ctx, name+" ready", 20*time.Millisecond, 15*time.Second, func(ctx context.Context) error {
 		c, err := pgx.ConnectConfig(ctx, cfg)
 		if err != nil {
 			return err
@@ -501,39 +488,13 @@ func (s *Stack) Close() error {
 	if s.dbDSN != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if c, err := pgx.Connect(ctx, s.cfg.PostgreSQL); err != nil {
-			errs = append(errs, fmt.Errorf("drop database %s: %w", s.DBName, err))
-		} else {
-			if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+s.DBName+" WITH (FORCE)"); err != nil {
-				errs = append(errs, fmt.Errorf("drop database %s: %w", s.DBName, err))
-			}
-			c.Close(ctx)
-		}
+		errs = append(errs, devstack.DropDatabase(ctx, s.cfg.PostgreSQL, s.DBName))
 		errs = append(errs, devstack.DropRoles(ctx, s.cfg.PostgreSQL, []string{s.DBName}, s.DBName+"_app", s.DBName+"_owner"))
 	}
 	if err := os.RemoveAll(filepath.Join(s.cfg.Dir, "data")); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// poll calls f every 20ms until it returns nil, ctx ends or timeout passes.
-func poll(ctx context.Context, timeout time.Duration, what string, f func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for {
-		err := f(ctx)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("wait for %s: %w (last error: %v)", what, ctx.Err(), err)
-		case <-t.C:
-		}
-	}
 }
 
 // redisArgs is the command line of a Redis master without persistence on

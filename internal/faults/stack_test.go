@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/proc"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/tokenservice"
 )
@@ -22,7 +23,7 @@ func TestMain(m *testing.M) { testutil.Main(m) }
 func startTokenStack(t *testing.T) *Stack {
 	t.Helper()
 	dir := t.TempDir()
-	sup, err := NewSupervisor(filepath.Join(dir, "logs"), testutil.Logger(t))
+	sup, err := proc.New(filepath.Join(dir, "logs"), testutil.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +96,7 @@ func TestPartitionIsolatesLeader(t *testing.T) {
 // node that died as it started (its port taken, say): the start fails at
 // once and says why, instead of running with two nodes.
 func TestTokenNodeExitingAtStartFails(t *testing.T) {
-	sup, err := NewSupervisor(t.TempDir(), testutil.Logger(t))
+	sup, err := proc.New(t.TempDir(), testutil.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

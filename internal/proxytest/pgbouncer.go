@@ -1,7 +1,6 @@
 package proxytest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"maps"
@@ -14,11 +13,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/proc"
 	"github.com/fencegate/fencegate/internal/testutil"
 )
 
@@ -101,8 +100,7 @@ log_disconnections = 0
 		ini += k + " = " + o.Settings[k] + "\n"
 	}
 	files := map[string]string{"users.txt": auth.String(), "pgbouncer.ini": ini}
-	cmd := exec.Command(bin, filepath.Join(dir, "pgbouncer.ini"))
-	attr := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var cred *syscall.Credential
 	if os.Geteuid() == 0 {
 		pu, err := user.Lookup("postgres")
 		if err != nil {
@@ -110,7 +108,7 @@ log_disconnections = 0
 		}
 		uid, _ := strconv.Atoi(pu.Uid)
 		gid, _ := strconv.Atoi(pu.Gid)
-		attr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 		if err := os.Chown(dir, uid, gid); err != nil {
 			t.Fatal(err)
 		}
@@ -121,60 +119,34 @@ log_disconnections = 0
 			t.Fatal(err)
 		}
 	}
-	cmd.SysProcAttr = attr
-	var out lockedBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
+	g, err := proc.New("", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := g.Start("pgbouncer", bin, []string{filepath.Join(dir, "pgbouncer.ini")},
+		proc.WithSetup(func(cmd *exec.Cmd) error { cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}; return nil }))
+	if err != nil {
 		t.Fatalf("start pgbouncer: %v", err)
 	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
+		_ = p.Stop(10 * time.Second)
 		if t.Failed() {
-			t.Logf("pgbouncer (%s mode) log:\n%s", o.Mode, out.String())
+			t.Logf("pgbouncer (%s mode) log:\n%s", o.Mode, p.LogTail(1<<20))
 		}
+		_ = g.Close()
 	})
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(listen))
-	testutil.WaitFor(t, 20*time.Second, "pgbouncer on "+addr, func() error {
-		select {
-		case <-exited:
-			t.Fatalf("pgbouncer exited:\n%s", out.String())
-		default:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	var d net.Dialer
+	if err := p.WaitReady(context.Background(), 10*time.Millisecond, 20*time.Second, func(ctx context.Context) error {
+		c, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			return err
 		}
 		return c.Close()
-	})
+	}); err != nil {
+		t.Fatalf("pgbouncer on %s: %v", addr, err)
+	}
 	du := *u
 	du.Host = addr
 	return du.String()
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

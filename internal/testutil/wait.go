@@ -1,41 +1,32 @@
 package testutil
 
 import (
-	"fmt"
+	"context"
 	"net"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/fencegate/fencegate/internal/freeport"
+	"github.com/fencegate/fencegate/internal/poll"
 )
 
 // WaitFor polls cond every 10ms until it returns nil or timeout passes, and
-// then fails the test with what and the last error cond returned.
+// then fails the test with what and the last error cond returned (see
+// package poll).
 func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s: %v", timeout, what, err)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if err := poll.Until(context.Background(), what, 10*time.Millisecond, timeout, func(context.Context) error { return cond() }); err != nil {
+		t.Fatal(err)
 	}
 }
 
 // Eventually is WaitFor with a boolean condition.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	WaitFor(t, timeout, what, func() error {
-		if cond() {
-			return nil
-		}
-		return fmt.Errorf("condition still false")
-	})
+	if err := poll.True(context.Background(), what, 10*time.Millisecond, timeout, cond); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago and

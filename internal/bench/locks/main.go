@@ -24,6 +24,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/proc"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/redis/go-redis/v9"
 )
@@ -86,11 +87,15 @@ func bench(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	redis.SetLogger(quietLogger{})
 	maxC := slices.Max(cfg.conc)
 	fmt.Fprintf(stderr, "starting %d redis-server masters\n", cfg.masters)
-	procs, err := startRedis(ctx, cfg.masters)
+	g, err := proc.New("", nil)
 	if err != nil {
 		return err
 	}
-	defer stopRedis(procs)
+	defer g.Close()
+	procs, err := startRedis(ctx, g, cfg.masters)
+	if err != nil {
+		return err
+	}
 	var masterAddrs []string
 	for _, p := range procs {
 		masterAddrs = append(masterAddrs, p.addr)

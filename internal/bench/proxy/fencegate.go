@@ -6,13 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os/exec"
 	"strconv"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/freeport"
+	"github.com/fencegate/fencegate/internal/proc"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/fencegate/fencegate/internal/bench"
 	"github.com/fencegate/fencegate/pgfence"
 )
 
@@ -21,20 +21,20 @@ var errNoProxy = errors.New("this fencegate binary has no 'proxy' command; build
 
 // startProxy starts "fencegate proxy" under g in front of up and returns
 // its port and process id once a query goes through it.
-func startProxy(ctx context.Context, g *bench.Group, name, bin string, up pgbenchTarget, extra ...string) (port, pid int, err error) {
-	ports, err := bench.FreePorts(1)
+func startProxy(ctx context.Context, g *proc.Group, name, bin string, up pgbenchTarget, extra ...string) (port, pid int, err error) {
+	ports, err := freeport.Ports(1)
 	if err != nil {
 		return 0, 0, err
 	}
 	listen := "127.0.0.1:" + strconv.Itoa(ports[0])
 	args := append([]string{"proxy", "--listen", listen, "--upstream", up.dsn()}, extra...)
-	p, err := g.Start(name, exec.Command(bin, args...))
+	p, err := g.Start(name, bin, args)
 	if err != nil {
 		return 0, 0, err
 	}
 	target := up
 	target.port = ports[0]
-	if err := bench.WaitReady(ctx, p, 30*time.Second, sqlReady(target)); err != nil {
+	if err := p.WaitReady(ctx, 20*time.Millisecond, 30*time.Second, sqlReady(target)); err != nil {
 		return 0, 0, err
 	}
 	return ports[0], p.Pid(), nil

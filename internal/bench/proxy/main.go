@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/bench"
+	"github.com/fencegate/fencegate/internal/proc"
 )
 
 func main() {
@@ -143,8 +144,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return fmt.Errorf("open up temporary directory: %w", err)
 	}
-	g := bench.NewGroup(dir)
-	cl.Add(func() { g.StopAll(10 * time.Second) })
+	g, err := proc.New(dir, nil)
+	if err != nil {
+		return err
+	}
+	cl.Add(func() {
+		_ = g.StopAll(10 * time.Second)
+		_ = g.Close()
+	})
 
 	versions := map[string]string{"pgbench": bench.Version(ctx, pgbenchBin, "--version")}
 	fgBin := o.bin
@@ -209,7 +216,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // startPaths starts PgBouncer and the proxies the options ask for and
 // returns where pgbench connects for each path.
-func startPaths(ctx context.Context, o options, g *bench.Group, dir string, up pgbenchTarget, fgBin, bouncerBin string,
+func startPaths(ctx context.Context, o options, g *proc.Group, dir string, up pgbenchTarget, fgBin, bouncerBin string,
 	versions map[string]string, logf func(string, ...any)) (map[string]pgbenchTarget, error) {
 	local := func(port, pid int) pgbenchTarget {
 		return pgbenchTarget{host: "127.0.0.1", port: port, user: up.user, db: up.db, pid: pid}

@@ -12,7 +12,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/bench"
+	"github.com/fencegate/fencegate/internal/freeport"
+	"github.com/fencegate/fencegate/internal/proc"
 )
 
 // bouncerConfig is what the generated pgbouncer.ini says.
@@ -78,7 +79,7 @@ func bouncerUser() (*syscall.Credential, error) {
 
 // startBouncer writes the configuration into dir and starts PgBouncer under
 // g, returning its port and process id once it answers a query.
-func startBouncer(ctx context.Context, g *bench.Group, bin, dir string, up pgbenchTarget, poolSize int) (port, pid int, err error) {
+func startBouncer(ctx context.Context, g *proc.Group, bin, dir string, up pgbenchTarget, poolSize int) (port, pid int, err error) {
 	cred, err := bouncerUser()
 	if err != nil {
 		return 0, 0, err
@@ -86,7 +87,7 @@ func startBouncer(ctx context.Context, g *bench.Group, bin, dir string, up pgben
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, 0, fmt.Errorf("create pgbouncer directory: %w", err)
 	}
-	ports, err := bench.FreePorts(1)
+	ports, err := freeport.Ports(1)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -101,22 +102,25 @@ func startBouncer(ctx context.Context, g *bench.Group, bin, dir string, up pgben
 	if err := os.WriteFile(iniPath, []byte(cfg.ini()), 0o644); err != nil {
 		return 0, 0, fmt.Errorf("write pgbouncer.ini: %w", err)
 	}
-	cmd := exec.Command(bin, iniPath)
+	var opts []proc.Option
 	if cred != nil {
 		for _, p := range []string{dir, cfg.AuthFile, iniPath} {
 			if err := os.Chown(p, int(cred.Uid), int(cred.Gid)); err != nil {
 				return 0, 0, fmt.Errorf("hand %s to the pgbouncer user: %w", p, err)
 			}
 		}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		opts = append(opts, proc.WithSetup(func(cmd *exec.Cmd) error {
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+			return nil
+		}))
 	}
-	p, err := g.Start("pgbouncer", cmd)
+	p, err := g.Start("pgbouncer", bin, []string{iniPath}, opts...)
 	if err != nil {
 		return 0, 0, err
 	}
 	target := up
 	target.port = cfg.ListenPort
-	if err := bench.WaitReady(ctx, p, 30*time.Second, sqlReady(target)); err != nil {
+	if err := p.WaitReady(ctx, 20*time.Millisecond, 30*time.Second, sqlReady(target)); err != nil {
 		return 0, 0, err
 	}
 	return cfg.ListenPort, p.Pid(), nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -13,14 +12,15 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/fencegate/fencegate/internal/bench"
+	"github.com/fencegate/fencegate/internal/freeport"
+	"github.com/fencegate/fencegate/internal/proc"
 )
 
 // etcdCluster is three etcd members on loopback, formed with the static
 // --initial-cluster bootstrap, fsync on (etcd's default).
 type etcdCluster struct {
 	clientURLs []string
-	procs      []*bench.Proc
+	procs      []*proc.Proc
 	tls        *benchTLS // nil: plain HTTP
 }
 
@@ -28,8 +28,8 @@ type etcdCluster struct {
 // each one reports itself healthy (it has a leader). With tc the members
 // speak mutual TLS to clients and to each other (--client-cert-auth,
 // --peer-client-cert-auth), as fencegate does with TLS on.
-func startEtcd(ctx context.Context, g *bench.Group, etcdBin, dir string, tc *benchTLS) (*etcdCluster, error) {
-	ports, err := bench.FreePorts(6)
+func startEtcd(ctx context.Context, g *proc.Group, etcdBin, dir string, tc *benchTLS) (*etcdCluster, error) {
+	ports, err := freeport.Ports(6)
 	if err != nil {
 		return nil, err
 	}
@@ -48,7 +48,7 @@ func startEtcd(ctx context.Context, g *bench.Group, etcdBin, dir string, tc *ben
 		initial = append(initial, name+"="+peer)
 	}
 	token := "fencegate-bench-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	var procs []*bench.Proc
+	var procs []*proc.Proc
 	for i, name := range names {
 		args := []string{"--name", name,
 			"--data-dir", filepath.Join(dir, name),
@@ -69,7 +69,7 @@ func startEtcd(ctx context.Context, g *bench.Group, etcdBin, dir string, tc *ben
 			args = append(args, "--cert-file", cert, "--key-file", key, "--trusted-ca-file", tc.caFile, "--client-cert-auth",
 				"--peer-cert-file", cert, "--peer-key-file", key, "--peer-trusted-ca-file", tc.caFile, "--peer-client-cert-auth")
 		}
-		p, err := g.Start("etcd-"+name+tlsSuffix(tc), exec.Command(etcdBin, args...))
+		p, err := g.Start("etcd-"+name+tlsSuffix(tc), etcdBin, args)
 		if err != nil {
 			return nil, err
 		}
@@ -81,7 +81,7 @@ func startEtcd(ctx context.Context, g *bench.Group, etcdBin, dir string, tc *ben
 		hc = &http.Client{Transport: &http.Transport{TLSClientConfig: tc.etcdClient()}}
 	}
 	for i, p := range procs {
-		if err := bench.WaitReady(ctx, p, 60*time.Second, httpOK(hc, c.clientURLs[i]+"/health")); err != nil {
+		if err := p.WaitReady(ctx, 20*time.Millisecond, 60*time.Second, httpOK(hc, c.clientURLs[i]+"/health")); err != nil {
 			return nil, err
 		}
 	}

@@ -7,20 +7,20 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/bench"
+	"github.com/fencegate/fencegate/internal/freeport"
+	"github.com/fencegate/fencegate/internal/proc"
 )
 
 // fencegateCluster is three "fencegate token serve" processes on loopback.
 type fencegateCluster struct {
 	ids   []string
 	urls  []string // API base URLs, in the order of ids
-	procs []*bench.Proc
+	procs []*proc.Proc
 	tls   *benchTLS // nil: plain HTTP
 	hc    *http.Client
 }
@@ -100,8 +100,8 @@ func (c *fencegateCluster) roundCounters(ctx context.Context) (roundCounters, er
 // startFencegate starts a three-node token cluster under g with data in
 // dir, and waits until every node answers /readyz with 200. With tc the
 // nodes run with TLS (API, Raft, forwarding) and authentication.
-func startFencegate(ctx context.Context, g *bench.Group, bin, dir string, tc *benchTLS, extra ...string) (*fencegateCluster, error) {
-	ports, err := bench.FreePorts(6)
+func startFencegate(ctx context.Context, g *proc.Group, bin, dir string, tc *benchTLS, extra ...string) (*fencegateCluster, error) {
+	ports, err := freeport.Ports(6)
 	if err != nil {
 		return nil, err
 	}
@@ -119,7 +119,7 @@ func startFencegate(ctx context.Context, g *bench.Group, bin, dir string, tc *be
 		c.urls = append(c.urls, api)
 		peers = append(peers, id+"="+raft+"="+api)
 	}
-	var procs []*bench.Proc
+	var procs []*proc.Proc
 	for i, id := range c.ids {
 		data := filepath.Join(dir, id)
 		if err := os.MkdirAll(data, 0o755); err != nil {
@@ -140,7 +140,7 @@ func startFencegate(ctx context.Context, g *bench.Group, bin, dir string, tc *be
 			}
 			args = append(args, "--tls-ca", tc.caFile, "--tls-cert", cert, "--tls-key", key)
 		}
-		p, err := g.Start("fencegate-"+id+tlsSuffix(tc), exec.Command(bin, args...))
+		p, err := g.Start("fencegate-"+id+tlsSuffix(tc), bin, args)
 		if err != nil {
 			return nil, err
 		}
@@ -153,7 +153,7 @@ func startFencegate(ctx context.Context, g *bench.Group, bin, dir string, tc *be
 	}
 	c.hc = hc
 	for i, p := range procs {
-		if err := bench.WaitReady(ctx, p, 60*time.Second, httpOK(hc, c.urls[i]+"/readyz")); err != nil {
+		if err := p.WaitReady(ctx, 20*time.Millisecond, 60*time.Second, httpOK(hc, c.urls[i]+"/readyz")); err != nil {
 			return nil, err
 		}
 	}

@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/bench"
+	"github.com/fencegate/fencegate/internal/proc"
 )
 
 func main() {
@@ -121,8 +122,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		os.RemoveAll(dir)
 	})
-	g := bench.NewGroup(dir)
-	cl.Add(func() { g.StopAll(10 * time.Second) })
+	g, err := proc.New(dir, nil)
+	if err != nil {
+		return err
+	}
+	cl.Add(func() {
+		_ = g.StopAll(10 * time.Second)
+		_ = g.Close()
+	})
 	logf := func(format string, a ...any) { fmt.Fprintf(stderr, format+"\n", a...) }
 
 	var tc *benchTLS
@@ -301,7 +308,7 @@ func formatMicros(d time.Duration) string {
 	return fmt.Sprintf("%.0f", float64(d)/float64(time.Microsecond))
 }
 
-func setupFencegate(ctx context.Context, g *bench.Group, bin, version, dir, resource string, leaderFirst bool, tc *benchTLS, commitPerBatch bool, logf func(string, ...any)) (system, error) {
+func setupFencegate(ctx context.Context, g *proc.Group, bin, version, dir, resource string, leaderFirst bool, tc *benchTLS, commitPerBatch bool, logf func(string, ...any)) (system, error) {
 	if !bench.HasCommand(ctx, bin, "token", "serve") {
 		return system{}, errNoTokenService
 	}
@@ -337,7 +344,7 @@ func setupFencegate(ctx context.Context, g *bench.Group, bin, version, dir, reso
 	}, nil
 }
 
-func setupEtcd(ctx context.Context, g *bench.Group, etcdBin, dir, resource string, leaderFirst bool, tc *benchTLS, logf func(string, ...any)) (system, error) {
+func setupEtcd(ctx context.Context, g *proc.Group, etcdBin, dir, resource string, leaderFirst bool, tc *benchTLS, logf func(string, ...any)) (system, error) {
 	name := "etcd" + tlsSuffix(tc)
 	logf("starting 3 etcd members%s", withTLS(tc))
 	c, err := startEtcd(ctx, g, etcdBin, filepath.Join(dir, name), tc)

@@ -1,4 +1,4 @@
-package main
+package lostupdates
 
 import (
 	"bufio"
@@ -10,6 +10,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/demo"
+	"github.com/fencegate/fencegate/lockclient"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -60,7 +62,8 @@ func runWorker(ctx context.Context, cfg workerConfig, in io.Reader, out io.Write
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Close(context.Background())
-	locks, err := newLocks(cfg)
+	locks, err := demo.DialLocks(cfg.Redis, cfg.Tokens, lockclient.WithTTL(cfg.TTL),
+		lockclient.WithRetry(lockclient.FixedRetry(4*time.Millisecond)))
 	if err != nil {
 		return err
 	}
@@ -125,8 +128,10 @@ func runWorker(ctx context.Context, cfg workerConfig, in io.Reader, out io.Write
 	return nil
 }
 
-// workerMain runs this process as a worker when the parent asked for one.
-func workerMain() bool {
+// WorkerMain runs this process as a worker, and exits, when the parent
+// asked for one (in its environment); otherwise it returns false. A
+// program that runs Run calls it first.
+func WorkerMain() bool {
 	raw := os.Getenv(workerEnv)
 	if raw == "" {
 		return false

@@ -1,7 +1,6 @@
-package main
+package lostupdates
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -18,7 +17,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fencegate/fencegate/examples/internal/appdb"
+	"github.com/fencegate/fencegate/internal/demo/appdb"
+	"github.com/fencegate/fencegate/internal/devstack"
+	"github.com/fencegate/fencegate/internal/proc"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -48,11 +49,13 @@ type modeRun struct {
 	stale   map[[2]int]bool // (worker, attempt) of committed writes whose token was below an earlier one
 }
 
-func run(ctx context.Context, cfg config, out io.Writer) (*report, error) {
+// Run makes the run in each mode cfg asks for, prints the report to out
+// and writes the chart.
+func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	fmt.Fprintf(out, "lost-updates: %d workers, up to %d increments each, TTL %v, %v per mode, freezes of %v every ~%v\n",
 		cfg.Workers, cfg.N, cfg.TTL, cfg.Duration, cfg.Pause, cfg.ChaosEvery)
 	fmt.Fprintf(out, "seed %d (replay the chaos schedule with -seed %d)\n\n", cfg.Seed, cfg.Seed)
-	rep := &report{cfg: cfg}
+	rep := &Report{cfg: cfg}
 	for _, fenced := range cfg.modes() {
 		mr, err := runMode(ctx, cfg, fenced)
 		if err != nil {
@@ -77,7 +80,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (*report, error) {
 
 // runMode sets up a fresh database, runs the workers and the chaos loop for
 // one mode, and reads the counter back.
-func runMode(ctx context.Context, cfg config, fenced bool) (*modeRun, error) {
+func runMode(ctx context.Context, cfg Config, fenced bool) (*modeRun, error) {
 	resource := "counter:" + randomHex(4)
 	db, app, drop, err := createDatabase(ctx, cfg, fenced, resource)
 	if err != nil {
@@ -101,11 +104,16 @@ func runMode(ctx context.Context, cfg config, fenced bool) (*modeRun, error) {
 		return nil, err
 	}
 
+	g, err := proc.New("", nil)
+	if err != nil {
+		return nil, err
+	}
+	defer g.Close()
 	var (
 		mu      sync.Mutex
 		holding = make([]bool, cfg.Workers+1)
-		procs   []*exec.Cmd
-		stdins  []io.WriteCloser
+		procs   []*proc.Proc
+		stdins  = make([]io.WriteCloser, cfg.Workers)
 		ready   = make(chan int, cfg.Workers)
 		wg      sync.WaitGroup
 	)
@@ -113,36 +121,23 @@ func runMode(ctx context.Context, cfg config, fenced bool) (*modeRun, error) {
 		wc := workerConfig{ID: id, N: cfg.N, Duration: cfg.Duration, DB: dsn, Fenced: fenced, Redis: splitList(cfg.Redis),
 			Tokens: splitList(cfg.Tokens), Resource: resource, TTL: cfg.TTL, Prep: cfg.Prep, Work: cfg.Work}
 		raw, _ := json.Marshal(wc)
-		cmd := exec.Command(exe)
-		cmd.Env = append(os.Environ(), workerEnv+"="+string(raw))
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			return nil, err
-		}
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			return nil, err
-		}
-		if err := cmd.Start(); err != nil {
-			return nil, fmt.Errorf("start worker %d: %w", id, err)
-		}
-		procs = append(procs, cmd)
-		stdins = append(stdins, stdin)
 		wg.Add(1)
-		go func(id int) {
-			defer wg.Done()
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
+		// The worker is this program again, told so by its environment;
+		// the arguments are those of the fencegate subcommand.
+		p, err := g.Start(fmt.Sprintf("worker %d", id), exe, []string{"demo", "lost-updates"},
+			proc.WithEnv(workerEnv+"="+string(raw)),
+			proc.WithSetup(func(cmd *exec.Cmd) (err error) {
+				stdins[id-1], err = cmd.StdinPipe()
+				return err
+			}),
+			proc.WithStdoutLines(func(line []byte) {
 				var r record
-				if json.Unmarshal(sc.Bytes(), &r) != nil {
-					continue
+				if json.Unmarshal(line, &r) != nil {
+					return
 				}
 				if r.Ev == "ready" {
 					ready <- id
-					continue
+					return
 				}
 				mu.Lock()
 				mr.records = append(mr.records, workerRecord{r, id})
@@ -153,18 +148,26 @@ func runMode(ctx context.Context, cfg config, fenced bool) (*modeRun, error) {
 					holding[id] = false
 				}
 				mu.Unlock()
-			}
-			if err := cmd.Wait(); err != nil {
-				mu.Lock()
-				mr.failed = append(mr.failed, fmt.Sprintf("worker %d: %v: %s", id, err, strings.TrimSpace(stderr.String())))
-				mu.Unlock()
-			}
-		}(id)
+			}),
+			proc.OnExit(func(p *proc.Proc, err error) {
+				defer wg.Done()
+				if err != nil {
+					mu.Lock()
+					mr.failed = append(mr.failed, fmt.Sprintf("worker %d: %v: %s", id, err, strings.TrimSpace(p.LogTail(50))))
+					mu.Unlock()
+				}
+			}))
+		if err != nil {
+			wg.Done()
+			_ = g.Close()
+			wg.Wait()
+			return nil, fmt.Errorf("start worker %d: %w", id, err)
+		}
+		procs = append(procs, p)
 	}
 	killAll := func() {
 		for _, p := range procs {
-			_ = p.Process.Signal(syscall.SIGCONT)
-			_ = p.Process.Kill()
+			_ = p.Kill()
 		}
 	}
 	// Start every worker at once, when all are connected.
@@ -232,7 +235,7 @@ func runMode(ctx context.Context, cfg config, fenced bool) (*modeRun, error) {
 			if len(holders) > 0 {
 				victim = holders[rng.IntN(len(holders))]
 			}
-			p := procs[victim-1].Process
+			p := procs[victim-1]
 			from := time.Now()
 			if p.Signal(syscall.SIGSTOP) != nil {
 				continue
@@ -329,19 +332,12 @@ func readBack(ctx context.Context, db string, mr *modeRun) error {
 // schema fencegate and protects both tables as one resource, the one the
 // workers lock: PostgreSQL then refuses every write to them that is not
 // fenced with it. For the direct run the tables stay unprotected.
-func createDatabase(ctx context.Context, cfg config, fenced bool, resource string) (string, *appdb.App, func(), error) {
-	admin, err := pgx.Connect(ctx, cfg.Postgres)
-	if err != nil {
-		return "", nil, nil, fmt.Errorf("connect to PostgreSQL (-postgres %s): %w; is fencegate dev running?", cfg.Postgres, err)
-	}
-	defer admin.Close(context.Background())
+func createDatabase(ctx context.Context, cfg Config, fenced bool, resource string) (string, *appdb.App, func(), error) {
 	name := "lost_updates_" + randomHex(6)
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		return "", nil, nil, fmt.Errorf("create database %s: %w", name, err)
+	dsn, err := devstack.CreateDatabase(ctx, cfg.Postgres, name)
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("PostgreSQL (--postgres %s): %w; is fencegate dev running?", cfg.Postgres, err)
 	}
-	u, _ := url.Parse(cfg.Postgres)
-	u.Path = "/" + name
-	dsn := u.String()
 	var app *appdb.App
 	drop := func() {
 		if cfg.Keep {
@@ -350,12 +346,7 @@ func createDatabase(ctx context.Context, cfg config, fenced bool, resource strin
 		if app != nil {
 			_ = app.Close()
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if c, err := pgx.Connect(ctx, cfg.Postgres); err == nil {
-			_, _ = c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-			c.Close(ctx)
-		}
+		_ = devstack.DropDatabase(context.Background(), cfg.Postgres, name)
 	}
 	expr := "" // unprotected
 	if fenced {

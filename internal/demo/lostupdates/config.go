@@ -1,4 +1,5 @@
-// Command lost-updates is the lock torture test as a tool: K worker processes
+// Package lostupdates is the lock torture test behind "fencegate demo
+// lost-updates": K worker processes
 // increment one counter N times each, read-modify-write under a Redis lock
 // with a short TTL, while a chaos loop freezes random lock holders (SIGSTOP)
 // past the TTL and lets them go again (SIGCONT).
@@ -15,51 +16,27 @@
 //
 // Run it against "fencegate dev":
 //
-//	go run ./examples/lost-updates
+//	fencegate demo lost-updates
 //
-// Runs are random; the seed is printed, and -seed replays the same chaos
+// Runs are random; the seed is printed, and --seed replays the same chaos
 // schedule.
-package main
+package lostupdates
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 )
 
-func main() {
-	if workerMain() {
-		return
-	}
-	cfg := defaultConfig()
-	fs := flag.NewFlagSet("lost-updates", flag.ExitOnError)
-	cfg.register(fs)
-	_ = fs.Parse(os.Args[1:])
-	if err := cfg.check(); err != nil {
-		fmt.Fprintf(os.Stderr, "lost-updates: %v\n", err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	rep, err := run(ctx, cfg, os.Stdout)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "lost-updates: %v\n", err)
-		os.Exit(1)
-	}
-	if !rep.ProxySafe() {
-		os.Exit(1)
-	}
-}
+// ErrLost means the run through the proxy lost an update, landed a stale
+// write or left a trace of a rejected one: what fencing exists to rule out.
+var ErrLost = errors.New("lostupdates: an update was lost through the proxy")
 
-// config holds the flags.
-type config struct {
+// Config holds the flags.
+type Config struct {
 	Workers    int
 	N          int
 	TTL        time.Duration
@@ -79,8 +56,9 @@ type config struct {
 	Owner      string // owner role of schema fencegate (default pgfence's)
 }
 
-func defaultConfig() config {
-	return config{
+// DefaultConfig returns the defaults: the addresses of "fencegate dev".
+func DefaultConfig() Config {
+	return Config{
 		Workers:    8,
 		N:          1000,
 		TTL:        200 * time.Millisecond,
@@ -97,7 +75,8 @@ func defaultConfig() config {
 	}
 }
 
-func (c *config) register(fs *flag.FlagSet) {
+// Register defines the flags on fs.
+func (c *Config) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.Workers, "workers", c.Workers, "K: worker processes")
 	fs.IntVar(&c.N, "n", c.N, "N: increments each worker makes, unless -duration ends the run first")
 	fs.DurationVar(&c.TTL, "ttl", c.TTL, "lock TTL")
@@ -116,7 +95,9 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Keep, "keep", false, "keep the run's databases and application roles instead of dropping them (default false)")
 }
 
-func (c *config) check() error {
+// Check refuses values the run cannot use and fills in the derived
+// defaults (the pause, the seed).
+func (c *Config) Check() error {
 	switch {
 	case c.Workers < 2:
 		return errors.New("-workers must be at least 2: a lone worker has no one to conflict with")
@@ -138,7 +119,7 @@ func (c *config) check() error {
 	return nil
 }
 
-func (c *config) modes() []bool {
+func (c *Config) modes() []bool {
 	switch c.Mode {
 	case "direct":
 		return []bool{false}

@@ -1,4 +1,4 @@
-package main
+package lostupdates
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	workerMain() // a worker process of a test run exits here
+	WorkerMain() // a worker process of a test run exits here
 	testutil.Main(m)
 }
 
@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 func TestShortRun(t *testing.T) {
 	addr, _ := testutil.Redis(t)
 	st := devstacktest.Start(t, addr)
-	cfg := defaultConfig()
+	cfg := DefaultConfig()
 	cfg.Workers = 4
 	cfg.TTL = 100 * time.Millisecond
 	cfg.Duration = 2500 * time.Millisecond
@@ -36,11 +36,11 @@ func TestShortRun(t *testing.T) {
 	cfg.Redis = addr
 	cfg.Tokens = strings.Join(st.Tokens.URLs, ",")
 	cfg.Chart = filepath.Join(t.TempDir(), "chart.svg")
-	if err := cfg.check(); err != nil {
+	if err := cfg.Check(); err != nil {
 		t.Fatal(err)
 	}
 	var out strings.Builder
-	rep, err := run(context.Background(), cfg, &out)
+	rep, err := Run(context.Background(), cfg, &out)
 	t.Log(out.String())
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package main
+package lostupdates
 
 import (
 	"fmt"
@@ -28,9 +28,9 @@ type modeReport struct {
 	Timeline      *timeline.Timeline
 }
 
-// report is the whole run.
-type report struct {
-	cfg   config
+// Report is the whole run.
+type Report struct {
+	cfg   Config
 	modes []modeReport
 	chart string
 }
@@ -38,7 +38,7 @@ type report struct {
 // ProxySafe reports whether the fenced run, if any, lost nothing: the
 // counter equals the accepted increments, the log agrees, no stale write
 // landed and every rejection left no trace.
-func (r *report) ProxySafe() bool {
+func (r *Report) ProxySafe() bool {
 	for _, m := range r.modes {
 		if m.Fenced && (m.Lost != 0 || m.Final != int64(m.Acked) || m.Logged != int64(m.Acked) || m.StaleAccepted != 0 || m.Traced != 0) {
 			return false
@@ -47,7 +47,7 @@ func (r *report) ProxySafe() bool {
 	return true
 }
 
-func (r *report) mode(fenced bool) *modeReport {
+func (r *Report) mode(fenced bool) *modeReport {
 	for i := range r.modes {
 		if r.modes[i].Fenced == fenced {
 			return &r.modes[i]
@@ -56,7 +56,7 @@ func (r *report) mode(fenced bool) *modeReport {
 	return nil
 }
 
-func analyze(cfg config, mr *modeRun) modeReport {
+func analyze(cfg Config, mr *modeRun) modeReport {
 	m := modeReport{Fenced: mr.fenced, Length: mr.end.Sub(mr.start), Final: mr.final, Logged: mr.logged,
 		Traced: mr.traced, Pauses: len(mr.pauses)}
 	title := "direct to PostgreSQL"
@@ -146,7 +146,7 @@ func analyze(cfg config, mr *modeRun) modeReport {
 
 func lane(id int) string { return fmt.Sprintf("worker %d", id) }
 
-func (r *report) writeChart(path string) error {
+func (r *Report) writeChart(path string) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("write chart: %w", err)
@@ -163,7 +163,7 @@ func (r *report) writeChart(path string) error {
 	return f.Close()
 }
 
-func (r *report) print(w io.Writer) {
+func (r *Report) print(w io.Writer) {
 	cols := []*modeReport{r.mode(false), r.mode(true)}
 	fmt.Fprintf(w, "%-40s %12s %12s\n", "", "direct", "proxy")
 	row := func(name string, f func(*modeReport) string) {
