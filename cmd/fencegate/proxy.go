@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -67,6 +68,11 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usagef("--require-client-tls needs --tls-cert and --tls-key")
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("component", "proxy")
+	procs, restore := oneProc()
+	defer restore()
+	if procs != 1 {
+		log.Info("running Go code on several threads, as GOMAXPROCS says", "gomaxprocs", procs)
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if *checkEvery == 0 {
@@ -174,4 +180,23 @@ func upstreamURL(raw, mode, ca string) (string, error) {
 	}
 	u.RawQuery = q.Encode()
 	return u.String(), nil
+}
+
+// oneProc runs the proxy's Go code on one thread at a time
+// (runtime.GOMAXPROCS(1)) unless the GOMAXPROCS environment variable says
+// otherwise, and returns the setting in force and a function that puts the
+// previous one back (for a caller in the same process, such as a test). A
+// proxy's work is nearly all system calls and wake-ups; with a second P the
+// runtime wakes idle threads to look for work (futex wake-ups, spinning) that
+// one thread does not need. Measured with pgbench at 8 clients on two loaded
+// vCPUs: a seventh less CPU per transaction and 40 % fewer context switches
+// (proxy/DESIGN.md, "Performance"). Like PgBouncer, the proxy then uses one
+// core; set GOMAXPROCS to use more (TLS to many clients, or more traffic than
+// one core forwards).
+func oneProc() (procs int, restore func()) {
+	if os.Getenv("GOMAXPROCS") != "" {
+		return runtime.GOMAXPROCS(0), func() {}
+	}
+	prev := runtime.GOMAXPROCS(1)
+	return 1, func() { runtime.GOMAXPROCS(prev) }
 }

@@ -8,8 +8,10 @@
 // protocol, and a fenced write (see fencedScript) on a table fencegate
 // protects, the same script on every path. Every path runs as one
 // application role the command creates (the proxy's gate refuses the
-// administrator). Every figure is the median of --runs runs; the order of
-// the systems rotates from run to run. The command creates its own
+// administrator). Beside each throughput it prints the CPU time per
+// transaction of the process in the middle and of the machine, and the
+// middle process's context switches per transaction. Every figure is the
+// median of --runs runs; the order of the systems rotates from run to run. The command creates its own
 // database (pgbench -i, schema fencegate, the protected table), roles, and
 // PgBouncer and proxy processes, and removes all of them when it ends, also
 // on error or Ctrl-C.

@@ -22,6 +22,10 @@ type pgbenchStats struct {
 	// MiddleCPU is the CPU time per transaction of the process between
 	// pgbench and PostgreSQL (0 on the direct path).
 	MiddleCPU time.Duration `json:"middle_cpu_per_tx_ns,omitempty"`
+	// MiddleSwitches is how many times per transaction the middle
+	// process's threads were switched out (voluntary and not): a wake-up
+	// costs a proxy more than any of its own code.
+	MiddleSwitches float64 `json:"middle_switches_per_tx,omitempty"`
 	// MachineCPU is the CPU time per transaction of the whole machine:
 	// pgbench, PostgreSQL and the middle process together.
 	MachineCPU time.Duration `json:"machine_cpu_per_tx_ns,omitempty"`

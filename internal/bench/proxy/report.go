@@ -29,15 +29,18 @@ type report struct {
 
 // entry is one workload on one system at one concurrency.
 type entry struct {
-	Workload    string         `json:"workload"`
-	System      string         `json:"system"`
-	Concurrency int            `json:"concurrency"`
-	TPS         float64        `json:"median_tps"`
-	LatencyAvg  time.Duration  `json:"median_latency_avg_ns"`
-	MiddleCPU   time.Duration  `json:"median_middle_cpu_per_tx_ns,omitempty"`
-	MachineCPU  time.Duration  `json:"median_machine_cpu_per_tx_ns,omitempty"`
-	Steal       float64        `json:"median_steal"`
-	Runs        []pgbenchStats `json:"runs"`
+	Workload    string        `json:"workload"`
+	System      string        `json:"system"`
+	Concurrency int           `json:"concurrency"`
+	TPS         float64       `json:"median_tps"`
+	LatencyAvg  time.Duration `json:"median_latency_avg_ns"`
+	MiddleCPU   time.Duration `json:"median_middle_cpu_per_tx_ns,omitempty"`
+	// MiddleSwitches is the median of the runs' context switches per
+	// transaction of the middle process.
+	MiddleSwitches float64        `json:"median_middle_switches_per_tx,omitempty"`
+	MachineCPU     time.Duration  `json:"median_machine_cpu_per_tx_ns,omitempty"`
+	Steal          float64        `json:"median_steal"`
+	Runs           []pgbenchStats `json:"runs"`
 }
 
 // ratio is the median TPS of one system over another's.
@@ -85,17 +88,19 @@ func (r *report) add(w, s string, c int, st pgbenchStats) {
 		r.Results = append(r.Results, e)
 	}
 	e.Runs = append(e.Runs, st)
-	var tps, steal []float64
+	var tps, steal, sw []float64
 	var lat, mid, mach []time.Duration
 	for _, run := range e.Runs {
 		tps = append(tps, run.TPS)
 		lat = append(lat, run.LatencyAvg)
 		mid = append(mid, run.MiddleCPU)
+		sw = append(sw, run.MiddleSwitches)
 		mach = append(mach, run.MachineCPU)
 		steal = append(steal, run.Steal)
 	}
 	e.TPS, e.LatencyAvg = bench.Median(tps), bench.MedianDuration(lat)
 	e.MiddleCPU, e.MachineCPU, e.Steal = bench.MedianDuration(mid), bench.MedianDuration(mach), bench.Median(steal)
+	e.MiddleSwitches = bench.Median(sw)
 }
 
 // cpuRatio is a/b of two CPU times per transaction, 0 (no figure) when
@@ -156,7 +161,7 @@ func (r *report) writeText(w io.Writer) error {
 		}
 	}
 	fmt.Fprintln(w)
-	t := bench.NewTable("workload", "clients", "system", "tps", "latency ms", "cpu µs/tx middle", "machine", "steal",
+	t := bench.NewTable("workload", "clients", "system", "tps", "latency ms", "cpu µs/tx middle", "machine", "cs/tx", "steal",
 		"tps of each run", "goal").Labels(3)
 	first := true
 	for _, wl := range r.workloads {
@@ -177,13 +182,14 @@ func (r *report) writeText(w io.Writer) error {
 					per = append(per, run.TPS)
 				}
 				t.Row(label, clients, name, bench.FormatRate(e.TPS), bench.FormatMillis(e.LatencyAvg),
-					formatMicros(e.MiddleCPU), formatMicros(e.MachineCPU), formatShare(e.Steal), bench.JoinRates(per))
+					formatMicros(e.MiddleCPU), formatMicros(e.MachineCPU), formatSwitches(e.MiddleSwitches), formatShare(e.Steal),
+					bench.JoinRates(per))
 				label, clients = "", ""
 			}
 			for _, q := range r.Ratios {
 				if q.Workload == wl.name && q.Concurrency == c {
 					t.Row("", "", q.Of+"/"+q.Over, bench.FormatRatio(q.Ratio), "",
-						formatCPURatio(q.MiddleCPU), formatCPURatio(q.MachineCPU), "", "", goalNote(q))
+						formatCPURatio(q.MiddleCPU), formatCPURatio(q.MachineCPU), "", "", "", goalNote(q))
 				}
 			}
 		}
@@ -196,6 +202,7 @@ func (r *report) writeText(w io.Writer) error {
 	fmt.Fprintln(w, "Every path runs as the same application role; the tables other than "+fencedTable+" are not protected.")
 	fmt.Fprintln(w, "cpu µs/tx: CPU time per transaction of the middle process (PgBouncer or the proxy) and of the whole")
 	fmt.Fprintln(w, "machine (pgbench and PostgreSQL included); on a ratio row, the same ratio of CPU times (lower is cheaper).")
+	fmt.Fprintln(w, "cs/tx: context switches per transaction of the middle process's threads, voluntary and not.")
 	fmt.Fprintln(w, "steal: share of the machine's CPU time taken by other guests of the hypervisor during the runs.")
 	return nil
 }
