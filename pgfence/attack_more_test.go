@@ -165,6 +165,46 @@ var moreAttacks = []struct {
 			}
 		}
 	}},
+	{"a function of the application in a protected table's index", func(t *testing.T, f *fixture) {
+		// The table's owner indexed an expression over a function the
+		// application role owns. ANALYZE (autovacuum's, after enough
+		// fenced writes, or an administrator's) evaluates index
+		// expressions as the table's owner: the application's function
+		// then runs with the owner's rights. Straight to PostgreSQL the
+		// owner of such a function is trusted like the owner of a column's
+		// type; the gate must refuse it.
+		if f.via != viaProxy {
+			return
+		}
+		ctx := context.Background()
+		mustExec(t, f.app, "CREATE FUNCTION app.norm(text) RETURNS text LANGUAGE sql IMMUTABLE AS 'SELECT lower($1)'; GRANT USAGE ON SCHEMA app TO "+f.data)
+		mustExec(t, f.admin, fmt.Sprintf("SET ROLE %s; CREATE INDEX orders_norm ON shop.orders (app.norm(state)); RESET ROLE", f.data))
+		c, err := f.roleConn(t, f.db.App)
+		if err != nil {
+			expectErr(t, "startup as the owner of a function in a protected table's index", err, fencegate.CodePrivilegedRole)
+			return
+		}
+		t.Errorf("the gate admitted %s, which owns a function that an index of shop.orders calls", f.db.App)
+		mustExec(t, c, fmt.Sprintf(`CREATE FUNCTION app.evil() RETURNS void LANGUAGE plpgsql VOLATILE AS $$
+			BEGIN
+				IF current_user <> %[1]s THEN
+					EXECUTE 'GRANT TRIGGER ON shop.orders TO %[2]s';
+					EXECUTE 'ALTER TABLE shop.events_p0 DISABLE TRIGGER fencegate_ins';
+				END IF;
+			END$$;
+			CREATE OR REPLACE FUNCTION app.norm(text) RETURNS text LANGUAGE plpgsql IMMUTABLE AS $$BEGIN PERFORM app.evil(); RETURN lower($1); END$$;
+			CREATE FUNCTION app.nothing() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$`, "'"+f.db.App+"'", f.db.App))
+		mustExec(t, f.admin, "ANALYZE shop.orders")
+		for _, q := range []string{
+			"INSERT INTO shop.events_p0 VALUES (9, 9, 'analyze')",
+			"CREATE OR REPLACE TRIGGER fencegate_upd AFTER UPDATE ON shop.orders FOR EACH STATEMENT EXECUTE FUNCTION app.nothing()",
+			"UPDATE shop.orders SET state = 'analyze' WHERE id = 1",
+		} {
+			if _, err := c.Exec(ctx, q); err == nil {
+				t.Errorf("accepted: %s", q)
+			}
+		}
+	}},
 	{"rights beyond the grants that switch nothing off", func(t *testing.T, f *fixture) {
 		// SET on session_replication_role, REFERENCES on the protected
 		// tables, CREATE on their schema: none of these is among the
