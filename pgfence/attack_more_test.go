@@ -165,6 +165,35 @@ var moreAttacks = []struct {
 			}
 		}
 	}},
+	{"TRIGGER held by a role reached with SET ROLE", func(t *testing.T, f *fixture) {
+		// The same through a NOINHERIT member of a NOLOGIN role that holds
+		// TRIGGER: has_table_privilege says the member has no TRIGGER, yet
+		// SET ROLE gives it.
+		if f.via != viaProxy {
+			return
+		}
+		ctx := context.Background()
+		holder := pgfencetest.Role(t, f.db.DSN, "fg_trigholder_", "NOLOGIN IN ROLE "+f.db.App)
+		mustExec(t, f.admin, "GRANT TRIGGER ON ALL TABLES IN SCHEMA shop TO "+holder)
+		user := pgfencetest.Role(t, f.db.DSN, "fg_noinherit_", "LOGIN NOINHERIT IN ROLE "+holder)
+		c, err := f.roleConn(t, user)
+		if err != nil {
+			expectErr(t, "startup as a member of a role with TRIGGER on protected tables", err, fencegate.CodePrivilegedRole)
+			return
+		}
+		t.Errorf("the gate admitted %s, a member of %s, which holds TRIGGER on the protected tables", user, holder)
+		for _, q := range []string{
+			"SET ROLE " + holder,
+			"CREATE FUNCTION app.nothing() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$",
+			"CREATE OR REPLACE TRIGGER fencegate_upd AFTER UPDATE ON shop.orders FOR EACH STATEMENT EXECUTE FUNCTION app.nothing()",
+			"UPDATE shop.orders SET state = 'set role' WHERE id = 1",
+		} {
+			if _, err := c.Exec(ctx, q); err != nil {
+				t.Logf("%s: %v", q, err)
+				return
+			}
+		}
+	}},
 	{"a function of the application in a protected table's index", func(t *testing.T, f *fixture) {
 		// The table's owner indexed an expression over a function the
 		// application role owns. ANALYZE (autovacuum's, after enough
