@@ -3,6 +3,7 @@ package pgfence_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -351,6 +352,39 @@ var moreAttacks = []struct {
 				expectErr(t, q, err, fencegate.CodeUnfenced)
 			}
 		}
+	}},
+	{"writes wrapped in COPY TO, EXPLAIN, PREPARE and SQL functions", func(t *testing.T, f *fixture) {
+		ctx := context.Background()
+		mustExec(t, f.app, `CREATE FUNCTION app.upd() RETURNS SETOF int LANGUAGE sql AS $$UPDATE shop.orders SET state = 'fn' WHERE id IN (1, 2) RETURNING id$$;
+			CREATE FUNCTION app.cte() RETURNS SETOF int LANGUAGE sql AS $$WITH u AS (UPDATE shop.orders SET state = 'fn' WHERE id IN (1, 2) RETURNING id) SELECT id FROM u$$`)
+		tx, err := f.app.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustExec(t, tx.Conn(), "SELECT fencegate.fence('order:2', 1)")
+		_, err = tx.Conn().PgConn().CopyTo(ctx, io.Discard, "COPY (UPDATE shop.orders SET state = 'copyto' WHERE id IN (1, 2) RETURNING *) TO STDOUT")
+		if err == nil {
+			err = tx.Commit(ctx)
+		}
+		_ = tx.Rollback(ctx)
+		expectErr(t, "COPY (UPDATE ... RETURNING) TO STDOUT", err, fencegate.CodeUnfenced)
+		for _, q := range [][]string{
+			{"EXPLAIN (ANALYZE, COSTS OFF) UPDATE shop.orders SET state = 'explain' WHERE id IN (1, 2)"},
+			{"PREPARE w AS UPDATE shop.orders SET state = $1 WHERE id IN (1, 2)", "EXECUTE w('prepared')"},
+			{"SELECT * FROM app.upd() LIMIT 1"},
+			{"SELECT * FROM app.cte() LIMIT 1"},
+			{"SELECT 1 FROM generate_series(1, 3) g WHERE g = 0 OR EXISTS (SELECT app.upd()) LIMIT 1"},
+		} {
+			err := script(f.app, append(append([]string{"BEGIN", "SELECT fencegate.fence('order:2', 1)"}, q...), "COMMIT")...)
+			expectErr(t, strings.Join(q, "; "), err, fencegate.CodeUnfenced)
+			_, _ = f.app.Exec(ctx, "DEALLOCATE ALL")
+		}
+		// A cursor over a function that writes: the function's UPDATE is a
+		// statement of its own, checked when it ends, inside the FETCH.
+		err = script(f.app, "BEGIN", "SELECT fencegate.fence('order:2', 1)",
+			"DECLARE c CURSOR FOR SELECT app.upd() UNION ALL SELECT 1 / (g - 2) FROM generate_series(1, 3) g",
+			"FETCH 1 FROM c", "COMMIT")
+		expectErr(t, "cursor over a writing function", err, fencegate.CodeUnfenced)
 	}},
 	{"rows moved between partitions and resources", func(t *testing.T, f *fixture) {
 		for _, c := range []struct {
