@@ -471,6 +471,51 @@ var moreAttacks = []struct {
 			expectErr(t, "insert with shadows under search_path "+path, err, fencegate.CodeUnfenced)
 		}
 	}},
+	{"operators for every type the check compares, and forged settings", func(t *testing.T, f *fixture) {
+		// A check that compared holder columns or resources through
+		// operators found on the session's search_path, or trusted a
+		// setting the session can write, would take these.
+		c := f.appConn(t)
+		mustExec(t, c, `CREATE FUNCTION app.yes(xid8, xid8) RETURNS boolean LANGUAGE sql IMMUTABLE AS 'SELECT true';
+			CREATE FUNCTION app.yes(timestamptz, timestamptz) RETURNS boolean LANGUAGE sql IMMUTABLE AS 'SELECT true';
+			CREATE FUNCTION app.yes(text, text) RETURNS boolean LANGUAGE sql IMMUTABLE AS 'SELECT true';
+			CREATE FUNCTION app.no(text, text) RETURNS boolean LANGUAGE sql IMMUTABLE AS 'SELECT false';
+			CREATE OPERATOR app.= (LEFTARG = xid8, RIGHTARG = xid8, FUNCTION = app.yes);
+			CREATE OPERATOR app.= (LEFTARG = timestamptz, RIGHTARG = timestamptz, FUNCTION = app.yes);
+			CREATE OPERATOR app.= (LEFTARG = text, RIGHTARG = text, FUNCTION = app.yes);
+			CREATE OPERATOR app.<> (LEFTARG = text, RIGHTARG = text, FUNCTION = app.no);
+			CREATE FUNCTION app.pg_current_xact_id() RETURNS xid8 LANGUAGE sql AS 'SELECT ''3''::xid8';
+			CREATE FUNCTION app.coalesce(text, text) RETURNS text LANGUAGE sql AS 'SELECT ''order:2''::text';
+			CREATE FUNCTION app.current_setting(text, boolean) RETURNS text LANGUAGE sql AS 'SELECT ''on''::text';
+			CREATE FUNCTION app.pg_trigger_depth() RETURNS integer LANGUAGE sql AS 'SELECT 1'`)
+		rows, err := f.admin.Query(context.Background(), "SELECT DISTINCT name FROM pg_settings WHERE name LIKE 'fencegate.%'")
+		if err != nil {
+			t.Fatal(err)
+		}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range append(names, "fencegate.holder", "fencegate.fenced", "fencegate.resources", "fencegate.xid", "fencegate.checked", "fencegate.skip", "fencegate.bypass") {
+			for _, v := range []string{"order:1", "on", "true", "1", "*"} {
+				_, _ = c.Exec(context.Background(), fmt.Sprintf("SELECT set_config(%s, %s, false)", quoteLit(g), quoteLit(v)))
+			}
+		}
+		for _, path := range []string{"app, pg_catalog", "app, pg_temp, pg_catalog"} {
+			mustExec(t, c, "SET search_path = "+path)
+			for _, q := range []string{
+				"UPDATE shop.orders SET state = 'op' WHERE id = 1",
+				"INSERT INTO shop.orders VALUES (10, 1, 'op', 0)",
+				"DELETE FROM shop.orders WHERE id = 7",
+				"UPDATE shop.orders SET id = 11 WHERE id = 2",
+				"INSERT INTO shop.events_p0 VALUES (9, 9, 'op')",
+				"UPDATE shop.events SET account = 60 WHERE id = 1",
+			} {
+				err := script(c, "BEGIN", "SELECT fencegate.fence('order:2', 1)", q, "COMMIT")
+				expectErr(t, path+": "+q, err, fencegate.CodeUnfenced)
+			}
+		}
+	}},
 	{"fences undone inside functions and subtransactions", func(t *testing.T, f *fixture) {
 		mustExec(t, f.app, `CREATE FUNCTION app.try_fence(r text) RETURNS void LANGUAGE plpgsql AS $$
 			BEGIN
@@ -756,3 +801,6 @@ func TestAttacksMore(t *testing.T) {
 		})
 	}
 }
+
+// quoteLit quotes s as an SQL string literal.
+func quoteLit(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
