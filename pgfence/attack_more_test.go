@@ -778,11 +778,29 @@ var moreAttacks = []struct {
 	}},
 }
 
+// gateOnly names the routes of roles that straight to PostgreSQL are
+// trusted by design, like a superuser: they are tried through the gate
+// only.
+var gateOnly = map[string]bool{
+	"pg_write_all_data through the gate":                         true,
+	"other roles the gate must refuse":                           true,
+	"TRIGGER held by a role reached with SET ROLE":               true,
+	"a function of the application in a protected table's index": true,
+}
+
+// TestAttacksMore runs every route of moreAttacks on a fresh fixture per
+// route and path. The routes run in parallel (as many as -parallel
+// allows): each has its own database, roles and proxies, and most of a
+// route's time is spent waiting for PostgreSQL to build its fixture.
 func TestAttacksMore(t *testing.T) {
 	for _, via := range []path{direct, viaProxy} {
 		t.Run(string(via), func(t *testing.T) {
 			for _, a := range moreAttacks {
+				if via == direct && gateOnly[a.name] {
+					continue
+				}
 				t.Run(a.name, func(t *testing.T) {
+					t.Parallel()
 					f := newFixtureVia(t, via)
 					data := f.dataSnapshot(t)
 					before := f.marksMap(t)
