@@ -108,6 +108,25 @@ var moreAttacks = []struct {
 			}
 			expectErr(t, "startup as a role created with "+attrs, err, fencegate.CodePrivilegedRole)
 		}
+		// The database's owner, where a protected table sits in schema
+		// public (owned by pg_database_owner since PostgreSQL 15).
+		dbOwner := pgfencetest.Role(t, f.db.DSN, "fg_dbowner_", "LOGIN")
+		var dbName string
+		if err := f.admin.QueryRow(context.Background(), "SELECT current_database()").Scan(&dbName); err != nil {
+			t.Fatal(err)
+		}
+		mustExec(t, f.admin, fmt.Sprintf(`CREATE TABLE public.pub (id int); ALTER TABLE public.pub OWNER TO %s;
+			SELECT fencegate.protect('public.pub', $$'pub:' || id$$);
+			ALTER DATABASE %s OWNER TO %s`, f.data, dbName, dbOwner))
+		t.Cleanup(func() {
+			_, _ = f.admin.Exec(context.Background(), fmt.Sprintf("ALTER DATABASE %s OWNER TO CURRENT_USER", dbName))
+		})
+		if c, err := f.roleConn(t, dbOwner); err == nil {
+			c.Close(context.Background())
+			t.Fatalf("the gate admitted the owner of the database, whose schema public holds a protected table")
+		} else {
+			expectErr(t, "startup as the owner of the database", err, fencegate.CodePrivilegedRole)
+		}
 		// A member of the schema owner's role, by a grant made later.
 		user := pgfencetest.Role(t, f.db.DSN, "fg_priv_", "LOGIN")
 		mustExec(t, f.admin, fmt.Sprintf("GRANT %s TO %s", f.data, user))
