@@ -424,6 +424,39 @@ var moreAttacks = []struct {
 			expectErr(t, c.q, err, fencegate.CodeUnfenced)
 		}
 	}},
+	{"an inheritance child added later, written through its parent", func(t *testing.T, f *fixture) {
+		// The parent's owner adds a child after protect ran (no DDL guard,
+		// protect not run again): writes aimed straight at the child are
+		// the documented hole until protect runs, but writes through the
+		// protected parent must stay checked. PostgreSQL fires a row
+		// trigger of the parent only for the parent's own rows, while
+		// the parent's statement triggers see the children's rows in
+		// their transition tables.
+		ctx := context.Background()
+		mustExec(t, f.admin, fmt.Sprintf(`SET ROLE %s; CREATE TABLE shop.ledger_2025 () INHERITS (shop.ledger);
+			INSERT INTO shop.ledger_2025 VALUES (3, 99, 300); RESET ROLE`, f.data))
+		row := func() string {
+			var s string
+			if err := f.admin.QueryRow(ctx, "SELECT coalesce(string_agg(l::text, ';'), 'none') FROM shop.ledger_2025 l").Scan(&s); err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}
+		before := row()
+		for _, q := range []string{
+			"UPDATE shop.ledger SET amt = 0 WHERE acct = 99",
+			"UPDATE shop.ledger SET acct = 7 WHERE acct = 99",
+			"DELETE FROM shop.ledger WHERE acct = 99",
+			"WITH u AS (UPDATE shop.ledger SET amt = amt + 1 WHERE acct = 99 RETURNING 1) SELECT count(*) FROM u",
+		} {
+			err := attempt(ctx, f.app, []string{"acct:7"}, []string{q}, true)
+			if after := row(); after != before {
+				t.Fatalf("%s: the child's row changed from %s to %s (error %v)", q, before, after, err)
+			}
+			expectErr(t, q, err, fencegate.CodeUnfenced)
+		}
+		mustExec(t, f.admin, fmt.Sprintf("SET ROLE %s; DROP TABLE shop.ledger_2025; RESET ROLE", f.data))
+	}},
 	{"foreign-key cascades onto another resource", func(t *testing.T, f *fixture) {
 		// Deleting order 4 sets note 1's order_id to NULL: note:1 is written.
 		// Updating order 2's id cascades into its lines: both resources.
