@@ -424,6 +424,36 @@ var moreAttacks = []struct {
 			expectErr(t, c.q, err, fencegate.CodeUnfenced)
 		}
 	}},
+	{"MERGE moving a row across partitions", func(t *testing.T, f *fixture) {
+		// A MERGE whose UPDATE action moves a row to another partition:
+		// PostgreSQL carries the move out as a DELETE from the old leaf and
+		// an INSERT into the new one. The same move by a plain UPDATE is
+		// refused (see "rows moved between partitions and resources").
+		ctx := context.Background()
+		for i, c := range []struct {
+			fence []string
+			q     string
+		}{
+			{nil, "MERGE INTO shop.events e USING (VALUES (2)) v(id) ON e.id = v.id WHEN MATCHED THEN UPDATE SET account = 153"},
+			{[]string{"acct:5"}, "MERGE INTO shop.events e USING (VALUES (1)) v(id) ON e.id = v.id WHEN MATCHED THEN UPDATE SET account = 150"},
+			{[]string{"acct:150"}, "MERGE INTO shop.events e USING (VALUES (1)) v(id) ON e.id = v.id WHEN MATCHED THEN UPDATE SET account = 150"},
+			{nil, "MERGE INTO shop.events e USING (VALUES (100)) v(id) ON e.id = v.id WHEN MATCHED THEN UPDATE SET account = 7"},
+			{nil, "MERGE INTO shop.events_p1 e USING (VALUES (100)) v(id) ON e.id = v.id WHEN MATCHED THEN UPDATE SET id = 101"},
+			{[]string{"acct:60"}, "MERGE INTO shop.events e USING (VALUES (1), (600)) v(id) ON e.id = v.id WHEN MATCHED THEN UPDATE SET account = 160 WHEN NOT MATCHED THEN INSERT VALUES (v.id, 60, 'm')"},
+			{[]string{"acct:5"}, "MERGE INTO shop.events e USING (VALUES (1), (2)) v(id) ON e.id = v.id WHEN MATCHED AND e.id = 2 THEN DELETE WHEN MATCHED THEN UPDATE SET account = 150"},
+		} {
+			// Every variant but the first is rolled back by the test
+			// after its statement, so that each starts from the fixture's
+			// rows; the first commits to show the row really moves.
+			before := f.dataSnapshot(t)
+			err := attempt(ctx, f.app, c.fence, []string{c.q}, i == 0)
+			if after := f.dataSnapshot(t); after != before {
+				t.Errorf("committed with fences %q: %s\nbefore:\n%s\nafter:\n%s", c.fence, c.q, before, after)
+			} else if sqlstate(err) != fencegate.CodeUnfenced {
+				t.Errorf("accepted with fences %q (rolled back by the test): %s: %v, want FG002", c.fence, c.q, err)
+			}
+		}
+	}},
 	{"an inheritance child added later, written through its parent", func(t *testing.T, f *fixture) {
 		// The parent's owner adds a child after protect ran (no DDL guard,
 		// protect not run again): writes aimed straight at the child are
