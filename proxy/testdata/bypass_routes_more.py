@@ -103,6 +103,18 @@ def partition_moves(conn, dsn, n):
         "COMMIT")
 
 
+def merge_move(conn, dsn, n):
+    # A MERGE whose UPDATE action moves a row to another partition (a
+    # DELETE from the old leaf and an INSERT into the new one); the same
+    # move by plain UPDATE is refused.
+    # move() always crosses partitions, wherever an earlier path left the row.
+    move = "UPDATE SET account = CASE WHEN e.account < 100 THEN e.account + 100 ELSE e.account - 100 END"
+    expect_error(conn, "BEGIN", "SELECT fencegate.fence('acct:5', 10)",
+                 "MERGE INTO shop.events e USING (VALUES (1)) v(id) ON e.id = v.id WHEN MATCHED THEN " + move,
+                 "COMMIT")
+    run(conn, "MERGE INTO shop.events e USING (VALUES (2)) v(id) ON e.id = v.id WHEN MATCHED THEN " + move)
+
+
 def resource_column(conn, dsn, n):
     for q in ["INSERT INTO shop.orders (id, customer, state, amount, fencegate_resource) VALUES (10, 1, 'g', 0, 'order:3')",
               "INSERT INTO shop.orders OVERRIDING SYSTEM VALUE VALUES (10, 1, 'g', 0, 'order:3')",
@@ -257,6 +269,7 @@ ROUTES = [
     ("triggers of application tables, deferred too", own_triggers),
     ("statements writing orders twice", table_twice),
     ("rows moved across partitions and children", partition_moves),
+    ("MERGE moving a row across partitions", merge_move),
     ("writing fencegate_resource, COPY FREEZE", resource_column),
     ("shadow tables in pg_temp and search_path", shadow_tables),
     ("fences undone in subtransactions", subtransaction_fence),
