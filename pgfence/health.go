@@ -67,9 +67,9 @@ trees AS (
 	       EXISTS (SELECT 1 FROM pg_catalog.pg_trigger g WHERE g.tgrelid = t.relid AND g.tgname = 'fencegate_row' AND g.tgenabled = 'A'
 	               AND g.tgfoid = (SELECT h.oid FROM have h WHERE h.name = 'check_row')) AS row_checked
 	FROM tree t JOIN tree r ON r.relid = t.root AND r.root = t.root),
-stmt(name, fn, tgtype) AS (VALUES
-	('fencegate_ins', 'check_insert', 4), ('fencegate_upd', 'check_update', 16),
-	('fencegate_del', 'check_delete', 8), ('fencegate_trunc', 'refuse_truncate', 34)),
+stmt(name, fn, tgtype, kind) AS (VALUES
+	('fencegate_ins', 'check_insert', 4, NULL), ('fencegate_upd', 'check_update', 16, 'p'), ('fencegate_upd', 'check_row', 17, 'r'),
+	('fencegate_del', 'check_delete', 8, NULL), ('fencegate_trunc', 'refuse_truncate', 34, NULL)),
 problems(problem) AS (
 	SELECT 'schema fencegate is not installed: run "fencegate schema install --db DSN --grant ROLE"'
 	WHERE NOT EXISTS (SELECT 1 FROM fg)
@@ -161,7 +161,7 @@ UNION ALL
 	SELECT pg_catalog.format('%s %s has no working fencegate check (%s missing, disabled or changed): %s',
 	       CASE WHEN t.relispartition THEN 'partition' WHEN t.relid = t.root THEN 'protected table' ELSE 'child table' END,
 	       t.relid::pg_catalog.regclass, s.name, t.fix)
-	FROM trees t CROSS JOIN stmt s
+	FROM trees t JOIN stmt s ON s.kind IS NULL OR s.kind = t.relkind::text
 	WHERE NOT (t.relispartition AND t.row_checked)
 	  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger g WHERE g.tgrelid = t.relid AND g.tgname = s.name AND g.tgenabled = 'A'
 	                  AND g.tgtype = s.tgtype AND g.tgfoid = (SELECT h.oid FROM have h WHERE h.name = s.fn AND h.args = ''))

@@ -8,8 +8,9 @@ import (
 // SchemaVersion is the version of the fencegate schema this package
 // installs. Version 1 is the schema the proxy used to install by itself
 // (marks owned by the application role, no protected tables); version 3
-// added signed tokens (fencegate.signing_keys and the fence with a proof).
-const SchemaVersion = 3
+// added signed tokens (fencegate.signing_keys and the fence with a proof);
+// version 4 checks UPDATEs of tables that hold rows row by row.
+const SchemaVersion = 4
 
 // DefaultOwnerRole is the role that owns schema fencegate when
 // InstallOptions.OwnerRole is empty.

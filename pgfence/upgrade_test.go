@@ -141,10 +141,10 @@ func TestUpgradeFromV1(t *testing.T) {
 func TestUpgradeNewer(t *testing.T) {
 	db := pgfencetest.New(t)
 	admin := db.Admin(t)
-	db.Exec(t, "CREATE OR REPLACE FUNCTION fencegate.schema_version() RETURNS integer LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fg$SELECT 4$fg$")
+	db.Exec(t, "CREATE OR REPLACE FUNCTION fencegate.schema_version() RETURNS integer LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fg$SELECT 5$fg$")
 	_, err := pgfence.Install(context.Background(), admin, pgfence.InstallOptions{OwnerRole: db.Owner})
-	if err == nil || !strings.Contains(err.Error(), "version 4") {
-		t.Fatalf("Install over version 4: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "version 5") {
+		t.Fatalf("Install over version 5: %v", err)
 	}
 }
 

@@ -1,9 +1,10 @@
--- fencegate schema, version 3: the marks, the fence and the checks of
+-- fencegate schema, version 4: the marks, the fence and the checks of
 -- protected tables. Install.go runs this file as the owner role (SET LOCAL
 -- ROLE), inside the install transaction, after it has made sure the schema
 -- exists and belongs to that role. Every statement is idempotent: the file
--- runs on a fresh schema, on a version 1 or 2 schema (whose marks it keeps)
--- and on a version 3 schema that was altered (it puts every function back).
+-- runs on a fresh schema, on a version 1, 2 or 3 schema (whose marks it
+-- keeps) and on a version 4 schema that was altered (it puts every function
+-- back).
 --
 -- Rules every function below keeps (pgfence/DESIGN.md argues why):
 --   * search_path is pinned to pg_catalog, pg_temp by a SET clause;
@@ -73,7 +74,7 @@ COMMENT ON TABLE fencegate.signing_keys IS 'fencegate: keys that verify token pr
 CREATE OR REPLACE FUNCTION fencegate.schema_version() RETURNS integer
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
-AS $fg$SELECT 3$fg$;
+AS $fg$SELECT 4$fg$;
 
 -- fence check-and-advances the mark of one resource and records that this
 -- top-level transaction holds it. It runs as the owner role, which alone may
@@ -394,28 +395,21 @@ BEGIN
 END
 $fg$;
 
--- check_row is the row-level check for the paths statement triggers miss:
--- the logical replication apply worker (which fires row triggers only) and
+-- check_row is the row-level check. It checks every UPDATE of an ordinary
+-- table (trigger fencegate_upd: a single-row UPDATE costs far less than
+-- with transition tables) and the paths statement triggers miss: the
+-- logical replication apply worker (which fires row triggers only) and
 -- partitions created after protect ran (a row trigger on a partitioned table
--- is cloned to every new partition).
+-- is cloned to every new partition). The new row is checked, and the old row
+-- of an UPDATE only when its resource differs from the new row's.
 CREATE OR REPLACE FUNCTION fencegate.check_row() RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fg$
 DECLARE
-	r    text;
-	rs   text[];
+	r text := CASE WHEN TG_OP = 'DELETE' THEN OLD.fencegate_resource ELSE NEW.fencegate_resource END;
 BEGIN
-	IF TG_OP = 'INSERT' THEN
-		rs := ARRAY[NEW.fencegate_resource];
-	ELSIF TG_OP = 'DELETE' THEN
-		rs := ARRAY[OLD.fencegate_resource];
-	ELSIF OLD.fencegate_resource IS DISTINCT FROM NEW.fencegate_resource THEN
-		rs := ARRAY[NEW.fencegate_resource, OLD.fencegate_resource];
-	ELSE
-		rs := ARRAY[NEW.fencegate_resource];
-	END IF;
-	FOREACH r IN ARRAY rs LOOP
+	LOOP
 		IF r IS NULL OR r = '' THEN
 			RAISE EXCEPTION 'fencegate: write to % refused: a row''s resource expression yields %', TG_RELID::regclass, coalesce(quote_literal(r), 'NULL')
 				USING ERRCODE = 'FG003',
@@ -428,6 +422,8 @@ BEGIN
 				USING ERRCODE = 'FG002',
 				HINT = format('Take the lock on %s, then run SELECT fencegate.fence(%s, token) in this transaction before writing.', quote_literal(r), quote_literal(r));
 		END IF;
+		EXIT WHEN TG_OP <> 'UPDATE' OR OLD.fencegate_resource IS NOT DISTINCT FROM r;
+		r := OLD.fencegate_resource;
 	END LOOP;
 	RETURN NULL;
 END
@@ -461,8 +457,10 @@ SELECT relid::regclass, depth FROM t ORDER BY depth, relid
 $fg$;
 
 -- shape gives one table of a protected hierarchy its triggers: statement-
--- level checks with transition tables and the TRUNCATE refusal (ENABLE
--- ALWAYS: they fire whatever session_replication_role says), the row-level
+-- level checks with transition tables for INSERT and DELETE (and UPDATE on
+-- partitioned tables), the row-level UPDATE check on tables that hold rows,
+-- and the TRUNCATE refusal (ENABLE ALWAYS: they fire whatever
+-- session_replication_role says), the row-level
 -- check for replica sessions such as the apply worker (ENABLE REPLICA: it
 -- fires only there, so ordinary writes pay nothing per row for it), and on a
 -- partitioned root the row-level check that PostgreSQL clones to every
@@ -486,6 +484,8 @@ BEGIN
 			 'AFTER INSERT ON %s REFERENCING NEW TABLE AS fg_new FOR EACH STATEMENT EXECUTE FUNCTION fencegate.check_insert()'),
 			('fencegate_upd', 16, 'fencegate.check_update()'::regprocedure, 'fg_old', 'fg_new', 'A',
 			 'AFTER UPDATE ON %s REFERENCING OLD TABLE AS fg_old NEW TABLE AS fg_new FOR EACH STATEMENT EXECUTE FUNCTION fencegate.check_update()'),
+			('fencegate_upd', 17, 'fencegate.check_row()'::regprocedure, NULL, NULL, 'A',
+			 'AFTER UPDATE ON %s FOR EACH ROW EXECUTE FUNCTION fencegate.check_row()'),
 			('fencegate_del', 8, 'fencegate.check_delete()'::regprocedure, 'fg_old', NULL, 'A',
 			 'AFTER DELETE ON %s REFERENCING OLD TABLE AS fg_old FOR EACH STATEMENT EXECUTE FUNCTION fencegate.check_delete()'),
 			('fencegate_trunc', 34, 'fencegate.refuse_truncate()'::regprocedure, NULL, NULL, 'A',
@@ -501,6 +501,11 @@ BEGIN
 		-- their own. fencegate_row exists on partitioned roots only.
 		CONTINUE WHEN want.tgtype = 29 AND rel.relispartition;
 		CONTINUE WHEN want.name = 'fencegate_row' AND rel.relkind <> 'p';
+		-- UPDATE: row by row on tables that hold rows, with transition
+		-- tables on partitioned tables, where an UPDATE that moves a row to
+		-- another partition fires no UPDATE row trigger (only the target
+		-- table's statement trigger sees both rows).
+		CONTINUE WHEN want.name = 'fencegate_upd' AND (want.tgtype = 16) <> (rel.relkind = 'p');
 		SELECT t.* INTO trg FROM pg_trigger t WHERE t.tgrelid = tbl AND t.tgname = want.name;
 		have := FOUND;
 		IF have AND NOT (trg.tgfoid = want.fn AND trg.tgtype = want.tgtype

@@ -139,6 +139,24 @@ func BulkCopy(ctx context.Context, conn *pgx.Conn, table string, first int64, ro
 	return tx.Commit(ctx)
 }
 
+// BulkUpdate updates, in one fenced transaction, every row with an id from
+// first on, all of account 0 (rows BulkInsert or BulkCopy wrote): one
+// fence covers them.
+func BulkUpdate(ctx context.Context, conn *pgx.Conn, table string, first int64) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := tx.Exec(ctx, fencegate.FenceSQL, "acct:0", int64(1)); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE `+table+` SET n = n + 1 WHERE id >= $1`, first); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
 // BackendCPU returns the CPU time (user + system) the backend serving conn
 // has used so far, read from /proc: PostgreSQL must run on this host.
 func BackendCPU(ctx context.Context, conn *pgx.Conn) (time.Duration, error) {

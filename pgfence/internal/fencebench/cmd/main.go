@@ -53,6 +53,8 @@ type workload struct {
 	unit string // "tps" for rates, "ms" for durations
 	ops  int    // operations per run
 	op   func(ctx context.Context, conn *pgx.Conn, table string, run int) error
+	// prep, if set, runs before each timed op, untimed.
+	prep func(ctx context.Context, conn *pgx.Conn, table string) error
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
@@ -131,6 +133,17 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		{name: fmt.Sprintf("INSERT ... SELECT of %d rows, %d resources, fence_many", *rows, *rows), unit: "ms", ops: 1, op: func(ctx context.Context, c *pgx.Conn, table string, _ int) error {
 			return fencebench.BulkInsert(ctx, c, table, bulkFirst(table), *rows, true)
 		}},
+		{name: fmt.Sprintf("UPDATE of %d rows, one resource", *rows), unit: "ms", ops: 1,
+			prep: func(ctx context.Context, c *pgx.Conn, table string) error {
+				if err := fencebench.BulkInsert(ctx, c, table, bulkFirst(table), *rows, false); err != nil {
+					return err
+				}
+				_, err := c.Exec(ctx, "VACUUM ANALYZE "+table)
+				return err
+			},
+			op: func(ctx context.Context, c *pgx.Conn, table string, _ int) error {
+				return fencebench.BulkUpdate(ctx, c, table, 1001)
+			}},
 	}
 
 	load0, _ := os.ReadFile("/proc/loadavg")
@@ -151,6 +164,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 						return err
 					}
 					next[table] = 1000
+				}
+				if w.prep != nil {
+					if err := w.prep(ctx, conn, table); err != nil {
+						return fmt.Errorf("%s on %s: %w", w.name, table, err)
+					}
 				}
 				cpu0, err := fencebench.BackendCPU(ctx, conn)
 				if err != nil {
