@@ -526,18 +526,18 @@ BEGIN
 	END LOOP;
 	IF rel.relispartition THEN
 		-- The clones: the replica check on for replica sessions, the
-		-- catch-all row check off on leaves (their statement triggers
-		-- check), on where the partition is itself partitioned (its clone
-		-- is the template of its future partitions).
+		-- catch-all row check on everywhere. On a partitioned partition
+		-- it is the template of its future partitions; on a leaf it is
+		-- what checks a row that MERGE moves to another partition: the
+		-- move is a DELETE on one leaf and an INSERT on another, which
+		-- fire row triggers there but no statement trigger, and
+		-- PostgreSQL 15 leaves the moved row out of the target table's
+		-- UPDATE transition tables under MERGE.
 		FOR trg IN SELECT t.tgname, t.tgenabled FROM pg_trigger t
 		           WHERE t.tgrelid = tbl AND t.tgname IN ('fencegate_replica', 'fencegate_row') LOOP
 			IF trg.tgname = 'fencegate_replica' THEN
 				IF trg.tgenabled <> 'R' THEN
 					EXECUTE format('ALTER TABLE ONLY %s ENABLE REPLICA TRIGGER fencegate_replica', tbl);
-				END IF;
-			ELSIF rel.relkind <> 'p' THEN
-				IF trg.tgenabled <> 'D' THEN
-					EXECUTE format('ALTER TABLE ONLY %s DISABLE TRIGGER fencegate_row', tbl);
 				END IF;
 			ELSIF trg.tgenabled <> 'A' THEN
 				EXECUTE format('ALTER TABLE ONLY %s ENABLE ALWAYS TRIGGER fencegate_row', tbl);
