@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/pgfence"
 	"github.com/fencegate/fencegate/pgfence/pgfencetest"
 )
 
@@ -30,7 +32,7 @@ func TestSchemaCommands(t *testing.T) {
 		{[]string{"schema", "install", "--db", db.AppDSN, "--owner", db.Owner}, 1, nil, "insufficient privilege"},
 		{[]string{"schema", "install", "--db", db.DSN, "--owner", db.Owner, "--grant", "fg_nobody_x"}, 1, nil, "role fg_nobody_x does not exist"},
 		{[]string{"schema", "install", "--db", db.DSN, "--owner", db.Owner, "--grant", db.App}, 0,
-			[]string{"installed schema fencegate version 3", "created schema fencegate owned by " + db.Owner, "application roles: " + db.App}, ""},
+			[]string{fmt.Sprintf("installed schema fencegate version %d", pgfence.SchemaVersion), "created schema fencegate owned by " + db.Owner, "application roles: " + db.App}, ""},
 		{[]string{"schema", "install", "--db", db.DSN, "--owner", db.Owner}, 0, []string{"is up to date; nothing changed"}, ""},
 		{[]string{"schema", "upgrade", "--db", db.DSN, "--owner", db.Owner}, 0, []string{"is up to date"}, ""},
 		{[]string{"protect", "orders", "--db", db.DSN}, 2, nil, "missing --resource"},
@@ -41,7 +43,7 @@ func TestSchemaCommands(t *testing.T) {
 		{[]string{"protect", "orders", "--resource", "'order:' || id", "--db", db.AppDSN}, 1, nil, "permission denied"},
 		{[]string{"protect", "orders", "--resource", "'order:' || id", "--db", db.DSN}, 0,
 			[]string{"protected orders", "each row's resource is ('order:'::text || id)", "warning: public.orders is owned by role postgres, which can log in"}, ""},
-		{[]string{"schema", "status", "--db", db.DSN}, 0, []string{"version 3, owned by " + db.Owner, "orders", "('order:'::text || id)", "ok: no problems"}, ""},
+		{[]string{"schema", "status", "--db", db.DSN}, 0, []string{fmt.Sprintf("version %d, owned by %s", pgfence.SchemaVersion, db.Owner), "orders", "('order:'::text || id)", "ok: no problems"}, ""},
 		{[]string{"marks", "set", "order:1", "7", "--db", db.DSN, "--reason", "test"}, 0, []string{`mark of "order:1"`, "no mark -> 7"}, ""},
 		{[]string{"marks", "set", "order:1", "3", "--db", db.DSN}, 0, []string{"7 -> 3"}, ""},
 		{[]string{"marks", "set", "order:1", "-3", "--db", db.DSN}, 2, nil, "negative"},
