@@ -3,7 +3,6 @@ package pgfence_test
 import (
 	"context"
 	"errors"
-	"os"
 	"strings"
 	"testing"
 
@@ -255,25 +254,7 @@ func TestSignedFenceOverload(t *testing.T) {
 func TestUpgradeFromV2(t *testing.T) {
 	ctx := context.Background()
 	db := pgfencetest.New(t, pgfencetest.Options{NoInstall: true})
-	v2, err := os.ReadFile("testdata/schema_v2.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := db.Admin(t)
-	mustExec(t, admin, "CREATE SCHEMA fencegate AUTHORIZATION "+db.Owner)
-	tx, err := admin.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+db.Owner); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, string(v2), pgx.QueryExecModeSimpleProtocol); err != nil {
-		t.Fatalf("install version 2: %v", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	admin := installShipped(t, db, 2)
 	mustExec(t, admin, "GRANT USAGE ON SCHEMA fencegate TO "+db.App+"; GRANT EXECUTE ON FUNCTION fencegate.fence(text, bigint), fencegate.fence_many(text[], bigint) TO "+db.App+"; GRANT SELECT ON fencegate.marks TO "+db.App)
 	app := db.AppConn(t)
 	for r, tok := range map[string]int64{"a": 3, "b": 9} {

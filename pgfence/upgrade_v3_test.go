@@ -2,6 +2,7 @@ package pgfence_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"testing"
 
@@ -20,25 +21,7 @@ import (
 func TestUpgradeFromV3(t *testing.T) {
 	ctx := context.Background()
 	db := pgfencetest.New(t, pgfencetest.Options{NoInstall: true})
-	v3, err := os.ReadFile("testdata/schema_v3.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := db.Admin(t)
-	mustExec(t, admin, "CREATE SCHEMA fencegate AUTHORIZATION "+db.Owner)
-	tx, err := admin.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+db.Owner); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, string(v3), pgx.QueryExecModeSimpleProtocol); err != nil {
-		t.Fatalf("install version 3: %v", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	admin := installShipped(t, db, 3)
 	mustExec(t, admin, `GRANT USAGE ON SCHEMA fencegate TO `+db.App+`;
 		GRANT EXECUTE ON FUNCTION fencegate.fence(text, bigint), fencegate.fence(text, bigint, text), fencegate.fence_many(text[], bigint) TO `+db.App+`;
 		GRANT SELECT ON fencegate.marks TO `+db.App+`;
@@ -126,4 +109,33 @@ func TestUpgradeFromV3(t *testing.T) {
 	if err := admin.QueryRow(ctx, "SELECT (SELECT sum(n) FROM public.acct) + (SELECT sum(n) FROM public.ev) + (SELECT sum(n) FROM public.book)").Scan(&sum); err != nil || sum != 3 {
 		t.Fatalf("rows after the upgrade: sum %d, %v; want 3", sum, err)
 	}
+}
+
+// installShipped installs testdata/schema_vN.sql, a schema version as it
+// was shipped, into db's empty schema fencegate as the owner role, the way
+// that version's installer did, and returns an admin connection.
+func installShipped(t *testing.T, db *pgfencetest.DB, n int) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	sql, err := os.ReadFile(fmt.Sprintf("testdata/schema_v%d.sql", n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := db.Admin(t)
+	mustExec(t, admin, "CREATE SCHEMA fencegate AUTHORIZATION "+db.Owner)
+	tx, err := admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+db.Owner); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, string(sql), pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatalf("install version %d: %v", n, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return admin
 }
