@@ -130,11 +130,13 @@ func runTokenRestore(ctx context.Context, args []string, stdout, stderr io.Write
 		return err
 	}
 	defer done()
-	st, err := c.Status(ctx)
+	res, err := c.RaiseCounter(ctx, target)
 	if err != nil {
 		return err
 	}
-	res, err := c.RaiseCounter(ctx, target)
+	// Asked after the raise committed: a cluster that has just started may
+	// not yet report its id before a leader has been elected.
+	st, err := c.Status(ctx)
 	if err != nil {
 		return err
 	}
