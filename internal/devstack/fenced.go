@@ -205,6 +205,13 @@ func DropRoles(ctx context.Context, adminDSN string, dbs []string, roles ...stri
 	return errors.Join(errs...)
 }
 
+// DropFenced drops database name, then roles name_app and name_owner: what
+// Start with StackConfig.Throwaway made.
+func DropFenced(ctx context.Context, adminDSN, name string) error {
+	return errors.Join(DropDatabase(ctx, adminDSN, name),
+		DropRoles(ctx, adminDSN, []string{name}, name+"_app", name+"_owner"))
+}
+
 // WithDatabase returns dsn (a URL) with its database replaced by db.
 func WithDatabase(dsn, db string) string {
 	u, err := url.Parse(dsn)
