@@ -104,7 +104,7 @@ func TestStartPostgresThrowaway(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := pingPostgres(ctx, p.DSN); err == nil {
+	if err := PingPostgres(ctx, p.DSN, ""); err == nil {
 		t.Fatalf("PostgreSQL at %s still answers after Close", p.DSN)
 	}
 }

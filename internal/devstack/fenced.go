@@ -205,8 +205,19 @@ func DropRoles(ctx context.Context, adminDSN string, dbs []string, roles ...stri
 	return errors.Join(errs...)
 }
 
+// CreateFenced creates database name on the server adminDSN points at and
+// sets it up with SetupFenced, with two roles of its own: name_owner and
+// name_app. DropFenced removes all three, also after a failed CreateFenced.
+func CreateFenced(ctx context.Context, adminDSN, name string) (*FencedDB, error) {
+	dsn, err := CreateDatabase(ctx, adminDSN, name)
+	if err != nil {
+		return nil, err
+	}
+	return SetupFenced(ctx, FencedOptions{AdminDSN: dsn, Owner: name + "_owner", App: name + "_app"})
+}
+
 // DropFenced drops database name, then roles name_app and name_owner: what
-// Start with StackConfig.Throwaway made.
+// CreateFenced, or Start with StackConfig.Throwaway, made.
 func DropFenced(ctx context.Context, adminDSN, name string) error {
 	return errors.Join(DropDatabase(ctx, adminDSN, name),
 		DropRoles(ctx, adminDSN, []string{name}, name+"_app", name+"_owner"))
