@@ -23,6 +23,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/internal/devstack"
+	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/internal/timeline"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/pgfence"
@@ -290,7 +291,7 @@ func (sc *forgedScene) play(ctx context.Context, cfg *ForgedConfig, res *ForgedR
 	}
 	defer other.Close()
 	lc, err := lockclient.Dial(s.RedisAddrs(), trusted, lockclient.WithTTL(cfg.TTL),
-		lockclient.WithKeyPrefix(devstack.RandomName("fencegate:demo:")+":lock:"))
+		lockclient.WithKeyPrefix(pgdb.RandomName("fencegate:demo:")+":lock:"))
 	if err != nil {
 		return err
 	}

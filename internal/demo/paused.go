@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/devstack"
 	"github.com/fencegate/fencegate/internal/netfault"
+	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/internal/timeline"
 	"github.com/jackc/pgx/v5"
 )
@@ -292,7 +293,7 @@ func runOnce(ctx context.Context, cfg *Config, st *devstack.Stack, run *Run) err
 
 	// The lock's keys are the run's own: a run never meets a lease of an
 	// earlier run or of another demo on the same Redis.
-	prefix := devstack.RandomName("fencegate:demo:") + ":lock:"
+	prefix := pgdb.RandomName("fencegate:demo:") + ":lock:"
 	base := ClientConfig{Tokens: st.Tokens.URLs, DB: appDSN(st, run.Proxy), Password: st.DB.AppPassword, Fenced: run.Fenced,
 		Resource: resource, KeyPrefix: prefix, OrderID: orderID,
 		TTL: cfg.TTL, Wait: 30 * time.Second, Work: min(cfg.TTL/5, 200*time.Millisecond)}

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/internal/freeport"
+	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/pgfence"
 	"github.com/fencegate/fencegate/tokensign"
 )
@@ -119,7 +120,7 @@ func Start(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 		cfg.OwnerRole = cmp.Or(cfg.OwnerRole, pgfence.DefaultOwnerRole)
 	} else {
 		cfg.ProxyListen = cmp.Or(cfg.ProxyListen, "127.0.0.1:0")
-		cfg.Database = RandomName(cfg.Throwaway)
+		cfg.Database = pgdb.RandomName(cfg.Throwaway)
 		cfg.OwnerRole, cfg.AppRole = cfg.Database+"_owner", cfg.Database+"_app"
 	}
 	if cfg.Logger == nil {

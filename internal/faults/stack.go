@@ -14,6 +14,7 @@ import (
 	"github.com/fencegate/fencegate/internal/devstack"
 	"github.com/fencegate/fencegate/internal/freeport"
 	"github.com/fencegate/fencegate/internal/netfault"
+	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/internal/poll"
 	"github.com/fencegate/fencegate/internal/proc"
 	"github.com/fencegate/fencegate/tokenservice"
@@ -142,7 +143,7 @@ func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 }
 
 func (s *Stack) createDB(ctx context.Context) (err error) {
-	s.DBName = devstack.RandomName("fg_faults_")
+	s.DBName = pgdb.RandomName("fg_faults_")
 	if s.DB, err = devstack.CreateFenced(ctx, s.cfg.PostgreSQL, s.DBName); err != nil {
 		return fmt.Errorf("PostgreSQL %s: database %s: %w", s.cfg.PostgreSQL, s.DBName, err)
 	}
