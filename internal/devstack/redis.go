@@ -152,6 +152,25 @@ func StartRedis(ctx context.Context, addr, dir string) (*Redis, error) {
 	return &Redis{Addr: addr, Options: opts, Source: "started by fencegate", srv: srv}, nil
 }
 
+// StartMasters starts n Redis servers without persistence on free
+// loopback ports, for Redlock. On error it returns those it started, for
+// the caller to close.
+func StartMasters(ctx context.Context, n int) ([]*Redis, error) {
+	addrs, err := freeport.Loopback(n)
+	if err != nil {
+		return nil, err
+	}
+	var out []*Redis
+	for i, addr := range addrs {
+		r, err := StartRedis(ctx, addr, "")
+		if err != nil {
+			return out, fmt.Errorf("%w: start Redis master %d of %d for Redlock: %v; install Redis (apt-get install redis-server)", ErrNoRedis, i+1, n, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
 // RedisArgs is the command line of a redis-server without persistence,
 // listening on addr (HOST:PORT).
 func RedisArgs(addr string) []string {

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/fencegate/fencegate/internal/freeport"
 	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/pgfence"
 	"github.com/fencegate/fencegate/tokensign"
@@ -203,19 +202,11 @@ func (s *Stack) startRedis(ctx context.Context, cfg *StackConfig) (err error) {
 		s.closers = append(s.closers, s.Redis.Close)
 		return nil
 	}
-	addrs, err := freeport.Loopback(cfg.RedisMasters)
-	if err != nil {
-		return err
-	}
-	for i, addr := range addrs {
-		r, err := StartRedis(ctx, addr, "")
-		if err != nil {
-			return fmt.Errorf("%w: start Redis master %d of %d for Redlock: %v; install Redis (apt-get install redis-server)", ErrNoRedis, i+1, len(addrs), err)
-		}
-		s.Masters = append(s.Masters, r)
+	s.Masters, err = StartMasters(ctx, cfg.RedisMasters)
+	for _, r := range s.Masters {
 		s.closers = append(s.closers, r.Close)
 	}
-	return nil
+	return err
 }
 
 // RedisAddrs are the addresses of the Redis server or of the masters.
