@@ -230,6 +230,3 @@ func DatabaseOf(dsn string) string {
 	}
 	return strings.TrimPrefix(u.Path, "/")
 }
-
-// Redact hides a DSN's password.
-func Redact(dsn string) string { return redact(dsn) }

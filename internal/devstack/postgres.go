@@ -78,13 +78,13 @@ func FindPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 	}
 	if o.DSN != "" {
 		if err := PingPostgres(ctx, o.DSN, ""); err != nil {
-			return nil, fmt.Errorf("%w: %s %s does not answer: %v", ErrNoPostgres, o.Flag, redact(o.DSN), err)
+			return nil, fmt.Errorf("%w: %s %s does not answer: %v", ErrNoPostgres, o.Flag, Redact(o.DSN), err)
 		}
 		return &Postgres{DSN: o.DSN, Source: o.Flag}, nil
 	}
 	if dsn, from := postgresFromEnv(o.Getenv); dsn != "" {
 		if err := PingPostgres(ctx, dsn, ""); err != nil {
-			return nil, fmt.Errorf("%w: %s names %s, which does not answer: %v (fix it, unset it, or pass %s)", ErrNoPostgres, from, redact(dsn), err, o.Flag)
+			return nil, fmt.Errorf("%w: %s names %s, which does not answer: %v (fix it, unset it, or pass %s)", ErrNoPostgres, from, Redact(dsn), err, o.Flag)
 		}
 		return &Postgres{DSN: dsn, Source: from}, nil
 	}
@@ -314,8 +314,8 @@ func traversable(dir string, c *syscall.Credential) bool {
 	}
 }
 
-// redact hides a DSN's password.
-func redact(dsn string) string {
+// Redact hides a DSN's password.
+func Redact(dsn string) string {
 	u, err := url.Parse(dsn)
 	if err != nil || u.User == nil {
 		return dsn

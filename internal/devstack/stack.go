@@ -259,7 +259,7 @@ func (s *Stack) appDSN(host string) string {
 // Describe lists what runs where, for the user.
 func (s *Stack) Describe() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "  PostgreSQL  %s  (%s)\n", redact(s.Postgres.DSN), s.Postgres.Source)
+	fmt.Fprintf(&b, "  PostgreSQL  %s  (%s)\n", Redact(s.Postgres.DSN), s.Postgres.Source)
 	fmt.Fprintf(&b, "  Redis       %s  (%s)\n", s.Redis.Addr, s.Redis.Source)
 	for i, srv := range s.Tokens.Servers {
 		fmt.Fprintf(&b, "  token n%d    %s  (raft %s)\n", i+1, srv.APIURL(), srv.RaftAddr())
