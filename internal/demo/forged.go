@@ -23,6 +23,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/internal/devstack"
+	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/internal/timeline"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/pgfence"
@@ -157,9 +158,9 @@ func ForgedToken(ctx context.Context, cfg ForgedConfig) (*ForgedResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer sc.st.close()
-	res := &ForgedResult{ClusterID: sc.clusterID, OtherClusterID: sc.otherClusterID, Database: sc.st.dbName,
-		Roles: []string{sc.st.db.App, sc.st.db.Owner}}
+	defer sc.close()
+	res := &ForgedResult{ClusterID: sc.clusterID, OtherClusterID: sc.otherClusterID, Database: devstack.DatabaseOf(sc.st.DB.AdminDSN),
+		Roles: []string{sc.st.DB.App, sc.st.DB.Owner}}
 	printForgedIntro(cfg.Out, &cfg, sc)
 	if err := sc.play(ctx, &cfg, res); err != nil {
 		return nil, err
@@ -185,7 +186,8 @@ func ForgedToken(ctx context.Context, cfg ForgedConfig) (*ForgedResult, error) {
 // forgedScene is the running scene: the stack (PostgreSQL, Redis, the
 // database and its roles), the two signing token clusters and the keys.
 type forgedScene struct {
-	st             *stack
+	st             *devstack.Stack
+	otherTokens    *devstack.Tokens
 	keys           *tokensign.Keyring
 	trusted        []string // API URLs of the cluster the database trusts
 	other          []string // of the second cluster
@@ -194,55 +196,54 @@ type forgedScene struct {
 }
 
 // startForgedStack starts what the paused-holder stack starts, except that
-// its token cluster signs, with a key generated for the run and kept in the
-// run's temporary directory, and that a second, 1-node cluster with the
-// same key runs beside it.
+// its token cluster signs, with a key generated for the run and never
+// written down, and that a second, 1-node cluster with the same key runs
+// beside it.
 func startForgedStack(ctx context.Context, cfg *ForgedConfig) (_ *forgedScene, err error) {
-	s, err := startStack(ctx, stackOptions{postgres: cfg.Postgres, redis: cfg.Redis, signed: true,
-		log: cfg.Logger, svcLog: cfg.ServiceLogger})
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, err
+	}
+	keys, err := tokensign.NewKeyring(tokensign.Key{ID: "demo", Secret: secret})
 	if err != nil {
 		return nil, err
 	}
+	s, err := startStack(ctx, cfg.Postgres, cfg.Redis, 0, keys, cfg.Logger, cfg.ServiceLogger)
+	if err != nil {
+		return nil, err
+	}
+	sc := &forgedScene{st: s, keys: keys, trusted: s.Tokens.URLs, clusterID: s.Tokens.ClusterID}
 	defer func() {
 		if err != nil {
-			s.close()
+			sc.close()
 		}
 	}()
-	sc := &forgedScene{st: s, keys: s.keys, trusted: s.tokenURLs, clusterID: s.clusterID}
-	other, err := devstack.StartTokens(ctx, devstack.TokenOptions{DataDir: filepath.Join(s.tmp, "tokens-other"), Nodes: 1,
-		SigningKeys: s.keys, Logger: s.svcLog.With("component", "tokenservice", "cluster", "other")})
+	sc.otherTokens, err = devstack.StartTokens(ctx, devstack.TokenOptions{DataDir: filepath.Join(s.DataDir, "tokens-other"), Nodes: 1,
+		SigningKeys: keys, Logger: cfg.ServiceLogger.With("component", "tokenservice", "cluster", "other")})
 	if err != nil {
 		return nil, fmt.Errorf("start the other token cluster: %w", err)
 	}
-	s.closers = append(s.closers, func() { other.Close() })
-	sc.other, sc.otherClusterID = other.URLs, other.ClusterID
+	sc.other, sc.otherClusterID = sc.otherTokens.URLs, sc.otherTokens.ClusterID
 	if err := resetTables(ctx, s, true); err != nil {
 		return nil, err
 	}
-	conn, err := pgx.Connect(ctx, s.directDSN())
+	conn, err := pgx.Connect(ctx, s.DB.AdminDSN)
 	if err != nil {
 		return nil, fmt.Errorf("connect demo database: %w", err)
 	}
 	defer conn.Close(context.Background())
 	if _, err := pgfence.RequireSigned(ctx, conn, sc.clusterID, sc.keys); err != nil {
-		return nil, fmt.Errorf("require signed tokens in %s: %w", s.dbName, err)
+		return nil, fmt.Errorf("require signed tokens in %s: %w", devstack.DatabaseOf(s.DB.AdminDSN), err)
 	}
 	return sc, nil
 }
 
-// writeRunKey writes a key file with one key made for this run, readable
-// by its owner only, and returns its path.
-func writeRunKey(dir string) (string, error) {
-	secret := make([]byte, 32)
-	if _, err := rand.Read(secret); err != nil {
-		return "", err
+// close stops the other cluster, then the stack.
+func (sc *forgedScene) close() {
+	if sc.otherTokens != nil {
+		sc.otherTokens.Close()
 	}
-	path := filepath.Join(dir, "signing.keys")
-	line := "demo " + hex.EncodeToString(secret) + "\n"
-	if err := os.WriteFile(path, []byte(line), 0o600); err != nil {
-		return "", fmt.Errorf("write the run's signing key: %w", err)
-	}
-	return path, nil
+	sc.st.Close()
 }
 
 // markOf reads resource's mark (0 when it has none) as the administrator.
@@ -260,7 +261,7 @@ func markOf(ctx context.Context, conn *pgx.Conn) (int64, error) {
 // play runs the six attempts and reads the order back.
 func (sc *forgedScene) play(ctx context.Context, cfg *ForgedConfig, res *ForgedResult) error {
 	s := sc.st
-	admin, err := pgx.Connect(ctx, s.directDSN())
+	admin, err := pgx.Connect(ctx, s.DB.AdminDSN)
 	if err != nil {
 		return fmt.Errorf("connect demo database: %w", err)
 	}
@@ -268,12 +269,12 @@ func (sc *forgedScene) play(ctx context.Context, cfg *ForgedConfig, res *ForgedR
 	// The holder goes through the proxy, as a deployed application does;
 	// the attacker skips it and talks to PostgreSQL straight, which
 	// verifies the proofs itself.
-	app, err := s.connectApp(ctx, true)
+	app, err := connectApp(ctx, s, true)
 	if err != nil {
 		return err
 	}
 	defer app.Close(context.Background())
-	direct, err := s.connectApp(ctx, false)
+	direct, err := connectApp(ctx, s, false)
 	if err != nil {
 		return err
 	}
@@ -289,8 +290,8 @@ func (sc *forgedScene) play(ctx context.Context, cfg *ForgedConfig, res *ForgedR
 		return err
 	}
 	defer other.Close()
-	lc, err := lockclient.Dial(s.redisAddrs(), trusted, lockclient.WithTTL(cfg.TTL),
-		lockclient.WithKeyPrefix(randomName("fencegate:demo:")+":lock:"))
+	lc, err := lockclient.Dial(s.RedisAddrs(), trusted, lockclient.WithTTL(cfg.TTL),
+		lockclient.WithKeyPrefix(pgdb.RandomName("fencegate:demo:")+":lock:"))
 	if err != nil {
 		return err
 	}
@@ -453,15 +454,15 @@ func (sc *forgedScene) play(ctx context.Context, cfg *ForgedConfig, res *ForgedR
 
 // connectApp connects to the demo database as the application role,
 // through the proxy when proxied, else straight to PostgreSQL.
-func (s *stack) connectApp(ctx context.Context, proxied bool) (*pgx.Conn, error) {
-	cc, err := pgx.ParseConfig(s.appDSN(proxied))
+func connectApp(ctx context.Context, s *devstack.Stack, proxied bool) (*pgx.Conn, error) {
+	cc, err := pgx.ParseConfig(appDSN(s, proxied))
 	if err != nil {
 		return nil, fmt.Errorf("demo database DSN: %w", err)
 	}
-	cc.Password = s.db.AppPassword
+	cc.Password = s.DB.AppPassword
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
-		return nil, fmt.Errorf("connect demo database as %s: %w", s.db.App, err)
+		return nil, fmt.Errorf("connect demo database as %s: %w", s.DB.App, err)
 	}
 	return conn, nil
 }
@@ -507,12 +508,12 @@ func printForgedIntro(w io.Writer, cfg *ForgedConfig, sc *forgedScene) {
 	s := sc.st
 	fmt.Fprintln(w, "Forged, foreign and proofless tokens against a database that requires signed tokens.")
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "  PostgreSQL   %s (%s), database %s, dropped at the end\n", hostOf(s.adminDSN), s.pg.Source, s.dbName)
-	fmt.Fprintf(w, "  roles        clients log in as %s; %s (NOLOGIN) owns schema fencegate and the tables\n", s.db.App, s.db.Owner)
-	fmt.Fprintf(w, "  Redis        %s (%s)\n", s.redis.Addr, s.redis.Source)
+	fmt.Fprintf(w, "  PostgreSQL   %s (%s), database %s, dropped at the end\n", hostOf(s.Postgres.DSN), s.Postgres.Source, devstack.DatabaseOf(s.DB.AdminDSN))
+	fmt.Fprintf(w, "  roles        clients log in as %s; %s (NOLOGIN) owns schema fencegate and the tables\n", s.DB.App, s.DB.Owner)
+	fmt.Fprintf(w, "  Redis        %s (%s)\n", s.Redis.Addr, s.Redis.Source)
 	fmt.Fprintf(w, "  tokens       cluster %s, 3 nodes, signing with key %q made for this run: %s\n", sc.clusterID, sc.keys.SigningKeyID(), strings.Join(sc.trusted, " "))
 	fmt.Fprintf(w, "               cluster %s, 1 node, the same key: %s\n", sc.otherClusterID, strings.Join(sc.other, " "))
-	fmt.Fprintf(w, "  proxy        %s -> PostgreSQL: the holder writes through it; the attacker skips it\n", s.proxyAddr)
+	fmt.Fprintf(w, "  proxy        %s -> PostgreSQL: the holder writes through it; the attacker skips it\n", s.ProxyAddr)
 	fmt.Fprintf(w, "  database     requires signed tokens of cluster %s (pgfence.RequireSigned, as 'fencegate schema require-signed')\n", sc.clusterID)
 	fmt.Fprintf(w, "  lock TTL     %v\n", cfg.TTL)
 	fmt.Fprintln(w)

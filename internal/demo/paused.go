@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/devstack"
 	"github.com/fencegate/fencegate/internal/netfault"
+	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/internal/timeline"
 	"github.com/jackc/pgx/v5"
 )
@@ -170,12 +171,15 @@ func PausedHolder(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		cfg.Binary = exe
 	}
-	st, err := startStack(ctx, stackOptions{postgres: cfg.Postgres, redis: cfg.Redis, redlock: cfg.Redlock,
-		log: cfg.Logger, svcLog: cfg.ServiceLogger})
+	masters := 0
+	if cfg.Redlock {
+		masters = 5
+	}
+	st, err := startStack(ctx, cfg.Postgres, cfg.Redis, masters, nil, cfg.Logger, cfg.ServiceLogger)
 	if err != nil {
 		return nil, err
 	}
-	defer st.close()
+	defer st.Close()
 	printIntro(cfg.Out, &cfg, st)
 
 	res := &Result{}
@@ -226,8 +230,8 @@ func mustAbs(p string) string {
 // order 42 unpaid; protected, they belong to the owner role and each row to
 // resource 'order:<id>'. Either way the application role gets
 // devstack.AppPrivileges on them, nothing more.
-func resetTables(ctx context.Context, st *stack, protected bool) error {
-	conn, err := pgx.Connect(ctx, st.directDSN())
+func resetTables(ctx context.Context, st *devstack.Stack, protected bool) error {
+	conn, err := pgx.Connect(ctx, st.DB.AdminDSN)
 	if err != nil {
 		return fmt.Errorf("connect demo database: %w", err)
 	}
@@ -239,9 +243,9 @@ func resetTables(ctx context.Context, st *stack, protected bool) error {
 	}
 	for _, t := range []struct{ name, resource string }{{"orders", devstack.OrdersResource}, {"charges", devstack.ChargesResource}} {
 		if protected {
-			err = st.db.ProtectTable(ctx, conn, t.name, t.resource)
+			err = st.DB.ProtectTable(ctx, conn, t.name, t.resource)
 		} else {
-			err = st.db.Grant(ctx, conn, t.name)
+			err = st.DB.Grant(ctx, conn, t.name)
 		}
 		if err != nil {
 			return err
@@ -268,7 +272,7 @@ func readOrder(ctx context.Context, dsn string) (Order, error) {
 
 // runOnce plays the scenario once, as run says (Fenced, Protected, Proxy),
 // and fills in the rest of run.
-func runOnce(ctx context.Context, cfg *Config, st *stack, run *Run) error {
+func runOnce(ctx context.Context, cfg *Config, st *devstack.Stack, run *Run) error {
 	if err := resetTables(ctx, st, run.Protected); err != nil {
 		return err
 	}
@@ -289,20 +293,20 @@ func runOnce(ctx context.Context, cfg *Config, st *stack, run *Run) error {
 
 	// The lock's keys are the run's own: a run never meets a lease of an
 	// earlier run or of another demo on the same Redis.
-	prefix := randomName("fencegate:demo:") + ":lock:"
-	base := ClientConfig{Tokens: st.tokenURLs, DB: st.appDSN(run.Proxy), Password: st.db.AppPassword, Fenced: run.Fenced,
+	prefix := pgdb.RandomName("fencegate:demo:") + ":lock:"
+	base := ClientConfig{Tokens: st.Tokens.URLs, DB: appDSN(st, run.Proxy), Password: st.DB.AppPassword, Fenced: run.Fenced,
 		Resource: resource, KeyPrefix: prefix, OrderID: orderID,
 		TTL: cfg.TTL, Wait: 30 * time.Second, Work: min(cfg.TTL/5, 200*time.Millisecond)}
 	c1cfg, c2cfg := base, base
 	c1cfg.Name, c2cfg.Name = "client 1", "client 2"
-	c1cfg.Redis, c2cfg.Redis = st.redisAddrs(), st.redisAddrs()
+	c1cfg.Redis, c2cfg.Redis = st.RedisAddrs(), st.RedisAddrs()
 
 	// Redlock: client 1 reaches masters 4 and 5 through relays that are cut
 	// while it locks, so it holds masters 1-3 only, as in antirez's example.
 	var relays []*netfault.Relay
 	if cfg.Redlock {
 		for i := 3; i < 5; i++ {
-			r, err := netfault.NewRelay("127.0.0.1:0", st.masters[i].Addr)
+			r, err := netfault.NewRelay("127.0.0.1:0", st.Masters[i].Addr)
 			if err != nil {
 				return err
 			}
@@ -319,7 +323,7 @@ func runOnce(ctx context.Context, cfg *Config, st *stack, run *Run) error {
 		return err
 	}
 	defer c1.kill()
-	c1.stuck = st.sessions
+	c1.stuck = func() string { return sessions(st) }
 	step := 30 * time.Second
 	acq1, err := c1.next(ctx, step, evAcquired)
 	if err != nil {
@@ -344,10 +348,10 @@ func runOnce(ctx context.Context, cfg *Config, st *stack, run *Run) error {
 		}
 		// Master 3 crashes and comes back empty: client 1's key on it is gone.
 		crash := time.Now()
-		if err := st.masters[2].Kill(); err != nil {
+		if err := st.Masters[2].Kill(); err != nil {
 			return err
 		}
-		if err := st.masters[2].Restart(ctx); err != nil {
+		if err := st.Masters[2].Restart(ctx); err != nil {
 			return fmt.Errorf("restart Redis master 3: %w", err)
 		}
 
@@ -369,14 +373,14 @@ func runOnce(ctx context.Context, cfg *Config, st *stack, run *Run) error {
 		return err
 	}
 	defer c2.kill()
-	c2.stuck = func() string { return "; client 1's process state " + c1.state() + st.sessions() }
+	c2.stuck = func() string { return "; client 1's process state " + c1.state() + sessions(st) }
 	acq2, err := c2.next(ctx, step, evAcquired)
 	if err != nil {
 		return err
 	}
 	run.Token2 = acq2.Token
 	if cfg.Redlock {
-		if run.Masters, err = st.lockHolders(ctx, prefix+resource); err != nil {
+		if run.Masters, err = lockHolders(ctx, st, prefix+resource); err != nil {
 			return err
 		}
 	}
@@ -425,7 +429,7 @@ func runOnce(ctx context.Context, cfg *Config, st *stack, run *Run) error {
 	if err := c1.wait(ctx, step); err != nil {
 		return err
 	}
-	if run.Order, err = readOrder(ctx, st.directDSN()); err != nil {
+	if run.Order, err = readOrder(ctx, st.DB.AdminDSN); err != nil {
 		return err
 	}
 

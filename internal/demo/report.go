@@ -10,19 +10,19 @@ import (
 	"github.com/fencegate/fencegate/internal/timeline"
 )
 
-func printIntro(w io.Writer, cfg *Config, st *stack) {
+func printIntro(w io.Writer, cfg *Config, st *devstack.Stack) {
 	fmt.Fprintln(w, "The paused lock holder (Kleppmann, \"How to do distributed locking\"), replayed with real processes.")
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "  PostgreSQL   %s (%s), database %s, dropped at the end\n", hostOf(st.adminDSN), st.pg.Source, st.dbName)
-	fmt.Fprintf(w, "  roles        clients log in as %s (%s on the tables, may take fences);\n", st.db.App, devstack.AppPrivileges)
-	fmt.Fprintf(w, "               %s (NOLOGIN) owns schema fencegate and the tables; both dropped at the end\n", st.db.Owner)
+	fmt.Fprintf(w, "  PostgreSQL   %s (%s), database %s, dropped at the end\n", hostOf(st.Postgres.DSN), st.Postgres.Source, devstack.DatabaseOf(st.DB.AdminDSN))
+	fmt.Fprintf(w, "  roles        clients log in as %s (%s on the tables, may take fences);\n", st.DB.App, devstack.AppPrivileges)
+	fmt.Fprintf(w, "               %s (NOLOGIN) owns schema fencegate and the tables; both dropped at the end\n", st.DB.Owner)
 	if cfg.Redlock {
-		fmt.Fprintf(w, "  Redis        five masters for Redlock: %s\n", strings.Join(st.redisAddrs(), " "))
+		fmt.Fprintf(w, "  Redis        five masters for Redlock: %s\n", strings.Join(st.RedisAddrs(), " "))
 	} else {
-		fmt.Fprintf(w, "  Redis        %s (%s)\n", st.redis.Addr, st.redis.Source)
+		fmt.Fprintf(w, "  Redis        %s (%s)\n", st.Redis.Addr, st.Redis.Source)
 	}
-	fmt.Fprintf(w, "  tokens       3-node Raft group: %s\n", strings.Join(st.tokenURLs, " "))
-	fmt.Fprintf(w, "  proxy        %s -> PostgreSQL (a gate: admits the application role only)\n", st.proxyAddr)
+	fmt.Fprintf(w, "  tokens       3-node Raft group: %s\n", strings.Join(st.Tokens.URLs, " "))
+	fmt.Fprintf(w, "  proxy        %s -> PostgreSQL (a gate: admits the application role only)\n", st.ProxyAddr)
 	fmt.Fprintf(w, "  lock TTL     %v\n", cfg.TTL)
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Alice's order 42 ($49.99) must be charged once. Two client processes each take the lock")

@@ -8,8 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
+	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -58,7 +58,7 @@ func (s *Stack) setupDatabase(ctx context.Context, cfg *StackConfig) error {
 	if err != nil {
 		return fmt.Errorf("database %s: %w", cfg.Database, err)
 	}
-	if s.DB, err = SetupFenced(ctx, FencedOptions{AdminDSN: WithDatabase(s.Postgres.DSN, cfg.Database), Owner: cfg.OwnerRole, App: cfg.AppRole}); err != nil {
+	if s.DB, err = SetupFenced(ctx, FencedOptions{AdminDSN: pgdb.WithDatabase(s.Postgres.DSN, cfg.Database), Owner: cfg.OwnerRole, App: cfg.AppRole}); err != nil {
 		return fmt.Errorf("set up database %s: %w", cfg.Database, err)
 	}
 	conn, err := pgx.Connect(ctx, s.DB.AdminDSN)
@@ -119,7 +119,7 @@ func (s *Stack) passfile(ctx context.Context, conn *pgx.Conn) error {
 		if comment == nil || *comment != roleComment {
 			return nil
 		}
-		pw = randomHex(16)
+		pw = pgdb.RandomHex(16)
 		if _, err := conn.Exec(ctx, "ALTER ROLE "+pgx.Identifier{s.DB.App}.Sanitize()+" PASSWORD '"+pw+"'"); err != nil {
 			return fmt.Errorf("set the password of role %s: %w", s.DB.App, err)
 		}
@@ -152,35 +152,4 @@ func readPassfile(path, role string) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-// CreateDatabase creates database name (a plain identifier) on the server
-// adminDSN, a superuser's, points at, and returns the administrator's DSN
-// of the new database. DropDatabase drops it again.
-func CreateDatabase(ctx context.Context, adminDSN, name string) (string, error) {
-	conn, err := pgx.Connect(ctx, adminDSN)
-	if err != nil {
-		return "", fmt.Errorf("connect to PostgreSQL as the administrator: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		return "", fmt.Errorf("create database %s: %w", name, err)
-	}
-	return WithDatabase(adminDSN, name), nil
-}
-
-// DropDatabase drops database name if it exists, closing its sessions
-// (WITH (FORCE)), within 20 seconds.
-func DropDatabase(ctx context.Context, adminDSN, name string) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, adminDSN)
-	if err != nil {
-		return fmt.Errorf("drop database %s: %w", name, err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-		return fmt.Errorf("drop database %s: %w", name, err)
-	}
-	return nil
 }

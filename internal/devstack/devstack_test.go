@@ -104,7 +104,7 @@ func TestStartPostgresThrowaway(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := pingPostgres(ctx, p.DSN); err == nil {
+	if err := PingPostgres(ctx, p.DSN, ""); err == nil {
 		t.Fatalf("PostgreSQL at %s still answers after Close", p.DSN)
 	}
 }
@@ -192,15 +192,7 @@ func TestMain(m *testing.M) { testutil.Main(m) }
 
 func TestStartTokens(t *testing.T) {
 	ctx := context.Background()
-	api, err := PreferAddrs(testutil.FreeAddr(t), testutil.FreeAddr(t), testutil.FreeAddr(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	raft, err := PreferAddrs(testutil.FreeAddr(t), testutil.FreeAddr(t), testutil.FreeAddr(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	toks, err := StartTokens(ctx, TokenOptions{DataDir: t.TempDir(), API: api, Raft: raft, Logger: testutil.Logger(t)})
+	toks, err := StartTokens(ctx, TokenOptions{DataDir: t.TempDir(), Logger: testutil.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

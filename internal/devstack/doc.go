@@ -1,6 +1,7 @@
 // Package devstack finds or starts what fencegate needs on a developer's
 // machine: a PostgreSQL server, a Redis server, and free loopback ports for
-// the token nodes and the proxy. It backs "fencegate dev" and the demos.
+// the token nodes and the proxy. It backs "fencegate dev", the demos and
+// the harness's tests and benchmarks.
 //
 // It also sets up what the gate proxy admits: SetupFenced installs schema
 // fencegate in a database (pgfence.Install, idempotent) with its NOLOGIN
@@ -9,7 +10,9 @@
 // resource expression and grants the application role AppPrivileges (SELECT,
 // INSERT, UPDATE, DELETE); DropRoles removes roles a run created. Start does
 // all of it for "fencegate dev" in database DefaultDatabase, and starts the
-// proxy with the administrator's DSN as its admin upstream.
+// proxy with the administrator's DSN as its admin upstream. The demos and
+// tests configure the same Start with StackConfig.Throwaway: a database and
+// roles of their own, dropped at Close, and free ports.
 //
 // PostgreSQL is looked for, in order: the DSN given by the caller (the
 // --postgres flag), the environment (DATABASE_URL, then the libpq variables

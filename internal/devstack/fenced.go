@@ -2,14 +2,13 @@ package devstack
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
 	"strings"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/pgfence"
 	"github.com/jackc/pgx/v5"
 )
@@ -79,7 +78,7 @@ func SetupFenced(ctx context.Context, o FencedOptions) (*FencedDB, error) {
 	if _, err := EnsureRole(ctx, conn, o.Owner, "NOLOGIN", ""); err != nil {
 		return nil, err
 	}
-	pw := randomHex(16)
+	pw := pgdb.RandomHex(16)
 	created, err := EnsureRole(ctx, conn, o.App, "LOGIN", pw)
 	if err != nil {
 		return nil, err
@@ -187,7 +186,7 @@ func DropRoles(ctx context.Context, adminDSN string, dbs []string, roles ...stri
 	list := strings.Join(idents, ", ")
 	var errs []error
 	for _, db := range dbs {
-		dc, err := pgx.Connect(ctx, WithDatabase(adminDSN, db))
+		dc, err := pgx.Connect(ctx, pgdb.WithDatabase(adminDSN, db))
 		if err != nil {
 			continue // the database is gone, and with it what the roles had there
 		}
@@ -205,14 +204,22 @@ func DropRoles(ctx context.Context, adminDSN string, dbs []string, roles ...stri
 	return errors.Join(errs...)
 }
 
-// WithDatabase returns dsn (a URL) with its database replaced by db.
-func WithDatabase(dsn, db string) string {
-	u, err := url.Parse(dsn)
+// CreateFenced creates database name on the server adminDSN points at and
+// sets it up with SetupFenced, with two roles of its own: name_owner and
+// name_app. DropFenced removes all three, also after a failed CreateFenced.
+func CreateFenced(ctx context.Context, adminDSN, name string) (*FencedDB, error) {
+	dsn, err := pgdb.Create(ctx, adminDSN, name)
 	if err != nil {
-		return dsn
+		return nil, err
 	}
-	u.Path = "/" + db
-	return u.String()
+	return SetupFenced(ctx, FencedOptions{AdminDSN: dsn, Owner: name + "_owner", App: name + "_app"})
+}
+
+// DropFenced drops database name, then roles name_app and name_owner: what
+// CreateFenced, or Start with StackConfig.Throwaway, made.
+func DropFenced(ctx context.Context, adminDSN, name string) error {
+	return errors.Join(pgdb.Drop(ctx, adminDSN, name),
+		DropRoles(ctx, adminDSN, []string{name}, name+"_app", name+"_owner"))
 }
 
 // DatabaseOf returns the database a DSN (a URL) names, "" when none.
@@ -223,16 +230,3 @@ func DatabaseOf(dsn string) string {
 	}
 	return strings.TrimPrefix(u.Path, "/")
 }
-
-// RandomName returns prefix followed by 12 random hex characters: a valid
-// unquoted SQL identifier when prefix is one.
-func RandomName(prefix string) string { return prefix + randomHex(6) }
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-// Redact hides a DSN's password.
-func Redact(dsn string) string { return redact(dsn) }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net"
 	"syscall"
-
-	"github.com/fencegate/fencegate/internal/freeport"
 )
 
 // Port is an address the stack wants to listen on and the flag that moves it.
@@ -38,22 +36,6 @@ func checkPort(addr string) error {
 
 // PortFree reports whether addr can be listened on now.
 func PortFree(addr string) bool { return checkPort(addr) == nil }
-
-// PreferAddrs returns preferred when every address in it is free, else the
-// same number of free loopback addresses.
-func PreferAddrs(preferred ...string) ([]string, error) {
-	all := true
-	for _, a := range preferred {
-		if !PortFree(a) {
-			all = false
-			break
-		}
-	}
-	if all {
-		return preferred, nil
-	}
-	return freeport.Loopback(len(preferred))
-}
 
 // IsAddrInUse reports whether err is a listen failure because the address is taken.
 func IsAddrInUse(err error) bool { return errors.Is(err, syscall.EADDRINUSE) }

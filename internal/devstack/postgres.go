@@ -77,18 +77,18 @@ func FindPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 		o.Logger = slog.Default().With("component", "devstack")
 	}
 	if o.DSN != "" {
-		if err := pingPostgres(ctx, o.DSN); err != nil {
-			return nil, fmt.Errorf("%w: %s %s does not answer: %v", ErrNoPostgres, o.Flag, redact(o.DSN), err)
+		if err := PingPostgres(ctx, o.DSN, ""); err != nil {
+			return nil, fmt.Errorf("%w: %s %s does not answer: %v", ErrNoPostgres, o.Flag, Redact(o.DSN), err)
 		}
 		return &Postgres{DSN: o.DSN, Source: o.Flag}, nil
 	}
 	if dsn, from := postgresFromEnv(o.Getenv); dsn != "" {
-		if err := pingPostgres(ctx, dsn); err != nil {
-			return nil, fmt.Errorf("%w: %s names %s, which does not answer: %v (fix it, unset it, or pass %s)", ErrNoPostgres, from, redact(dsn), err, o.Flag)
+		if err := PingPostgres(ctx, dsn, ""); err != nil {
+			return nil, fmt.Errorf("%w: %s names %s, which does not answer: %v (fix it, unset it, or pass %s)", ErrNoPostgres, from, Redact(dsn), err, o.Flag)
 		}
 		return &Postgres{DSN: dsn, Source: from}, nil
 	}
-	err := pingPostgres(ctx, DefaultPostgresDSN)
+	err := PingPostgres(ctx, DefaultPostgresDSN, "")
 	if err == nil {
 		return &Postgres{DSN: DefaultPostgresDSN, Source: "local server"}, nil
 	}
@@ -169,15 +169,26 @@ func firstNonEmpty(s ...string) string {
 	return ""
 }
 
-func pingPostgres(ctx context.Context, dsn string) error {
+// PingPostgres connects to dsn, as password when it is not empty, and runs
+// SELECT 1, within 3 seconds: it tells a PostgreSQL server, or a proxy in
+// front of one, that serves.
+func PingPostgres(ctx context.Context, dsn, password string) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	c, err := pgx.Connect(ctx, dsn)
+	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return err
 	}
-	defer c.Close(context.Background())
-	return c.Ping(ctx)
+	if password != "" {
+		cfg.Password = password
+	}
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	var one int
+	return c.QueryRow(ctx, "SELECT 1").Scan(&one)
 }
 
 // refused reports whether err means nothing listens (as opposed to a server
@@ -260,7 +271,7 @@ func startPostgres(ctx context.Context, bin string, o PostgresOptions) (*Postgre
 		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=",
 		"-c", "fsync=off", "-c", "max_connections=200"},
 		func(cmd *exec.Cmd) error { cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}; return nil },
-		60*time.Second, func(ctx context.Context) error { return pingPostgres(ctx, dsn) })
+		60*time.Second, func(ctx context.Context) error { return PingPostgres(ctx, dsn, "") })
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoPostgres, err)
 	}
@@ -303,8 +314,8 @@ func traversable(dir string, c *syscall.Credential) bool {
 	}
 }
 
-// redact hides a DSN's password.
-func redact(dsn string) string {
+// Redact hides a DSN's password.
+func Redact(dsn string) string {
 	u, err := url.Parse(dsn)
 	if err != nil || u.User == nil {
 		return dsn

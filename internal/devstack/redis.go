@@ -90,7 +90,7 @@ func FindRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %v", ErrNoRedis, from, err)
 		}
-		if err := pingRedis(ctx, opts); err != nil {
+		if err := PingRedis(ctx, opts); err != nil {
 			return nil, err
 		}
 		return &Redis{Addr: opts.Addr, Options: opts, Source: from}, nil
@@ -135,9 +135,6 @@ func StartRedis(ctx context.Context, addr, dir string) (*Redis, error) {
 	if err != nil {
 		return nil, fmt.Errorf("no redis-server on PATH")
 	}
-	host, port, _ := strings.Cut(addr, ":")
-	args := []string{"--port", port, "--bind", host, "--save", "", "--appendonly", "no",
-		"--daemonize", "no", "--logfile", ""}
 	var workDir string
 	if dir != "" {
 		workDir = filepath.Join(dir, "redis")
@@ -146,13 +143,40 @@ func StartRedis(ctx context.Context, addr, dir string) (*Redis, error) {
 		}
 	}
 	opts := &redis.Options{Addr: addr}
-	srv, err := startServer(ctx, "redis-server "+addr, bin, args,
+	srv, err := startServer(ctx, "redis-server "+addr, bin, RedisArgs(addr),
 		func(cmd *exec.Cmd) error { cmd.Dir = workDir; return nil },
-		15*time.Second, func(ctx context.Context) error { return pingRedis(ctx, opts) })
+		15*time.Second, func(ctx context.Context) error { return PingRedis(ctx, opts) })
 	if err != nil {
 		return nil, err
 	}
 	return &Redis{Addr: addr, Options: opts, Source: "started by fencegate", srv: srv}, nil
+}
+
+// StartMasters starts n Redis servers without persistence on free
+// loopback ports, for Redlock. On error it returns those it started, for
+// the caller to close.
+func StartMasters(ctx context.Context, n int) ([]*Redis, error) {
+	addrs, err := freeport.Loopback(n)
+	if err != nil {
+		return nil, err
+	}
+	var out []*Redis
+	for i, addr := range addrs {
+		r, err := StartRedis(ctx, addr, "")
+		if err != nil {
+			return out, fmt.Errorf("%w: start Redis master %d of %d for Redlock: %v; install Redis (apt-get install redis-server)", ErrNoRedis, i+1, n, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// RedisArgs is the command line of a redis-server without persistence,
+// listening on addr (HOST:PORT).
+func RedisArgs(addr string) []string {
+	host, port, _ := strings.Cut(addr, ":")
+	return []string{"--port", port, "--bind", host, "--save", "", "--appendonly", "no",
+		"--daemonize", "no", "--logfile", ""}
 }
 
 // ParseRedis accepts host:port or a redis:// URL.
@@ -166,7 +190,8 @@ func ParseRedis(s string) (*redis.Options, error) {
 	return &redis.Options{Addr: s}, nil
 }
 
-func pingRedis(ctx context.Context, opts *redis.Options) error {
+// PingRedis sends PING to the Redis server of opts, within 3 seconds.
+func PingRedis(ctx context.Context, opts *redis.Options) error {
 	o := *opts
 	o.MaxRetries = -1
 	o.DialTimeout = 2 * time.Second

@@ -1,15 +1,19 @@
 package devstack
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/pgfence"
+	"github.com/fencegate/fencegate/tokensign"
 )
 
 // Fixed address of the dev proxy.
@@ -49,6 +53,20 @@ type StackConfig struct {
 	// ServiceLogger gets the logs of the token nodes and the proxy. The
 	// default is Logger.
 	ServiceLogger *slog.Logger
+	// Throwaway, when set, makes the stack a run's own: its data directory
+	// is a fresh temporary one (DataDir is ignored), its database and roles
+	// get random names starting with Throwaway (NAME, NAME_owner and
+	// NAME_app; Database, OwnerRole and AppRole are ignored), and its token
+	// nodes and proxy run on free ports unless TokenAPI, TokenRaft or
+	// ProxyListen say otherwise. Close drops the database and the roles and
+	// removes the directory.
+	Throwaway string
+	// RedisMasters, when above zero, starts that many Redis masters on
+	// free ports (Stack.Masters, for Redlock) instead of finding one server.
+	RedisMasters int
+	// SigningKeys, when set, has the token nodes sign the tokens they hand
+	// out.
+	SigningKeys *tokensign.Keyring
 }
 
 // Stack is the whole fencegate stack on one machine: PostgreSQL, Redis, a
@@ -57,7 +75,10 @@ type Stack struct {
 	DataDir  string
 	Postgres *Postgres
 	Redis    *Redis
-	Tokens   *Tokens
+	// Masters are the Redis masters started for StackConfig.RedisMasters;
+	// Redis is nil then.
+	Masters []*Redis
+	Tokens  *Tokens
 	// ProxyAddr is where the proxy listens.
 	ProxyAddr string
 	// DB is the database set up for applications, and its roles.
@@ -84,26 +105,22 @@ func (c *StackConfig) flag(key string) string {
 // starts PostgreSQL and Redis, starts the token nodes and the proxy. On
 // error, whatever was started is stopped again.
 func Start(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
-	if cfg.DataDir == "" {
-		cfg.DataDir = DefaultDataDir
-	}
-	if cfg.ProxyListen == "" {
-		cfg.ProxyListen = DevProxyAddr
-	}
-	if len(cfg.TokenAPI) == 0 {
-		cfg.TokenAPI = DevTokenAPIAddrs
-	}
-	if cfg.Database == "" {
-		cfg.Database = DefaultDatabase
-	}
-	if cfg.AppRole == "" {
-		cfg.AppRole = DefaultAppRole
-	}
-	if cfg.OwnerRole == "" {
-		cfg.OwnerRole = pgfence.DefaultOwnerRole
-	}
-	if len(cfg.TokenRaft) == 0 {
-		cfg.TokenRaft = DevTokenRaftAddrs
+	if cfg.Throwaway == "" {
+		cfg.DataDir = cmp.Or(cfg.DataDir, DefaultDataDir)
+		cfg.ProxyListen = cmp.Or(cfg.ProxyListen, DevProxyAddr)
+		if len(cfg.TokenAPI) == 0 {
+			cfg.TokenAPI = DevTokenAPIAddrs
+		}
+		if len(cfg.TokenRaft) == 0 {
+			cfg.TokenRaft = DevTokenRaftAddrs
+		}
+		cfg.Database = cmp.Or(cfg.Database, DefaultDatabase)
+		cfg.AppRole = cmp.Or(cfg.AppRole, DefaultAppRole)
+		cfg.OwnerRole = cmp.Or(cfg.OwnerRole, pgfence.DefaultOwnerRole)
+	} else {
+		cfg.ProxyListen = cmp.Or(cfg.ProxyListen, "127.0.0.1:0")
+		cfg.Database = pgdb.RandomName(cfg.Throwaway)
+		cfg.OwnerRole, cfg.AppRole = cfg.Database+"_owner", cfg.Database+"_app"
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default().With("component", "devstack")
@@ -130,6 +147,17 @@ func Start(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 			s.Close()
 		}
 	}()
+	if cfg.Throwaway != "" {
+		// World-traversable, so that a throwaway PostgreSQL running as an
+		// unprivileged user can use it.
+		if cfg.DataDir, err = os.MkdirTemp("", cfg.Throwaway); err != nil {
+			return nil, err
+		}
+		s.closers = append(s.closers, func() error { return os.RemoveAll(cfg.DataDir) })
+		if err := os.Chmod(cfg.DataDir, 0o755); err != nil {
+			return nil, err
+		}
+	}
 	if s.DataDir, err = PrepareDataDir(cfg.DataDir); err != nil {
 		return nil, err
 	}
@@ -137,15 +165,17 @@ func Start(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 		return nil, err
 	}
 	s.closers = append(s.closers, s.Postgres.Close)
+	if cfg.Throwaway != "" {
+		s.closers = append(s.closers, func() error { return DropFenced(context.Background(), s.Postgres.DSN, cfg.Database) })
+	}
 	if err := s.setupDatabase(ctx, &cfg); err != nil {
 		return nil, err
 	}
-	if s.Redis, err = FindRedis(ctx, RedisOptions{URL: cfg.Redis, Flag: cfg.flag("redis"), DataDir: s.DataDir, Logger: cfg.Logger}); err != nil {
+	if err := s.startRedis(ctx, &cfg); err != nil {
 		return nil, err
 	}
-	s.closers = append(s.closers, s.Redis.Close)
 	if s.Tokens, err = StartTokens(ctx, TokenOptions{DataDir: filepath.Join(s.DataDir, "tokens"), API: cfg.TokenAPI, Raft: cfg.TokenRaft,
-		Logger: cfg.ServiceLogger.With("component", "tokenservice")}); err != nil {
+		SigningKeys: cfg.SigningKeys, Logger: cfg.ServiceLogger.With("component", "tokenservice")}); err != nil {
 		return nil, err
 	}
 	s.closers = append(s.closers, s.Tokens.Close)
@@ -160,6 +190,35 @@ func Start(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 	s.ProxyAddr = addr
 	s.closers = append(s.closers, stop)
 	return s, nil
+}
+
+// startRedis finds the Redis server to use, or starts the Redis masters
+// cfg asks for.
+func (s *Stack) startRedis(ctx context.Context, cfg *StackConfig) (err error) {
+	if cfg.RedisMasters <= 0 {
+		if s.Redis, err = FindRedis(ctx, RedisOptions{URL: cfg.Redis, Flag: cfg.flag("redis"), DataDir: s.DataDir, Logger: cfg.Logger}); err != nil {
+			return err
+		}
+		s.closers = append(s.closers, s.Redis.Close)
+		return nil
+	}
+	s.Masters, err = StartMasters(ctx, cfg.RedisMasters)
+	for _, r := range s.Masters {
+		s.closers = append(s.closers, r.Close)
+	}
+	return err
+}
+
+// RedisAddrs are the addresses of the Redis server or of the masters.
+func (s *Stack) RedisAddrs() []string {
+	if s.Redis != nil {
+		return []string{s.Redis.Addr}
+	}
+	var out []string
+	for _, m := range s.Masters {
+		out = append(out, m.Addr)
+	}
+	return out
 }
 
 // Close stops what Start started, in reverse order.
@@ -200,7 +259,7 @@ func (s *Stack) appDSN(host string) string {
 // Describe lists what runs where, for the user.
 func (s *Stack) Describe() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "  PostgreSQL  %s  (%s)\n", redact(s.Postgres.DSN), s.Postgres.Source)
+	fmt.Fprintf(&b, "  PostgreSQL  %s  (%s)\n", Redact(s.Postgres.DSN), s.Postgres.Source)
 	fmt.Fprintf(&b, "  Redis       %s  (%s)\n", s.Redis.Addr, s.Redis.Source)
 	for i, srv := range s.Tokens.Servers {
 		fmt.Fprintf(&b, "  token n%d    %s  (raft %s)\n", i+1, srv.APIURL(), srv.RaftAddr())

@@ -61,13 +61,13 @@ func (n *Nemesis) expectRefusal(ctx context.Context, t *TokenNode) error {
 	case <-time.After(refusalWait):
 		_ = t.Proc.Kill()
 		return fmt.Errorf("%w: %s, restarted with an empty data dir and its usual flags, still runs after %v instead of refusing; its log ends:\n%s",
-			ErrCheckFailed, t.ID, refusalWait, logTail(t.Proc.LogPath(), 8))
+			ErrCheckFailed, t.ID, refusalWait, t.Proc.LogTail(8))
 	case <-ctx.Done():
 		_ = t.Proc.Kill()
 		return ctx.Err()
 	}
 	_ = t.Proc.Kill() // reap: the next start needs a stopped process
-	tail := logTail(t.Proc.LogPath(), 3)
+	tail := t.Proc.LogTail(3)
 	if !strings.Contains(tail, "members remove "+t.ID) {
 		return fmt.Errorf("%w: %s, restarted with an empty data dir, exited without naming the replacement procedure; its log ends:\n%s",
 			ErrCheckFailed, t.ID, tail)
@@ -106,7 +106,7 @@ func (s *Stack) Replace(ctx context.Context, t *TokenNode) error {
 	})
 	if err := poll.Until(ctx, "members add "+t.ID, 20*time.Millisecond, 90*time.Second, func(ctx context.Context) error {
 		if !t.Proc.Running() {
-			return fmt.Errorf("%w: %s exited while joining; its log ends:\n%s", ErrCheckFailed, t.ID, logTail(t.Proc.LogPath(), 8))
+			return fmt.Errorf("%w: %s exited while joining; its log ends:\n%s", ErrCheckFailed, t.ID, t.Proc.LogTail(8))
 		}
 		// A retry after an add whose wait for the promotion ran out: the
 		// member may be a voter by now (adding a voter is refused).

@@ -2,13 +2,9 @@ package faults
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -18,8 +14,10 @@ import (
 	"github.com/fencegate/fencegate/internal/devstack"
 	"github.com/fencegate/fencegate/internal/freeport"
 	"github.com/fencegate/fencegate/internal/netfault"
+	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/internal/poll"
 	"github.com/fencegate/fencegate/internal/proc"
+	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )
@@ -94,7 +92,6 @@ type Stack struct {
 	Redis   []*RedisNode
 	Proxies []*ProxyNode
 	DBName  string
-	dbDSN   string
 	// DB is the run's database: schema fencegate, its owner role and the
 	// application role the clients log in as (both the run's own).
 	DB *devstack.FencedDB
@@ -145,21 +142,13 @@ func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 	return s, nil
 }
 
-func (s *Stack) createDB(ctx context.Context) error {
-	b := make([]byte, 5)
-	_, _ = rand.Read(b)
-	s.DBName = "fg_faults_" + hex.EncodeToString(b)
-	dsn, err := devstack.CreateDatabase(ctx, s.cfg.PostgreSQL, s.DBName)
-	if err != nil {
-		return fmt.Errorf("PostgreSQL %s: %w", s.cfg.PostgreSQL, err)
+func (s *Stack) createDB(ctx context.Context) (err error) {
+	s.DBName = pgdb.RandomName("fg_faults_")
+	if s.DB, err = devstack.CreateFenced(ctx, s.cfg.PostgreSQL, s.DBName); err != nil {
+		return fmt.Errorf("PostgreSQL %s: database %s: %w", s.cfg.PostgreSQL, s.DBName, err)
 	}
-	s.dbDSN = dsn
 	s.log.Info("created database", "db", s.DBName)
-	if s.DB, err = devstack.SetupFenced(ctx, devstack.FencedOptions{AdminDSN: s.dbDSN,
-		Owner: s.DBName + "_owner", App: s.DBName + "_app"}); err != nil {
-		return fmt.Errorf("install schema fencegate in %s: %w", s.DBName, err)
-	}
-	c, err := pgx.Connect(ctx, s.dbDSN)
+	c, err := pgx.Connect(ctx, s.DB.AdminDSN)
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", s.DBName, err)
 	}
@@ -177,7 +166,7 @@ func (s *Stack) createDB(ctx context.Context) error {
 
 // DirectDSN is the DSN of the run's database on PostgreSQL itself, not
 // through a proxy: the checkers read the final state with it.
-func (s *Stack) DirectDSN() string { return s.dbDSN }
+func (s *Stack) DirectDSN() string { return s.DB.AdminDSN }
 
 // ProxyDSNs are the run's database through each proxy, as the application
 // role, without its password (ClientEnv has it).
@@ -231,7 +220,7 @@ func (s *Stack) startRedis(ctx context.Context) error {
 			}
 			opts = append(opts, proc.WithEnv(r.Clock.Env()...))
 		}
-		r.Proc = s.Sup.Add(r.Name, "redis-server", redisArgs(addr), opts...)
+		r.Proc = s.Sup.Add(r.Name, "redis-server", devstack.RedisArgs(addr), opts...)
 		if err := r.Proc.Start(); err != nil {
 			return err
 		}
@@ -247,10 +236,8 @@ func (s *Stack) startRedis(ctx context.Context) error {
 
 // WaitReady waits until the Redis master answers PING.
 func (r *RedisNode) WaitReady(ctx context.Context) error {
-	c := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1, DialTimeout: time.Second})
-	defer c.Close()
-	return poll.Until(ctx, r.Name+" ready", 20*time.Millisecond, 15*time.Second, func(ctx context.Context) error {
-		return c.Ping(ctx).Err()
+	return r.Proc.WaitReady(ctx, 20*time.Millisecond, 15*time.Second, func(ctx context.Context) error {
+		return devstack.PingRedis(ctx, &redis.Options{Addr: r.Addr})
 	})
 }
 
@@ -301,67 +288,31 @@ func (s *Stack) startTokens(ctx context.Context) error {
 }
 
 // waitTokensUp waits until every token node answers on its API. A stack
-// that starts with a node missing would test less than it claims (two nodes
-// elect a leader, but no partition leaves them a majority), so a node that
-// exits instead fails the start at once, with the end of its log.
+// that starts with a node missing would test less than it claims (two
+// nodes elect a leader, but no partition leaves them a majority), so a node
+// that exits instead fails the start at once, with the end of its log.
 func (s *Stack) waitTokensUp(ctx context.Context, timeout time.Duration) error {
-	var exited error
-	err := poll.Until(ctx, "every token node to answer", 20*time.Millisecond, timeout, func(ctx context.Context) error {
-		for _, t := range s.Tokens {
-			if !t.Proc.Running() {
-				exited = fmt.Errorf("token node %s exited as it started; its log ends:\n%s", t.ID, logTail(t.Proc.LogPath(), 8))
-				return nil
-			}
-			if _, err := s.status(ctx, t); err != nil {
-				return fmt.Errorf("%s: %w", t.ID, err)
-			}
+	for _, t := range s.Tokens {
+		if err := t.Proc.WaitReady(ctx, 20*time.Millisecond, timeout, func(ctx context.Context) error {
+			_, err := s.status(ctx, t)
+			return err
+		}); err != nil {
+			return fmt.Errorf("token node %s: %w", t.ID, err)
 		}
-		return nil
-	})
-	if exited != nil {
-		return exited
 	}
-	return err
+	return nil
 }
 
-// logTail returns the last n lines of the file at path, or why it cannot.
-func logTail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "(" + err.Error() + ")"
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
-// nodeStatus is the part of GET /v1/status the harness reads.
-type nodeStatus struct {
-	ID       string `json:"id"`
-	LeaderID string `json:"leader_id"`
-	State    string `json:"state"`
-	Term     uint64 `json:"term"`
-}
-
-func (s *Stack) status(ctx context.Context, t *TokenNode) (nodeStatus, error) {
+// status is what node t says of the cluster, within a second.
+func (s *Stack) status(ctx context.Context, t *TokenNode) (tokenservice.Status, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	var st nodeStatus
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+t.APIAddr+"/v1/status", nil)
+	c, err := tokenservice.NewClient([]string{t.APIAddr}, tokenservice.WithFollowLeader(false))
 	if err != nil {
-		return st, err
+		return tokenservice.Status{}, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return st, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return st, fmt.Errorf("status of %s: HTTP %d", t.ID, resp.StatusCode)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		return st, fmt.Errorf("decode status of %s: %w", t.ID, err)
-	}
-	return st, nil
+	defer c.Close()
+	return c.Status(ctx)
 }
 
 // Leader returns the node that says it is the leader, with the highest term
@@ -404,7 +355,7 @@ func (s *Stack) WaitLeader(ctx context.Context, timeout time.Duration) (*TokenNo
 
 func (s *Stack) startProxies(ctx context.Context) error {
 	// The proxy takes user, database and password from each client.
-	u, err := url.Parse(s.dbDSN)
+	u, err := url.Parse(s.DB.AdminDSN)
 	if err != nil {
 		return fmt.Errorf("parse database DSN: %w", err)
 	}
@@ -422,39 +373,20 @@ func (s *Stack) startProxies(ctx context.Context) error {
 		s.Proxies = append(s.Proxies, p)
 	}
 	for i, dsn := range s.ProxyDSNs() {
-		if err := waitSQL(ctx, s.Proxies[i].Name, dsn, s.DB.AppPassword); err != nil {
+		if err := s.Proxies[i].Proc.WaitReady(ctx, 20*time.Millisecond, 15*time.Second, func(ctx context.Context) error {
+			return devstack.PingPostgres(ctx, dsn, s.DB.AppPassword)
+		}); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// waitSQL waits until a query succeeds through dsn (with password, when
-// not empty).
-func waitSQL(ctx context.Context, name, dsn, password string) error {
-	cfg, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	if password != "" {
-		cfg.Password = password
-	}
-	return poll.Until(ctx, name+" ready", 20*time.Millisecond, 15*time.Second, func(ctx context.Context) error {
-		c, err := pgx.ConnectConfig(ctx, cfg)
-		if err != nil {
-			return err
-		}
-		defer c.Close(context.WithoutCancel(ctx))
-		var one int
-		return c.QueryRow(ctx, "SELECT 1").Scan(&one)
-	})
-}
-
 // ReadState reads the counter and the committed increments directly from
 // PostgreSQL.
 func (s *Stack) ReadState(ctx context.Context) (DBState, error) {
 	var st DBState
-	c, err := pgx.Connect(ctx, s.dbDSN)
+	c, err := pgx.Connect(ctx, s.DB.AdminDSN)
 	if err != nil {
 		return st, fmt.Errorf("connect to %s: %w", s.DBName, err)
 	}
@@ -485,22 +417,11 @@ func (s *Stack) Close() error {
 	for _, r := range s.relays {
 		r.Close()
 	}
-	if s.dbDSN != "" {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		errs = append(errs, devstack.DropDatabase(ctx, s.cfg.PostgreSQL, s.DBName))
-		errs = append(errs, devstack.DropRoles(ctx, s.cfg.PostgreSQL, []string{s.DBName}, s.DBName+"_app", s.DBName+"_owner"))
+	if s.DBName != "" {
+		errs = append(errs, devstack.DropFenced(context.Background(), s.cfg.PostgreSQL, s.DBName))
 	}
 	if err := os.RemoveAll(filepath.Join(s.cfg.Dir, "data")); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// redisArgs is the command line of a Redis master without persistence on
-// addr (HOST:PORT).
-func redisArgs(addr string) []string {
-	host, port, _ := strings.Cut(addr, ":")
-	return []string{"--bind", host, "--port", port, "--save", "", "--appendonly", "no",
-		"--daemonize", "no", "--logfile", "", "--protected-mode", "no"}
 }

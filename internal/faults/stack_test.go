@@ -123,7 +123,7 @@ func TestTokenNodeExitingAtStartFails(t *testing.T) {
 	// Without the check, this would wait out the timeout and blame a
 	// refused connection.
 	err = s.waitTokensUp(context.Background(), 20*time.Second)
-	if err == nil || !strings.Contains(err.Error(), "n2 exited") || !strings.Contains(err.Error(), "address already in use") {
+	if !errors.Is(err, proc.ErrExited) || !strings.Contains(err.Error(), "token node n2") || !strings.Contains(err.Error(), "address already in use") {
 		t.Fatalf("waitTokensUp = %v; want n2's exit and its log", err)
 	}
 }

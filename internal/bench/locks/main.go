@@ -24,7 +24,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/proc"
+	"github.com/fencegate/fencegate/internal/devstack"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/redis/go-redis/v9"
 )
@@ -87,18 +87,18 @@ func bench(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	redis.SetLogger(quietLogger{})
 	maxC := slices.Max(cfg.conc)
 	fmt.Fprintf(stderr, "starting %d redis-server masters\n", cfg.masters)
-	g, err := proc.New("", nil)
-	if err != nil {
-		return err
-	}
-	defer g.Close()
-	procs, err := startRedis(ctx, g, cfg.masters)
+	servers, err := devstack.StartMasters(ctx, cfg.masters)
+	defer func() {
+		for _, r := range servers {
+			r.Close()
+		}
+	}()
 	if err != nil {
 		return err
 	}
 	var masterAddrs []string
-	for _, p := range procs {
-		masterAddrs = append(masterAddrs, p.addr)
+	for _, r := range servers {
+		masterAddrs = append(masterAddrs, r.Addr)
 	}
 	single := newClients([]string{cfg.redisAddr}, maxC)
 	masters := newClients(masterAddrs, maxC)

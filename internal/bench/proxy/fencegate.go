@@ -2,14 +2,14 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/devstack"
 	"github.com/fencegate/fencegate/internal/freeport"
+	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/internal/proc"
 	"github.com/jackc/pgx/v5"
 
@@ -86,24 +86,11 @@ INSERT INTO %[1]s SELECT aid, abalance FROM pgbench_accounts WHERE aid <= %[2]d`
 
 // newAppRole names the run's application role and schema owner role.
 func newAppRole() appRole {
-	b := make([]byte, 5)
-	_, _ = rand.Read(b)
-	return appRole{name: "fg_bench_app_" + hex.EncodeToString(b), owner: "fg_bench_owner_" + hex.EncodeToString(b)}
+	id := pgdb.RandomHex(5)
+	return appRole{name: "fg_bench_app_" + id, owner: "fg_bench_owner_" + id}
 }
 
 // drop drops the roles, once the database that used them is gone.
 func (r appRole) drop(adminDSN string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, adminDSN)
-	if err != nil {
-		return fmt.Errorf("drop roles %s, %s: %w", r.name, r.owner, err)
-	}
-	defer conn.Close(context.Background())
-	for _, role := range []string{r.name, r.owner} {
-		if _, err := conn.Exec(ctx, "DROP ROLE IF EXISTS "+role); err != nil {
-			return fmt.Errorf("drop role %s: %w", role, err)
-		}
-	}
-	return nil
+	return devstack.DropRoles(context.Background(), adminDSN, nil, r.name, r.owner)
 }

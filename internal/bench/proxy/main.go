@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/bench"
+	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/internal/proc"
 )
 
@@ -183,11 +184,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			logf("%v", err)
 		}
 	})
-	if up.db, err = createDatabase(ctx, o.pg); err != nil {
-		return err
+	up.db = pgdb.RandomName("fg_bench_")
+	if _, err = pgdb.Create(ctx, o.pg, up.db); err != nil {
+		return fmt.Errorf("PostgreSQL at %s (is it running? make services starts it): %w", o.pg, err)
 	}
 	cl.Add(func() {
-		if err := dropDatabase(o.pg, up.db); err != nil {
+		if err := pgdb.Drop(context.Background(), o.pg, up.db); err != nil {
 			logf("%v", err)
 		}
 	})

@@ -17,13 +17,12 @@ package appdb
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/pgfence"
 	"github.com/jackc/pgx/v5"
 )
@@ -69,7 +68,7 @@ func Setup(ctx context.Context, adminDSN string, tables []Table, opts Options) (
 	if opts.RolePrefix == "" {
 		opts.RolePrefix = "fg_example_"
 	}
-	a := &App{adminDSN: adminDSN, Role: opts.RolePrefix + randomHex(6), Password: randomHex(16)}
+	a := &App{adminDSN: adminDSN, Role: pgdb.RandomName(opts.RolePrefix), Password: pgdb.RandomHex(16)}
 	admin, err := pgx.Connect(ctx, adminDSN)
 	if err != nil {
 		return nil, fmt.Errorf("connect as the administrator: %w (is fencegate dev running?)", err)
@@ -144,10 +143,4 @@ func (a *App) Close() error {
 		errs = append(errs, fmt.Errorf("drop role %s: %w", a.Role, err))
 	}
 	return errors.Join(errs...)
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

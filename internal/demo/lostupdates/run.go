@@ -2,8 +2,6 @@ package lostupdates
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,7 +16,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/demo/appdb"
-	"github.com/fencegate/fencegate/internal/devstack"
+	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/internal/proc"
 	"github.com/jackc/pgx/v5"
 )
@@ -81,7 +79,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 // runMode sets up a fresh database, runs the workers and the chaos loop for
 // one mode, and reads the counter back.
 func runMode(ctx context.Context, cfg Config, fenced bool) (*modeRun, error) {
-	resource := "counter:" + randomHex(4)
+	resource := "counter:" + pgdb.RandomHex(4)
 	db, app, drop, err := createDatabase(ctx, cfg, fenced, resource)
 	if err != nil {
 		return nil, err
@@ -333,8 +331,8 @@ func readBack(ctx context.Context, db string, mr *modeRun) error {
 // workers lock: PostgreSQL then refuses every write to them that is not
 // fenced with it. For the direct run the tables stay unprotected.
 func createDatabase(ctx context.Context, cfg Config, fenced bool, resource string) (string, *appdb.App, func(), error) {
-	name := "lost_updates_" + randomHex(6)
-	dsn, err := devstack.CreateDatabase(ctx, cfg.Postgres, name)
+	name := pgdb.RandomName("lost_updates_")
+	dsn, err := pgdb.Create(ctx, cfg.Postgres, name)
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("PostgreSQL (--postgres %s): %w; is fencegate dev running?", cfg.Postgres, err)
 	}
@@ -346,7 +344,7 @@ func createDatabase(ctx context.Context, cfg Config, fenced bool, resource strin
 		if app != nil {
 			_ = app.Close()
 		}
-		_ = devstack.DropDatabase(context.Background(), cfg.Postgres, name)
+		_ = pgdb.Drop(context.Background(), cfg.Postgres, name)
 	}
 	expr := "" // unprotected
 	if fenced {
@@ -373,10 +371,4 @@ func proxyDSN(direct, proxy string) (string, error) {
 	}
 	u.Host = proxy
 	return u.String(), nil
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

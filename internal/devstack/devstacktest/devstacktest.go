@@ -7,7 +7,6 @@ package devstacktest
 import (
 	"context"
 	"net/url"
-	"path/filepath"
 	"testing"
 
 	"github.com/fencegate/fencegate/internal/devstack"
@@ -15,37 +14,19 @@ import (
 )
 
 // Start brings the stack up and stops it when the test ends. redisAddr is
-// the Redis to report (usually from testutil.Redis). The stack's database
-// (Stack.DB: schema fencegate, the protected demo tables) is a fresh one,
-// and its owner and application roles have unique names: the defaults
-// (fencegate_dev, fencegate_owner, fencegate_app) would outlive the test on
-// a shared server.
+// the Redis to report (usually from testutil.Redis). The stack is a
+// throwaway one (devstack.StackConfig.Throwaway): its database (Stack.DB:
+// schema fencegate, the protected demo tables) and its owner and
+// application roles have unique names and are dropped when the test ends;
+// the defaults (fencegate_dev, fencegate_owner, fencegate_app) would
+// outlive the test on a shared server.
 func Start(t testing.TB, redisAddr string) *devstack.Stack {
 	t.Helper()
-	free := func() []string {
-		return []string{testutil.FreeAddr(t), testutil.FreeAddr(t), testutil.FreeAddr(t)}
-	}
-	admin := testutil.PostgresAdminDSN()
-	db := devstack.DatabaseOf(testutil.PostgresDB(t))
-	owner, app := testutil.RandomName("fg_devowner_"), testutil.RandomName("fg_devapp_")
-	// Cleanups run in reverse: the stack stops, then the roles go, then the
-	// database.
-	t.Cleanup(func() {
-		if err := devstack.DropRoles(context.Background(), admin, []string{db}, app, owner); err != nil {
-			t.Errorf("drop the dev stack's roles: %v", err)
-		}
-	})
 	st, err := devstack.Start(context.Background(), devstack.StackConfig{
-		DataDir:     filepath.Join(t.TempDir(), "dev"),
-		Postgres:    admin,
-		Redis:       redisAddr,
-		ProxyListen: testutil.FreeAddr(t),
-		TokenAPI:    free(),
-		TokenRaft:   free(),
-		Database:    db,
-		OwnerRole:   owner,
-		AppRole:     app,
-		Logger:      testutil.Logger(t),
+		Throwaway: "fg_dev_",
+		Postgres:  testutil.PostgresAdminDSN(),
+		Redis:     redisAddr,
+		Logger:    testutil.Logger(t),
 	})
 	if err != nil {
 		t.Fatalf("start dev stack: %v", err)

@@ -1,0 +1,67 @@
+// Package pgdb creates and drops the throwaway databases of tests, demos
+// and campaigns on a PostgreSQL server, as its administrator. It imports
+// nothing of fencegate, so that every package's tests can use it.
+package pgdb
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Create creates database name (a plain identifier) on the server adminDSN,
+// a superuser's, points at, and returns the administrator's DSN of the new
+// database. Drop drops it again.
+func Create(ctx context.Context, adminDSN, name string) (string, error) {
+	conn, err := pgx.Connect(ctx, adminDSN)
+	if err != nil {
+		return "", fmt.Errorf("connect to PostgreSQL as the administrator: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", fmt.Errorf("create database %s: %w", name, err)
+	}
+	return WithDatabase(adminDSN, name), nil
+}
+
+// Drop drops database name if it exists, closing its sessions
+// (WITH (FORCE)), within 20 seconds.
+func Drop(ctx context.Context, adminDSN, name string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, adminDSN)
+	if err != nil {
+		return fmt.Errorf("drop database %s: %w", name, err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		return fmt.Errorf("drop database %s: %w", name, err)
+	}
+	return nil
+}
+
+// WithDatabase returns dsn (a URL) with its database replaced by db.
+func WithDatabase(dsn, db string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return dsn
+	}
+	u.Path = "/" + db
+	return u.String()
+}
+
+// RandomName returns prefix followed by 12 random hex characters: a valid
+// unquoted SQL identifier when prefix is one.
+func RandomName(prefix string) string { return prefix + RandomHex(6) }
+
+// RandomHex returns n random bytes in hex.
+func RandomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
