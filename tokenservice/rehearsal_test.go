@@ -271,16 +271,25 @@ func (r *rehearsal) waitTokens(t *testing.T, i, want int, what string) {
 
 // checkMinorityStill checks that cut-off node i's counter does not move
 // while requests keep arriving at it: read once it has applied what it
-// knows committed, and again after it refused four more requests.
+// knows committed and has become a candidate, and again after it refused
+// four more requests.
+//
+// Why wait for the candidate state: messages its peers sent before the
+// cut may still sit in the node's socket buffers (the drop rules act on
+// packets, not on what the kernel already delivered), and one of them can
+// tell it of an entry the majority committed before the cut. The node
+// becomes a candidate only after a heartbeat timeout without hearing from
+// any leader or quorum, that is once such messages have been read.
 func (r *rehearsal) checkMinorityStill(t *testing.T, i int, status func(int) (tokenservice.Status, error)) {
 	t.Helper()
-	// Entries the node learnt were committed before the cut are applied
-	// first; it cannot learn of any later commit.
 	var first tokenservice.Status
-	testutil.WaitFor(t, 30*time.Second, "the cut-off node to apply what it knows committed", func() error {
+	testutil.WaitFor(t, 30*time.Second, "the cut-off node to apply what it knows committed and stand as a candidate", func() error {
 		var err error
 		if first, err = status(i); err != nil {
 			return err
+		}
+		if first.State != "Candidate" {
+			return fmt.Errorf("state %s", first.State)
 		}
 		if first.AppliedIndex < first.CommitIndex {
 			return fmt.Errorf("applied %d < commit %d", first.AppliedIndex, first.CommitIndex)
