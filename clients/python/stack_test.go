@@ -16,10 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/proxytest"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/pgfence"
 	"github.com/fencegate/fencegate/pgfence/pgfencetest"
+	"github.com/fencegate/fencegate/proxy/proxytest"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 	"github.com/redis/go-redis/v9"
 )
