@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/proxytest"
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/internal/tokentest"
 	"github.com/fencegate/fencegate/pgfence"
 	"github.com/fencegate/fencegate/pgfence/pgfencetest"
+	"github.com/fencegate/fencegate/proxy/proxytest"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )
@@ -29,7 +29,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			var clients []redis.UniversalClient
 			var tokens TokenSource
 			if strings.HasSuffix(mode, "+token") {
-				tokens = tokentest.StartCluster(b, 3, tokentest.WithLogger(slog.New(slog.DiscardHandler))).Client(b)
+				tokens = tokenservicetest.StartCluster(b, 3, tokenservicetest.WithLogger(slog.New(slog.DiscardHandler))).Client(b)
 			}
 			prefix := "lock:"
 			if strings.HasPrefix(mode, "single") {

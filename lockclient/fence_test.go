@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate"
-	"github.com/fencegate/fencegate/internal/proxytest"
-	"github.com/fencegate/fencegate/internal/tokentest"
 	"github.com/fencegate/fencegate/pgfence"
 	"github.com/fencegate/fencegate/pgfence/pgfencetest"
+	"github.com/fencegate/fencegate/proxy/proxytest"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -111,7 +111,7 @@ func ledger(t *testing.T, direct *pgx.Conn) []string {
 // refused with ErrUnfenced); a write without a fence is refused with
 // ErrUnfenced through the proxy and straight to PostgreSQL alike; a lock
 // without a token is refused; the gate refuses the administrator.
-func testInTx(t *testing.T, cluster *tokentest.Cluster) {
+func testInTx(t *testing.T, cluster *tokenservicetest.Cluster) {
 	f := fencedDB(t)
 	db := connect(t, f.proxy)
 	tr := sharedRedis(t)
@@ -177,7 +177,7 @@ func testInTx(t *testing.T, cluster *tokentest.Cluster) {
 // A does not know. Once B has written, A's fenced write is rejected with
 // ErrStaleToken (FG001) and commits nothing; A's next refresh finds the
 // lock lost.
-func testRedlockRestartDoubleGrant(t *testing.T, cluster *tokentest.Cluster) {
+func testRedlockRestartDoubleGrant(t *testing.T, cluster *tokenservicetest.Cluster) {
 	f := fencedDB(t)
 	proxyDSN, direct := f.proxy, f.direct
 	tr := startMasters(t, 5)
@@ -225,7 +225,7 @@ func testRedlockRestartDoubleGrant(t *testing.T, cluster *tokentest.Cluster) {
 // testPausedHolder: a holder process SIGSTOPped past its TTL, resumed after
 // B took the lock and wrote, writes at once: the write fails with
 // ErrStaleToken and commits nothing, and its Done closes with ErrLockLost.
-func testPausedHolder(t *testing.T, cluster *tokentest.Cluster) {
+func testPausedHolder(t *testing.T, cluster *tokenservicetest.Cluster) {
 	f := fencedDB(t)
 	db := connect(t, f.proxy)
 	h := pausedHolderScenario(t, cluster, f.proxy, func(b *Lock) {

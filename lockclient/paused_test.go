@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/internal/tokentest"
 	"github.com/fencegate/fencegate/tokenclient"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )
@@ -164,7 +164,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 // the lock, is SIGSTOPped until its key expired, B takes the lock with a
 // larger token and writes (bWrites), and A is resumed. It returns the child
 // for the checks of what A does next.
-func pausedHolderScenario(t *testing.T, cluster *tokentest.Cluster, dsn string, bWrites func(b *Lock)) *holderProc {
+func pausedHolderScenario(t *testing.T, cluster *tokenservicetest.Cluster, dsn string, bWrites func(b *Lock)) *holderProc {
 	t.Helper()
 	tr := sharedRedis(t)
 	const ttl = 500 * time.Millisecond

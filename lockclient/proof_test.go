@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/internal/tokentest"
 	"github.com/fencegate/fencegate/pgfence"
 	"github.com/fencegate/fencegate/pgfence/pgfencetest"
 	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 	"github.com/fencegate/fencegate/tokensign"
 	"github.com/jackc/pgx/v5"
 )
@@ -29,7 +29,7 @@ func TestSignedTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cluster := tokentest.StartCluster(t, 3, tokentest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.SigningKeys = keys }))
+	cluster := tokenservicetest.StartCluster(t, 3, tokenservicetest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.SigningKeys = keys }))
 	tokens := cluster.Client(t)
 	var cid string
 	testutil.WaitFor(t, 30*time.Second, "the cluster id", func() error {

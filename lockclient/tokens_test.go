@@ -6,17 +6,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/tokentest"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
 // TestWithTokens runs the tests that need real fencing tokens against one
 // 3-node token cluster (in-process, real Raft over TCP): starting a cluster
 // for each would cost seconds apiece.
 func TestWithTokens(t *testing.T) {
-	cluster := tokentest.StartCluster(t, 3)
+	cluster := tokenservicetest.StartCluster(t, 3)
 	for _, tc := range []struct {
 		name string
-		test func(*testing.T, *tokentest.Cluster)
+		test func(*testing.T, *tokenservicetest.Cluster)
 	}{
 		{"MutualExclusion", testMutualExclusionTokens},
 		{"TokenDiscardedWhenLostBeforeConfirm", testTokenDiscardedWhenLost},
@@ -35,7 +35,7 @@ func TestWithTokens(t *testing.T) {
 // testMutualExclusionTokens: 50 goroutines contend for one resource with
 // real tokens; never two inside at once, and the tokens strictly increase
 // in the order the lock was held.
-func testMutualExclusionTokens(t *testing.T, cluster *tokentest.Cluster) {
+func testMutualExclusionTokens(t *testing.T, cluster *tokenservicetest.Cluster) {
 	tokens := cluster.Client(t)
 	for _, tc := range []struct {
 		name  string
@@ -64,7 +64,7 @@ func testMutualExclusionTokens(t *testing.T, cluster *tokentest.Cluster) {
 // testTokenDiscardedWhenLost: a holder whose lock is lost between the
 // grant and the confirmation never gets a Lock (the token it minted is
 // discarded), so the next holder's token is the larger one.
-func testTokenDiscardedWhenLost(t *testing.T, cluster *tokentest.Cluster) {
+func testTokenDiscardedWhenLost(t *testing.T, cluster *tokenservicetest.Cluster) {
 	tr := sharedRedis(t)
 	// The token source deletes the key while the token is being minted,
 	// as an expiry during a long pause there would.

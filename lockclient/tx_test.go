@@ -14,7 +14,7 @@ import (
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/internal/netfault"
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/internal/tokentest"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -54,7 +54,7 @@ func hasRow(t *testing.T, direct *pgx.Conn, holder string, token int64) bool {
 // connection breaks during COMMIT; never a plain failure for a committed
 // transaction. A COMMIT that PostgreSQL answered is reported as it
 // answered.
-func testCommitInFlight(t *testing.T, cluster *tokentest.Cluster) {
+func testCommitInFlight(t *testing.T, cluster *tokenservicetest.Cluster) {
 	f := fencedDB(t)
 	direct := f.direct
 	// Not protected: the test is about COMMIT's answer, not the fence.
@@ -225,7 +225,7 @@ func repeatableRead(t *testing.T, dsn string) *pgx.Conn {
 // concurrent fence of the same resource fails with 40001 once the other
 // commits. InTx runs it again, within the lease, and it succeeds; with
 // retries off the error matches ErrSerialization and carries the 40001.
-func testSerializationRetry(t *testing.T, cluster *tokentest.Cluster) {
+func testSerializationRetry(t *testing.T, cluster *tokenservicetest.Cluster) {
 	f := fencedDB(t)
 	proxyDSN, direct := f.proxy, f.direct
 	tr := sharedRedis(t)
@@ -298,7 +298,7 @@ func testSerializationRetry(t *testing.T, cluster *tokentest.Cluster) {
 // testDeadlockRetry: two holders that update two rows in opposite order
 // deadlock; PostgreSQL aborts one with 40P01, InTx runs it again and both
 // commit, each exactly once.
-func testDeadlockRetry(t *testing.T, cluster *tokentest.Cluster) {
+func testDeadlockRetry(t *testing.T, cluster *tokenservicetest.Cluster) {
 	f := fencedDB(t)
 	proxyDSN, direct := f.proxy, f.direct
 	// Not protected: both holders write both rows, each under its own lock,
@@ -361,7 +361,7 @@ func testDeadlockRetry(t *testing.T, cluster *tokentest.Cluster) {
 // the database's fencegate.fence_timeout with FG004, and InTx runs the
 // transaction again. Once the stalled transaction ends, a retry succeeds.
 // With retries off the error matches ErrFenceTimeout and carries the FG004.
-func testFenceTimeoutRetry(t *testing.T, cluster *tokentest.Cluster) {
+func testFenceTimeoutRetry(t *testing.T, cluster *tokenservicetest.Cluster) {
 	f := fencedDB(t)
 	f.exec(t, "ALTER DATABASE "+f.direct.Config().Database+" SET fencegate.fence_timeout = '100ms'")
 	tr := sharedRedis(t)

@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate"
-	"github.com/fencegate/fencegate/internal/proxytest"
 	"github.com/fencegate/fencegate/pgfence/pgfencetest"
+	"github.com/fencegate/fencegate/proxy/proxytest"
 	"github.com/jackc/pgx/v5"
 )
 

@@ -7,8 +7,8 @@ import (
 	"os/exec"
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/proxytest"
 	"github.com/fencegate/fencegate/pgfence/pgfencetest"
+	"github.com/fencegate/fencegate/proxy/proxytest"
 )
 
 // TestBypassRoutesMorePsycopg2 sends every route of

@@ -2,13 +2,14 @@ package proxy_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log"
 	"time"
 
 	"github.com/fencegate/fencegate"
-	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/pgfence"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/jackc/pgx/v5"
@@ -89,16 +90,17 @@ func code(err error) string {
 }
 
 // exampleDB creates a scratch database with the fencegate schema, a
-// protected orders table and an application role, and returns the
+// protected orders table and an application role on the PostgreSQL server
+// at 127.0.0.1:5432 (as its superuser postgres), and returns the
 // database's and the role's names and a function that drops them all.
 func exampleDB() (db, app string, drop func()) {
 	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, testutil.PostgresAdminDSN())
+	admin, err := pgx.Connect(ctx, "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable")
 	if err != nil {
 		log.Fatal(err)
 	}
-	db = testutil.RandomName("fg_example_")
-	app, owner := testutil.RandomName("fg_app_"), testutil.RandomName("fg_owner_")
+	db = randomName("fg_example_")
+	app, owner := randomName("fg_app_"), randomName("fg_owner_")
 	for _, q := range []string{"CREATE DATABASE " + db, "CREATE ROLE " + app + " LOGIN", "CREATE ROLE " + owner + " NOLOGIN"} {
 		if _, err := admin.Exec(ctx, q); err != nil {
 			log.Fatal(err)
@@ -128,4 +130,11 @@ func exampleDB() (db, app string, drop func()) {
 		}
 		admin.Close(ctx)
 	}
+}
+
+// randomName returns prefix followed by 12 random hex characters.
+func randomName(prefix string) string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
 }

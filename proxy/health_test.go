@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/proxytest"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/pgfence/pgfencetest"
 	"github.com/fencegate/fencegate/proxy"
+	"github.com/fencegate/fencegate/proxy/proxytest"
 )
 
 // get asks h for its answer to GET and returns the status and the body.

@@ -10,10 +10,11 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate"
-	"github.com/fencegate/fencegate/internal/proxytest"
+	"github.com/fencegate/fencegate/internal/pgbouncer"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/pgfence/pgfencetest"
 	"github.com/fencegate/fencegate/proxy"
+	"github.com/fencegate/fencegate/proxy/proxytest"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -138,8 +139,8 @@ func preparedClash(t *testing.T, dsn string) error {
 // the client's role).
 func TestProxyInFrontOfPgBouncer(t *testing.T) {
 	db := bouncerDB(t)
-	bouncer := proxytest.StartPgBouncer(t, db.AppDSN, proxytest.BouncerOptions{
-		Mode: proxytest.TransactionPooling, Users: []string{db.App, "postgres"}, PoolSize: 1})
+	bouncer := pgbouncer.Start(t, db.AppDSN, pgbouncer.Options{
+		Mode: pgbouncer.TransactionPooling, Users: []string{db.App, "postgres"}, PoolSize: 1})
 	proxied := proxytest.Start(t, bouncer)
 	t.Run("simple protocol", func(t *testing.T) {
 		fenceContract(t, connectMode(t, proxied, pgx.QueryExecModeSimpleProtocol), db.DSN, 1, 2)
@@ -190,12 +191,12 @@ func TestProxyInFrontOfPgBouncer(t *testing.T) {
 func TestPgBouncerInFrontOfProxy(t *testing.T) {
 	db := bouncerDB(t)
 	proxied := proxytest.Start(t, db.AppDSN)
-	for i, mode := range []string{proxytest.SessionPooling, proxytest.TransactionPooling} {
+	for i, mode := range []string{pgbouncer.SessionPooling, pgbouncer.TransactionPooling} {
 		t.Run(mode, func(t *testing.T) {
-			bouncer := proxytest.StartPgBouncer(t, proxied, proxytest.BouncerOptions{
+			bouncer := pgbouncer.Start(t, proxied, pgbouncer.Options{
 				Mode: mode, Users: []string{db.App, "postgres"}, PoolSize: 1})
 			execMode := pgx.QueryExecModeCacheStatement // pgx's default
-			if mode == proxytest.TransactionPooling {
+			if mode == pgbouncer.TransactionPooling {
 				execMode = pgx.QueryExecModeExec
 			}
 			fenceContract(t, connectMode(t, bouncer, execMode), db.DSN, 5+2*i, 6+2*i)
@@ -205,7 +206,7 @@ func TestPgBouncerInFrontOfProxy(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), "this proxy admits application roles only") {
 				t.Fatalf("a superuser through PgBouncer and the proxy: %v, want the gate's refusal", err)
 			}
-			if mode == proxytest.TransactionPooling {
+			if mode == pgbouncer.TransactionPooling {
 				if err := preparedClash(t, bouncer); sqlstate(err) != "42P05" {
 					t.Fatalf("second client's prepared statement: %v, want SQLSTATE 42P05", err)
 				}
@@ -230,8 +231,8 @@ func withUser(t *testing.T, dsn, user string) string {
 func TestPgBouncerKeepsGatedConnections(t *testing.T) {
 	db := bouncerDB(t)
 	proxied := proxytest.Start(t, db.AppDSN, everySession)
-	bouncer := proxytest.StartPgBouncer(t, proxied, proxytest.BouncerOptions{
-		Mode: proxytest.SessionPooling, Users: []string{db.App}, PoolSize: 1})
+	bouncer := pgbouncer.Start(t, proxied, pgbouncer.Options{
+		Mode: pgbouncer.SessionPooling, Users: []string{db.App}, PoolSize: 1})
 	once := func() {
 		t.Helper()
 		ctx := context.Background()
@@ -257,10 +258,10 @@ func TestPgBouncerKeepsGatedConnections(t *testing.T) {
 // again.
 func TestProxyDrainBehindPgBouncer(t *testing.T) {
 	db := bouncerDB(t)
-	for _, mode := range []string{proxytest.SessionPooling, proxytest.TransactionPooling} {
+	for _, mode := range []string{pgbouncer.SessionPooling, pgbouncer.TransactionPooling} {
 		t.Run(mode, func(t *testing.T) {
 			proxied, p := proxytest.StartProxy(t, db.AppDSN)
-			bouncer := proxytest.StartPgBouncer(t, proxied, proxytest.BouncerOptions{Mode: mode, Users: []string{db.App, "postgres"}, PoolSize: 1,
+			bouncer := pgbouncer.Start(t, proxied, pgbouncer.Options{Mode: mode, Users: []string{db.App, "postgres"}, PoolSize: 1,
 				Settings: map[string]string{"server_login_retry": "1", "admin_users": "postgres"}})
 			c := connectMode(t, bouncer, pgx.QueryExecModeSimpleProtocol)
 			ctx := context.Background()
@@ -274,7 +275,7 @@ func TestProxyDrainBehindPgBouncer(t *testing.T) {
 			}
 			qctx, qcancel := context.WithTimeout(ctx, time.Minute)
 			defer qcancel()
-			if mode == proxytest.SessionPooling {
+			if mode == pgbouncer.SessionPooling {
 				if _, err := c.Exec(qctx, "SELECT 1"); sqlstate(err) != "57P01" {
 					t.Fatalf("a query through PgBouncer after the proxy shut down: %v, want SQLSTATE 57P01", err)
 				}

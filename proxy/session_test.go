@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/proxytest"
 	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/proxy/proxytest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"

@@ -15,8 +15,9 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/pki"
-	"github.com/fencegate/fencegate/internal/tokentest"
+	"github.com/fencegate/fencegate/internal/pkitest"
 	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
 // caller is one way of calling the API: a TLS configuration (certificate
@@ -56,7 +57,7 @@ func TestEveryRouteRefusesWithoutItsRole(t *testing.T) {
 	creds, bearer := credentials(t, map[string][]tokenservice.Role{
 		"app": {tokenservice.RoleClient}, "ops": {tokenservice.RoleAdmin}, "both": {tokenservice.RoleClient, tokenservice.RoleAdmin},
 	})
-	c := tokentest.StartCluster(t, 3, tokentest.WithTLS(ca, creds))
+	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, creds))
 	anon := tokenservice.ClientTLSConfig(ca.Pool())
 	expired := pki.Options{NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-24 * time.Hour)}
 	wrongSecret := bearer["app"]

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/tokentest"
 	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
 // Disaster recovery: a snapshot of a cluster, the cluster lost, a new one
@@ -18,7 +18,7 @@ import (
 // old one handed out, also after a crash of every node; a second restore
 // with a smaller value never lowers the counter.
 func TestSnapshotRestore(t *testing.T) {
-	old := tokentest.StartCluster(t, 3)
+	old := tokenservicetest.StartCluster(t, 3)
 	servers := strings.Join(old.APIURLs(), ",")
 	mint(t, old.Client(t), 100)
 	file := filepath.Join(t.TempDir(), "token-snapshot.json")
@@ -42,7 +42,7 @@ func TestSnapshotRestore(t *testing.T) {
 		old.Kill(i)
 	}
 
-	fresh := tokentest.StartCluster(t, 3)
+	fresh := tokenservicetest.StartCluster(t, 3)
 	fservers := strings.Join(fresh.APIURLs(), ",")
 	code, out, stderr = runCLI(t, "token", "restore", "--servers", fservers, "--from", file, "--margin", "1000")
 	if code != 0 {
@@ -85,7 +85,7 @@ func TestSnapshotRestore(t *testing.T) {
 // Bad input to snapshot and restore: one line that says what is wrong, and
 // nothing changes.
 func TestSnapshotRestoreBadInput(t *testing.T) {
-	c := tokentest.StartCluster(t, 3)
+	c := tokenservicetest.StartCluster(t, 3)
 	servers := strings.Join(c.APIURLs(), ",")
 	mint(t, c.Client(t), 5)
 	dir := t.TempDir()

@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/internal/tokentest"
 	"github.com/fencegate/fencegate/raftstore"
 	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
 // runCLI runs the fencegate binary and returns its exit code, stdout and stderr.
@@ -176,7 +176,7 @@ func TestCLIBadInput(t *testing.T) {
 }
 
 func TestHTTPBadRequests(t *testing.T) {
-	c := tokentest.StartCluster(t, 3)
+	c := tokenservicetest.StartCluster(t, 3)
 	for i, u := range c.APIURLs() {
 		for _, body := range []string{`{"resource":""}`, `{"resource":"   "}`, `not json`, ``} {
 			resp, err := http.Post(u+"/v1/tokens", "application/json", strings.NewReader(body))
@@ -204,7 +204,7 @@ func TestHTTPBadRequests(t *testing.T) {
 // prints it on one line, and nothing is minted; with its peers back, tokens
 // continue.
 func TestNoQuorum(t *testing.T) {
-	c := tokentest.StartCluster(t, 3)
+	c := tokenservicetest.StartCluster(t, 3)
 	cl := c.Client(t)
 	last := mint(t, cl, 5)[4]
 	leader := c.Leader(t)
@@ -269,7 +269,7 @@ func TestNoQuorum(t *testing.T) {
 }
 
 func TestCLINextAndStatus(t *testing.T) {
-	c := tokentest.StartCluster(t, 3)
+	c := tokenservicetest.StartCluster(t, 3)
 	servers := strings.Join(c.APIURLs(), ",")
 	code, out, stderr := runCLI(t, "token", "next", "orders/42", "--servers", servers)
 	if code != 0 || strings.TrimSpace(out) != "1" {

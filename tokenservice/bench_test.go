@@ -11,8 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/tokentest"
+	"github.com/fencegate/fencegate/internal/pkitest"
 	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
 // BenchmarkNext measures tokens through the HTTP API of a 3-node cluster on
@@ -24,12 +25,12 @@ func BenchmarkNext(b *testing.B) { benchNext(b, nil, nil) }
 // Raft and between nodes, and a client certificate.
 func BenchmarkNextTLS(b *testing.B) {
 	ca := newCA(b, "bench")
-	benchNext(b, []tokentest.Option{tokentest.WithTLS(ca, nil)}, tokentest.ClientTLS(b, ca, "bench", tokenservice.RoleClient))
+	benchNext(b, []tokenservicetest.Option{pkitest.WithTLS(ca, nil)}, pkitest.ClientTLS(b, ca, "bench", tokenservice.RoleClient))
 }
 
-func benchNext(b *testing.B, opts []tokentest.Option, clientOpts []tokenservice.ClientOption) {
+func benchNext(b *testing.B, opts []tokenservicetest.Option, clientOpts []tokenservice.ClientOption) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	c := tokentest.StartCluster(b, 3, append(opts, tokentest.WithLogger(quiet))...)
+	c := tokenservicetest.StartCluster(b, 3, append(opts, tokenservicetest.WithLogger(quiet))...)
 	// Each client knows all nodes, starting with a different one, and
 	// follows the leader (the default).
 	var clients []*tokenservice.Client

@@ -4,14 +4,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/tokentest"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
 // token init --initial-token N: every token after it is above N, a lower
 // floor leaves the counter alone, and a missing or negative floor is a
 // usage error.
 func TestCLIInitialToken(t *testing.T) {
-	c := tokentest.StartCluster(t, 3)
+	c := tokenservicetest.StartCluster(t, 3)
 	servers := strings.Join(c.APIURLs(), ",")
 	cl := c.Client(t)
 	mint(t, cl, 3)

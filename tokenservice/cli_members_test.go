@@ -9,16 +9,16 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/internal/tokentest"
 	"github.com/fencegate/fencegate/raftstore"
 	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
 // The membership commands as an operator runs them: list, a refused add
 // and remove with one line each, an add that waits for the promotion, and
 // a remove; bad command lines are usage errors.
 func TestCLIMembers(t *testing.T) {
-	c := tokentest.StartCluster(t, 3)
+	c := tokenservicetest.StartCluster(t, 3)
 	servers := strings.Join(c.APIURLs(), ",")
 	mint(t, c.Client(t), 3)
 

@@ -8,15 +8,15 @@ import (
 
 	"github.com/fencegate/fencegate/internal/history"
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/internal/tokentest"
 	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
 // Must show 1: 10,000 concurrent requests from 64 goroutines spread over all
 // three nodes: all tokens distinct, and a request that started after another
 // returned got a larger token.
 func TestConcurrentTokensDistinctAndOrdered(t *testing.T) {
-	c := tokentest.StartCluster(t, 3)
+	c := tokenservicetest.StartCluster(t, 3)
 	var clients []*tokenservice.Client
 	for _, u := range c.APIURLs() {
 		// Pinned to its node, so followers forward to the leader.
@@ -32,7 +32,7 @@ func TestConcurrentTokensDistinctAndOrdered(t *testing.T) {
 // Must show 2: the leader is killed; a new leader is elected, and every token
 // after is larger than every token before.
 func TestLeaderKilled(t *testing.T) {
-	c := tokentest.StartCluster(t, 3)
+	c := tokenservicetest.StartCluster(t, 3)
 	cl := c.Client(t)
 	before := mint(t, cl, 20)
 	old := c.Leader(t)
@@ -65,7 +65,7 @@ func TestLeaderKilled(t *testing.T) {
 // Must show 4: a minority node cut off from the others cannot mint; after
 // healing it catches up. Then the same with the leader cut off.
 func TestMinorityCutOffCannotMint(t *testing.T) {
-	c := tokentest.StartCluster(t, 3)
+	c := tokenservicetest.StartCluster(t, 3)
 	cl := c.Client(t)
 	mint(t, cl, 10)
 
@@ -130,7 +130,7 @@ func TestMinorityCutOffCannotMint(t *testing.T) {
 // Must show 6: histories recorded while leaders are killed and nodes are cut
 // off are linearizable under the porcupine model.
 func TestLinearizableUnderFaults(t *testing.T) {
-	c := tokentest.StartCluster(t, 3)
+	c := tokenservicetest.StartCluster(t, 3)
 	var clients []*tokenservice.Client
 	for i := range 3 {
 		urls := c.APIURLs()

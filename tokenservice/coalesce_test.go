@@ -10,8 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/tokentest"
 	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
 // countingTransport counts the token requests sent through it.
@@ -28,7 +28,7 @@ func (ct *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) 
 // tokens in real-time order, both through the leader and through a follower
 // that forwards.
 func TestCoalescingDistinctOrderedFewerRequests(t *testing.T) {
-	c := tokentest.StartCluster(t, 3)
+	c := tokenservicetest.StartCluster(t, 3)
 	leader := c.Leader(t)
 	follower := (leader + 1) % 3
 	var viaAll, viaFollower countingTransport
@@ -47,7 +47,7 @@ func TestCoalescingDistinctOrderedFewerRequests(t *testing.T) {
 
 // With coalescing off, every call is its own HTTP request.
 func TestCoalescingOff(t *testing.T) {
-	c := tokentest.StartCluster(t, 3)
+	c := tokenservicetest.StartCluster(t, 3)
 	var ct countingTransport
 	cl := c.Client(t, tokenservice.WithCoalescing(false), tokenservice.WithHTTPClient(&http.Client{Transport: &ct}))
 	const total = 400
@@ -60,7 +60,7 @@ func TestCoalescingOff(t *testing.T) {
 
 // A caller whose context has ended gets the context's error.
 func TestCoalescingCanceledCaller(t *testing.T) {
-	c := tokentest.StartCluster(t, 3)
+	c := tokenservicetest.StartCluster(t, 3)
 	cl := c.Client(t)
 	mint(t, cl, 3)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -101,7 +101,7 @@ func postTokens(t *testing.T, url, body string) (int, batchAnswer) {
 // whole with 400 and mint nothing; good ones get consecutive tokens in
 // request order, above every earlier token.
 func TestHTTPBatchForm(t *testing.T) {
-	c := tokentest.StartCluster(t, 3)
+	c := tokenservicetest.StartCluster(t, 3)
 	c.Leader(t)
 	tooMany := `{"resources":["a"` + strings.Repeat(`,"a"`, tokenservice.MaxBatchResources) + `]}`
 	for i, u := range c.APIURLs() {

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/internal/tokentest"
 	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
 // The paused-old-leader scenario over the API, deterministically: the old
@@ -23,7 +23,7 @@ import (
 // no_quorum and hands out nothing, and drops its range.
 func TestDeposedLeaderOverAPIHandsOutNothing(t *testing.T) {
 	var longLease atomic.Int32 // 1 + the index of the node with a long lease; 0: none
-	c := tokentest.StartCluster(t, 3, tokentest.WithConfig(func(i int, cfg *tokenservice.Config) {
+	c := tokenservicetest.StartCluster(t, 3, tokenservicetest.WithConfig(func(i int, cfg *tokenservice.Config) {
 		if int(longLease.Load()) == i+1 {
 			cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 30*time.Second, 30*time.Second, 30*time.Second
 		}

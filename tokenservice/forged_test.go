@@ -17,8 +17,9 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/pki"
-	"github.com/fencegate/fencegate/internal/tokentest"
+	"github.com/fencegate/fencegate/internal/pkitest"
 	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
 // forgedToken is what the attacker hands out: far above anything minted.
@@ -113,7 +114,7 @@ func TestForgedLeaderAddressNeverRelayed(t *testing.T) {
 	for _, d := range disguises {
 		t.Run(d.name, func(t *testing.T) {
 			var hijack atomic.Pointer[[2]string] // leader API HOST:PORT -> attacker
-			c := tokentest.StartCluster(t, 3, tokentest.WithTLS(ca, nil), tokentest.WithConfig(func(_ int, cfg *tokenservice.Config) {
+			c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, nil), tokenservicetest.WithConfig(func(_ int, cfg *tokenservice.Config) {
 				inner := cfg.Dial
 				cfg.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
 					if h := hijack.Load(); h != nil && addr == h[0] {
@@ -126,7 +127,7 @@ func TestForgedLeaderAddressNeverRelayed(t *testing.T) {
 			leaderID := c.ID(leader)
 			otherID := c.ID((leader + 1) % 3)
 			atk := startAttacker(t, d.tls(leaderID, otherID))
-			clientOpts := tokentest.ClientTLS(t, ca, "app", tokenservice.RoleClient)
+			clientOpts := pkitest.ClientTLS(t, ca, "app", tokenservice.RoleClient)
 
 			// 1. On the network.
 			hijack.Store(&[2]string{strings.TrimPrefix(c.APIURL(leader), "https://"), atk.addr})
@@ -184,7 +185,7 @@ func TestForgedLeaderAddressNeverRelayed(t *testing.T) {
 // that follows the leader nodes name, and fails on any token above what
 // the nodes' state machines minted. The leader-pinned client must succeed:
 // the service still works for honest callers.
-func takeTokens(t *testing.T, c *tokentest.Cluster, leader int, opts []tokenservice.ClientOption) {
+func takeTokens(t *testing.T, c *tokenservicetest.Cluster, leader int, opts []tokenservice.ClientOption) {
 	t.Helper()
 	var mu sync.Mutex
 	var got []int64

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/internal/tokentest"
 	"github.com/fencegate/fencegate/raftstore"
 	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
 // foundingConfigs returns the configurations of n empty nodes of a new
@@ -255,7 +255,7 @@ func TestFoundingPeerDown(t *testing.T) {
 // --peers next to a running cluster, and a wiped node whose peers were all
 // down when it started and come back while it waits.
 func TestFoundingPeerWithState(t *testing.T) {
-	c := tokentest.StartCluster(t, 3)
+	c := tokenservicetest.StartCluster(t, 3)
 	mint(t, c.Client(t), 5)
 	peers := []tokenservice.Peer{}
 	for i := range 3 {
@@ -302,7 +302,7 @@ func TestFoundingPeerWithState(t *testing.T) {
 // A data directory that holds another cluster's state is refused when its
 // peers report their own cluster, before Raft starts.
 func TestFoundingPeerOfAnotherCluster(t *testing.T) {
-	a := tokentest.StartCluster(t, 3)
+	a := tokenservicetest.StartCluster(t, 3)
 	mint(t, a.Client(t), 3)
 	sameCluster(t, []*tokenservice.Server{a.Node(0), a.Node(1), a.Node(2)})
 

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/history"
-	"github.com/fencegate/fencegate/internal/tokentest"
 	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
 // mint gets n tokens one after another from cl and returns them.
@@ -35,7 +35,7 @@ func mint(t testing.TB, cl *tokenservice.Client, n int) []int64 {
 }
 
 // maxStatusToken returns the largest last_token any running node reports.
-func maxStatusToken(c *tokentest.Cluster) int64 {
+func maxStatusToken(c *tokenservicetest.Cluster) int64 {
 	var m int64
 	for i := range c.Len() {
 		if n := c.Node(i); n != nil {

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/tokentest"
 	"github.com/fencegate/fencegate/raftstore"
 	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
 // The lost-disk scenario of the issue, with each node in turn losing its
@@ -27,7 +27,7 @@ func TestLostDiskEachNode(t *testing.T) {
 	for w := range 3 {
 		stale, stopped := (w+1)%3, (w+2)%3
 		t.Run(fmt.Sprintf("n%d wiped, n%d stale, n%d stopped", w+1, stale+1, stopped+1), func(t *testing.T) {
-			c := tokentest.StartCluster(t, 3)
+			c := tokenservicetest.StartCluster(t, 3)
 			c.Cut(stale)
 			before := mint(t, c.ClientFor(t, []string{c.APIURL(w), c.APIURL(stopped)}), 50)
 			highest := before[len(before)-1]

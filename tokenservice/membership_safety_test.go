@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/internal/tokentest"
 	"github.com/fencegate/fencegate/raftstore"
 	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
 // voters returns the member list as "id:suffrage" in id order.
@@ -39,7 +39,7 @@ func memberLine(t *testing.T, cl *tokenservice.Client) string {
 // that does not answer (a voter that does not exist would cost the quorum
 // for good), and a node that answers as someone else.
 func TestAddMemberRefusals(t *testing.T) {
-	c := tokentest.StartCluster(t, 3)
+	c := tokenservicetest.StartCluster(t, 3)
 	cl := c.Client(t)
 	leader := c.Leader(t)
 	mint(t, cl, 3)
@@ -128,7 +128,7 @@ func TestAddMemberRefusals(t *testing.T) {
 // cluster, and the refusal says to remove n3 instead; that works. The
 // last voter cannot be removed.
 func TestRemoveMemberKeepsQuorum(t *testing.T) {
-	c := tokentest.StartCluster(t, 3)
+	c := tokenservicetest.StartCluster(t, 3)
 	cl := c.Client(t)
 	mint(t, cl, 3)
 	leader := c.Leader(t)
@@ -165,7 +165,7 @@ func TestRemoveMemberKeepsQuorum(t *testing.T) {
 // A member's API address changes only on its own word: restarted on a new
 // address, a node publishes it, and followers forward to it there.
 func TestMemberPublishesOwnAPIAddress(t *testing.T) {
-	c := tokentest.StartCluster(t, 3)
+	c := tokenservicetest.StartCluster(t, 3)
 	mint(t, c.Client(t), 3)
 	leader := c.Leader(t)
 	moved := (leader + 1) % 3
@@ -199,7 +199,7 @@ func TestMemberPublishesOwnAPIAddress(t *testing.T) {
 // A node started to join while the cluster still lists it as a voter
 // refuses to start Raft: the lost member must be removed first.
 func TestJoinWhileStillVoterRefused(t *testing.T) {
-	c := tokentest.StartCluster(t, 3)
+	c := tokenservicetest.StartCluster(t, 3)
 	mint(t, c.Client(t), 3)
 	victim := (c.Leader(t) + 1) % 3
 	c.Wipe(t, victim)

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/internal/tokentest"
 	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
 // Must show 5: snapshots compact the log; a restarted node restores from its
@@ -18,8 +18,8 @@ import (
 func TestSnapshotCompactionJoinRemove(t *testing.T) {
 	// One reservation per token on the read-index path, so that 200
 	// tokens make enough entries to snapshot.
-	c := tokentest.StartCluster(t, 3, tokentest.WithSnapshotThreshold(64, 16),
-		tokentest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.ReserveSize = 1 }))
+	c := tokenservicetest.StartCluster(t, 3, tokenservicetest.WithSnapshotThreshold(64, 16),
+		tokenservicetest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.ReserveSize = 1 }))
 	cl := c.Client(t)
 	toks := mint(t, cl, 200)
 	last := toks[len(toks)-1]

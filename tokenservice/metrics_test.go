@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/tokentest"
 	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
 // scrape returns the metrics of the node at url, by series as written.
@@ -50,7 +50,7 @@ func scrape(t *testing.T, url string) map[string]float64 {
 // On the commit path (one entry per batch); TestReadIndexStatusAndMetrics
 // covers the read-index path.
 func TestMetrics(t *testing.T) {
-	c := tokentest.StartCluster(t, 3, tokentest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.CommitPerBatch = true }))
+	c := tokenservicetest.StartCluster(t, 3, tokenservicetest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.CommitPerBatch = true }))
 	leader := c.Leader(t)
 	follower := (leader + 1) % 3
 	toks := mint(t, c.ClientFor(t, []string{c.APIURL(follower)}, tokenservice.WithFollowLeader(false)), 20)
@@ -96,7 +96,7 @@ func TestMetrics(t *testing.T) {
 // a node's limit may not exceed that).
 func TestFollowerForwardsWithinBatchLimit(t *testing.T) {
 	const limit = 128 // a bucket bound of the histogram
-	c := tokentest.StartCluster(t, 3, tokentest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.MaxBatch = limit }))
+	c := tokenservicetest.StartCluster(t, 3, tokenservicetest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.MaxBatch = limit }))
 	leader := c.Leader(t)
 	follower := (leader + 1) % 3
 	c.DelayAPI(follower, leader, 50*time.Millisecond)

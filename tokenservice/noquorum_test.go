@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/tokentest"
 	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
 // A leader cut off from its peers while a token request is in flight
@@ -23,7 +23,7 @@ func TestNoQuorumMessageAfterLeadershipLost(t *testing.T) {
 }
 
 func testNoQuorumMessage(t *testing.T, commitPerBatch bool) {
-	c := tokentest.StartCluster(t, 3, tokentest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.CommitPerBatch = commitPerBatch }))
+	c := tokenservicetest.StartCluster(t, 3, tokenservicetest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.CommitPerBatch = commitPerBatch }))
 	mint(t, c.Client(t), 3)
 	var msgs []string
 	for attempt := 0; attempt < 5; attempt++ {

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/internal/tokentest"
 	"github.com/fencegate/fencegate/tokenservice"
 )
 
@@ -140,7 +139,7 @@ func startProcCluster(t *testing.T, n int) ([]*proc, []string) {
 	var peers, urls []string
 	raft, api := make([]string, n), make([]string, n)
 	for i := range n {
-		raft[i], api[i] = tokentest.StableAddr(t), tokentest.StableAddr(t)
+		raft[i], api[i] = testutil.FreeAddr(t), testutil.FreeAddr(t)
 		peers = append(peers, fmt.Sprintf("n%d=%s=http://%s", i+1, raft[i], api[i]))
 		urls = append(urls, "http://"+api[i])
 	}

@@ -14,10 +14,10 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/internal/tokentest"
 	"github.com/fencegate/fencegate/pgfence"
 	"github.com/fencegate/fencegate/pgfence/pgfencetest"
 	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 	"github.com/fencegate/fencegate/tokensign"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -36,9 +36,9 @@ var (
 	proofKeyNew = "new " + strings.Repeat("a5", 32)
 )
 
-func signedCluster(t testing.TB, keys *tokensign.Keyring, opts ...tokentest.Option) *tokentest.Cluster {
+func signedCluster(t testing.TB, keys *tokensign.Keyring, opts ...tokenservicetest.Option) *tokenservicetest.Cluster {
 	t.Helper()
-	return tokentest.StartCluster(t, 3, append(opts, tokentest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.SigningKeys = keys }))...)
+	return tokenservicetest.StartCluster(t, 3, append(opts, tokenservicetest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.SigningKeys = keys }))...)
 }
 
 func clusterID(t testing.TB, cl *tokenservice.Client) string {
@@ -98,7 +98,7 @@ func TestProofsFromEveryNode(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	plain := tokentest.StartCluster(t, 3)
+	plain := tokenservicetest.StartCluster(t, 3)
 	tok, err := plain.Client(t).Next(context.Background(), "x")
 	if err != nil || tok.Proof != "" {
 		t.Fatalf("unsigned cluster: %+v, %v", tok, err)
@@ -211,7 +211,7 @@ func BenchmarkNextProof(b *testing.B) {
 		cpu     []float64
 	}
 	mk := func(name string, keys *tokensign.Keyring) *side {
-		c := tokentest.StartCluster(b, 3, tokentest.WithLogger(quiet), tokentest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.SigningKeys = keys }))
+		c := tokenservicetest.StartCluster(b, 3, tokenservicetest.WithLogger(quiet), tokenservicetest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.SigningKeys = keys }))
 		s := &side{name: name}
 		for i := range 3 {
 			urls := c.APIURLs()

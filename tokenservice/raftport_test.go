@@ -10,8 +10,9 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/fencegate/fencegate/internal/pki"
-	"github.com/fencegate/fencegate/internal/tokentest"
+	"github.com/fencegate/fencegate/internal/pkitest"
 	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
 // dialOnly is a raft.StreamLayer that only dials, with dial.
@@ -37,7 +38,7 @@ func (d *dialOnly) Addr() net.Addr            { return &net.TCPAddr{IP: net.IPv4
 // is answered: the probe itself works.
 func TestRaftPortRefusesWithoutPeerCertificate(t *testing.T) {
 	ca, other := newCA(t, "cluster"), newCA(t, "attacker")
-	c := tokentest.StartCluster(t, 3, tokentest.WithTLS(ca, nil))
+	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, nil))
 	leader := c.Leader(t)
 	target := c.Node(leader).RaftAddr()
 	termBefore := c.Node(leader).LocalStatus().Term

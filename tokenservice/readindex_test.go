@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/tokentest"
 	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
 // On the read-index path (the default) the leader's status shows the range
@@ -13,7 +13,7 @@ import (
 // them, and its metrics count rounds and reservations; a follower holds no
 // range.
 func TestReadIndexStatusAndMetrics(t *testing.T) {
-	c := tokentest.StartCluster(t, 3)
+	c := tokenservicetest.StartCluster(t, 3)
 	leader := c.Leader(t)
 	follower := (leader + 1) % 3
 	toks := mint(t, c.ClientFor(t, []string{c.APIURL(follower)}, tokenservice.WithFollowLeader(false)), 20)

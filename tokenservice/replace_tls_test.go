@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/tokentest"
+	"github.com/fencegate/fencegate/internal/pkitest"
 	"github.com/fencegate/fencegate/raftstore"
 	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
 // Must show, over mutual TLS: a node whose data directory was lost and
@@ -27,8 +28,8 @@ func TestReplaceOverMutualTLS(t *testing.T) {
 	creds, bearer := credentials(t, map[string][]tokenservice.Role{
 		"app": {tokenservice.RoleClient}, "ops": {tokenservice.RoleAdmin},
 	})
-	c := tokentest.StartCluster(t, 3, tokentest.WithTLS(ca, creds))
-	app := tokentest.ClientTLS(t, ca, "app", tokenservice.RoleClient)
+	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, creds))
+	app := pkitest.ClientTLS(t, ca, "app", tokenservice.RoleClient)
 	before := mint(t, c.Client(t, app...), 20)
 	highest := before[len(before)-1]
 
@@ -54,7 +55,7 @@ func TestReplaceOverMutualTLS(t *testing.T) {
 		{"no identity", anon, tokenservice.ErrUnauthenticated},
 		{"client certificate", app, tokenservice.ErrForbidden},
 		{"bearer client", append(anon[:1:1], tokenservice.WithCredential(bearer["app"])), tokenservice.ErrForbidden},
-		{"the node's own peer certificate", tokentest.ClientTLS(t, ca, c.ID(victim), tokenservice.RolePeer), tokenservice.ErrForbidden},
+		{"the node's own peer certificate", pkitest.ClientTLS(t, ca, c.ID(victim), tokenservice.RolePeer), tokenservice.ErrForbidden},
 	}
 	refused := func(what string, call func(cl *tokenservice.Client) error) {
 		t.Helper()

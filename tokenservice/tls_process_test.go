@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/tokentest"
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/tokenservice"
 )
 
@@ -49,7 +49,7 @@ func TestCLITLSCluster(t *testing.T) {
 	var peers []string
 	raft, api := make([]string, 3), make([]string, 3)
 	for i := range 3 {
-		raft[i], api[i] = tokentest.StableAddr(t), tokentest.StableAddr(t)
+		raft[i], api[i] = testutil.FreeAddr(t), testutil.FreeAddr(t)
 		peers = append(peers, fmt.Sprintf("n%d=%s=%s", i+1, raft[i], api[i]))
 	}
 	ca := filepath.Join(certs, "ca.pem")

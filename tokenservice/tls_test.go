@@ -10,8 +10,9 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/pki"
-	"github.com/fencegate/fencegate/internal/tokentest"
+	"github.com/fencegate/fencegate/internal/pkitest"
 	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
 // newCA makes a CA for one test.
@@ -62,17 +63,17 @@ func credentials(t testing.TB, roles map[string][]tokenservice.Role) (*tokenserv
 func TestTLSClusterMints(t *testing.T) {
 	ca := newCA(t, "cluster")
 	creds, bearer := credentials(t, map[string][]tokenservice.Role{"app": {tokenservice.RoleClient}})
-	c := tokentest.StartCluster(t, 3, tokentest.WithTLS(ca, creds))
+	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, creds))
 	for _, u := range c.APIURLs() {
 		if !strings.HasPrefix(u, "https://") {
 			t.Fatalf("API URL %s is not https", u)
 		}
 	}
-	certClient := c.Client(t, append(tokentest.ClientTLS(t, ca, "app-cert", tokenservice.RoleClient), tokenservice.WithFollowLeader(false))...)
-	bearerClient := c.Client(t, append(tokentest.ClientTLS(t, ca, ""), tokenservice.WithCredential(bearer["app"]), tokenservice.WithFollowLeader(false))...)
+	certClient := c.Client(t, append(pkitest.ClientTLS(t, ca, "app-cert", tokenservice.RoleClient), tokenservice.WithFollowLeader(false))...)
+	bearerClient := c.Client(t, append(pkitest.ClientTLS(t, ca, ""), tokenservice.WithCredential(bearer["app"]), tokenservice.WithFollowLeader(false))...)
 	leader := c.Leader(t)
 	follower := (leader + 1) % 3
-	viaFollower := c.ClientFor(t, []string{c.APIURL(follower)}, append(tokentest.ClientTLS(t, ca, "app-cert", tokenservice.RoleClient), tokenservice.WithFollowLeader(false))...)
+	viaFollower := c.ClientFor(t, []string{c.APIURL(follower)}, append(pkitest.ClientTLS(t, ca, "app-cert", tokenservice.RoleClient), tokenservice.WithFollowLeader(false))...)
 	var last int64
 	for i, cl := range []*tokenservice.Client{certClient, bearerClient, viaFollower, certClient} {
 		toks := mint(t, cl, 20)
@@ -82,7 +83,7 @@ func TestTLSClusterMints(t *testing.T) {
 		last = toks[len(toks)-1]
 	}
 	// A client without an identity is refused, and not retried.
-	anon := c.Client(t, tokentest.ClientTLS(t, ca, "")...)
+	anon := c.Client(t, pkitest.ClientTLS(t, ca, "")...)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	start := time.Now()
@@ -101,7 +102,7 @@ func TestTLSClusterMints(t *testing.T) {
 func TestPlainClusterRestartedWithTLS(t *testing.T) {
 	ca := newCA(t, "cluster")
 	var tlsOn atomic.Bool
-	c := tokentest.StartCluster(t, 3, tokentest.WithConfig(func(_ int, cfg *tokenservice.Config) {
+	c := tokenservicetest.StartCluster(t, 3, tokenservicetest.WithConfig(func(_ int, cfg *tokenservice.Config) {
 		if !tlsOn.Load() {
 			return
 		}
@@ -123,7 +124,7 @@ func TestPlainClusterRestartedWithTLS(t *testing.T) {
 	for _, m := range c.Node(leader).LocalStatus().Members {
 		t.Logf("member table: %s at %s", m.ID, m.APIAddr)
 	}
-	opts := tokentest.ClientTLS(t, ca, "app", tokenservice.RoleClient)
+	opts := pkitest.ClientTLS(t, ca, "app", tokenservice.RoleClient)
 	var urls []string
 	for _, u := range c.APIURLs() {
 		urls = append(urls, strings.Replace(u, "http://", "https://", 1))

@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/proxytest"
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/internal/tokentest"
 	"github.com/fencegate/fencegate/pgfence"
 	"github.com/fencegate/fencegate/pgfence/pgfencetest"
+	"github.com/fencegate/fencegate/proxy/proxytest"
 	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 	"github.com/fencegate/fencegate/tokensign"
 )
 
@@ -25,7 +25,7 @@ import (
 // that cluster, as an operator sets them up with `fencegate token serve
 // --signing-keys FILE` and `fencegate schema require-signed`.
 type signed struct {
-	cluster   *tokentest.Cluster
+	cluster   *tokenservicetest.Cluster
 	clusterID string
 	keyFile   string // "KEYID HEXKEY", the file the node and the database got
 	app       string // the application role, through the fencegate proxy
@@ -49,7 +49,7 @@ func startSigned(t *testing.T) *signed {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.cluster = tokentest.StartCluster(t, 1, tokentest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.SigningKeys = keys }))
+	s.cluster = tokenservicetest.StartCluster(t, 1, tokenservicetest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.SigningKeys = keys }))
 	tokens := s.cluster.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -16,11 +16,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/proxytest"
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/internal/tokentest"
 	"github.com/fencegate/fencegate/pgfence"
 	"github.com/fencegate/fencegate/pgfence/pgfencetest"
+	"github.com/fencegate/fencegate/proxy/proxytest"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -70,7 +70,7 @@ func database(t *testing.T) (app, appDirect, admin string) {
 
 // stack is everything the Python tests talk to, started by the Go test.
 type stack struct {
-	cluster    *tokentest.Cluster
+	cluster    *tokenservicetest.Cluster
 	redisAddr  string // the shared Redis
 	prefix     string // this test's key prefix on it (cleaned up at the end)
 	redlock    []*testutil.RedisServer
@@ -92,7 +92,7 @@ func startStack(t *testing.T) *stack {
 	for range 3 {
 		s.redlock = append(s.redlock, testutil.StartRedis(t))
 	}
-	s.cluster = tokentest.StartCluster(t, 3)
+	s.cluster = tokenservicetest.StartCluster(t, 3)
 	s.app, s.appDirect, s.admin = database(t)
 	s.certs = newCerts(t)
 	s.startTLSFront(t)

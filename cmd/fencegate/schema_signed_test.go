@@ -14,9 +14,9 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/internal/tokentest"
 	"github.com/fencegate/fencegate/pgfence/pgfencetest"
 	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 	"github.com/fencegate/fencegate/tokensign"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -35,7 +35,7 @@ func TestSignedTokensCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := tokentest.StartCluster(t, 3, tokentest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.SigningKeys = keys }))
+	c := tokenservicetest.StartCluster(t, 3, tokenservicetest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.SigningKeys = keys }))
 	servers := strings.Join(c.APIURLs(), ",")
 	var cid string
 	testutil.WaitFor(t, 30*time.Second, "the cluster id", func() error {

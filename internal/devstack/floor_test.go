@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/devstack"
-	"github.com/fencegate/fencegate/internal/tokentest"
 	"github.com/fencegate/fencegate/pgfence/pgfencetest"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
 // A token cluster newer than the database's marks (dev --reset, a cluster
@@ -17,7 +17,7 @@ func TestRaiseAboveMarks(t *testing.T) {
 	db := pgfencetest.New(t)
 	db.Exec(t, "SELECT fencegate.fence('order:42', 100000000)")
 	db.Exec(t, "SELECT fencegate.fence('order:7', 12)")
-	c := tokentest.StartCluster(t, 3)
+	c := tokenservicetest.StartCluster(t, 3)
 
 	f, err := devstack.RaiseAboveMarks(context.Background(), db.DSN, c.APIURLs())
 	if err != nil {

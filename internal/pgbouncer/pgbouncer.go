@@ -1,4 +1,6 @@
-package proxytest
+// Package pgbouncer starts PgBouncer for this module's tests, which compare
+// the proxy with it and run it in front of the proxy or behind it.
+package pgbouncer
 
 import (
 	"context"
@@ -27,8 +29,8 @@ const (
 	TransactionPooling = "transaction"
 )
 
-// BouncerOptions configures StartPgBouncer.
-type BouncerOptions struct {
+// Options configures Start.
+type Options struct {
 	// Mode is the pool mode: SessionPooling (the default) or
 	// TransactionPooling.
 	Mode string
@@ -43,14 +45,14 @@ type BouncerOptions struct {
 	Settings map[string]string
 }
 
-// StartPgBouncer starts PgBouncer (from PATH) on a free 127.0.0.1 port in
+// Start starts PgBouncer (from PATH) on a free 127.0.0.1 port in
 // front of the server of upstreamDSN, serving every database under its
 // own name, and returns upstreamDSN with its host and port replaced by
 // PgBouncer's. It is stopped when the test ends; its log is shown if the
 // test failed. A missing pgbouncer fails the test (scripts/services.sh
 // installs it). As root, it runs as the postgres user (PgBouncer refuses
 // to run as root).
-func StartPgBouncer(t testing.TB, upstreamDSN string, o BouncerOptions) string {
+func Start(t testing.TB, upstreamDSN string, o Options) string {
 	t.Helper()
 	bin, err := exec.LookPath("pgbouncer")
 	if err != nil {
@@ -58,11 +60,11 @@ func StartPgBouncer(t testing.TB, upstreamDSN string, o BouncerOptions) string {
 	}
 	u, err := url.Parse(upstreamDSN)
 	if err != nil {
-		t.Fatalf("proxytest: parse upstream DSN: %v", err)
+		t.Fatalf("pgbouncer: parse upstream DSN: %v", err)
 	}
 	host, port, err := net.SplitHostPort(u.Host)
 	if err != nil {
-		t.Fatalf("proxytest: upstream DSN %q has no host:port", u.Redacted())
+		t.Fatalf("pgbouncer: upstream DSN %q has no host:port", u.Redacted())
 	}
 	if o.Mode == "" {
 		o.Mode = SessionPooling

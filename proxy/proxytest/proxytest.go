@@ -1,5 +1,9 @@
-// Package proxytest starts an in-process fencegate proxy for tests, and a
-// PgBouncer to put in front of it or behind it.
+// Package proxytest starts a fencegate proxy inside a test process, for the
+// tests of programs that write through it: on 127.0.0.1:0 in front of a
+// PostgreSQL server, logging to the test, shut down when the test ends.
+//
+// It is not a stable API, as hashicorp/raft's MakeCluster is not: it
+// serves this module's tests first and may change in any release.
 package proxytest
 
 import (
@@ -27,10 +31,10 @@ func AllowPrivilegedRoles() Option {
 // set by Start before f runs; f may override them.
 func WithConfig(f func(*proxy.Config)) Option { return Option(f) }
 
-// Start starts a proxy on a free 127.0.0.1 port in front of the server of
-// upstreamDSN (for example testutil.PostgresDB(t)) and returns upstreamDSN
-// with its host and port replaced by the proxy's, so that it connects to
-// the same database and user through the proxy. The proxy logs to t and is
+// Start starts a proxy on 127.0.0.1:0 in front of the server of
+// upstreamDSN (a postgres:// URL) and returns upstreamDSN with its host and
+// port replaced by the proxy's, so that it connects to the same database
+// and user through the proxy. The proxy logs to t and is
 // shut down when the test ends. Start fails the test on error.
 func Start(t testing.TB, upstreamDSN string, opts ...Option) string {
 	t.Helper()
