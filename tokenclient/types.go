@@ -88,12 +88,5 @@ type ReadIndexStatus struct {
 	Reservations  uint64 `json:"reservations"`
 }
 
-// ReservedRange is a reserved range: Next is the next token handed out,
-// Last the last one reserved; Term and Index those of the reservation
-// entry.
-type ReservedRange struct {
-	Next  int64  `json:"next"`
-	Last  int64  `json:"last"`
-	Term  uint64 `json:"term"`
-	Index uint64 `json:"index"`
-}
+// ReservedRange is a reserved range; see tokenwire.ReservedRange.
+type ReservedRange = tokenwire.ReservedRange

@@ -274,11 +274,8 @@ func (s *Server) LocalStatus() Status {
 	out := statusFrom(st.Status())
 	if s.readIndex != nil {
 		ris := s.readIndex.Stats()
-		out.ReadIndex = &ReadIndexStatus{RoundsPerSecond: s.rounds.get(), Rounds: ris.Rounds, RoundFailures: ris.RoundFailures,
-			Reservations: ris.Reservations}
-		if r := ris.Range; r != nil {
-			out.ReadIndex.Range = &ReservedRange{Next: r.Next, Last: r.Last, Term: r.Term, Index: r.Index}
-		}
+		out.ReadIndex = &ReadIndexStatus{Range: ris.Range, RoundsPerSecond: s.rounds.get(), Rounds: ris.Rounds,
+			RoundFailures: ris.RoundFailures, Reservations: ris.Reservations}
 	}
 	return out
 }

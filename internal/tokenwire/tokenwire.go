@@ -106,3 +106,13 @@ type StatusFields struct {
 	LastToken    int64    `json:"last_token"`
 	Members      []Member `json:"members"`
 }
+
+// ReservedRange is the range a leader on the read-index path hands tokens
+// out of: Next is the next token it hands out, Last the last one reserved;
+// Term and Index are those of the reservation entry of the range Next is in.
+type ReservedRange struct {
+	Next  int64  `json:"next"`
+	Last  int64  `json:"last"`
+	Term  uint64 `json:"term"`
+	Index uint64 `json:"index"`
+}
