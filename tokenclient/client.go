@@ -16,6 +16,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fencegate/fencegate/internal/tlsfiles"
 )
 
 // Client talks to a token service cluster. It sends each request to the
@@ -575,7 +577,7 @@ var errCredentialInClear = errors.New("tokenservice: refusing to send a bearer c
 // credentialSafe reports whether the credential may be sent to url: over
 // https, or over http to a loopback address.
 func (c *Client) credentialSafe(url string) error {
-	if c.cred == nil || strings.HasPrefix(url, "https://") || isLoopback(hostOf(url)) {
+	if c.cred == nil || strings.HasPrefix(url, "https://") || tlsfiles.IsLoopback(url) {
 		return nil
 	}
 	return &APIError{Status: 0, Code: CodeBadRequest, Message: fmt.Sprintf("%v: %s; use https:// addresses and the cluster CA", errCredentialInClear, url)}

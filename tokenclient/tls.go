@@ -5,9 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
-	"strings"
 
 	"github.com/fencegate/fencegate/internal/tlsfiles"
 )
@@ -84,26 +82,4 @@ func RolesOf(c *x509.Certificate) []Role {
 		}
 	}
 	return out
-}
-
-// Credentials are the bearer credentials a node accepts, as read from its
-// hostOf returns the host of HOST:PORT or URL a.
-func hostOf(a string) string {
-	if _, rest, ok := strings.Cut(a, "://"); ok {
-		a = rest
-	}
-	host, _, err := net.SplitHostPort(strings.TrimSuffix(a, "/"))
-	if err != nil {
-		return a
-	}
-	return host
-}
-
-// isLoopback reports whether host is a loopback name or address.
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

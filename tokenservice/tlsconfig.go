@@ -177,7 +177,7 @@ func checkSecurity(cfg *Config) error {
 			return fmt.Errorf("%w: bearer credentials need TLS (a CA, a certificate and a key): secrets must not cross the network in clear, and nodes identify each other by certificate", ErrBadConfig)
 		}
 		for _, a := range []string{cfg.APIAddr, cfg.RaftAddr} {
-			if host := hostOf(a); !isLoopback(host) {
+			if !tlsfiles.IsLoopback(a) {
 				cfg.Logger.Warn("NO TLS on an address other hosts can reach: anyone who reaches " + a +
 					" can mint tokens, change membership and speak Raft to this node; configure TLS (a CA, a certificate and a key) or bind to 127.0.0.1")
 			}
@@ -199,25 +199,4 @@ func checkSecurity(cfg *Config) error {
 	}
 	cfg.Peers = peers
 	return nil
-}
-
-// hostOf returns the host of HOST:PORT or URL a.
-func hostOf(a string) string {
-	if _, rest, ok := strings.Cut(a, "://"); ok {
-		a = rest
-	}
-	host, _, err := net.SplitHostPort(strings.TrimSuffix(a, "/"))
-	if err != nil {
-		return a
-	}
-	return host
-}
-
-// isLoopback reports whether host is a loopback name or address.
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
