@@ -233,18 +233,18 @@ func (s *session) upstreamStartup(sp *startupParams) error {
 	}
 	msg = append(msg, 0)
 	binary.BigEndian.PutUint32(msg[:4], uint32(len(msg)))
-	if _, err := s.uw.Write(msg); err != nil {
+	if _, err := s.upstreamWriter.Write(msg); err != nil {
 		return err
 	}
-	if err := s.uw.Flush(); err != nil {
+	if err := s.upstreamWriter.Flush(); err != nil {
 		return err
 	}
 	for {
-		typ, n, err := s.uf.peekHeader()
+		typ, n, err := s.upstreamFrames.peekHeader()
 		if err != nil {
 			return fmt.Errorf("read upstream startup: %w", err)
 		}
-		body, err := s.uf.body(n)
+		body, err := s.upstreamFrames.body(n)
 		if err != nil {
 			return fmt.Errorf("read upstream startup: %w", err)
 		}
@@ -253,12 +253,12 @@ func (s *session) upstreamStartup(sp *startupParams) error {
 			if len(body) < 4 {
 				return fmt.Errorf("upstream sent a short authentication message")
 			}
-			if err := writeMsg(s.cw, typ, body); err != nil {
+			if err := writeMsg(s.clientWriter, typ, body); err != nil {
 				return err
 			}
 			switch binary.BigEndian.Uint32(body) {
 			case 3, 5, 7, 9, 10, 11: // a password, GSS, SSPI or SASL answer is due
-				if err := s.cw.Flush(); err != nil {
+				if err := s.clientWriter.Flush(); err != nil {
 					return err
 				}
 				if err := s.relayAuthAnswer(); err != nil {
@@ -274,12 +274,12 @@ func (s *session) upstreamStartup(sp *startupParams) error {
 			key := s.p.registerKey(s)
 			var kb [8]byte
 			binary.BigEndian.PutUint64(kb[:], key)
-			if err := writeMsg(s.cw, 'K', kb[:]); err != nil {
+			if err := writeMsg(s.clientWriter, 'K', kb[:]); err != nil {
 				return err
 			}
 		case 'E':
-			_ = writeMsg(s.cw, typ, body)
-			_ = s.cw.Flush()
+			_ = writeMsg(s.clientWriter, typ, body)
+			_ = s.clientWriter.Flush()
 			return errUpstreamRefused
 		case 'Z':
 			if len(body) != 1 {
@@ -288,7 +288,7 @@ func (s *session) upstreamStartup(sp *startupParams) error {
 			s.startStatus = body[0]
 			return nil
 		default: // ParameterStatus, NoticeResponse, NegotiateProtocolVersion, ...
-			if err := writeMsg(s.cw, typ, body); err != nil {
+			if err := writeMsg(s.clientWriter, typ, body); err != nil {
 				return err
 			}
 		}
@@ -297,17 +297,17 @@ func (s *session) upstreamStartup(sp *startupParams) error {
 
 // relayAuthAnswer forwards the client's one authentication message.
 func (s *session) relayAuthAnswer() error {
-	typ, n, err := s.cf.peekHeader()
+	typ, n, err := s.clientFrames.peekHeader()
 	if err != nil {
 		return err
 	}
 	if typ != 'p' {
 		return fmt.Errorf("%w: message type %q during authentication (expected 'p')", errProtocol, typ)
 	}
-	if err := s.cf.copyTo(s.uw, n); err != nil {
+	if err := s.clientFrames.copyTo(s.upstreamWriter, n); err != nil {
 		return err
 	}
-	return s.uw.Flush()
+	return s.upstreamWriter.Flush()
 }
 
 // newBuffered wraps a connection in the session's buffered reader and writer.
