@@ -46,7 +46,7 @@ type Client struct {
 
 	// Coalescing state, per node URL: callers waiting to be sent, and
 	// whether a sender is running (at most one request in flight per node).
-	cmu     sync.Mutex
+	queueMu sync.Mutex
 	queued  map[string][]*pendingToken
 	sending map[string]bool
 
@@ -181,9 +181,9 @@ func (c *Client) numServers() int {
 // waits for the goroutines that send them, and releases the client's idle
 // connections. Calls made after Close fail.
 func (c *Client) Close() error {
-	c.cmu.Lock() // no sender starts after this
+	c.queueMu.Lock() // no sender starts after this
 	c.cancel()
-	c.cmu.Unlock()
+	c.queueMu.Unlock()
 	c.senders.Wait()
 	if c.ownTransport != nil {
 		c.ownTransport.CloseIdleConnections()
@@ -248,18 +248,18 @@ type pendingResult struct {
 // put into a request that is sent after it was queued.
 func (c *Client) tryCoalesced(ctx context.Context, srv, resource string) (Token, leaderHint, error) {
 	p := &pendingToken{ctx: ctx, resource: resource, res: make(chan pendingResult, 1)}
-	c.cmu.Lock()
+	c.queueMu.Lock()
 	if c.ctx.Err() != nil {
-		c.cmu.Unlock()
+		c.queueMu.Unlock()
 		return Token{}, leaderHint{}, fmt.Errorf("%w: the client is closed", ErrUnavailable)
 	}
 	c.queued[srv] = append(c.queued[srv], p)
 	start := !c.sending[srv]
 	c.sending[srv] = true
 	if start {
-		c.senders.Add(1) // under cmu, so that Close's Wait sees it
+		c.senders.Add(1) // under queueMu, so that Close's Wait sees it
 	}
-	c.cmu.Unlock()
+	c.queueMu.Unlock()
 	if start {
 		go func() {
 			defer c.senders.Done()
@@ -285,7 +285,7 @@ func (c *Client) tryCoalesced(ctx context.Context, srv, resource string) (Token,
 // sendQueued sends srv's queue, one request at a time, until it is empty.
 func (c *Client) sendQueued(srv string) {
 	for {
-		c.cmu.Lock()
+		c.queueMu.Lock()
 		q := c.queued[srv]
 		var batch []*pendingToken
 		size := 0
@@ -308,10 +308,10 @@ func (c *Client) sendQueued(srv string) {
 		}
 		if len(batch) == 0 && i == len(q) {
 			delete(c.sending, srv)
-			c.cmu.Unlock()
+			c.queueMu.Unlock()
 			return
 		}
-		c.cmu.Unlock()
+		c.queueMu.Unlock()
 		if len(batch) > 0 {
 			c.sendBatch(srv, batch)
 		}
