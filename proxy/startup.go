@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"context"
 	"crypto/tls"
 	"encoding/binary"
 	"fmt"
@@ -138,87 +137,6 @@ func parseStartup(version uint32, b []byte) (*startupParams, error) {
 		return nil, fmt.Errorf("%w: no user name in the startup packet", errProtocol)
 	}
 	return sp, nil
-}
-
-// dialUpstream connects to the upstream server and sets up TLS as its
-// sslmode says.
-func (p *Proxy) dialUpstream(ctx context.Context) (net.Conn, error) {
-	d := net.Dialer{Timeout: p.cfg.DialTimeout, KeepAlive: 30 * time.Second}
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
-	defer cancel()
-	c, err := d.DialContext(ctx, "tcp", p.up.addr)
-	if err != nil {
-		return nil, fmt.Errorf("dial upstream %s: %w", p.up.addr, err)
-	}
-	if p.up.sslmode == "disable" {
-		return c, nil
-	}
-	if dl, ok := ctx.Deadline(); ok {
-		_ = c.SetDeadline(dl)
-	}
-	var req [8]byte
-	binary.BigEndian.PutUint32(req[:4], 8)
-	binary.BigEndian.PutUint32(req[4:], codeSSL)
-	if _, err := c.Write(req[:]); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("upstream SSLRequest: %w", err)
-	}
-	var ans [1]byte
-	if _, err := io.ReadFull(c, ans[:]); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("upstream SSLRequest: %w", err)
-	}
-	switch ans[0] {
-	case 'S':
-		tc := tls.Client(c, p.up.tls)
-		if err := tc.HandshakeContext(ctx); err != nil {
-			c.Close()
-			return nil, fmt.Errorf("upstream TLS handshake: %w", err)
-		}
-		_ = tc.SetDeadline(time.Time{})
-		return tc, nil
-	case 'N':
-		switch p.up.sslmode {
-		case "allow", "prefer":
-			_ = c.SetDeadline(time.Time{})
-			return c, nil
-		}
-		c.Close()
-		return nil, fmt.Errorf("%w (sslmode=%s)", ErrUpstreamTLS, p.up.sslmode)
-	default:
-		c.Close()
-		return nil, fmt.Errorf("upstream answered SSLRequest with %q", ans[0])
-	}
-}
-
-// forwardCancel sends a CancelRequest for the session holding key k to its
-// upstream backend. Unknown keys are ignored, as PostgreSQL does.
-func (p *Proxy) forwardCancel(k uint64) {
-	s := p.sessionByKey(k)
-	if s == nil || s.upSecret == nil {
-		p.log.Debug("cancel request for unknown key ignored")
-		return
-	}
-	c, err := p.dialUpstream(context.Background())
-	if err != nil {
-		p.log.Warn("forward cancel request", "session", s.id, "err", err)
-		return
-	}
-	defer c.Close()
-	b := make([]byte, 12, 12+len(s.upSecret))
-	binary.BigEndian.PutUint32(b[0:], uint32(12+len(s.upSecret)))
-	binary.BigEndian.PutUint32(b[4:], codeCancel)
-	binary.BigEndian.PutUint32(b[8:], s.upPID)
-	b = append(b, s.upSecret...)
-	if _, err := c.Write(b); err != nil {
-		p.log.Warn("forward cancel request", "session", s.id, "err", err)
-		return
-	}
-	// PostgreSQL closes the connection after reading the request; wait for
-	// that so the cancel is in flight before the client hears back.
-	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	_, _ = c.Read(make([]byte, 1))
-	p.log.Debug("cancel request forwarded", "session", s.id)
 }
 
 // upstreamStartup sends the client's StartupMessage, as it came, to the
