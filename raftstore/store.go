@@ -92,11 +92,7 @@ func fieldErr(err error, fields ...string) error { return &FieldError{Fields: fi
 // Server is one voter of the cluster: its Raft ID and address, and the
 // address of its token API (kept in the replicated state so every node can
 // forward to the leader).
-type Server struct {
-	ID       string `json:"id"`
-	RaftAddr string `json:"raft_addr"`
-	APIAddr  string `json:"api_addr"`
-}
+type Server = tokenwire.Server
 
 // Defaults of Config (see DefaultConfig) and of the Batcher and ReadIndex
 // settings the token service exposes beside it. Each is defined here only.

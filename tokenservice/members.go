@@ -121,7 +121,7 @@ func (s *Server) handleAddMember(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
-	if err := st.AddNonvoter(r.Context(), raftstore.Server{ID: req.ID, RaftAddr: req.RaftAddr, APIAddr: req.APIAddr}); err != nil {
+	if err := st.AddNonvoter(r.Context(), req); err != nil {
 		s.writeError(w, err)
 		return
 	}

@@ -9,8 +9,8 @@ import (
 )
 
 // TestStatusAndMembersJSON pins the JSON of GET /v1/status, GET
-// /v1/members and GET /v1/internal/configuration: field names, order and
-// which fields are left out when empty.
+// /v1/members, POST /v1/members and GET /v1/internal/configuration: field
+// names, order and which fields are left out when empty.
 func TestStatusAndMembersJSON(t *testing.T) {
 	yes := true
 	st := statusFrom(raftstore.Status{StatusFields: tokenwire.StatusFields{
@@ -47,6 +47,8 @@ func TestStatusAndMembersJSON(t *testing.T) {
 		{"members", members, `{"cluster_id":"c1","leader_id":"n1","commit_index":9,"members":[` +
 			`{"id":"n1","raft_addr":"h1:7201","api_addr":"http://h1:7101","suffrage":"Voter","leader":true,"caught_up":true,"applied_index":9},` +
 			`{"id":"n2","raft_addr":"h2:7201","api_addr":"http://h2:7101","suffrage":"Nonvoter","leader":false,"problem":"does not answer"}]}`},
+		{"new member", memberRequest{ID: "n4", RaftAddr: "h4:7201", APIAddr: "http://h4:7101"},
+			`{"id":"n4","raft_addr":"h4:7201","api_addr":"http://h4:7101"}`},
 		{"configuration", conf, `{"cluster_id":"c1","leader_id":"n1","members":[` +
 			`{"id":"n1","raft_addr":"h1:7201","api_addr":"http://h1:7101","suffrage":"Voter","leader":true}]}`},
 	} {

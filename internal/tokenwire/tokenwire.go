@@ -53,11 +53,8 @@ type (
 		Index  uint64 `json:"index"`
 		Leader string `json:"leader"`
 	}
-	MemberRequest struct {
-		ID       string `json:"id"`
-		RaftAddr string `json:"raft_addr"`
-		APIAddr  string `json:"api_addr"`
-	}
+	// MemberRequest (POST /v1/members) names the server to add.
+	MemberRequest  = Server
 	ApiAddrRequest struct {
 		APIAddr string `json:"api_addr"`
 	}
@@ -71,6 +68,15 @@ type (
 		LeaderID  string `json:"leader_id,omitempty"`
 	}
 )
+
+// Server is one server of the cluster: its Raft ID and address, and the
+// address of its token API. It is a founding peer (raftstore.Server) and
+// the body of a request to add a member.
+type Server struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	APIAddr  string `json:"api_addr"`
+}
 
 // Member is one server of the Raft group, as the store reads it from its
 // configuration and as GET /v1/status and GET /v1/members return it.
