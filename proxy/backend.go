@@ -9,45 +9,45 @@ func (s *session) backendPump() {
 	t := &s.track
 	m := s.p.metrics
 	for {
-		if s.uf.r.Buffered() == 0 {
-			if err := s.cw.Flush(); err != nil {
+		if s.upstreamFrames.r.Buffered() == 0 {
+			if err := s.clientWriter.Flush(); err != nil {
 				s.endBackend(errClientGone)
 				return
 			}
 		}
-		typ, n, err := s.uf.peekHeader()
+		typ, n, err := s.upstreamFrames.peekHeader()
 		if err != nil {
 			s.endBackend(err)
 			return
 		}
 		switch typ {
 		case 'Z':
-			body, err := s.uf.body(n)
+			body, err := s.upstreamFrames.body(n)
 			if err != nil || len(body) != 1 {
 				s.endBackend(err)
 				return
 			}
 			closeNow := t.ready(body[0], s.p.draining.Load())
-			if err := writeMsg(s.cw, 'Z', body); err != nil {
+			if err := writeMsg(s.clientWriter, 'Z', body); err != nil {
 				s.endBackend(errClientGone)
 				return
 			}
 			if closeNow {
-				_ = s.cw.Flush()
+				_ = s.clientWriter.Flush()
 				s.setClosing(errDraining)
 				s.endBackend(errDraining)
 				return
 			}
 			continue
 		case 'E':
-			body, err := s.uf.body(n)
+			body, err := s.upstreamFrames.body(n)
 			if err != nil {
 				s.endBackend(err)
 				return
 			}
 			t.errorResponse()
 			s.countError(body)
-			if err := writeMsg(s.cw, 'E', body); err != nil {
+			if err := writeMsg(s.clientWriter, 'E', body); err != nil {
 				s.endBackend(errClientGone)
 				return
 			}
@@ -55,12 +55,12 @@ func (s *session) backendPump() {
 		case 'T':
 			fence := false
 			if n == 26 || n == 31 {
-				b, _ := s.uf.r.Peek(5 + n)
+				b, _ := s.upstreamFrames.r.Peek(5 + n)
 				fence = len(b) == 5+n && isFenceRow(b[5:])
 			}
 			t.rowDescription(fence)
 		case 'C':
-			b, _ := s.uf.r.Peek(5 + min(n, 32))
+			b, _ := s.upstreamFrames.r.Peek(5 + min(n, 32))
 			if len(b) >= 5 {
 				if a := t.commandComplete(b[5:]); a.fences > 0 {
 					m.FencesAccepted.Add(float64(a.fences))
@@ -70,7 +70,7 @@ func (s *session) backendPump() {
 		case '1', '2', '3', 't', 'n', 'I', 's', 'G', 'W':
 			t.response(typ)
 		}
-		if err := s.uf.copyTo(s.cw, n); err != nil {
+		if err := s.upstreamFrames.copyTo(s.clientWriter, n); err != nil {
 			s.endBackend(err)
 			return
 		}

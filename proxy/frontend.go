@@ -12,12 +12,12 @@ import (
 func (s *session) frontendPump() error {
 	t := &s.track
 	for {
-		if s.cf.r.Buffered() == 0 {
-			if err := s.uw.Flush(); err != nil {
+		if s.clientFrames.r.Buffered() == 0 {
+			if err := s.upstreamWriter.Flush(); err != nil {
 				return err
 			}
 		}
-		typ, n, err := s.cf.peekHeader()
+		typ, n, err := s.clientFrames.peekHeader()
 		if err != nil {
 			return err
 		}
@@ -38,13 +38,13 @@ func (s *session) frontendPump() error {
 			}
 		case 'S', 'F', 'c', 'f':
 		case 'H', 'd':
-			if err := s.cf.copyTo(s.uw, n); err != nil {
+			if err := s.clientFrames.copyTo(s.upstreamWriter, n); err != nil {
 				return err
 			}
 			continue
 		case 'X':
-			_ = s.cf.copyTo(s.uw, n)
-			_ = s.uw.Flush()
+			_ = s.clientFrames.copyTo(s.upstreamWriter, n)
+			_ = s.upstreamWriter.Flush()
 			return nil
 		default:
 			return fmt.Errorf("%w: unexpected frontend message type %q", errProtocol, typ)
@@ -52,7 +52,7 @@ func (s *session) frontendPump() error {
 		if !t.push(r) {
 			return errDraining
 		}
-		if err := s.cf.copyTo(s.uw, n); err != nil {
+		if err := s.clientFrames.copyTo(s.upstreamWriter, n); err != nil {
 			return err
 		}
 	}
@@ -65,7 +65,7 @@ const peekLimit = 1 << 10
 // the start of the next message's body (length n), without consuming it. A
 // name longer than peekLimit is hashed by its first bytes.
 func (s *session) peekName(n, i int) uint64 {
-	b, _ := s.cf.r.Peek(5 + min(n, peekLimit))
+	b, _ := s.clientFrames.r.Peek(5 + min(n, peekLimit))
 	if len(b) < 5 {
 		return 0
 	}
@@ -85,7 +85,7 @@ func (s *session) peekName(n, i int) uint64 {
 
 // peekTarget reads the 'S' or 'P' and the name of a Close or Describe.
 func (s *session) peekTarget(n int) (byte, uint64, error) {
-	b, _ := s.cf.r.Peek(5 + min(n, peekLimit))
+	b, _ := s.clientFrames.r.Peek(5 + min(n, peekLimit))
 	if len(b) < 6 || (b[5] != 'S' && b[5] != 'P') {
 		return 0, 0, fmt.Errorf("%w: malformed %c message", errProtocol, b[0])
 	}

@@ -36,8 +36,8 @@ func memSession(t testing.TB, client, upstream []byte) (*session, *memConn, *mem
 	uc := &memConn{r: bytes.NewReader(upstream)}
 	s := newSession(p, cc)
 	s.up = uc
-	s.cw, s.cf, _ = newBuffered(cc, p.cfg.MaxMessageSize)
-	s.uw, s.uf, _ = newBuffered(uc, 1<<30)
+	s.clientWriter, s.clientFrames, _ = newBuffered(cc, p.cfg.MaxMessageSize)
+	s.upstreamWriter, s.upstreamFrames, _ = newBuffered(uc, 1<<30)
 	s.track.init('I')
 	return s, cc, uc
 }
@@ -88,7 +88,7 @@ func FuzzFrontendFraming(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		s, _, uc := memSession(t, in, nil)
 		_ = s.frontendPump()
-		_ = s.uw.Flush()
+		_ = s.upstreamWriter.Flush()
 		checkFrames(t, uc.w.Bytes())
 	})
 }

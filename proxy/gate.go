@@ -191,21 +191,21 @@ func (s *session) gateQuery(queries ...string) ([][]string, byte, error) {
 	for _, q := range queries {
 		msg = queryMsg(msg, q)
 	}
-	if _, err := s.uw.Write(msg); err != nil {
+	if _, err := s.upstreamWriter.Write(msg); err != nil {
 		return nil, 0, err
 	}
-	if err := s.uw.Flush(); err != nil {
+	if err := s.upstreamWriter.Flush(); err != nil {
 		return nil, 0, err
 	}
 	var rows [][]string
 	stmt, ready := 0, 0
 	var qerr *pgproto3.ErrorResponse
 	for {
-		typ, size, err := s.uf.peekHeader()
+		typ, size, err := s.upstreamFrames.peekHeader()
 		if err != nil {
 			return nil, 0, fmt.Errorf("read the gate's answer: %w", err)
 		}
-		body, err := s.uf.body(size)
+		body, err := s.upstreamFrames.body(size)
 		if err != nil {
 			return nil, 0, fmt.Errorf("read the gate's answer: %w", err)
 		}
@@ -237,7 +237,7 @@ func (s *session) gateQuery(queries ...string) ([][]string, byte, error) {
 			// A notice or notification raised by the gate's statements is
 			// the proxy's, not the client's.
 		case 'S':
-			if err := writeMsg(s.cw, typ, body); err != nil {
+			if err := writeMsg(s.clientWriter, typ, body); err != nil {
 				return nil, 0, err
 			}
 		case 'Z':
@@ -275,9 +275,9 @@ func (s *session) refuse(err error) {
 	}
 	s.p.metrics.SessionsRefused.WithLabelValues(r.reason).Inc()
 	s.log.Warn("session refused", "reason", r.reason, "sqlstate", r.code, "problems", r.detail, "message", r.msg)
-	_ = writeMsg(s.uw, 'X', nil)
-	_ = s.uw.Flush()
+	_ = writeMsg(s.upstreamWriter, 'X', nil)
+	_ = s.upstreamWriter.Flush()
 	_ = s.client.SetWriteDeadline(time.Now().Add(time.Second))
-	_ = writeMsg(s.cw, 'E', errorBody("FATAL", r.code, r.msg, r.hint))
-	_ = s.cw.Flush()
+	_ = writeMsg(s.clientWriter, 'E', errorBody("FATAL", r.code, r.msg, r.hint))
+	_ = s.clientWriter.Flush()
 }

@@ -31,8 +31,11 @@ type session struct {
 	client    net.Conn
 	up        net.Conn
 	clientTLS bool
-	cw, uw    *bufio.Writer
-	cf, uf    frameReader
+	// clientWriter and upstreamWriter buffer what is written to the client
+	// and to the upstream; clientFrames and upstreamFrames read the
+	// messages each sends.
+	clientWriter, upstreamWriter *bufio.Writer
+	clientFrames, upstreamFrames frameReader
 
 	user, database string
 	key            uint64
@@ -153,7 +156,7 @@ func (s *session) run() {
 	}
 	max := s.p.cfg.MaxMessageSize
 	var cref, uref *connRef
-	s.cw, s.cf, cref = newBuffered(c, max)
+	s.clientWriter, s.clientFrames, cref = newBuffered(c, max)
 	up, err := s.p.dialUpstream(context.Background())
 	if err != nil {
 		s.log.Warn("upstream unavailable", "err", err)
@@ -168,7 +171,7 @@ func (s *session) run() {
 		return
 	}
 	_ = up.SetDeadline(time.Now().Add(startupTimeout))
-	s.uw, s.uf, uref = newBuffered(up, 1<<30)
+	s.upstreamWriter, s.upstreamFrames, uref = newBuffered(up, 1<<30)
 	if err := s.upstreamStartup(sp); err != nil {
 		if !errors.Is(err, errUpstreamRefused) {
 			s.startupFailed(err)
@@ -177,7 +180,7 @@ func (s *session) run() {
 	}
 	// What the client has so far (authentication, parameters, its cancel
 	// key) goes out before the gate runs, so that it can cancel the check.
-	if err := s.cw.Flush(); err != nil {
+	if err := s.clientWriter.Flush(); err != nil {
 		return
 	}
 	status, err := s.gate()
@@ -185,10 +188,10 @@ func (s *session) run() {
 		s.refuse(err)
 		return
 	}
-	if err := writeMsg(s.cw, 'Z', []byte{status}); err != nil {
+	if err := writeMsg(s.clientWriter, 'Z', []byte{status}); err != nil {
 		return
 	}
-	if err := s.cw.Flush(); err != nil {
+	if err := s.clientWriter.Flush(); err != nil {
 		return
 	}
 	_ = s.client.SetDeadline(time.Time{})
@@ -243,8 +246,8 @@ func (s *session) writeFatalRaw(code, msg string) {
 // writeFatal writes a FATAL ErrorResponse through the buffered writer.
 func (s *session) writeFatal(code, msg string) {
 	_ = s.client.SetWriteDeadline(time.Now().Add(time.Second))
-	_ = writeMsg(s.cw, 'E', errorBody("FATAL", code, msg, ""))
-	_ = s.cw.Flush()
+	_ = writeMsg(s.clientWriter, 'E', errorBody("FATAL", code, msg, ""))
+	_ = s.clientWriter.Flush()
 }
 
 // endFrontend runs when the frontend pump returns: it stops the backend

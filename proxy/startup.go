@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"context"
 	"crypto/tls"
 	"encoding/binary"
 	"fmt"
@@ -140,87 +139,6 @@ func parseStartup(version uint32, b []byte) (*startupParams, error) {
 	return sp, nil
 }
 
-// dialUpstream connects to the upstream server and sets up TLS as its
-// sslmode says.
-func (p *Proxy) dialUpstream(ctx context.Context) (net.Conn, error) {
-	d := net.Dialer{Timeout: p.cfg.DialTimeout, KeepAlive: 30 * time.Second}
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
-	defer cancel()
-	c, err := d.DialContext(ctx, "tcp", p.up.addr)
-	if err != nil {
-		return nil, fmt.Errorf("dial upstream %s: %w", p.up.addr, err)
-	}
-	if p.up.sslmode == "disable" {
-		return c, nil
-	}
-	if dl, ok := ctx.Deadline(); ok {
-		_ = c.SetDeadline(dl)
-	}
-	var req [8]byte
-	binary.BigEndian.PutUint32(req[:4], 8)
-	binary.BigEndian.PutUint32(req[4:], codeSSL)
-	if _, err := c.Write(req[:]); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("upstream SSLRequest: %w", err)
-	}
-	var ans [1]byte
-	if _, err := io.ReadFull(c, ans[:]); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("upstream SSLRequest: %w", err)
-	}
-	switch ans[0] {
-	case 'S':
-		tc := tls.Client(c, p.up.tls)
-		if err := tc.HandshakeContext(ctx); err != nil {
-			c.Close()
-			return nil, fmt.Errorf("upstream TLS handshake: %w", err)
-		}
-		_ = tc.SetDeadline(time.Time{})
-		return tc, nil
-	case 'N':
-		switch p.up.sslmode {
-		case "allow", "prefer":
-			_ = c.SetDeadline(time.Time{})
-			return c, nil
-		}
-		c.Close()
-		return nil, fmt.Errorf("%w (sslmode=%s)", ErrUpstreamTLS, p.up.sslmode)
-	default:
-		c.Close()
-		return nil, fmt.Errorf("upstream answered SSLRequest with %q", ans[0])
-	}
-}
-
-// forwardCancel sends a CancelRequest for the session holding key k to its
-// upstream backend. Unknown keys are ignored, as PostgreSQL does.
-func (p *Proxy) forwardCancel(k uint64) {
-	s := p.sessionByKey(k)
-	if s == nil || s.upSecret == nil {
-		p.log.Debug("cancel request for unknown key ignored")
-		return
-	}
-	c, err := p.dialUpstream(context.Background())
-	if err != nil {
-		p.log.Warn("forward cancel request", "session", s.id, "err", err)
-		return
-	}
-	defer c.Close()
-	b := make([]byte, 12, 12+len(s.upSecret))
-	binary.BigEndian.PutUint32(b[0:], uint32(12+len(s.upSecret)))
-	binary.BigEndian.PutUint32(b[4:], codeCancel)
-	binary.BigEndian.PutUint32(b[8:], s.upPID)
-	b = append(b, s.upSecret...)
-	if _, err := c.Write(b); err != nil {
-		p.log.Warn("forward cancel request", "session", s.id, "err", err)
-		return
-	}
-	// PostgreSQL closes the connection after reading the request; wait for
-	// that so the cancel is in flight before the client hears back.
-	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	_, _ = c.Read(make([]byte, 1))
-	p.log.Debug("cancel request forwarded", "session", s.id)
-}
-
 // upstreamStartup sends the client's StartupMessage, as it came, to the
 // upstream, relays the authentication exchange and the startup parameters
 // to the client, and returns when the upstream is ready for queries (its
@@ -233,18 +151,18 @@ func (s *session) upstreamStartup(sp *startupParams) error {
 	}
 	msg = append(msg, 0)
 	binary.BigEndian.PutUint32(msg[:4], uint32(len(msg)))
-	if _, err := s.uw.Write(msg); err != nil {
+	if _, err := s.upstreamWriter.Write(msg); err != nil {
 		return err
 	}
-	if err := s.uw.Flush(); err != nil {
+	if err := s.upstreamWriter.Flush(); err != nil {
 		return err
 	}
 	for {
-		typ, n, err := s.uf.peekHeader()
+		typ, n, err := s.upstreamFrames.peekHeader()
 		if err != nil {
 			return fmt.Errorf("read upstream startup: %w", err)
 		}
-		body, err := s.uf.body(n)
+		body, err := s.upstreamFrames.body(n)
 		if err != nil {
 			return fmt.Errorf("read upstream startup: %w", err)
 		}
@@ -253,12 +171,12 @@ func (s *session) upstreamStartup(sp *startupParams) error {
 			if len(body) < 4 {
 				return fmt.Errorf("upstream sent a short authentication message")
 			}
-			if err := writeMsg(s.cw, typ, body); err != nil {
+			if err := writeMsg(s.clientWriter, typ, body); err != nil {
 				return err
 			}
 			switch binary.BigEndian.Uint32(body) {
 			case 3, 5, 7, 9, 10, 11: // a password, GSS, SSPI or SASL answer is due
-				if err := s.cw.Flush(); err != nil {
+				if err := s.clientWriter.Flush(); err != nil {
 					return err
 				}
 				if err := s.relayAuthAnswer(); err != nil {
@@ -274,12 +192,12 @@ func (s *session) upstreamStartup(sp *startupParams) error {
 			key := s.p.registerKey(s)
 			var kb [8]byte
 			binary.BigEndian.PutUint64(kb[:], key)
-			if err := writeMsg(s.cw, 'K', kb[:]); err != nil {
+			if err := writeMsg(s.clientWriter, 'K', kb[:]); err != nil {
 				return err
 			}
 		case 'E':
-			_ = writeMsg(s.cw, typ, body)
-			_ = s.cw.Flush()
+			_ = writeMsg(s.clientWriter, typ, body)
+			_ = s.clientWriter.Flush()
 			return errUpstreamRefused
 		case 'Z':
 			if len(body) != 1 {
@@ -288,7 +206,7 @@ func (s *session) upstreamStartup(sp *startupParams) error {
 			s.startStatus = body[0]
 			return nil
 		default: // ParameterStatus, NoticeResponse, NegotiateProtocolVersion, ...
-			if err := writeMsg(s.cw, typ, body); err != nil {
+			if err := writeMsg(s.clientWriter, typ, body); err != nil {
 				return err
 			}
 		}
@@ -297,17 +215,17 @@ func (s *session) upstreamStartup(sp *startupParams) error {
 
 // relayAuthAnswer forwards the client's one authentication message.
 func (s *session) relayAuthAnswer() error {
-	typ, n, err := s.cf.peekHeader()
+	typ, n, err := s.clientFrames.peekHeader()
 	if err != nil {
 		return err
 	}
 	if typ != 'p' {
 		return fmt.Errorf("%w: message type %q during authentication (expected 'p')", errProtocol, typ)
 	}
-	if err := s.cf.copyTo(s.uw, n); err != nil {
+	if err := s.clientFrames.copyTo(s.upstreamWriter, n); err != nil {
 		return err
 	}
-	return s.uw.Flush()
+	return s.upstreamWriter.Flush()
 }
 
 // newBuffered wraps a connection in the session's buffered reader and writer.

@@ -77,7 +77,7 @@ func nameHash(b []byte) uint64 {
 // under mu.
 type tracker struct {
 	mu      sync.Mutex
-	q       []request
+	queue   []request
 	head    int
 	base    time.Time // origin of request.at
 	pending int       // Sync, Query and FunctionCall entries not yet answered
@@ -126,8 +126,8 @@ func (t *tracker) push(r request) bool {
 	case 'S', 'Q', 'F':
 		t.unsynced = 0
 		t.pending++
-		if r.typ == 'S' && len(t.q) > t.head && t.q[len(t.q)-1].typ == 'S' {
-			t.q[len(t.q)-1].n++
+		if r.typ == 'S' && len(t.queue) > t.head && t.queue[len(t.queue)-1].typ == 'S' {
+			t.queue[len(t.queue)-1].n++
 			return true
 		}
 		r.n = 1
@@ -135,17 +135,17 @@ func (t *tracker) push(r request) bool {
 	default:
 		t.unsynced++
 	}
-	if len(t.q)-t.head >= maxTracked {
+	if len(t.queue)-t.head >= maxTracked {
 		t.loseTrack()
 		return true
 	}
-	if t.head > 0 && t.head == len(t.q) {
-		t.q, t.head = t.q[:0], 0
-	} else if t.head >= 1024 && t.head*2 >= len(t.q) {
-		n := copy(t.q, t.q[t.head:])
-		t.q, t.head = t.q[:n], 0
+	if t.head > 0 && t.head == len(t.queue) {
+		t.queue, t.head = t.queue[:0], 0
+	} else if t.head >= 1024 && t.head*2 >= len(t.queue) {
+		n := copy(t.queue, t.queue[t.head:])
+		t.queue, t.head = t.queue[:n], 0
 	}
-	t.q = append(t.q, r)
+	t.queue = append(t.queue, r)
 	return true
 }
 
@@ -153,7 +153,7 @@ func (t *tracker) push(r request) bool {
 // fences are no longer counted.
 func (t *tracker) loseTrack() {
 	t.lost = true
-	t.q, t.head = nil, 0
+	t.queue, t.head = nil, 0
 	t.stmtFence, t.portalFence = nil, nil
 }
 
@@ -178,8 +178,8 @@ func (t *tracker) closeIfIdle() bool {
 // front returns the oldest unanswered request, dropping CopyData-family
 // entries the server ignored outside a COPY. ok is false when none is left.
 func (t *tracker) front() (r *request, ok bool) {
-	for t.head < len(t.q) {
-		r = &t.q[t.head]
+	for t.head < len(t.queue) {
+		r = &t.queue[t.head]
 		if !t.copyIn && (r.typ == 'c' || r.typ == 'f') {
 			t.head++
 			continue
@@ -466,15 +466,15 @@ func (t *tracker) endCopy() {
 		return
 	}
 	i := t.head + 1
-	for ; i < len(t.q) && t.q[i].typ == 'S'; i++ {
-		t.pending -= int(t.q[i].n)
+	for ; i < len(t.queue) && t.queue[i].typ == 'S'; i++ {
+		t.pending -= int(t.queue[i].n)
 	}
-	if i == len(t.q) || t.q[i].typ != 'c' {
+	if i == len(t.queue) || t.queue[i].typ != 'c' {
 		t.loseTrack()
 		return
 	}
 	// Drop the ignored Syncs and the CopyDone, keeping the COPY's request.
-	t.q = append(t.q[:t.head+1], t.q[i+1:]...)
+	t.queue = append(t.queue[:t.head+1], t.queue[i+1:]...)
 }
 
 // errorResponse handles an ErrorResponse.
@@ -494,8 +494,8 @@ func (t *tracker) errorResponse() {
 			t.loseTrack()
 			return
 		}
-		for i := t.head + 1; i < len(t.q) && t.q[i].typ == 'S'; i++ {
-			t.ignorable += int(t.q[i].n)
+		for i := t.head + 1; i < len(t.queue) && t.queue[i].typ == 'S'; i++ {
+			t.ignorable += int(t.queue[i].n)
 		}
 	} else {
 		t.settle()

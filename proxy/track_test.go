@@ -11,8 +11,8 @@ func TestTrackerLimits(t *testing.T) {
 	for range maxTracked * 2 {
 		tr.push(request{typ: 'S'})
 	}
-	if tr.lost || len(tr.q) != 1 || tr.pending != maxTracked*2 {
-		t.Fatalf("after %d Syncs: lost=%v entries=%d pending=%d", maxTracked*2, tr.lost, len(tr.q), tr.pending)
+	if tr.lost || len(tr.queue) != 1 || tr.pending != maxTracked*2 {
+		t.Fatalf("after %d Syncs: lost=%v entries=%d pending=%d", maxTracked*2, tr.lost, len(tr.queue), tr.pending)
 	}
 	for range maxTracked * 2 {
 		tr.ready('I', false)
@@ -25,8 +25,8 @@ func TestTrackerLimits(t *testing.T) {
 	for range maxTracked + 1 {
 		tr.push(request{typ: 'P'})
 	}
-	if !tr.lost || tr.q != nil {
-		t.Fatalf("past %d requests: lost=%v entries=%d", maxTracked, tr.lost, len(tr.q))
+	if !tr.lost || tr.queue != nil {
+		t.Fatalf("past %d requests: lost=%v entries=%d", maxTracked, tr.lost, len(tr.queue))
 	}
 	tr.response('1')
 	tr.ready('I', true)

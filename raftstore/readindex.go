@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/tokenwire"
 	"github.com/hashicorp/raft"
 )
 
@@ -237,14 +238,9 @@ func (ri *ReadIndex) drop(term uint64) {
 	}
 }
 
-// RangeStatus is the range a leader hands tokens out of.
-type RangeStatus struct {
-	// Next is the next token it hands out, Last the last of its ranges.
-	Next, Last int64
-	// Term and Index are those of the reservation entry of the range
-	// Next is in.
-	Term, Index uint64
-}
+// RangeStatus is the range a leader hands tokens out of, as GET
+// /v1/status reports it.
+type RangeStatus = tokenwire.ReservedRange
 
 // ReadIndexStats are counters for status and metrics.
 type ReadIndexStats struct {

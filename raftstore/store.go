@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/tokenwire"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 )
@@ -91,11 +92,7 @@ func fieldErr(err error, fields ...string) error { return &FieldError{Fields: fi
 // Server is one voter of the cluster: its Raft ID and address, and the
 // address of its token API (kept in the replicated state so every node can
 // forward to the leader).
-type Server struct {
-	ID       string `json:"id"`
-	RaftAddr string `json:"raft_addr"`
-	APIAddr  string `json:"api_addr"`
-}
+type Server = tokenwire.Server
 
 // Defaults of Config (see DefaultConfig) and of the Batcher and ReadIndex
 // settings the token service exposes beside it. Each is defined here only.
@@ -485,28 +482,15 @@ func (s *Store) Snapshot() error {
 	return nil
 }
 
-// Member is one server of the Raft configuration as Status reports it.
-type Member struct {
-	ID       string `json:"id"`
-	RaftAddr string `json:"raft_addr"`
-	APIAddr  string `json:"api_addr"`
-	Suffrage string `json:"suffrage"`
-	Leader   bool   `json:"leader"`
-}
+// Member is one server of the Raft configuration as Status and
+// Configuration report it. The store leaves CaughtUp, AppliedIndex and
+// Problem zero: the token service's member list fills them.
+type Member = tokenwire.Member
 
-// Status is this node's local view of the cluster.
+// Status is this node's local view of the cluster: the fields the token
+// service's GET /v1/status returns, and the log's bounds.
 type Status struct {
-	ID           string
-	ClusterID    string
-	State        string
-	Term         uint64
-	LastIndex    uint64
-	CommitIndex  uint64
-	AppliedIndex uint64
-	LeaderID     string
-	LeaderAPI    string
-	LastToken    int64
-	Members      []Member
+	tokenwire.StatusFields
 	// FirstLogIndex is the oldest entry still in the log (it grows when the
 	// log is compacted); LastSnapshotIndex the index of the last snapshot.
 	FirstLogIndex     uint64
@@ -516,7 +500,7 @@ type Status struct {
 // Status returns this node's local view (not a linearizable read).
 func (s *Store) Status() Status {
 	lid, lapi := s.Leader()
-	st := Status{
+	st := Status{StatusFields: tokenwire.StatusFields{
 		ID:           s.cfg.ID,
 		ClusterID:    s.fsm.clusterID(),
 		State:        s.raft.State().String(),
@@ -527,7 +511,7 @@ func (s *Store) Status() Status {
 		LeaderID:     lid,
 		LeaderAPI:    lapi,
 		LastToken:    s.fsm.counter(),
-	}
+	}}
 	if fi, err := s.bolt.FirstIndex(); err == nil {
 		st.FirstLogIndex = fi
 	}

@@ -155,9 +155,9 @@ func TestCloseWaitsForSenders(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	c.cmu.Lock()
+	c.queueMu.Lock()
 	left := len(c.sending)
-	c.cmu.Unlock()
+	c.queueMu.Unlock()
 	if left != 0 {
 		t.Errorf("%d senders still registered after Close", left)
 	}

@@ -5,9 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
-	"strings"
 
 	"github.com/fencegate/fencegate/internal/tlsfiles"
 )
@@ -25,20 +23,20 @@ func LoadClientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
 	if (certFile == "") != (keyFile == "") {
 		return nil, fmt.Errorf("%w: give both a certificate and its key, or neither", ErrBadTLS)
 	}
-	pool, err := loadCA(caFile)
+	pool, err := tlsfiles.LoadCA(caFile)
 	if err != nil {
 		return nil, err
 	}
 	var certs []tls.Certificate
 	if certFile != "" {
-		pair, err := loadPair(certFile, keyFile)
+		pair, err := tlsfiles.LoadPair(certFile, keyFile)
 		if err != nil {
 			return nil, err
 		}
-		if err := verifyLeaf(pair.Leaf, pool, certFile, caFile); err != nil {
+		if err := tlsfiles.VerifyLeaf(pair.Leaf, pool, certFile, caFile); err != nil {
 			return nil, err
 		}
-		if len(rolesOf(pair.Leaf)) == 0 {
+		if len(RolesOf(pair.Leaf)) == 0 {
 			return nil, fmt.Errorf("%w: certificate %s names no role (its OU must be client, admin or peer); issue one with a role", ErrBadTLS, certFile)
 		}
 		certs = []tls.Certificate{pair}
@@ -56,26 +54,27 @@ func ClientTLSConfig(ca *x509.CertPool, certs ...tls.Certificate) *tls.Config {
 		MinVersion:         tls.VersionTLS12,
 		NextProtos:         []string{"http/1.1"},
 		ClientSessionCache: tls.NewLRUClientSessionCache(64),
-		VerifyConnection:   requirePeerRole,
+		VerifyConnection:   RequirePeerRole,
 	}
 }
 
-// requirePeerRole is a VerifyConnection that refuses a peer whose
-// certificate lacks the peer role (a client's certificate signed by the
-// same CA must not pass for a node).
-func requirePeerRole(cs tls.ConnectionState) error {
+// RequirePeerRole is a tls.Config VerifyConnection that refuses a peer
+// whose certificate lacks the peer role (a client's certificate signed by
+// the same CA must not pass for a node). ClientTLSConfig installs it; so
+// does a node's Raft layer.
+func RequirePeerRole(cs tls.ConnectionState) error {
 	if len(cs.PeerCertificates) == 0 {
 		return errors.New("tokenservice: the other side presented no certificate")
 	}
 	leaf := cs.PeerCertificates[0]
-	if !slices.Contains(rolesOf(leaf), RolePeer) {
-		return fmt.Errorf("tokenservice: certificate of %q has roles %v, not peer: it is not a node of this cluster", leaf.Subject.CommonName, rolesOf(leaf))
+	if !slices.Contains(RolesOf(leaf), RolePeer) {
+		return fmt.Errorf("tokenservice: certificate of %q has roles %v, not peer: it is not a node of this cluster", leaf.Subject.CommonName, RolesOf(leaf))
 	}
 	return nil
 }
 
 // rolesOf reads the roles of a certificate from its subject's OUs.
-func rolesOf(c *x509.Certificate) []Role {
+func RolesOf(c *x509.Certificate) []Role {
 	var out []Role
 	for _, ou := range c.Subject.OrganizationalUnit {
 		if r := Role(ou); slices.Contains(Roles, r) && !slices.Contains(out, r) {
@@ -83,33 +82,4 @@ func rolesOf(c *x509.Certificate) []Role {
 		}
 	}
 	return out
-}
-
-// Credentials are the bearer credentials a node accepts, as read from its
-// The TLS files are read as in package tlsfiles, shared with the server.
-var (
-	loadCA     = tlsfiles.LoadCA
-	loadPair   = tlsfiles.LoadPair
-	verifyLeaf = tlsfiles.VerifyLeaf
-)
-
-// hostOf returns the host of HOST:PORT or URL a.
-func hostOf(a string) string {
-	if _, rest, ok := strings.Cut(a, "://"); ok {
-		a = rest
-	}
-	host, _, err := net.SplitHostPort(strings.TrimSuffix(a, "/"))
-	if err != nil {
-		return a
-	}
-	return host
-}
-
-// isLoopback reports whether host is a loopback name or address.
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

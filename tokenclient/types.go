@@ -1,6 +1,10 @@
 package tokenclient
 
-import "time"
+import (
+	"time"
+
+	"github.com/fencegate/fencegate/internal/tokenwire"
+)
 
 // Token is a fencing token and where it came from.
 type Token struct {
@@ -19,22 +23,9 @@ type Token struct {
 	Proof string
 }
 
-// Member is one server of the Raft group.
-type Member struct {
-	ID       string `json:"id"`
-	RaftAddr string `json:"raft_addr"`
-	APIAddr  string `json:"api_addr"`
-	// Suffrage is "Voter" or "Nonvoter" (a new member catching up).
-	Suffrage string `json:"suffrage"`
-	Leader   bool   `json:"leader"`
-	// The fields below are filled by the leader in the member list (GET
-	// /v1/members), from asking each member: whether it has applied every
-	// entry the leader had committed when it asked (nil when the member
-	// did not answer), its applied index, and why it did not answer.
-	CaughtUp     *bool  `json:"caught_up,omitempty"`
-	AppliedIndex uint64 `json:"applied_index,omitempty"`
-	Problem      string `json:"problem,omitempty"`
-}
+// Member is one server of the Raft group. CaughtUp, AppliedIndex and
+// Problem are filled in the member list (Members) only.
+type Member = tokenwire.Member
 
 // Members is the member list as the leader has committed it.
 type Members struct {
@@ -71,19 +62,12 @@ type Restored struct {
 	Term    uint64 `json:"term"`
 }
 
-// Status is one node's view of the cluster, as GET /v1/status returns it.
+// Status is one node's view of the cluster, as GET /v1/status returns it:
+// the fields of StatusFields (ID, ClusterID, LeaderID, LeaderAPI, State,
+// Term, LastIndex, CommitIndex, AppliedIndex, LastToken, Members), then
+// ReadIndex.
 type Status struct {
-	ID           string   `json:"id"`
-	ClusterID    string   `json:"cluster_id,omitempty"`
-	LeaderID     string   `json:"leader_id"`
-	LeaderAPI    string   `json:"leader_api"`
-	State        string   `json:"state"`
-	Term         uint64   `json:"term"`
-	LastIndex    uint64   `json:"last_index"`
-	CommitIndex  uint64   `json:"commit_index"`
-	AppliedIndex uint64   `json:"applied_index"`
-	LastToken    int64    `json:"last_token"`
-	Members      []Member `json:"members"`
+	tokenwire.StatusFields
 	// ReadIndex is the read-index path's state on this node; nil with
 	// Config.CommitPerBatch.
 	ReadIndex *ReadIndexStatus `json:"read_index,omitempty"`
@@ -104,12 +88,5 @@ type ReadIndexStatus struct {
 	Reservations  uint64 `json:"reservations"`
 }
 
-// ReservedRange is a reserved range: Next is the next token handed out,
-// Last the last one reserved; Term and Index those of the reservation
-// entry.
-type ReservedRange struct {
-	Next  int64  `json:"next"`
-	Last  int64  `json:"last"`
-	Term  uint64 `json:"term"`
-	Index uint64 `json:"index"`
-}
+// ReservedRange is a reserved range; see tokenwire.ReservedRange.
+type ReservedRange = tokenwire.ReservedRange

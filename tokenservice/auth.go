@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -15,6 +14,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/fencegate/fencegate/tokenclient"
 )
 
 // Identity is who sent a request, established by a client certificate
@@ -37,17 +38,6 @@ type identityKey struct{}
 func IdentityFrom(ctx context.Context) (Identity, bool) {
 	id, ok := ctx.Value(identityKey{}).(Identity)
 	return id, ok
-}
-
-// rolesOf reads the roles of a certificate from its subject's OUs.
-func rolesOf(c *x509.Certificate) []Role {
-	var out []Role
-	for _, ou := range c.Subject.OrganizationalUnit {
-		if r := Role(ou); slices.Contains(Roles, r) && !slices.Contains(out, r) {
-			out = append(out, r)
-		}
-	}
-	return out
 }
 
 // Credentials are the bearer credentials a node accepts, as read from its
@@ -178,7 +168,7 @@ func (a *authenticator) identify(r *http.Request) (Identity, string, bool) {
 	var methods []string
 	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
 		leaf := r.TLS.VerifiedChains[0][0]
-		id.Name, id.Roles = leaf.Subject.CommonName, rolesOf(leaf)
+		id.Name, id.Roles = leaf.Subject.CommonName, tokenclient.RolesOf(leaf)
 		methods = append(methods, "certificate")
 	}
 	if h := r.Header.Get("Authorization"); h != "" {

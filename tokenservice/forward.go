@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenclient"
 )
 
 // leaderAPI returns the ID and API URL of the leader this node's Raft
@@ -122,10 +123,10 @@ func (s *Server) checkLeaderIdentity(resp *http.Response, leader, api string) er
 		return fmt.Errorf("%w: the answer from %s for leader %s came without TLS; refused", ErrUnavailable, api, leader)
 	}
 	cert := resp.TLS.PeerCertificates[0]
-	if got := cert.Subject.CommonName; got != leader || !slices.Contains(rolesOf(cert), RolePeer) {
+	if got := cert.Subject.CommonName; got != leader || !slices.Contains(tokenclient.RolesOf(cert), RolePeer) {
 		s.log.Warn("refused an answer from the leader's address: another identity", "leader", leader, "api", api,
-			"answered_as", got, "roles", rolesOf(cert))
-		return fmt.Errorf("%w: the node at %s answered as %q (roles %v), not as leader %s; its answer is refused", ErrUnavailable, api, got, rolesOf(cert), leader)
+			"answered_as", got, "roles", tokenclient.RolesOf(cert))
+		return fmt.Errorf("%w: the node at %s answered as %q (roles %v), not as leader %s; its answer is refused", ErrUnavailable, api, got, tokenclient.RolesOf(cert), leader)
 	}
 	return nil
 }

@@ -40,7 +40,7 @@ func (s *Server) members(ctx context.Context) (Members, error) {
 	out := Members{ClusterID: conf.ClusterID, LeaderID: conf.LeaderID, CommitIndex: commit, Members: make([]Member, len(conf.Members))}
 	var wg sync.WaitGroup
 	for i, m := range conf.Members {
-		out.Members[i] = Member{ID: m.ID, RaftAddr: m.RaftAddr, APIAddr: m.APIAddr, Suffrage: m.Suffrage, Leader: m.Leader}
+		out.Members[i] = m
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -121,7 +121,7 @@ func (s *Server) handleAddMember(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
-	if err := st.AddNonvoter(r.Context(), raftstore.Server{ID: req.ID, RaftAddr: req.RaftAddr, APIAddr: req.APIAddr}); err != nil {
+	if err := st.AddNonvoter(r.Context(), req); err != nil {
 		s.writeError(w, err)
 		return
 	}

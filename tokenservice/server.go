@@ -269,16 +269,13 @@ func (s *Server) LocalStatus() Status {
 			ph := p.State().Phase
 			state = strings.ToUpper(ph[:1]) + ph[1:]
 		}
-		return Status{ID: s.cfg.ID, State: state, Members: []Member{}}
+		return Status{StatusFields: tokenwire.StatusFields{ID: s.cfg.ID, State: state, Members: []Member{}}}
 	}
 	out := statusFrom(st.Status())
 	if s.readIndex != nil {
 		ris := s.readIndex.Stats()
-		out.ReadIndex = &ReadIndexStatus{RoundsPerSecond: s.rounds.get(), Rounds: ris.Rounds, RoundFailures: ris.RoundFailures,
-			Reservations: ris.Reservations}
-		if r := ris.Range; r != nil {
-			out.ReadIndex.Range = &ReservedRange{Next: r.Next, Last: r.Last, Term: r.Term, Index: r.Index}
-		}
+		out.ReadIndex = &ReadIndexStatus{Range: ris.Range, RoundsPerSecond: s.rounds.get(), Rounds: ris.Rounds,
+			RoundFailures: ris.RoundFailures, Reservations: ris.Reservations}
 	}
 	return out
 }
@@ -346,13 +343,9 @@ func (s *Server) next(ctx context.Context, n int) (raftstore.Range, error) {
 }
 
 func statusFrom(st raftstore.Status) Status {
-	out := Status{
-		ID: st.ID, ClusterID: st.ClusterID, LeaderID: st.LeaderID, LeaderAPI: st.LeaderAPI, State: st.State, Term: st.Term,
-		LastIndex: st.LastIndex, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, LastToken: st.LastToken,
-		Members: []Member{},
-	}
-	for _, m := range st.Members {
-		out.Members = append(out.Members, Member{ID: m.ID, RaftAddr: m.RaftAddr, APIAddr: m.APIAddr, Suffrage: m.Suffrage, Leader: m.Leader})
+	out := Status{StatusFields: st.StatusFields}
+	if out.Members == nil {
+		out.Members = []Member{} // the answer lists no members as [], not null
 	}
 	return out
 }

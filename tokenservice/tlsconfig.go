@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/tlsfiles"
+	"github.com/fencegate/fencegate/tokenclient"
 )
 
 // NodeTLS is a node's TLS material: the cluster CA, which signs every node,
@@ -35,32 +36,18 @@ func LoadNodeTLS(caFile, certFile, keyFile string) (*NodeTLS, error) {
 	if caFile == "" || certFile == "" || keyFile == "" {
 		return nil, fmt.Errorf("%w: a node needs all three of the CA, its certificate and its key", ErrBadTLS)
 	}
-	pool, err := loadCA(caFile)
+	pool, err := tlsfiles.LoadCA(caFile)
 	if err != nil {
 		return nil, err
 	}
-	pair, err := loadPair(certFile, keyFile)
+	pair, err := tlsfiles.LoadPair(certFile, keyFile)
 	if err != nil {
 		return nil, err
 	}
-	if err := verifyLeaf(pair.Leaf, pool, certFile, caFile); err != nil {
+	if err := tlsfiles.VerifyLeaf(pair.Leaf, pool, certFile, caFile); err != nil {
 		return nil, err
 	}
 	return &NodeTLS{CA: pool, Cert: pair, CertFile: certFile}, nil
-}
-
-// requirePeerRole is a VerifyConnection that refuses a peer whose
-// certificate lacks the peer role (a client's certificate signed by the
-// same CA must not pass for a node).
-func requirePeerRole(cs tls.ConnectionState) error {
-	if len(cs.PeerCertificates) == 0 {
-		return errors.New("tokenservice: the other side presented no certificate")
-	}
-	leaf := cs.PeerCertificates[0]
-	if !slices.Contains(rolesOf(leaf), RolePeer) {
-		return fmt.Errorf("tokenservice: certificate of %q has roles %v, not peer: it is not a node of this cluster", leaf.Subject.CommonName, rolesOf(leaf))
-	}
-	return nil
 }
 
 // checkNode verifies that the node's certificate is a peer certificate for
@@ -78,8 +65,8 @@ func (n *NodeTLS) checkNode(id string, addrs ...string) error {
 		}
 		n.Cert.Leaf = leaf
 	}
-	if !slices.Contains(rolesOf(leaf), RolePeer) {
-		return fmt.Errorf("%w: certificate %s has roles %v; a node needs a peer certificate (OU=peer, CN=%s)", ErrBadTLS, name, rolesOf(leaf), id)
+	if !slices.Contains(tokenclient.RolesOf(leaf), RolePeer) {
+		return fmt.Errorf("%w: certificate %s has roles %v; a node needs a peer certificate (OU=peer, CN=%s)", ErrBadTLS, name, tokenclient.RolesOf(leaf), id)
 	}
 	if leaf.Subject.CommonName != id {
 		return fmt.Errorf("%w: certificate %s is for node %q (CN) but this node's ID is %q; give node %s its own certificate", ErrBadTLS, name, leaf.Subject.CommonName, id, id)
@@ -147,7 +134,7 @@ func (n *NodeTLS) raftTLS() *tls.Config {
 		ClientCAs:        n.CA,
 		ClientAuth:       tls.RequireAndVerifyClientCert,
 		MinVersion:       tls.VersionTLS13,
-		VerifyConnection: requirePeerRole,
+		VerifyConnection: tokenclient.RequirePeerRole,
 	}
 }
 
@@ -157,13 +144,6 @@ func (n *NodeTLS) raftTLS() *tls.Config {
 func (n *NodeTLS) forwardTLS() *tls.Config {
 	return ClientTLSConfig(n.CA, n.Cert)
 }
-
-// The TLS files are read as in package tlsfiles, shared with the server.
-var (
-	loadCA     = tlsfiles.LoadCA
-	loadPair   = tlsfiles.LoadPair
-	verifyLeaf = tlsfiles.VerifyLeaf
-)
 
 // apiHostPort returns the API's HOST:PORT and scheme: https with TLS, http
 // without. An address given with the other scheme is refused.
@@ -197,7 +177,7 @@ func checkSecurity(cfg *Config) error {
 			return fmt.Errorf("%w: bearer credentials need TLS (a CA, a certificate and a key): secrets must not cross the network in clear, and nodes identify each other by certificate", ErrBadConfig)
 		}
 		for _, a := range []string{cfg.APIAddr, cfg.RaftAddr} {
-			if host := hostOf(a); !isLoopback(host) {
+			if !tlsfiles.IsLoopback(a) {
 				cfg.Logger.Warn("NO TLS on an address other hosts can reach: anyone who reaches " + a +
 					" can mint tokens, change membership and speak Raft to this node; configure TLS (a CA, a certificate and a key) or bind to 127.0.0.1")
 			}
@@ -219,25 +199,4 @@ func checkSecurity(cfg *Config) error {
 	}
 	cfg.Peers = peers
 	return nil
-}
-
-// hostOf returns the host of HOST:PORT or URL a.
-func hostOf(a string) string {
-	if _, rest, ok := strings.Cut(a, "://"); ok {
-		a = rest
-	}
-	host, _, err := net.SplitHostPort(strings.TrimSuffix(a, "/"))
-	if err != nil {
-		return a
-	}
-	return host
-}
-
-// isLoopback reports whether host is a loopback name or address.
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

@@ -1,7 +1,7 @@
 // Package tlsfiles reads the token service's TLS material (the cluster CA,
 // a certificate and its key) for both its nodes (tokenservice) and its
 // clients (tokenclient), and says in each error which file is wrong and
-// what to do.
+// what to do. IsLoopback tells both where TLS may be left out.
 package tlsfiles
 
 import (
@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -110,4 +111,21 @@ func VerifyLeaf(leaf *x509.Certificate, ca *x509.CertPool, certFile, caFile stri
 		return fmt.Errorf("%w: certificate %s (issued by %q) is not signed by the CA in %s; use a certificate of this cluster's CA, or the CA that signed it", ErrBadTLS, certFile, leaf.Issuer.CommonName, caFile)
 	}
 	return fmt.Errorf("%w: certificate %s does not verify against the CA in %s: %v", ErrBadTLS, certFile, caFile, err)
+}
+
+// IsLoopback reports whether a (HOST:PORT or URL) names a loopback host:
+// traffic to it stays on this machine, so it needs no TLS.
+func IsLoopback(a string) bool {
+	if _, rest, ok := strings.Cut(a, "://"); ok {
+		a = rest
+	}
+	host, _, err := net.SplitHostPort(strings.TrimSuffix(a, "/"))
+	if err != nil {
+		host = a
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -1,0 +1,147 @@
+package tokenclient
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"time"
+)
+
+// Limits of one coalesced request: resources named and body bytes (the
+// server reads at most 64 KiB and takes at most MaxBatchResources).
+const (
+	coalesceMaxResources = 1024
+	coalesceMaxBytes     = 48 << 10
+)
+
+// pendingToken is one caller waiting in a node's coalescing queue.
+type pendingToken struct {
+	ctx      context.Context
+	resource string
+	res      chan pendingResult // buffered 1
+	gone     atomic.Bool        // the caller stopped waiting
+}
+
+type pendingResult struct {
+	tok    Token
+	leader leaderHint
+	err    error
+}
+
+// tryCoalesced is one attempt of one caller against srv: it queues the
+// caller and waits for the request that carries it. The caller is only ever
+// put into a request that is sent after it was queued.
+func (c *Client) tryCoalesced(ctx context.Context, srv, resource string) (Token, leaderHint, error) {
+	p := &pendingToken{ctx: ctx, resource: resource, res: make(chan pendingResult, 1)}
+	c.queueMu.Lock()
+	if c.ctx.Err() != nil {
+		c.queueMu.Unlock()
+		return Token{}, leaderHint{}, fmt.Errorf("%w: the client is closed", ErrUnavailable)
+	}
+	c.queued[srv] = append(c.queued[srv], p)
+	start := !c.sending[srv]
+	c.sending[srv] = true
+	if start {
+		c.senders.Add(1) // under queueMu, so that Close's Wait sees it
+	}
+	c.queueMu.Unlock()
+	if start {
+		go func() {
+			defer c.senders.Done()
+			c.sendQueued(srv)
+		}()
+	}
+	// The attempt, queueing included, is bounded like any other.
+	timer := time.NewTimer(c.attemptTimeout)
+	defer timer.Stop()
+	select {
+	case r := <-p.res:
+		return r.tok, r.leader, r.err
+	case <-ctx.Done():
+		// A request that carries p may still mint a token; nobody sees it.
+		p.gone.Store(true)
+		return Token{}, leaderHint{}, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	case <-timer.C:
+		p.gone.Store(true)
+		return Token{}, leaderHint{}, fmt.Errorf("%w: no answer from %s within the attempt timeout %v", ErrUnavailable, srv, c.attemptTimeout)
+	}
+}
+
+// sendQueued sends srv's queue, one request at a time, until it is empty.
+func (c *Client) sendQueued(srv string) {
+	for {
+		c.queueMu.Lock()
+		q := c.queued[srv]
+		var batch []*pendingToken
+		size := 0
+		i := 0
+		for ; i < len(q) && len(batch) < coalesceMaxResources; i++ {
+			p := q[i]
+			if p.gone.Load() || p.ctx.Err() != nil {
+				continue // its caller has given up
+			}
+			if len(batch) > 0 && size+len(p.resource)+8 > coalesceMaxBytes {
+				break
+			}
+			size += len(p.resource) + 8
+			batch = append(batch, p)
+		}
+		if i == len(q) {
+			delete(c.queued, srv)
+		} else {
+			c.queued[srv] = q[i:]
+		}
+		if len(batch) == 0 && i == len(q) {
+			delete(c.sending, srv)
+			c.queueMu.Unlock()
+			return
+		}
+		c.queueMu.Unlock()
+		if len(batch) > 0 {
+			c.sendBatch(srv, batch)
+		}
+	}
+}
+
+// sendBatch sends one request for batch to srv and hands each caller its
+// token or the attempt's error.
+func (c *Client) sendBatch(srv string, batch []*pendingToken) {
+	// The request outlives any single caller; it is bounded by the attempt
+	// timeout and by Close, and callers whose context ends stop waiting for
+	// it.
+	ctx := c.ctx
+	if len(batch) == 1 {
+		p := batch[0]
+		body, _ := json.Marshal(tokenRequest{Resource: p.resource})
+		var resp tokenResponse
+		leader, err := c.try(ctx, srv, http.MethodPost, "/v1/tokens", body, &resp)
+		p.res <- pendingResult{
+			tok:    Token{Resource: resp.Resource, Value: resp.Token, Proof: resp.Proof, Term: resp.Term, Index: resp.Index, Leader: resp.Leader},
+			leader: leader, err: err,
+		}
+		return
+	}
+	req := tokenRequest{Resources: make([]string, len(batch))}
+	for i, p := range batch {
+		req.Resources[i] = p.resource
+	}
+	body, _ := json.Marshal(req)
+	var resp batchResponse
+	leader, err := c.try(ctx, srv, http.MethodPost, "/v1/tokens", body, &resp)
+	if err == nil && len(resp.Tokens) != len(batch) {
+		err = fmt.Errorf("%w: asked for %d tokens, got %d", ErrInternal, len(batch), len(resp.Tokens))
+	}
+	for i, p := range batch {
+		if err != nil {
+			p.res <- pendingResult{err: err}
+			continue
+		}
+		t := resp.Tokens[i]
+		p.res <- pendingResult{
+			tok:    Token{Resource: t.Resource, Value: t.Token, Proof: t.Proof, Term: resp.Term, Index: resp.Index, Leader: resp.Leader},
+			leader: leader,
+		}
+	}
+}
