@@ -41,8 +41,9 @@ var AllFaults = []string{
 	FaultWipeNode, FaultReplaceNode,
 }
 
-// biting faults can by themselves make two clients hold the lock at once.
-var biting = map[string]bool{FaultPauseClient: true, FaultKillRedis: true, FaultClockRedis: true}
+// causesDoubleHold names the faults that can by themselves make two clients
+// hold the lock at once.
+var causesDoubleHold = map[string]bool{FaultPauseClient: true, FaultKillRedis: true, FaultClockRedis: true}
 
 // ParseFaults turns a comma-separated list of fault names ("all" for every
 // fault) into a list, or says which name is unknown.
@@ -163,10 +164,10 @@ func (n *Nemesis) Counts() map[string]int {
 // until ctx ends, with a short random gap between them. The first fault is one that can make the lock
 // double-held by itself, when the list has one, so that every run bites.
 func (n *Nemesis) RunRandom(ctx context.Context, faults []string) error {
-	var bite []string
+	var doubleHolders []string
 	for _, f := range faults {
-		if biting[f] {
-			bite = append(bite, f)
+		if causesDoubleHold[f] {
+			doubleHolders = append(doubleHolders, f)
 		}
 	}
 	first := true
@@ -175,8 +176,8 @@ func (n *Nemesis) RunRandom(ctx context.Context, faults []string) error {
 			break
 		}
 		pool := weighted(faults)
-		if first && len(bite) > 0 {
-			pool = bite
+		if first && len(doubleHolders) > 0 {
+			pool = doubleHolders
 		}
 		first = false
 		if err := n.Inject(ctx, pool[n.rng.IntN(len(pool))]); err != nil && ctx.Err() == nil {
