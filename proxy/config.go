@@ -15,16 +15,23 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// DefaultListen is the address the proxy listens on when Config.Listen is empty.
-const DefaultListen = "127.0.0.1:6432"
+// Defaults of Config, as DefaultConfig returns them (DefaultHealthInterval
+// is beside the health check).
+const (
+	// DefaultListen is the default Config.Listen.
+	DefaultListen = "127.0.0.1:6432"
+	// DefaultCheckInterval is the default Config.CheckInterval.
+	DefaultCheckInterval = time.Second
+	// DefaultMaxMessageSize is the default Config.MaxMessageSize: it bounds
+	// the length of one frontend message.
+	DefaultMaxMessageSize = 64 << 20
+	// DefaultDialTimeout is the default Config.DialTimeout.
+	DefaultDialTimeout = 10 * time.Second
+)
 
-// DefaultCheckInterval is the default Config.CheckInterval.
-const DefaultCheckInterval = time.Second
-
-// DefaultMaxMessageSize bounds the length of one frontend message.
-const DefaultMaxMessageSize = 64 << 20
-
-// Config configures a Proxy. Only Upstream is required.
+// Config configures a Proxy. Only Upstream is required: start from
+// DefaultConfig, or leave a setting zero for its default (New fills it
+// in), and call Validate to check a Config before New does.
 type Config struct {
 	// Listen is the TCP address to accept clients on. The default is
 	// 127.0.0.1:6432; use "127.0.0.1:0" for a free port (see Proxy.Addr).
@@ -99,8 +106,81 @@ type Config struct {
 	// The default is 64 MiB.
 	MaxMessageSize int
 	// DialTimeout bounds connecting (and TLS) to the upstream. The default
-	// is 10s.
+	// is DefaultDialTimeout (10s).
 	DialTimeout time.Duration
+}
+
+// DefaultConfig returns the defaults New applies to the settings left zero:
+// Listen DefaultListen, HealthInterval DefaultHealthInterval, CheckInterval
+// DefaultCheckInterval, MaxMessageSize DefaultMaxMessageSize and
+// DialTimeout DefaultDialTimeout. Every other setting is zero, its default:
+// set Upstream before New.
+func DefaultConfig() Config {
+	return Config{
+		Listen:         DefaultListen,
+		HealthInterval: DefaultHealthInterval,
+		CheckInterval:  DefaultCheckInterval,
+		MaxMessageSize: DefaultMaxMessageSize,
+		DialTimeout:    DefaultDialTimeout,
+	}
+}
+
+// setDefaults gives the settings left zero their DefaultConfig values, and
+// the sizes and intervals that are negative too, except CheckInterval
+// (negative: check at every session).
+func (c *Config) setDefaults() {
+	d := DefaultConfig()
+	if c.Listen == "" {
+		c.Listen = d.Listen
+	}
+	if c.HealthInterval <= 0 {
+		c.HealthInterval = d.HealthInterval
+	}
+	if c.CheckInterval == 0 {
+		c.CheckInterval = d.CheckInterval
+	}
+	if c.MaxMessageSize <= 0 {
+		c.MaxMessageSize = d.MaxMessageSize
+	}
+	if c.DialTimeout <= 0 {
+		c.DialTimeout = d.DialTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default().With("component", "proxy")
+	}
+}
+
+// Validate reports the first thing wrong with c, as New would: an empty
+// Upstream (ErrNoUpstream); an Upstream that does not parse, has an
+// unknown sslmode or names an sslrootcert that cannot be read, or an
+// AdminUpstream or HealthUpstream that does not parse (ErrBadUpstream);
+// RequireClientTLS without ClientTLS. A setting left zero is not an error:
+// New gives it its default.
+func (c *Config) Validate() error {
+	_, err := c.check()
+	return err
+}
+
+// check is Validate, returning the parsed Upstream for New.
+func (c *Config) check() (upstream, error) {
+	up, err := parseUpstream(c.Upstream, c.UpstreamTLS)
+	if err != nil {
+		return upstream{}, err
+	}
+	if c.RequireClientTLS && c.ClientTLS == nil {
+		return upstream{}, fmt.Errorf("proxy: RequireClientTLS needs ClientTLS (a certificate and key)")
+	}
+	// The health checker and the schema keeper parse their connection
+	// strings when they are made, and make nothing else.
+	if _, err := newHealthChecker(&Proxy{cfg: *c, up: up}); err != nil {
+		return upstream{}, err
+	}
+	if c.AdminUpstream != "" {
+		if _, err := newKeeper(c.AdminUpstream, c.SchemaOwnerRole, nil, nil); err != nil {
+			return upstream{}, err
+		}
+	}
+	return up, nil
 }
 
 // upstream is the parsed Config.Upstream.

@@ -63,6 +63,22 @@ func Example() {
 	// unfenced: FG002
 }
 
+// The defaults New applies, and a Config checked before New.
+func ExampleDefaultConfig() {
+	cfg := proxy.DefaultConfig()
+	fmt.Println(cfg.Listen, cfg.CheckInterval, cfg.HealthInterval, cfg.MaxMessageSize>>20, "MiB", cfg.DialTimeout)
+	fmt.Println(cfg.Validate())
+	cfg.Upstream = "postgres://127.0.0.1:5432?sslmode=disable"
+	fmt.Println(cfg.Validate())
+	cfg.RequireClientTLS = true
+	fmt.Println(cfg.Validate())
+	// Output:
+	// 127.0.0.1:6432 1s 5s 64 MiB 10s
+	// proxy: no upstream configured
+	// <nil>
+	// proxy: RequireClientTLS needs ClientTLS (a certificate and key)
+}
+
 // The gate refuses, at startup, a role that could switch enforcement off.
 func Example_privilegedRole() {
 	db, _, drop := exampleDB()

@@ -42,40 +42,20 @@ type Proxy struct {
 	nextID     atomic.Uint64
 }
 
-// New checks cfg and returns a Proxy that is not yet listening.
+// New checks cfg (see Config.Validate) and returns a Proxy that is not yet
+// listening. Settings left zero take their defaults (see DefaultConfig).
 func New(cfg Config) (*Proxy, error) {
-	up, err := parseUpstream(cfg.Upstream, cfg.UpstreamTLS)
+	up, err := cfg.check()
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Listen == "" {
-		cfg.Listen = DefaultListen
-	}
-	if cfg.MaxMessageSize <= 0 {
-		cfg.MaxMessageSize = DefaultMaxMessageSize
-	}
-	if cfg.DialTimeout <= 0 {
-		cfg.DialTimeout = 10 * time.Second
-	}
-	if cfg.HealthInterval <= 0 {
-		cfg.HealthInterval = DefaultHealthInterval
-	}
-	if cfg.CheckInterval == 0 {
-		cfg.CheckInterval = DefaultCheckInterval
-	}
-	if cfg.RequireClientTLS && cfg.ClientTLS == nil {
-		return nil, fmt.Errorf("proxy: RequireClientTLS needs ClientTLS (a certificate and key)")
-	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default().With("component", "proxy")
-	}
+	cfg.setDefaults()
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
 	}
 	p := &Proxy{
-		cfg: cfg, up: up, log: log, metrics: m,
+		cfg: cfg, up: up, log: cfg.Logger, metrics: m,
 		sessions: map[*session]struct{}{},
 		keys:     map[uint64]*session{},
 		done:     make(chan struct{}),
@@ -85,7 +65,7 @@ func New(cfg Config) (*Proxy, error) {
 		return nil, err
 	}
 	if cfg.AdminUpstream != "" {
-		if p.keeper, err = newKeeper(cfg.AdminUpstream, cfg.SchemaOwnerRole, log, m); err != nil {
+		if p.keeper, err = newKeeper(cfg.AdminUpstream, cfg.SchemaOwnerRole, p.log, m); err != nil {
 			return nil, err
 		}
 	}

@@ -34,23 +34,24 @@ func init() {
 
 func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
-	listen := fs.String("listen", proxy.DefaultListen, "address to accept PostgreSQL clients on")
+	cfg := proxy.DefaultConfig()
+	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address to accept PostgreSQL clients on")
 	upstream := fs.String("upstream", "postgres://127.0.0.1:5432?sslmode=disable",
 		"upstream PostgreSQL server as postgres://host:port?sslmode=MODE; user, database and password come from each client")
 	upSSLMode := fs.String("upstream-sslmode", "", "TLS to the upstream: disable, allow, prefer, require, verify-ca or verify-full; overrides sslmode in --upstream (default: the --upstream sslmode, else prefer)")
 	upCA := fs.String("upstream-ca", "", "PEM file of the CA that signed the upstream's certificate, for verify-ca and verify-full (default none: the system roots)")
 	tlsCert := fs.String("tls-cert", "", "PEM certificate the proxy presents to clients that ask for TLS (default none: clients' SSLRequest is declined)")
 	tlsKey := fs.String("tls-key", "", "PEM private key of --tls-cert (default none)")
-	requireTLS := fs.Bool("require-client-tls", false, "refuse clients that do not use TLS; needs --tls-cert (default false)")
-	allowPriv := fs.Bool("allow-privileged-roles", false, "admit sessions whose role could switch enforcement off (superusers, CREATEROLE, owners of protected tables, of their schemas or of anything in schema fencegate, members of such roles or of pg_execute_server_program or pg_write_server_files) instead of refusing them at startup with SQLSTATE FG007 (default false)")
-	admin := fs.String("admin-upstream", "", "`DSN` of a role that may install the fencegate schema (URL or key=value; the database is replaced by each client's; keep the password in PGPASSFILE or PGPASSWORD): the proxy then installs and repairs the schema itself (default none: a session whose database lacks a sound schema is refused with SQLSTATE FG005)")
-	checkEvery := fs.Duration("check-interval", proxy.DefaultCheckInterval, "how long a passed startup check is trusted: sessions of a database whose schema was found sound, and of a role admitted to it, within this time skip that check (failed checks are never trusted); 0 checks every session")
+	fs.BoolVar(&cfg.RequireClientTLS, "require-client-tls", false, "refuse clients that do not use TLS; needs --tls-cert (default false)")
+	fs.BoolVar(&cfg.AllowPrivilegedRoles, "allow-privileged-roles", false, "admit sessions whose role could switch enforcement off (superusers, CREATEROLE, owners of protected tables, of their schemas or of anything in schema fencegate, members of such roles or of pg_execute_server_program or pg_write_server_files) instead of refusing them at startup with SQLSTATE FG007 (default false)")
+	fs.StringVar(&cfg.AdminUpstream, "admin-upstream", "", "`DSN` of a role that may install the fencegate schema (URL or key=value; the database is replaced by each client's; keep the password in PGPASSFILE or PGPASSWORD): the proxy then installs and repairs the schema itself (default none: a session whose database lacks a sound schema is refused with SQLSTATE FG005)")
+	fs.DurationVar(&cfg.CheckInterval, "check-interval", cfg.CheckInterval, "how long a passed startup check is trusted: sessions of a database whose schema was found sound, and of a role admitted to it, within this time skip that check (failed checks are never trusted); 0 checks every session")
 	metricsAddr := fs.String("metrics-addr", "", "address of the proxy's HTTP server, e.g. 127.0.0.1:9187: Prometheus metrics at /metrics, a readiness check for load balancers at /readyz (200, or 503 and the reason: draining, upstream down, schema not sound) and a liveness check at /healthz (200 until the proxy exits, draining included and whatever the upstream does) (default none: no HTTP server)")
-	healthUp := fs.String("health-upstream", "", "`DSN` of a role and database that /readyz logs in to every --health-interval to check the upstream: the login must work and the database's fencegate schema must be sound (URL or key=value; host and port are the --upstream's; an application role will do; keep the password in PGPASSFILE or PGPASSWORD) (default none: /readyz checks only that the upstream answers as PostgreSQL)")
-	healthEvery := fs.Duration("health-interval", proxy.DefaultHealthInterval, "how often /readyz's upstream check runs (in the background: a request to /readyz gets the last result)")
+	fs.StringVar(&cfg.HealthUpstream, "health-upstream", "", "`DSN` of a role and database that /readyz logs in to every --health-interval to check the upstream: the login must work and the database's fencegate schema must be sound (URL or key=value; host and port are the --upstream's; an application role will do; keep the password in PGPASSFILE or PGPASSWORD) (default none: /readyz checks only that the upstream answers as PostgreSQL)")
+	fs.DurationVar(&cfg.HealthInterval, "health-interval", cfg.HealthInterval, "how often /readyz's upstream check runs (in the background: a request to /readyz gets the last result)")
 	drain := fs.Duration("drain-timeout", 10*time.Second, "on SIGINT/SIGTERM, how long open sessions may finish their transaction before they are closed")
 	drainDelay := fs.Duration("drain-delay", 0, "on SIGINT/SIGTERM, how long /readyz answers 503 while the proxy still accepts and serves sessions, before it stops accepting and drains: time for load balancers to stop sending clients (a second signal ends the wait)")
-	maxMsg := fs.Int("max-message-size", proxy.DefaultMaxMessageSize, "largest frontend message accepted, in bytes")
+	fs.IntVar(&cfg.MaxMessageSize, "max-message-size", cfg.MaxMessageSize, "largest frontend message accepted, in bytes")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
@@ -61,10 +62,11 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	cfg.Upstream = up
 	if (*tlsCert == "") != (*tlsKey == "") {
 		return usagef("--tls-cert and --tls-key go together; give both or neither")
 	}
-	if *requireTLS && *tlsCert == "" {
+	if cfg.RequireClientTLS && *tlsCert == "" {
 		return usagef("--require-client-tls needs --tls-cert and --tls-key")
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("component", "proxy")
@@ -75,22 +77,10 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if *checkEvery == 0 {
-		*checkEvery = -1 // proxy.Config reads 0 as "the default"
+	if cfg.CheckInterval == 0 {
+		cfg.CheckInterval = -1 // proxy.Config reads 0 as "the default"
 	}
-	cfg := proxy.Config{
-		Listen:               *listen,
-		Upstream:             up,
-		AdminUpstream:        *admin,
-		HealthUpstream:       *healthUp,
-		HealthInterval:       *healthEvery,
-		AllowPrivilegedRoles: *allowPriv,
-		CheckInterval:        *checkEvery,
-		RequireClientTLS:     *requireTLS,
-		Logger:               log,
-		Registerer:           reg,
-		MaxMessageSize:       *maxMsg,
-	}
+	cfg.Logger, cfg.Registerer = log, reg
 	if *tlsCert != "" {
 		cert, err := tls.LoadX509KeyPair(*tlsCert, *tlsKey)
 		if err != nil {
@@ -121,12 +111,12 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		log.Info("HTTP listening: /metrics, /readyz, /healthz", "addr", ln.Addr().String())
 	}
 	fmt.Fprintf(stdout, "fencegate proxy listening on %s, upstream %s\n", p.Addr(), p.Upstream())
-	if *admin != "" {
+	if cfg.AdminUpstream != "" {
 		// Say at once when the admin connection does not work, rather than
 		// at the first session that needs a repair. Not fatal: the server
 		// may come up later.
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		if c, err := pgx.Connect(cctx, *admin); err != nil {
+		if c, err := pgx.Connect(cctx, cfg.AdminUpstream); err != nil {
 			log.Warn("the --admin-upstream connection does not work; sessions of a database whose schema needs a repair will be refused until it does", "err", err)
 		} else {
 			_ = c.Close(cctx)

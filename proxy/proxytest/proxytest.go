@@ -57,11 +57,10 @@ func StartProxy(t testing.TB, upstreamDSN string, opts ...Option) (string, *prox
 		q.Set("sslmode", m)
 	}
 	up.RawQuery = q.Encode()
-	cfg := proxy.Config{
-		Listen:   "127.0.0.1:0",
-		Upstream: up.String(),
-		Logger:   testutil.Logger(t).With("component", "proxy"),
-	}
+	cfg := proxy.DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Upstream = up.String()
+	cfg.Logger = testutil.Logger(t).With("component", "proxy")
 	for _, o := range opts {
 		o(&cfg)
 	}
