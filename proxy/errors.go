@@ -10,10 +10,12 @@ const CodeProtocolViolation = "08P01"
 var (
 	// ErrClosed is returned by Serve and Start once the proxy was closed.
 	ErrClosed = errors.New("proxy: closed")
-	// ErrNoUpstream is returned by New when Config.Upstream is empty.
+	// ErrNoUpstream is returned by Config.Validate and New when
+	// Config.Upstream is empty.
 	ErrNoUpstream = errors.New("proxy: no upstream configured")
-	// ErrBadUpstream is returned by New when Config.Upstream or
-	// Config.AdminUpstream cannot be parsed.
+	// ErrBadUpstream is returned by Config.Validate and New when
+	// Config.Upstream, Config.AdminUpstream or Config.HealthUpstream
+	// cannot be parsed.
 	ErrBadUpstream = errors.New("proxy: bad upstream address")
 	// ErrUpstreamTLS is returned to a session when the upstream refuses TLS
 	// that the configured mode requires.
