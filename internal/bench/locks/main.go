@@ -14,33 +14,20 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/bench"
 	"github.com/fencegate/fencegate/internal/devstack"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/redis/go-redis/v9"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "bench locks: %v\n", err)
-		os.Exit(1)
-	}
-}
+func main() { bench.Main("bench locks", run) }
 
 type config struct {
 	redisAddr string
@@ -80,10 +67,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if tokenURLs != "" {
 		cfg.tokenURLs = strings.Split(tokenURLs, ",")
 	}
-	return bench(ctx, cfg, stdout, stderr)
+	return compare(ctx, cfg, stdout, stderr)
 }
 
-func bench(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
+func compare(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	redis.SetLogger(quietLogger{})
 	maxC := slices.Max(cfg.conc)
 	fmt.Fprintf(stderr, "starting %d redis-server masters\n", cfg.masters)

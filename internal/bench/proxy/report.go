@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -146,9 +145,7 @@ func (r *report) finish() {
 
 func (r *report) writeJSON(w io.Writer) error {
 	r.finish()
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
+	return bench.WriteJSON(w, r)
 }
 
 func (r *report) writeText(w io.Writer) error {

@@ -27,24 +27,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/fencegate/fencegate/internal/bench"
 	"github.com/fencegate/fencegate/internal/proc"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(bench.ExitCode("bench tokens", err, os.Stderr))
-}
+func main() { bench.Main("bench tokens", run) }
 
 // errNoTokenService means the fencegate binary has no token service.
 var errNoTokenService = errors.New("this fencegate build has no token service ('fencegate token serve'); run with --systems etcd to measure etcd alone")
@@ -82,17 +74,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	resource := fs.String("resource", "bench", "resource name tokens are asked for")
 	binFlag := fs.String("fencegate-bin", "", "fencegate binary to run (default: build ./cmd/fencegate into the temporary directory)")
 	leaderFirst := fs.Bool("leader-first", true, "send both clients' requests to the current leader: fencegate's client gets the leader's URL first, etcd's client the leader's endpoint alone; false gives both every node, so fencegate starts at n1 (a follower forwards) and clientv3 balances across members")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return bench.UsageError{Err: err}
-	}
-	if fs.NArg() > 0 {
-		return bench.Usagef("unexpected argument %q", fs.Arg(0))
-	}
-	if err := f.Validate(); err != nil {
-		return bench.UsageError{Err: err}
+	if err := bench.Parse(fs, &f, args); err != nil {
+		return err
 	}
 	want := strings.Split(*systemsFlag, ",")
 	for _, s := range want {
@@ -109,27 +92,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
-	dir, err := os.MkdirTemp("", "fencegate-bench-tokens-")
-	if err != nil {
-		return fmt.Errorf("create temporary directory: %w", err)
-	}
-	var cl bench.Cleanup
-	defer cl.Run()
-	cl.Add(func() {
-		if f.Keep {
-			fmt.Fprintf(stderr, "kept %s (data, logs)\n", dir)
-			return
-		}
-		os.RemoveAll(dir)
-	})
-	g, err := proc.New(dir, nil)
+	ws, err := bench.NewWorkspace("fencegate-bench-tokens-", f.Keep, "data, logs", stderr)
 	if err != nil {
 		return err
 	}
-	cl.Add(func() {
-		_ = g.StopAll(10 * time.Second)
-		_ = g.Close()
-	})
+	defer ws.Cleanup.Run()
+	dir, g := ws.Dir, ws.Group
 	logf := func(format string, a ...any) { fmt.Fprintf(stderr, format+"\n", a...) }
 
 	var tc *benchTLS

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"time"
@@ -128,9 +127,7 @@ func (r *report) find(system string, c int) *entry {
 
 func (r *report) writeJSON(w io.Writer) error {
 	r.finish()
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
+	return bench.WriteJSON(w, r)
 }
 
 func (r *report) writeText(w io.Writer) error {
