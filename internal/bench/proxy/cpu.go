@@ -114,24 +114,11 @@ func formatSwitches(f float64) string {
 	return fmt.Sprintf("%.2f", f)
 }
 
-// formatMicros prints a CPU time per transaction in microseconds, or "-".
-func formatMicros(d time.Duration) string {
-	if d <= 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.1f", float64(d)/float64(time.Microsecond))
-}
-
-// formatShare prints a fraction as a percentage with no decimals.
-func formatShare(f float64) string {
-	return fmt.Sprintf("%.0f%%", 100*f)
-}
-
 // cpuNote is the CPU per transaction of one run for the progress log.
 func cpuNote(st pgbenchStats) string {
 	if st.MiddleCPU > 0 {
-		return formatMicros(st.MiddleCPU) + " µs (middle) " + formatMicros(st.MachineCPU) + " µs (machine)  cs/tx " +
+		return bench.FormatMicros(st.MiddleCPU, 1) + " µs (middle) " + bench.FormatMicros(st.MachineCPU, 1) + " µs (machine)  cs/tx " +
 			formatSwitches(st.MiddleSwitches)
 	}
-	return formatMicros(st.MachineCPU) + " µs (machine)"
+	return bench.FormatMicros(st.MachineCPU, 1) + " µs (machine)"
 }

@@ -234,7 +234,7 @@ func measureAll(ctx context.Context, o options, pgbenchBin string, targets map[s
 						return fmt.Errorf("run %d, %s on %s at %d clients: %w", r+1, w.name, s, c, err)
 					}
 					logf("run %d/%d  %-19s c=%-2d %-9s %8s tps  latency %s ms  cpu/tx %s  steal %s", r+1, o.Runs, w.name, c, s,
-						bench.FormatRate(st.TPS), bench.FormatMillis(st.LatencyAvg), cpuNote(st), formatShare(st.Steal))
+						bench.FormatRate(st.TPS), bench.FormatMillis(st.LatencyAvg), cpuNote(st), bench.FormatShare(st.Steal))
 					rep.add(w.name, s, c, st)
 				}
 			}

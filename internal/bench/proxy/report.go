@@ -12,15 +12,11 @@ import (
 // report collects the pgbench runs of every workload, system and
 // concurrency.
 type report struct {
-	Benchmark   string            `json:"benchmark"`
-	Versions    map[string]string `json:"versions"`
-	Runs        int               `json:"runs"`
-	Duration    string            `json:"duration"`
-	Warmup      string            `json:"warmup"`
-	Scale       int               `json:"scale"`
-	Concurrency []int             `json:"concurrency"`
-	Results     []*entry          `json:"results"`
-	Ratios      []ratio           `json:"ratios,omitempty"`
+	bench.Header
+	Scale       int      `json:"scale"`
+	Concurrency []int    `json:"concurrency"`
+	Results     []*entry `json:"results"`
+	Ratios      []ratio  `json:"ratios,omitempty"`
 
 	workloads []workload
 	systems   []string
@@ -59,11 +55,7 @@ type ratio struct {
 
 func newReport(o options, versions map[string]string) *report {
 	return &report{
-		Benchmark:   "pgbench: direct vs PgBouncer (session) vs fencegate proxy, all on 127.0.0.1, no TLS",
-		Versions:    versions,
-		Runs:        o.Runs,
-		Duration:    o.Duration.String(),
-		Warmup:      o.Warmup.String(),
+		Header:      bench.NewHeader("pgbench: direct vs PgBouncer (session) vs fencegate proxy, all on 127.0.0.1, no TLS", versions, o.Flags),
 		Scale:       o.scale,
 		Concurrency: o.Concurrency,
 		workloads:   o.workloads,
@@ -150,8 +142,7 @@ func (r *report) writeJSON(w io.Writer) error {
 
 func (r *report) writeText(w io.Writer) error {
 	r.finish()
-	fmt.Fprintf(w, "pgbench on 127.0.0.1 without TLS, scale %d. Median of %d runs of %s (warm-up %s).\n",
-		r.Scale, r.Runs, r.Duration, r.Warmup)
+	fmt.Fprintf(w, "pgbench on 127.0.0.1 without TLS, scale %d. %s\n", r.Scale, r.Medians())
 	for _, k := range []string{"postgresql", "pgbench", "pgbouncer", "fencegate"} {
 		if v, ok := r.Versions[k]; ok {
 			fmt.Fprintf(w, "  %-10s %s\n", k, v)
@@ -179,7 +170,7 @@ func (r *report) writeText(w io.Writer) error {
 					per = append(per, run.TPS)
 				}
 				t.Row(label, clients, name, bench.FormatRate(e.TPS), bench.FormatMillis(e.LatencyAvg),
-					formatMicros(e.MiddleCPU), formatMicros(e.MachineCPU), formatSwitches(e.MiddleSwitches), formatShare(e.Steal),
+					bench.FormatMicros(e.MiddleCPU, 1), bench.FormatMicros(e.MachineCPU, 1), formatSwitches(e.MiddleSwitches), bench.FormatShare(e.Steal),
 					bench.JoinRates(per))
 				label, clients = "", ""
 			}

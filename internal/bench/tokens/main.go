@@ -151,7 +151,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				}
 				logf("run %d/%d  c=%-3d %-16s %s tokens/s  p50 %s ms  p99 %s ms  %s µs CPU/token  steal %.0f%%%s", r+1, f.Runs, c, s.name,
 					bench.FormatRate(res.PerSec), bench.FormatMillis(res.P50), bench.FormatMillis(res.P99),
-					formatMicros(res.CPUPerOp), 100*res.Steal, res.roundLine())
+					bench.FormatMicros(res.CPUPerOp, 0), 100*res.Steal, res.roundLine())
 				rep.add(s.name, c, res)
 			}
 		}
@@ -185,7 +185,7 @@ func (r runResult) roundLine() string {
 		return ""
 	}
 	return fmt.Sprintf("  %s rounds/s, %.1f tokens/round, round %s µs, followers' CPU %s µs/token", bench.FormatRate(r.RoundsPerSec),
-		r.TokensPerRound, formatMicros(r.RoundMean), formatMicros(r.FollowerCPUPerOp))
+		r.TokensPerRound, bench.FormatMicros(r.RoundMean, 0), bench.FormatMicros(r.FollowerCPUPerOp, 0))
 }
 
 // measure warms a fresh client up at concurrency c and then measures one run.
@@ -267,13 +267,6 @@ func serverCPU(pids []int) (time.Duration, error) {
 		total += d
 	}
 	return total, nil
-}
-
-func formatMicros(d time.Duration) string {
-	if d <= 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.0f", float64(d)/float64(time.Microsecond))
 }
 
 func setupFencegate(ctx context.Context, g *proc.Group, bin, version, dir, resource string, leaderFirst bool, tc *benchTLS, commitPerBatch bool, logf func(string, ...any)) (system, error) {

@@ -10,14 +10,10 @@ import (
 
 // report collects the runs of every system at every concurrency.
 type report struct {
-	Benchmark   string            `json:"benchmark"`
-	Versions    map[string]string `json:"versions"`
-	Runs        int               `json:"runs"`
-	Duration    string            `json:"duration"`
-	Warmup      string            `json:"warmup"`
-	Concurrency []int             `json:"concurrency"`
-	Results     []*entry          `json:"results"`
-	Ratios      []ratio           `json:"ratios,omitempty"`
+	bench.Header
+	Concurrency []int    `json:"concurrency"`
+	Results     []*entry `json:"results"`
+	Ratios      []ratio  `json:"ratios,omitempty"`
 
 	systems []string
 }
@@ -56,11 +52,7 @@ var ratioPairs = [][2]string{
 
 func newReport(f bench.Flags, systems []system) *report {
 	r := &report{
-		Benchmark:   "token issuance, 3 nodes each on 127.0.0.1, fsync on",
-		Versions:    map[string]string{},
-		Runs:        f.Runs,
-		Duration:    f.Duration.String(),
-		Warmup:      f.Warmup.String(),
+		Header:      bench.NewHeader("token issuance, 3 nodes each on 127.0.0.1, fsync on", map[string]string{}, f),
 		Concurrency: f.Concurrency,
 	}
 	for _, s := range systems {
@@ -132,8 +124,7 @@ func (r *report) writeJSON(w io.Writer) error {
 
 func (r *report) writeText(w io.Writer) error {
 	r.finish()
-	fmt.Fprintf(w, "Token issuance, 3 nodes each on 127.0.0.1, fsync on. Median of %d runs of %s (warm-up %s).\n",
-		r.Runs, r.Duration, r.Warmup)
+	fmt.Fprintf(w, "Token issuance, 3 nodes each on 127.0.0.1, fsync on. %s\n", r.Medians())
 	for _, s := range r.systems {
 		fmt.Fprintf(w, "  %-13s %s\n", s, r.Versions[s])
 	}
@@ -153,7 +144,7 @@ func (r *report) writeText(w io.Writer) error {
 				per = append(per, run.PerSec)
 			}
 			t.Row(fmt.Sprint(c), s, bench.FormatRate(e.Median.PerSec), bench.FormatMillis(e.Median.P50),
-				bench.FormatMillis(e.Median.P99), formatMicros(e.MedianCPU), fmt.Sprintf("%.0f%%", 100*e.MedianSteal),
+				bench.FormatMillis(e.Median.P99), bench.FormatMicros(e.MedianCPU, 0), bench.FormatShare(e.MedianSteal),
 				fmt.Sprint(e.Median.Errors), bench.JoinRates(per))
 		}
 		for _, q := range r.Ratios {
@@ -204,9 +195,9 @@ func (r *report) writeRounds(w io.Writer) error {
 				continue
 			}
 			round, p50 := bench.MedianDuration(mean), e.Median.P50
-			t.Row(fmt.Sprint(c), s, bench.FormatRate(bench.Median(rps)), fmt.Sprintf("%.1f", bench.Median(tpr)), formatMicros(round),
-				formatMicros(p50), formatMicros(p50-round), fmt.Sprintf("%.0f%%", 100*float64(round)/float64(max(p50, 1))),
-				formatMicros(e.MedianCPU-bench.MedianDuration(fcpu)), formatMicros(bench.MedianDuration(fcpu)))
+			t.Row(fmt.Sprint(c), s, bench.FormatRate(bench.Median(rps)), fmt.Sprintf("%.1f", bench.Median(tpr)), bench.FormatMicros(round, 0),
+				bench.FormatMicros(p50, 0), bench.FormatMicros(p50-round, 0), fmt.Sprintf("%.0f%%", 100*float64(round)/float64(max(p50, 1))),
+				bench.FormatMicros(e.MedianCPU-bench.MedianDuration(fcpu), 0), bench.FormatMicros(bench.MedianDuration(fcpu), 0))
 			rows++
 		}
 	}
