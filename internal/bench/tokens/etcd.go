@@ -20,7 +20,7 @@ import (
 // --initial-cluster bootstrap, fsync on (etcd's default).
 type etcdCluster struct {
 	clientURLs []string
-	procs      []*proc.Proc
+	procs      nodes
 	tls        *benchTLS // nil: plain HTTP
 }
 
@@ -48,7 +48,6 @@ func startEtcd(ctx context.Context, g *proc.Group, etcdBin, dir string, tc *benc
 		initial = append(initial, name+"="+peer)
 	}
 	token := "fencegate-bench-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	var procs []*proc.Proc
 	for i, name := range names {
 		args := []string{"--name", name,
 			"--data-dir", filepath.Join(dir, name),
@@ -73,28 +72,16 @@ func startEtcd(ctx context.Context, g *proc.Group, etcdBin, dir string, tc *benc
 		if err != nil {
 			return nil, err
 		}
-		procs = append(procs, p)
+		c.procs = append(c.procs, p)
 	}
-	c.procs = procs
 	var hc *http.Client
 	if tc != nil {
 		hc = &http.Client{Transport: &http.Transport{TLSClientConfig: tc.etcdClient()}}
 	}
-	for i, p := range procs {
-		if err := p.WaitReady(ctx, 20*time.Millisecond, 60*time.Second, httpOK(hc, c.clientURLs[i]+"/health")); err != nil {
-			return nil, err
-		}
+	if err := c.procs.waitReady(ctx, hc, c.clientURLs, "/health"); err != nil {
+		return nil, err
 	}
 	return c, nil
-}
-
-// pids returns the members' process IDs.
-func (c *etcdCluster) pids() []int {
-	var out []int
-	for _, p := range c.procs {
-		out = append(out, p.Pid())
-	}
-	return out
 }
 
 // leaderURL returns the client URL of the member that currently leads.

@@ -20,7 +20,7 @@ import (
 type fencegateCluster struct {
 	ids   []string
 	urls  []string // API base URLs, in the order of ids
-	procs []*proc.Proc
+	procs nodes
 	tls   *benchTLS // nil: plain HTTP
 	hc    *http.Client
 }
@@ -119,7 +119,6 @@ func startFencegate(ctx context.Context, g *proc.Group, bin, dir string, tc *ben
 		c.urls = append(c.urls, api)
 		peers = append(peers, id+"="+raft+"="+api)
 	}
-	var procs []*proc.Proc
 	for i, id := range c.ids {
 		data := filepath.Join(dir, id)
 		if err := os.MkdirAll(data, 0o755); err != nil {
@@ -144,29 +143,38 @@ func startFencegate(ctx context.Context, g *proc.Group, bin, dir string, tc *ben
 		if err != nil {
 			return nil, err
 		}
-		procs = append(procs, p)
+		c.procs = append(c.procs, p)
 	}
-	c.procs = procs
-	hc := http.DefaultClient
+	c.hc = http.DefaultClient
 	if tc != nil {
-		hc = &http.Client{Transport: &http.Transport{TLSClientConfig: tc.fencegateClient()}}
+		c.hc = &http.Client{Transport: &http.Transport{TLSClientConfig: tc.fencegateClient()}}
 	}
-	c.hc = hc
-	for i, p := range procs {
-		if err := p.WaitReady(ctx, 20*time.Millisecond, 60*time.Second, httpOK(hc, c.urls[i]+"/readyz")); err != nil {
-			return nil, err
-		}
+	if err := c.procs.waitReady(ctx, c.hc, c.urls, "/readyz"); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
 
-// pids returns the node processes' IDs.
-func (c *fencegateCluster) pids() []int {
+// nodes are the server processes of a cluster, in the order of its URLs.
+type nodes []*proc.Proc
+
+// pids returns the processes' IDs.
+func (ns nodes) pids() []int {
 	var out []int
-	for _, p := range c.procs {
+	for _, p := range ns {
 		out = append(out, p.Pid())
 	}
 	return out
+}
+
+// waitReady waits until GET urls[i]+path answers 200 for every node i.
+func (ns nodes) waitReady(ctx context.Context, hc *http.Client, urls []string, path string) error {
+	for i, p := range ns {
+		if err := p.WaitReady(ctx, 20*time.Millisecond, 60*time.Second, httpOK(hc, urls[i]+path)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // httpOK is a readiness check: GET url with hc (http.DefaultClient when

@@ -301,7 +301,7 @@ func setupFencegate(ctx context.Context, g *proc.Group, bin, version, dir, resou
 		newMinter: func(ctx context.Context) (minter, error) {
 			return newFencegateMinter(ctx, c, resource, leaderFirst)
 		},
-		pids: c.pids,
+		pids: c.procs.pids,
 	}, nil
 }
 
@@ -331,6 +331,6 @@ func setupEtcd(ctx context.Context, g *proc.Group, etcdBin, dir, resource string
 			}
 			return newEtcdMinter(endpoints, c.tls, resource)
 		},
-		pids: c.pids,
+		pids: c.procs.pids,
 	}, nil
 }

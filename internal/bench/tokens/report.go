@@ -62,19 +62,12 @@ func newReport(f bench.Flags, systems []system) *report {
 	return r
 }
 
-func (r *report) entry(system string, c int) *entry {
-	for _, e := range r.Results {
-		if e.System == system && e.Concurrency == c {
-			return e
-		}
-	}
-	e := &entry{System: system, Concurrency: c}
-	r.Results = append(r.Results, e)
-	return e
-}
-
 func (r *report) add(system string, c int, res runResult) {
-	e := r.entry(system, c)
+	e := r.find(system, c)
+	if e == nil {
+		e = &entry{System: system, Concurrency: c}
+		r.Results = append(r.Results, e)
+	}
 	e.Runs = append(e.Runs, res)
 	var results []bench.Result
 	var cpu []time.Duration
