@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"io"
 	"slices"
@@ -59,23 +61,33 @@ func TestIntList(t *testing.T) {
 }
 
 func TestFlags(t *testing.T) {
-	var f Flags
-	fs := flag.NewFlagSet("x", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	f.Register(fs, []int{1, 8})
-	if err := fs.Parse(nil); err != nil {
-		t.Fatal(err)
+	parse := func(args ...string) (Flags, error) {
+		var f Flags
+		fs := flag.NewFlagSet("x", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		f.Register(fs, []int{1, 8})
+		return f, Parse(fs, &f, args)
 	}
-	if f.Runs != 3 || f.Duration != 5*time.Second || !slices.Equal(f.Concurrency, IntList{1, 8}) || f.JSON || f.Keep {
-		t.Errorf("defaults = %+v", f)
+	f, err := parse()
+	if err != nil || f.Runs != 3 || f.Duration != 5*time.Second || !slices.Equal(f.Concurrency, IntList{1, 8}) || f.JSON || f.Keep {
+		t.Errorf("defaults = %+v, %v", f, err)
 	}
-	if err := f.Validate(); err != nil {
-		t.Errorf("Validate(defaults): %v", err)
+	if _, err := parse("--help"); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("--help: %v, want flag.ErrHelp", err)
 	}
-	if err := fs.Parse([]string{"--runs", "0"}); err != nil {
-		t.Fatal(err)
+	for _, bad := range [][]string{{"--runs", "0"}, {"--nope"}, {"extra"}, {"--concurrency", "0"}} {
+		if _, err := parse(bad...); !errors.As(err, new(UsageError)) {
+			t.Errorf("Parse(%q)=%v, want a UsageError", bad, err)
+		}
 	}
-	if err := f.Validate(); err == nil {
-		t.Error("Validate accepted --runs 0")
+	if got, err := ParseSystems("b,a", []string{"a", "b"}); err != nil || !slices.Equal(got, []string{"b", "a"}) {
+		t.Errorf("ParseSystems(b,a)=%v, %v", got, err)
+	}
+	if _, err := ParseSystems("a,c", []string{"a", "b"}); err == nil || err.Error() != `unknown system "c" in --systems; choose from a,b` {
+		t.Errorf("ParseSystems(a,c)=%v", err)
+	}
+	f.FencegateBin = "/opt/fg"
+	if bin, version, err := f.Fencegate(context.Background(), t.TempDir(), t.Logf); bin != "/opt/fg" || version != "prebuilt /opt/fg" || err != nil {
+		t.Errorf("Fencegate()=%q, %q, %v", bin, version, err)
 	}
 }

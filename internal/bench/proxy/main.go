@@ -43,7 +43,6 @@ type options struct {
 	scale     int
 	workloads []workload
 	systems   []string
-	bin       string
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -58,7 +57,6 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		"comma-separated workloads: select-simple, select-extended, fenced-write (extended protocol), fenced-write-simple, "+
 			"nobranch-extended (pgbench -N: writes without fences to pgbench's own tables, which are not protected)")
 	sys := fs.String("systems", "direct,pgbouncer,fencegate", "comma-separated paths to measure")
-	fs.StringVar(&o.bin, "fencegate-bin", "", "fencegate binary to run (default: build ./cmd/fencegate into the temporary directory)")
 	if err := bench.Parse(fs, &o.Flags, args); err != nil {
 		return o, err
 	}
@@ -75,13 +73,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		}
 		o.workloads = append(o.workloads, w)
 	}
-	for _, s := range strings.Split(*sys, ",") {
-		if !slices.Contains(knownSystems, s) {
-			return o, bench.Usagef("unknown system %q in --systems; choose from %s", s, strings.Join(knownSystems, ","))
-		}
-		o.systems = append(o.systems, s)
-	}
-	return o, nil
+	var err error
+	o.systems, err = bench.ParseSystems(*sys, knownSystems)
+	return o, err
 }
 
 func (o options) fenced() bool {
@@ -124,14 +118,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	versions := map[string]string{"pgbench": bench.Version(ctx, pgbenchBin, "--version")}
-	fgBin := o.bin
+	var fgBin string
 	if has("fencegate") {
-		versions["fencegate"] = "prebuilt " + fgBin
-		if fgBin == "" {
-			logf("building fencegate")
-			if fgBin, versions["fencegate"], err = bench.BuildFencegate(ctx, dir); err != nil {
-				return err
-			}
+		if fgBin, versions["fencegate"], err = o.Fencegate(ctx, dir, logf); err != nil {
+			return err
 		}
 		if !bench.HasCommand(ctx, fgBin, "proxy") {
 			return errNoProxy

@@ -72,20 +72,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f.Register(fs, []int{1, 64})
 	systemsFlag := fs.String("systems", strings.Join(knownSystems, ","), "comma-separated systems to measure: fencegate (read-index path), fencegate-commit (--commit-per-batch), etcd, and the TLS variants fencegate-tls and etcd-tls")
 	resource := fs.String("resource", "bench", "resource name tokens are asked for")
-	binFlag := fs.String("fencegate-bin", "", "fencegate binary to run (default: build ./cmd/fencegate into the temporary directory)")
 	leaderFirst := fs.Bool("leader-first", true, "send both clients' requests to the current leader: fencegate's client gets the leader's URL first, etcd's client the leader's endpoint alone; false gives both every node, so fencegate starts at n1 (a follower forwards) and clientv3 balances across members")
 	if err := bench.Parse(fs, &f, args); err != nil {
 		return err
 	}
-	want := strings.Split(*systemsFlag, ",")
-	for _, s := range want {
-		if !slices.Contains(knownSystems, s) {
-			return bench.Usagef("unknown system %q in --systems; choose from %s", s, strings.Join(knownSystems, ","))
-		}
+	want, err := bench.ParseSystems(*systemsFlag, knownSystems)
+	if err != nil {
+		return err
 	}
-
 	var etcdBin string
-	var err error
 	if slices.Contains(want, "etcd") || slices.Contains(want, "etcd-tls") {
 		if etcdBin, err = bench.LookPath("etcd", "etcd-server"); err != nil {
 			return err
@@ -106,10 +101,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	bin, version := *binFlag, "prebuilt "+*binFlag
-	if bin == "" && (slices.Contains(want, "fencegate") || slices.Contains(want, "fencegate-commit") || slices.Contains(want, "fencegate-tls")) {
-		logf("building fencegate")
-		if bin, version, err = bench.BuildFencegate(ctx, dir); err != nil {
+	var bin, version string
+	if slices.Contains(want, "fencegate") || slices.Contains(want, "fencegate-commit") || slices.Contains(want, "fencegate-tls") {
+		if bin, version, err = f.Fencegate(ctx, dir, logf); err != nil {
 			return err
 		}
 	}
@@ -117,18 +111,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, name := range want {
 		var s system
 		var err error
+		var t *benchTLS
+		if strings.HasSuffix(name, "-tls") {
+			t = tc
+		}
 		switch name {
 		case "fencegate", "fencegate-commit", "fencegate-tls":
-			var t *benchTLS
-			if name == "fencegate-tls" {
-				t = tc
-			}
 			s, err = setupFencegate(ctx, g, bin, version, dir, *resource, *leaderFirst, t, name == "fencegate-commit", logf)
 		case "etcd", "etcd-tls":
-			var t *benchTLS
-			if name == "etcd-tls" {
-				t = tc
-			}
 			s, err = setupEtcd(ctx, g, etcdBin, dir, *resource, *leaderFirst, t, logf)
 		}
 		if err != nil {
