@@ -21,14 +21,14 @@ import (
 // Throughput on a shared VM follows the neighbours; CPU per transaction
 // does not, so it is the figure to compare across runs and machines.
 func measuredRun(ctx context.Context, bin string, t pgbenchTarget, c int, d time.Duration, args []string) (pgbenchStats, error) {
-	mid0, midErr := middleCPU(t.pid)
+	mid0, midErr := bench.ProcessCPU(t.pid)
 	sw0, swErr := middleSwitches(t.pid)
 	m0, machErr := bench.ReadMachineCPU()
 	st, err := runPgbench(ctx, bin, t, c, d, args)
 	if err != nil {
 		return st, err
 	}
-	mid1, midErr1 := middleCPU(t.pid)
+	mid1, midErr1 := bench.ProcessCPU(t.pid)
 	sw1, swErr1 := middleSwitches(t.pid)
 	m1, machErr1 := bench.ReadMachineCPU()
 	if st.Transactions <= 0 {
@@ -47,13 +47,6 @@ func measuredRun(ctx context.Context, bin string, t pgbenchTarget, c int, d time
 		st.Steal = used.StealShare()
 	}
 	return st, nil
-}
-
-func middleCPU(pid int) (time.Duration, error) {
-	if pid == 0 {
-		return 0, nil
-	}
-	return bench.ProcessCPU(pid)
 }
 
 // middleSwitches returns how many context switches the threads of process

@@ -207,10 +207,10 @@ func measure(ctx context.Context, s system, c int, f bench.Flags) (runResult, er
 	fErr := errors.New("not measured")
 	if s.followerPids != nil {
 		if fpids, fErr = s.followerPids(ctx); fErr == nil {
-			fcpu0, fErr = serverCPU(fpids)
+			fcpu0, fErr = bench.ProcessCPU(fpids...)
 		}
 	}
-	cpu0, cpuErr := serverCPU(s.pids())
+	cpu0, cpuErr := bench.ProcessCPU(s.pids()...)
 	mach0, machErr := bench.ReadMachineCPU()
 	start := time.Now()
 	res, err := bench.RunClosed(ctx, c, f.Duration, op)
@@ -222,7 +222,7 @@ func measure(ctx context.Context, s system, c int, f bench.Flags) (runResult, er
 		return runResult{}, err
 	}
 	out := runResult{Result: res}
-	cpu1, err1 := serverCPU(s.pids())
+	cpu1, err1 := bench.ProcessCPU(s.pids()...)
 	mach1, err2 := bench.ReadMachineCPU()
 	if cpuErr == nil && err1 == nil && res.Ops > 0 {
 		out.CPUPerOp = (cpu1 - cpu0) / time.Duration(res.Ops)
@@ -231,7 +231,7 @@ func measure(ctx context.Context, s system, c int, f bench.Flags) (runResult, er
 		out.Steal = mach1.Sub(mach0).StealShare()
 	}
 	if fErr == nil && res.Ops > 0 {
-		if fcpu1, err := serverCPU(fpids); err == nil {
+		if fcpu1, err := bench.ProcessCPU(fpids...); err == nil {
 			out.FollowerCPUPerOp = (fcpu1 - fcpu0) / time.Duration(res.Ops)
 		}
 	}
@@ -244,19 +244,6 @@ func measure(ctx context.Context, s system, c int, f bench.Flags) (runResult, er
 		}
 	}
 	return out, nil
-}
-
-// serverCPU sums the CPU time of the processes pids.
-func serverCPU(pids []int) (time.Duration, error) {
-	var total time.Duration
-	for _, pid := range pids {
-		d, err := bench.ProcessCPU(pid)
-		if err != nil {
-			return 0, err
-		}
-		total += d
-	}
-	return total, nil
 }
 
 func setupFencegate(ctx context.Context, g *proc.Group, bin, version, dir, resource string, leaderFirst bool, tc *benchTLS, commitPerBatch bool, logf func(string, ...any)) (system, error) {
