@@ -79,19 +79,12 @@ func (r *report) add(w, s string, c int, st pgbenchStats) {
 		r.Results = append(r.Results, e)
 	}
 	e.Runs = append(e.Runs, st)
-	var tps, steal, sw []float64
-	var lat, mid, mach []time.Duration
-	for _, run := range e.Runs {
-		tps = append(tps, run.TPS)
-		lat = append(lat, run.LatencyAvg)
-		mid = append(mid, run.MiddleCPU)
-		sw = append(sw, run.MiddleSwitches)
-		mach = append(mach, run.MachineCPU)
-		steal = append(steal, run.Steal)
-	}
-	e.TPS, e.LatencyAvg = bench.Median(tps), bench.MedianDuration(lat)
-	e.MiddleCPU, e.MachineCPU, e.Steal = bench.MedianDuration(mid), bench.MedianDuration(mach), bench.Median(steal)
-	e.MiddleSwitches = bench.Median(sw)
+	e.TPS = bench.Median(bench.Field(e.Runs, func(r pgbenchStats) float64 { return r.TPS }))
+	e.LatencyAvg = bench.MedianDuration(bench.Field(e.Runs, func(r pgbenchStats) time.Duration { return r.LatencyAvg }))
+	e.MiddleCPU = bench.MedianDuration(bench.Field(e.Runs, func(r pgbenchStats) time.Duration { return r.MiddleCPU }))
+	e.MiddleSwitches = bench.Median(bench.Field(e.Runs, func(r pgbenchStats) float64 { return r.MiddleSwitches }))
+	e.MachineCPU = bench.MedianDuration(bench.Field(e.Runs, func(r pgbenchStats) time.Duration { return r.MachineCPU }))
+	e.Steal = bench.Median(bench.Field(e.Runs, func(r pgbenchStats) float64 { return r.Steal }))
 }
 
 // cpuRatio is a/b of two CPU times per transaction, 0 (no figure) when
@@ -164,12 +157,8 @@ func (r *report) writeText(w io.Writer) error {
 				if e == nil {
 					continue
 				}
-				name := s
-				var per []float64
-				for _, run := range e.Runs {
-					per = append(per, run.TPS)
-				}
-				t.Row(label, clients, name, bench.FormatRate(e.TPS), bench.FormatMillis(e.LatencyAvg),
+				per := bench.Field(e.Runs, func(r pgbenchStats) float64 { return r.TPS })
+				t.Row(label, clients, s, bench.FormatRate(e.TPS), bench.FormatMillis(e.LatencyAvg),
 					bench.FormatMicros(e.MiddleCPU, 1), bench.FormatMicros(e.MachineCPU, 1), formatSwitches(e.MiddleSwitches), bench.FormatShare(e.Steal),
 					bench.JoinRates(per))
 				label, clients = "", ""

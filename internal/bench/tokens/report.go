@@ -69,15 +69,9 @@ func (r *report) add(system string, c int, res runResult) {
 		r.Results = append(r.Results, e)
 	}
 	e.Runs = append(e.Runs, res)
-	var results []bench.Result
-	var cpu []time.Duration
-	var steal []float64
-	for _, run := range e.Runs {
-		results = append(results, run.Result)
-		cpu = append(cpu, run.CPUPerOp)
-		steal = append(steal, run.Steal)
-	}
-	e.Median, e.MedianCPU, e.MedianSteal = bench.MedianResult(results), bench.MedianDuration(cpu), bench.Median(steal)
+	e.Median = bench.MedianResult(bench.Field(e.Runs, func(r runResult) bench.Result { return r.Result }))
+	e.MedianCPU = bench.MedianDuration(bench.Field(e.Runs, func(r runResult) time.Duration { return r.CPUPerOp }))
+	e.MedianSteal = bench.Median(bench.Field(e.Runs, func(r runResult) float64 { return r.Steal }))
 }
 
 // finish computes the ratios once all runs are in.
@@ -132,10 +126,7 @@ func (r *report) writeText(w io.Writer) error {
 			if e == nil {
 				continue
 			}
-			var per []float64
-			for _, run := range e.Runs {
-				per = append(per, run.PerSec)
-			}
+			per := bench.Field(e.Runs, func(r runResult) float64 { return r.PerSec })
 			t.Row(fmt.Sprint(c), s, bench.FormatRate(e.Median.PerSec), bench.FormatMillis(e.Median.P50),
 				bench.FormatMillis(e.Median.P99), bench.FormatMicros(e.MedianCPU, 0), bench.FormatShare(e.MedianSteal),
 				fmt.Sprint(e.Median.Errors), bench.JoinRates(per))
