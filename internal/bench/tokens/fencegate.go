@@ -28,19 +28,14 @@ type fencegateCluster struct {
 // followerPids returns the processes of the nodes that do not lead, by
 // the leader a node's status names.
 func (c *fencegateCluster) followerPids(ctx context.Context) ([]int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.urls[0]+"/v1/status", nil)
+	b, err := get(ctx, c.hc, c.urls[0]+"/v1/status")
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
 	var st struct {
 		LeaderID string `json:"leader_id"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+	if err := json.Unmarshal(b, &st); err != nil {
 		return nil, err
 	}
 	var out []int
@@ -64,16 +59,7 @@ type roundCounters struct {
 func (c *fencegateCluster) roundCounters(ctx context.Context) (roundCounters, error) {
 	var out roundCounters
 	for _, u := range c.urls {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+"/metrics", nil)
-		if err != nil {
-			return out, err
-		}
-		resp, err := c.hc.Do(req)
-		if err != nil {
-			return out, err
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		b, err := get(ctx, c.hc, u+"/metrics")
 		if err != nil {
 			return out, err
 		}
@@ -180,23 +166,30 @@ func (ns nodes) waitReady(ctx context.Context, hc *http.Client, urls []string, p
 // httpOK is a readiness check: GET url with hc (http.DefaultClient when
 // nil) answers 200.
 func httpOK(hc *http.Client, url string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := get(ctx, hc, url)
+		return err
+	}
+}
+
+// get returns the body of url's answer to a GET with hc
+// (http.DefaultClient when nil), which must be 200.
+func get(ctx context.Context, hc *http.Client, url string) ([]byte, error) {
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	return func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		io.Copy(io.Discard, resp.Body)
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("GET %s: %s", url, resp.Status)
-		}
-		return nil
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
 	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return b, err
 }
