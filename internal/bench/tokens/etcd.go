@@ -34,10 +34,7 @@ func startEtcd(ctx context.Context, g *proc.Group, etcdBin, dir string, tc *benc
 		return nil, err
 	}
 	c := &etcdCluster{tls: tc}
-	scheme := "http://"
-	if tc != nil {
-		scheme = "https://"
-	}
+	scheme := tc.choose("http://", "https://")
 	var names, peerURLs, initial []string
 	for i := range 3 {
 		name := "e" + strconv.Itoa(i+1)
@@ -68,7 +65,7 @@ func startEtcd(ctx context.Context, g *proc.Group, etcdBin, dir string, tc *benc
 			args = append(args, "--cert-file", cert, "--key-file", key, "--trusted-ca-file", tc.caFile, "--client-cert-auth",
 				"--peer-cert-file", cert, "--peer-key-file", key, "--peer-trusted-ca-file", tc.caFile, "--peer-client-cert-auth")
 		}
-		p, err := g.Start("etcd-"+name+tlsSuffix(tc), etcdBin, args)
+		p, err := g.Start("etcd-"+name+tc.choose("", "-tls"), etcdBin, args)
 		if err != nil {
 			return nil, err
 		}

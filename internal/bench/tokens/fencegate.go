@@ -92,10 +92,7 @@ func startFencegate(ctx context.Context, g *proc.Group, bin, dir string, tc *ben
 		return nil, err
 	}
 	c := &fencegateCluster{tls: tc}
-	scheme := "http://"
-	if tc != nil {
-		scheme = "https://"
-	}
+	scheme := tc.choose("http://", "https://")
 	var peers []string
 	for i := range 3 {
 		id := "n" + strconv.Itoa(i+1)
@@ -125,7 +122,7 @@ func startFencegate(ctx context.Context, g *proc.Group, bin, dir string, tc *ben
 			}
 			args = append(args, "--tls-ca", tc.caFile, "--tls-cert", cert, "--tls-key", key)
 		}
-		p, err := g.Start("fencegate-"+id+tlsSuffix(tc), bin, args)
+		p, err := g.Start("fencegate-"+id+tc.choose("", "-tls"), bin, args)
 		if err != nil {
 			return nil, err
 		}

@@ -250,7 +250,7 @@ func setupFencegate(ctx context.Context, g *proc.Group, bin, version, dir, resou
 	if !bench.HasCommand(ctx, bin, "token", "serve") {
 		return system{}, errNoTokenService
 	}
-	name := "fencegate" + tlsSuffix(tc)
+	name := "fencegate" + tc.choose("", "-tls")
 	var extra []string
 	if commitPerBatch {
 		name, extra = "fencegate-commit", []string{"--commit-per-batch"}
@@ -258,7 +258,7 @@ func setupFencegate(ctx context.Context, g *proc.Group, bin, version, dir, resou
 	} else {
 		version += "; read-index"
 	}
-	logf("starting 3 fencegate token nodes%s%s", withTLS(tc), strings.Join(append([]string{""}, extra...), " "))
+	logf("starting 3 fencegate token nodes%s%s", tc.choose("", " with TLS"), strings.Join(append([]string{""}, extra...), " "))
 	c, err := startFencegate(ctx, g, bin, filepath.Join(dir, name), tc, extra...)
 	if err != nil {
 		return system{}, err
@@ -283,8 +283,8 @@ func setupFencegate(ctx context.Context, g *proc.Group, bin, version, dir, resou
 }
 
 func setupEtcd(ctx context.Context, g *proc.Group, etcdBin, dir, resource string, leaderFirst bool, tc *benchTLS, logf func(string, ...any)) (system, error) {
-	name := "etcd" + tlsSuffix(tc)
-	logf("starting 3 etcd members%s", withTLS(tc))
+	name := "etcd" + tc.choose("", "-tls")
+	logf("starting 3 etcd members%s", tc.choose("", " with TLS"))
 	c, err := startEtcd(ctx, g, etcdBin, filepath.Join(dir, name), tc)
 	if err != nil {
 		return system{}, err
