@@ -16,29 +16,20 @@ func TestTable(t *testing.T) {
 	tab.Row("1", "etcd", "352")
 	tab.Separator()
 	tab.Row("64", "fencegate/etcd", "10.00x")
-	want := "" +
-		"clients  system          tokens/s\n" +
-		"---------------------------------\n" +
-		"1        fencegate          1,234\n" +
-		"1        etcd                 352\n" +
-		"---------------------------------\n" +
-		"64       fencegate/etcd    10.00x\n"
-	if got := tab.String(); got != want {
-		t.Errorf("table:\n%s\nwant:\n%s", got, want)
-	}
-}
-
-func TestTableShortRows(t *testing.T) {
-	tab := NewTable("a", "b")
-	tab.Row("x")
-	tab.Row("y", "1", "extra")
-	want := "" +
-		"a  b\n" +
-		"-----------\n" +
-		"x\n" +
-		"y  1  extra\n"
-	if got := tab.String(); got != want {
-		t.Errorf("table:\n%q\nwant:\n%q", got, want)
+	short := NewTable("a", "b")
+	short.Row("x")
+	short.Row("y", "1", "extra")
+	for _, c := range []struct {
+		tab  *Table
+		want string
+	}{
+		{tab, "clients  system          tokens/s\n---------------------------------\n1        fencegate          1,234\n" +
+			"1        etcd                 352\n---------------------------------\n64       fencegate/etcd    10.00x\n"},
+		{short, "a  b\n-----------\nx\ny  1  extra\n"},
+	} {
+		if got := c.tab.String(); got != c.want {
+			t.Errorf("table:\n%s\nwant:\n%s", got, c.want)
+		}
 	}
 }
 
