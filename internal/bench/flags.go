@@ -11,7 +11,8 @@ import (
 	"time"
 )
 
-// Flags are the command-line flags every benchmark command takes.
+// Flags are the command-line flags the proxy and tokens commands share
+// (locks keeps its own, shorter ones).
 type Flags struct {
 	// Runs is how many measured runs each figure is the median of.
 	Runs int
