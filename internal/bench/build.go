@@ -38,6 +38,17 @@ func BuildFencegate(ctx context.Context, dir string) (bin, version string, err e
 	return bin, version, nil
 }
 
+// Fencegate returns the fencegate binary to run and its description: the
+// one --fencegate-bin names, or else one BuildFencegate builds into dir
+// (saying so through logf).
+func (f *Flags) Fencegate(ctx context.Context, dir string, logf func(string, ...any)) (bin, version string, err error) {
+	if f.FencegateBin != "" {
+		return f.FencegateBin, "prebuilt " + f.FencegateBin, nil
+	}
+	logf("building fencegate")
+	return BuildFencegate(ctx, dir)
+}
+
 // HasCommand reports whether the fencegate binary bin knows the subcommand
 // (for example "token", "serve"): it runs "bin WORDS... --help" and looks
 // for the dispatcher's "unknown command" answer.

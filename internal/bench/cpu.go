@@ -18,14 +18,22 @@ import (
 // 100 for user space whatever the kernel's own tick rate.
 const clockTick = 10 * time.Millisecond
 
-// ProcessCPU returns the user plus system CPU time the process pid has
-// used, all its threads together.
-func ProcessCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, fmt.Errorf("read CPU time of process %d: %w", pid, err)
+// ProcessCPU returns the user plus system CPU time the processes pids have
+// used, all their threads together (0 for no pids).
+func ProcessCPU(pids ...int) (time.Duration, error) {
+	var total time.Duration
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return 0, fmt.Errorf("read CPU time of process %d: %w", pid, err)
+		}
+		d, err := parseProcessStat(string(b))
+		if err != nil {
+			return 0, err
+		}
+		total += d
 	}
-	return parseProcessStat(string(b))
+	return total, nil
 }
 
 // parseProcessStat reads utime and stime (fields 14 and 15) from the text

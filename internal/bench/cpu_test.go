@@ -25,6 +25,12 @@ func TestParseProcessStat(t *testing.T) {
 }
 
 func TestProcessCPUOfThisProcess(t *testing.T) {
+	if d, err := ProcessCPU(); d != 0 || err != nil {
+		t.Fatalf("ProcessCPU()=%v, %v; want 0 for no processes", d, err)
+	}
+	if _, err := ProcessCPU(os.Getpid(), 1<<30); err == nil {
+		t.Fatal("ProcessCPU of a process that does not exist succeeded")
+	}
 	before, err := ProcessCPU(os.Getpid())
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,8 @@
 // Package bench holds what the side-by-side benchmark commands share:
 // statistics over runs and latency samples (Median, Summarize), aligned
-// ratio tables (Table), the common command-line flags (Flags), and
+// ratio tables (Table), the common command-line flags (Flags, Parse), the
+// main function with its exit statuses (Main), the temporary directory and
+// process Group of a run (Workspace), JSON reports (WriteJSON), and
 // short-lived helper commands (Command). The server processes a benchmark
 // starts run under an internal/proc Group, which puts every child in its
 // own process group and stops them all on exit, error or Ctrl-C.
@@ -9,6 +11,7 @@
 //
 //	go run ./internal/bench/tokens   fencegate token cluster vs a 3-node etcd cluster
 //	go run ./internal/bench/proxy    pgbench direct vs PgBouncer vs the fencegate proxy
+//	go run ./internal/bench/locks    lockclient vs bsm/redislock and go-redsync/redsync
 //
 // DESIGN.md explains how both commands give every side the same treatment.
 //

@@ -5,12 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// Flags are the command-line flags every benchmark command takes.
+// Flags are the command-line flags the proxy and tokens commands share
+// (locks keeps its own, shorter ones).
 type Flags struct {
 	// Runs is how many measured runs each figure is the median of.
 	Runs int
@@ -25,6 +27,9 @@ type Flags struct {
 	JSON bool
 	// Keep leaves the temporary directories (data, logs, configs) in place.
 	Keep bool
+	// FencegateBin is the fencegate binary to run; empty builds one
+	// (see Fencegate).
+	FencegateBin string
 }
 
 // Register defines the flags on fs with their defaults; conc is the default
@@ -37,6 +42,19 @@ func (f *Flags) Register(fs *flag.FlagSet, conc []int) {
 	fs.Var(&f.Concurrency, "concurrency", "comma-separated `LIST` of client counts")
 	fs.BoolVar(&f.JSON, "json", false, "print the results as JSON on stdout instead of a table (default false)")
 	fs.BoolVar(&f.Keep, "keep", false, "keep the temporary directories (data, logs, configs) for debugging (default false)")
+	fs.StringVar(&f.FencegateBin, "fencegate-bin", "", "fencegate binary to run (default: build ./cmd/fencegate into the temporary directory)")
+}
+
+// ParseSystems splits the comma-separated --systems value list and checks
+// each name against known.
+func ParseSystems(list string, known []string) ([]string, error) {
+	names := strings.Split(list, ",")
+	for _, s := range names {
+		if !slices.Contains(known, s) {
+			return nil, Usagef("unknown system %q in --systems; choose from %s", s, strings.Join(known, ","))
+		}
+	}
+	return names, nil
 }
 
 // Validate reports the first flag value that makes no sense.

@@ -31,6 +31,16 @@ func MedianDuration(ds []time.Duration) time.Duration {
 	return time.Duration(math.Round(Median(xs)))
 }
 
+// Field returns f of every run, in order: the figures a column of a result
+// table takes the median of, or lists run by run.
+func Field[R, T any](runs []R, f func(R) T) []T {
+	out := make([]T, len(runs))
+	for i, r := range runs {
+		out[i] = f(r)
+	}
+	return out
+}
+
 // Percentile returns the p-th percentile (0 < p <= 100) of sorted, by the
 // nearest-rank method: the smallest sample such that at least p percent of
 // the samples are less than or equal to it. It returns 0 for no samples.

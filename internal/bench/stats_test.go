@@ -2,6 +2,7 @@ package bench
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -99,5 +100,12 @@ func TestFormat(t *testing.T) {
 		if tc.got != tc.want {
 			t.Errorf("got %q, want %q", tc.got, tc.want)
 		}
+	}
+}
+
+func TestField(t *testing.T) {
+	runs := []Result{{PerSec: 3}, {PerSec: 1}, {PerSec: 2}}
+	if got := Field(runs, func(r Result) float64 { return r.PerSec }); !slices.Equal(got, []float64{3, 1, 2}) || Median(got) != 2 {
+		t.Errorf("Field=%v, want [3 1 2] with median 2", got)
 	}
 }

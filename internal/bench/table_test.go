@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"io"
 	"slices"
@@ -14,29 +16,20 @@ func TestTable(t *testing.T) {
 	tab.Row("1", "etcd", "352")
 	tab.Separator()
 	tab.Row("64", "fencegate/etcd", "10.00x")
-	want := "" +
-		"clients  system          tokens/s\n" +
-		"---------------------------------\n" +
-		"1        fencegate          1,234\n" +
-		"1        etcd                 352\n" +
-		"---------------------------------\n" +
-		"64       fencegate/etcd    10.00x\n"
-	if got := tab.String(); got != want {
-		t.Errorf("table:\n%s\nwant:\n%s", got, want)
-	}
-}
-
-func TestTableShortRows(t *testing.T) {
-	tab := NewTable("a", "b")
-	tab.Row("x")
-	tab.Row("y", "1", "extra")
-	want := "" +
-		"a  b\n" +
-		"-----------\n" +
-		"x\n" +
-		"y  1  extra\n"
-	if got := tab.String(); got != want {
-		t.Errorf("table:\n%q\nwant:\n%q", got, want)
+	short := NewTable("a", "b")
+	short.Row("x")
+	short.Row("y", "1", "extra")
+	for _, c := range []struct {
+		tab  *Table
+		want string
+	}{
+		{tab, "clients  system          tokens/s\n---------------------------------\n1        fencegate          1,234\n" +
+			"1        etcd                 352\n---------------------------------\n64       fencegate/etcd    10.00x\n"},
+		{short, "a  b\n-----------\nx\ny  1  extra\n"},
+	} {
+		if got := c.tab.String(); got != c.want {
+			t.Errorf("table:\n%s\nwant:\n%s", got, c.want)
+		}
 	}
 }
 
@@ -59,23 +52,33 @@ func TestIntList(t *testing.T) {
 }
 
 func TestFlags(t *testing.T) {
-	var f Flags
-	fs := flag.NewFlagSet("x", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	f.Register(fs, []int{1, 8})
-	if err := fs.Parse(nil); err != nil {
-		t.Fatal(err)
+	parse := func(args ...string) (Flags, error) {
+		var f Flags
+		fs := flag.NewFlagSet("x", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		f.Register(fs, []int{1, 8})
+		return f, Parse(fs, &f, args)
 	}
-	if f.Runs != 3 || f.Duration != 5*time.Second || !slices.Equal(f.Concurrency, IntList{1, 8}) || f.JSON || f.Keep {
-		t.Errorf("defaults = %+v", f)
+	f, err := parse()
+	if err != nil || f.Runs != 3 || f.Duration != 5*time.Second || !slices.Equal(f.Concurrency, IntList{1, 8}) || f.JSON || f.Keep {
+		t.Errorf("defaults = %+v, %v", f, err)
 	}
-	if err := f.Validate(); err != nil {
-		t.Errorf("Validate(defaults): %v", err)
+	if _, err := parse("--help"); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("--help: %v, want flag.ErrHelp", err)
 	}
-	if err := fs.Parse([]string{"--runs", "0"}); err != nil {
-		t.Fatal(err)
+	for _, bad := range [][]string{{"--runs", "0"}, {"--nope"}, {"extra"}, {"--concurrency", "0"}} {
+		if _, err := parse(bad...); !errors.As(err, new(UsageError)) {
+			t.Errorf("Parse(%q)=%v, want a UsageError", bad, err)
+		}
 	}
-	if err := f.Validate(); err == nil {
-		t.Error("Validate accepted --runs 0")
+	if got, err := ParseSystems("b,a", []string{"a", "b"}); err != nil || !slices.Equal(got, []string{"b", "a"}) {
+		t.Errorf("ParseSystems(b,a)=%v, %v", got, err)
+	}
+	if _, err := ParseSystems("a,c", []string{"a", "b"}); err == nil || err.Error() != `unknown system "c" in --systems; choose from a,b` {
+		t.Errorf("ParseSystems(a,c)=%v", err)
+	}
+	f.FencegateBin = "/opt/fg"
+	if bin, version, err := f.Fencegate(context.Background(), t.TempDir(), t.Logf); bin != "/opt/fg" || version != "prebuilt /opt/fg" || err != nil {
+		t.Errorf("Fencegate()=%q, %q, %v", bin, version, err)
 	}
 }

@@ -14,33 +14,19 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/bench"
 	"github.com/fencegate/fencegate/internal/devstack"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/redis/go-redis/v9"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "bench locks: %v\n", err)
-		os.Exit(1)
-	}
-}
+func main() { bench.Main("bench locks", run) }
 
 type config struct {
 	redisAddr string
@@ -80,10 +66,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if tokenURLs != "" {
 		cfg.tokenURLs = strings.Split(tokenURLs, ",")
 	}
-	return bench(ctx, cfg, stdout, stderr)
+	return compare(ctx, cfg, stdout, stderr)
 }
 
-func bench(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
+func compare(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	redis.SetLogger(quietLogger{})
 	maxC := slices.Max(cfg.conc)
 	fmt.Fprintf(stderr, "starting %d redis-server masters\n", cfg.masters)
@@ -140,21 +126,21 @@ func bench(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	}
 
 	// results[scenario][c] holds one result per run.
-	results := make([]map[int][]result, len(scenarios))
+	results := make([]map[int][]bench.Result, len(scenarios))
 	for i := range results {
-		results[i] = map[int][]result{}
+		results[i] = map[int][]bench.Result{}
 	}
 	for r := 1; r <= cfg.runs; r++ {
 		for _, c := range cfg.conc {
 			for i, s := range scenarios {
+				res, firstErr := measure(ctx, s, c, cfg.duration, r)
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				res := measure(ctx, s, c, cfg.duration, r)
 				fmt.Fprintf(stderr, "run %d  c=%-3d %-32s %9.0f cycles/s  p50 %-9v p99 %-9v errors %d\n",
-					r, c, s.name, res.rate, res.p50, res.p99, res.errs)
-				if res.firstErr != nil {
-					fmt.Fprintf(stderr, "        first error: %v\n", res.firstErr)
+					r, c, s.name, res.PerSec, res.P50, res.P99, res.Errors)
+				if firstErr != nil {
+					fmt.Fprintf(stderr, "        first error: %v\n", firstErr)
 				}
 				results[i][c] = append(results[i][c], res)
 			}
@@ -170,78 +156,20 @@ func closeAll(cs []redis.UniversalClient) {
 	}
 }
 
-type result struct {
-	rate     float64
-	p50, p99 time.Duration
-	errs     int
-	firstErr error
-}
-
 // measure runs c workers doing cycles for d; each worker locks its own
-// resource.
-func measure(ctx context.Context, s scenario, c int, d time.Duration, run int) result {
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		lat      []time.Duration
-		errs     int
-		firstErr error
-	)
+// resource. The error is the first failed cycle's.
+func measure(ctx context.Context, s scenario, c int, d time.Duration, run int) (bench.Result, error) {
 	// Warm up connections and scripts without timing.
+	resources := make([]string, c)
 	for i := range c {
 		_ = s.cycle(ctx, fmt.Sprintf("warm:%d", i))
+		resources[i] = fmt.Sprintf("r%d:c%d:w%d", run, c, i)
 	}
-	start := time.Now()
-	end := start.Add(d)
-	for w := range c {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res := fmt.Sprintf("r%d:c%d:w%d", run, c, w)
-			local := make([]time.Duration, 0, 4096)
-			var nerr int
-			var ferr error
-			for time.Now().Before(end) && ctx.Err() == nil {
-				t0 := time.Now()
-				if err := s.cycle(ctx, res); err != nil {
-					nerr++
-					if ferr == nil {
-						ferr = err
-					}
-					continue
-				}
-				local = append(local, time.Since(t0))
-			}
-			mu.Lock()
-			lat = append(lat, local...)
-			errs += nerr
-			if firstErr == nil {
-				firstErr = ferr
-			}
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	slices.Sort(lat)
-	res := result{rate: float64(len(lat)) / elapsed.Seconds(), errs: errs, firstErr: firstErr}
-	if len(lat) > 0 {
-		res.p50 = lat[len(lat)*50/100]
-		res.p99 = lat[min(len(lat)-1, len(lat)*99/100)]
-	}
-	return res
+	res, err := bench.RunClosed(ctx, c, d, func(ctx context.Context, w int) error { return s.cycle(ctx, resources[w]) })
+	return res, errors.Unwrap(err) // the count RunClosed adds is on the progress line already
 }
 
-func median[T any](rs []result, f func(result) T, less func(a, b T) int) T {
-	vals := make([]T, len(rs))
-	for i, r := range rs {
-		vals[i] = f(r)
-	}
-	slices.SortFunc(vals, less)
-	return vals[len(vals)/2]
-}
-
-func printTable(w io.Writer, cfg config, scenarios []scenario, results []map[int][]result) {
+func printTable(w io.Writer, cfg config, scenarios []scenario, results []map[int][]bench.Result) {
 	fmt.Fprintf(w, "\nlock acquire+release cycles, medians of %d runs of %v, each worker on its own resource\n\n", cfg.runs, cfg.duration)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "implementation\tc\tcycles/s\tp50\tp99\tvs peer\t")
@@ -249,35 +177,19 @@ func printTable(w io.Writer, cfg config, scenarios []scenario, results []map[int
 	for i, s := range scenarios {
 		byName[s.name] = i
 	}
-	cmpF := func(a, b float64) int { return cmpOrdered(a, b) }
-	cmpD := func(a, b time.Duration) int { return cmpOrdered(a, b) }
 	for _, c := range cfg.conc {
 		for i, s := range scenarios {
-			rs := results[i][c]
-			rate := median(rs, func(r result) float64 { return r.rate }, cmpF)
-			p50 := median(rs, func(r result) time.Duration { return r.p50 }, cmpD)
-			p99 := median(rs, func(r result) time.Duration { return r.p99 }, cmpD)
+			m := bench.MedianResult(results[i][c])
 			ratio := ""
 			if j, ok := byName[s.peer]; ok && s.peer != "" {
-				peer := median(results[j][c], func(r result) float64 { return r.rate }, cmpF)
-				if peer > 0 {
-					ratio = fmt.Sprintf("%.2fx", rate/peer)
+				if peer := bench.MedianResult(results[j][c]).PerSec; peer > 0 {
+					ratio = fmt.Sprintf("%.2fx", m.PerSec/peer)
 				}
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%v\t%v\t%s\t\n", s.name, c, rate, round(p50), round(p99), ratio)
+			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%v\t%v\t%s\t\n", s.name, c, m.PerSec, round(m.P50), round(m.P99), ratio)
 		}
 	}
 	tw.Flush()
-}
-
-func cmpOrdered[T float64 | time.Duration](a, b T) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func round(d time.Duration) time.Duration {

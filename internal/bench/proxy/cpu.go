@@ -21,14 +21,14 @@ import (
 // Throughput on a shared VM follows the neighbours; CPU per transaction
 // does not, so it is the figure to compare across runs and machines.
 func measuredRun(ctx context.Context, bin string, t pgbenchTarget, c int, d time.Duration, args []string) (pgbenchStats, error) {
-	mid0, midErr := middleCPU(t.pid)
+	mid0, midErr := bench.ProcessCPU(t.pid)
 	sw0, swErr := middleSwitches(t.pid)
 	m0, machErr := bench.ReadMachineCPU()
 	st, err := runPgbench(ctx, bin, t, c, d, args)
 	if err != nil {
 		return st, err
 	}
-	mid1, midErr1 := middleCPU(t.pid)
+	mid1, midErr1 := bench.ProcessCPU(t.pid)
 	sw1, swErr1 := middleSwitches(t.pid)
 	m1, machErr1 := bench.ReadMachineCPU()
 	if st.Transactions <= 0 {
@@ -47,13 +47,6 @@ func measuredRun(ctx context.Context, bin string, t pgbenchTarget, c int, d time
 		st.Steal = used.StealShare()
 	}
 	return st, nil
-}
-
-func middleCPU(pid int) (time.Duration, error) {
-	if pid == 0 {
-		return 0, nil
-	}
-	return bench.ProcessCPU(pid)
 }
 
 // middleSwitches returns how many context switches the threads of process
@@ -114,24 +107,11 @@ func formatSwitches(f float64) string {
 	return fmt.Sprintf("%.2f", f)
 }
 
-// formatMicros prints a CPU time per transaction in microseconds, or "-".
-func formatMicros(d time.Duration) string {
-	if d <= 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.1f", float64(d)/float64(time.Microsecond))
-}
-
-// formatShare prints a fraction as a percentage with no decimals.
-func formatShare(f float64) string {
-	return fmt.Sprintf("%.0f%%", 100*f)
-}
-
 // cpuNote is the CPU per transaction of one run for the progress log.
 func cpuNote(st pgbenchStats) string {
 	if st.MiddleCPU > 0 {
-		return formatMicros(st.MiddleCPU) + " µs (middle) " + formatMicros(st.MachineCPU) + " µs (machine)  cs/tx " +
+		return bench.FormatMicros(st.MiddleCPU, 1) + " µs (middle) " + bench.FormatMicros(st.MachineCPU, 1) + " µs (machine)  cs/tx " +
 			formatSwitches(st.MiddleSwitches)
 	}
-	return formatMicros(st.MachineCPU) + " µs (machine)"
+	return bench.FormatMicros(st.MachineCPU, 1) + " µs (machine)"
 }

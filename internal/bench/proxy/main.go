@@ -19,29 +19,20 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
-	"time"
 
 	"github.com/fencegate/fencegate/internal/bench"
 	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/internal/proc"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(bench.ExitCode("bench proxy", err, os.Stderr))
-}
+func main() { bench.Main("bench proxy", run) }
 
 var knownSystems = []string{"direct", "pgbouncer", "fencegate"}
 
@@ -52,7 +43,6 @@ type options struct {
 	scale     int
 	workloads []workload
 	systems   []string
-	bin       string
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -67,18 +57,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		"comma-separated workloads: select-simple, select-extended, fenced-write (extended protocol), fenced-write-simple, "+
 			"nobranch-extended (pgbench -N: writes without fences to pgbench's own tables, which are not protected)")
 	sys := fs.String("systems", "direct,pgbouncer,fencegate", "comma-separated paths to measure")
-	fs.StringVar(&o.bin, "fencegate-bin", "", "fencegate binary to run (default: build ./cmd/fencegate into the temporary directory)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return o, err
-		}
-		return o, bench.UsageError{Err: err}
-	}
-	if fs.NArg() > 0 {
-		return o, bench.Usagef("unexpected argument %q", fs.Arg(0))
-	}
-	if err := o.Validate(); err != nil {
-		return o, bench.UsageError{Err: err}
+	if err := bench.Parse(fs, &o.Flags, args); err != nil {
+		return o, err
 	}
 	if o.scale < 1 {
 		return o, bench.Usagef("--scale must be at least 1")
@@ -93,13 +73,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		}
 		o.workloads = append(o.workloads, w)
 	}
-	for _, s := range strings.Split(*sys, ",") {
-		if !slices.Contains(knownSystems, s) {
-			return o, bench.Usagef("unknown system %q in --systems; choose from %s", s, strings.Join(knownSystems, ","))
-		}
-		o.systems = append(o.systems, s)
-	}
-	return o, nil
+	var err error
+	o.systems, err = bench.ParseSystems(*sys, knownSystems)
+	return o, err
 }
 
 func (o options) fenced() bool {
@@ -130,41 +106,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return bench.UsageError{Err: err}
 	}
 
-	dir, err := os.MkdirTemp("", "fencegate-bench-proxy-")
+	ws, err := bench.NewWorkspace("fencegate-bench-proxy-", o.Keep, "configs, scripts, logs", stderr)
 	if err != nil {
-		return fmt.Errorf("create temporary directory: %w", err)
+		return err
 	}
-	var cl bench.Cleanup
+	cl, dir, g := ws.Cleanup, ws.Dir, ws.Group
 	defer cl.Run()
-	cl.Add(func() {
-		if o.Keep {
-			fmt.Fprintf(stderr, "kept %s (configs, scripts, logs)\n", dir)
-			return
-		}
-		os.RemoveAll(dir)
-	})
 	// PgBouncer runs as another user and reads its config from here.
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return fmt.Errorf("open up temporary directory: %w", err)
 	}
-	g, err := proc.New(dir, nil)
-	if err != nil {
-		return err
-	}
-	cl.Add(func() {
-		_ = g.StopAll(10 * time.Second)
-		_ = g.Close()
-	})
 
 	versions := map[string]string{"pgbench": bench.Version(ctx, pgbenchBin, "--version")}
-	fgBin := o.bin
+	var fgBin string
 	if has("fencegate") {
-		versions["fencegate"] = "prebuilt " + fgBin
-		if fgBin == "" {
-			logf("building fencegate")
-			if fgBin, versions["fencegate"], err = bench.BuildFencegate(ctx, dir); err != nil {
-				return err
-			}
+		if fgBin, versions["fencegate"], err = o.Fencegate(ctx, dir, logf); err != nil {
+			return err
 		}
 		if !bench.HasCommand(ctx, fgBin, "proxy") {
 			return errNoProxy
@@ -267,7 +224,7 @@ func measureAll(ctx context.Context, o options, pgbenchBin string, targets map[s
 						return fmt.Errorf("run %d, %s on %s at %d clients: %w", r+1, w.name, s, c, err)
 					}
 					logf("run %d/%d  %-19s c=%-2d %-9s %8s tps  latency %s ms  cpu/tx %s  steal %s", r+1, o.Runs, w.name, c, s,
-						bench.FormatRate(st.TPS), bench.FormatMillis(st.LatencyAvg), cpuNote(st), formatShare(st.Steal))
+						bench.FormatRate(st.TPS), bench.FormatMillis(st.LatencyAvg), cpuNote(st), bench.FormatShare(st.Steal))
 					rep.add(w.name, s, c, st)
 				}
 			}

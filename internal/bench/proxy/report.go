@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -13,15 +12,11 @@ import (
 // report collects the pgbench runs of every workload, system and
 // concurrency.
 type report struct {
-	Benchmark   string            `json:"benchmark"`
-	Versions    map[string]string `json:"versions"`
-	Runs        int               `json:"runs"`
-	Duration    string            `json:"duration"`
-	Warmup      string            `json:"warmup"`
-	Scale       int               `json:"scale"`
-	Concurrency []int             `json:"concurrency"`
-	Results     []*entry          `json:"results"`
-	Ratios      []ratio           `json:"ratios,omitempty"`
+	bench.Header
+	Scale       int      `json:"scale"`
+	Concurrency []int    `json:"concurrency"`
+	Results     []*entry `json:"results"`
+	Ratios      []ratio  `json:"ratios,omitempty"`
 
 	workloads []workload
 	systems   []string
@@ -60,11 +55,7 @@ type ratio struct {
 
 func newReport(o options, versions map[string]string) *report {
 	return &report{
-		Benchmark:   "pgbench: direct vs PgBouncer (session) vs fencegate proxy, all on 127.0.0.1, no TLS",
-		Versions:    versions,
-		Runs:        o.Runs,
-		Duration:    o.Duration.String(),
-		Warmup:      o.Warmup.String(),
+		Header:      bench.NewHeader("pgbench: direct vs PgBouncer (session) vs fencegate proxy, all on 127.0.0.1, no TLS", versions, o.Flags),
 		Scale:       o.scale,
 		Concurrency: o.Concurrency,
 		workloads:   o.workloads,
@@ -88,19 +79,12 @@ func (r *report) add(w, s string, c int, st pgbenchStats) {
 		r.Results = append(r.Results, e)
 	}
 	e.Runs = append(e.Runs, st)
-	var tps, steal, sw []float64
-	var lat, mid, mach []time.Duration
-	for _, run := range e.Runs {
-		tps = append(tps, run.TPS)
-		lat = append(lat, run.LatencyAvg)
-		mid = append(mid, run.MiddleCPU)
-		sw = append(sw, run.MiddleSwitches)
-		mach = append(mach, run.MachineCPU)
-		steal = append(steal, run.Steal)
-	}
-	e.TPS, e.LatencyAvg = bench.Median(tps), bench.MedianDuration(lat)
-	e.MiddleCPU, e.MachineCPU, e.Steal = bench.MedianDuration(mid), bench.MedianDuration(mach), bench.Median(steal)
-	e.MiddleSwitches = bench.Median(sw)
+	e.TPS = bench.Median(bench.Field(e.Runs, func(r pgbenchStats) float64 { return r.TPS }))
+	e.LatencyAvg = bench.MedianDuration(bench.Field(e.Runs, func(r pgbenchStats) time.Duration { return r.LatencyAvg }))
+	e.MiddleCPU = bench.MedianDuration(bench.Field(e.Runs, func(r pgbenchStats) time.Duration { return r.MiddleCPU }))
+	e.MiddleSwitches = bench.Median(bench.Field(e.Runs, func(r pgbenchStats) float64 { return r.MiddleSwitches }))
+	e.MachineCPU = bench.MedianDuration(bench.Field(e.Runs, func(r pgbenchStats) time.Duration { return r.MachineCPU }))
+	e.Steal = bench.Median(bench.Field(e.Runs, func(r pgbenchStats) float64 { return r.Steal }))
 }
 
 // cpuRatio is a/b of two CPU times per transaction, 0 (no figure) when
@@ -146,15 +130,12 @@ func (r *report) finish() {
 
 func (r *report) writeJSON(w io.Writer) error {
 	r.finish()
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
+	return bench.WriteJSON(w, r)
 }
 
 func (r *report) writeText(w io.Writer) error {
 	r.finish()
-	fmt.Fprintf(w, "pgbench on 127.0.0.1 without TLS, scale %d. Median of %d runs of %s (warm-up %s).\n",
-		r.Scale, r.Runs, r.Duration, r.Warmup)
+	fmt.Fprintf(w, "pgbench on 127.0.0.1 without TLS, scale %d. %s\n", r.Scale, r.Medians())
 	for _, k := range []string{"postgresql", "pgbench", "pgbouncer", "fencegate"} {
 		if v, ok := r.Versions[k]; ok {
 			fmt.Fprintf(w, "  %-10s %s\n", k, v)
@@ -176,13 +157,9 @@ func (r *report) writeText(w io.Writer) error {
 				if e == nil {
 					continue
 				}
-				name := s
-				var per []float64
-				for _, run := range e.Runs {
-					per = append(per, run.TPS)
-				}
-				t.Row(label, clients, name, bench.FormatRate(e.TPS), bench.FormatMillis(e.LatencyAvg),
-					formatMicros(e.MiddleCPU), formatMicros(e.MachineCPU), formatSwitches(e.MiddleSwitches), formatShare(e.Steal),
+				per := bench.Field(e.Runs, func(r pgbenchStats) float64 { return r.TPS })
+				t.Row(label, clients, s, bench.FormatRate(e.TPS), bench.FormatMillis(e.LatencyAvg),
+					bench.FormatMicros(e.MiddleCPU, 1), bench.FormatMicros(e.MachineCPU, 1), formatSwitches(e.MiddleSwitches), bench.FormatShare(e.Steal),
 					bench.JoinRates(per))
 				label, clients = "", ""
 			}

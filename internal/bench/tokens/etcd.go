@@ -20,7 +20,7 @@ import (
 // --initial-cluster bootstrap, fsync on (etcd's default).
 type etcdCluster struct {
 	clientURLs []string
-	procs      []*proc.Proc
+	procs      nodes
 	tls        *benchTLS // nil: plain HTTP
 }
 
@@ -34,10 +34,7 @@ func startEtcd(ctx context.Context, g *proc.Group, etcdBin, dir string, tc *benc
 		return nil, err
 	}
 	c := &etcdCluster{tls: tc}
-	scheme := "http://"
-	if tc != nil {
-		scheme = "https://"
-	}
+	scheme := tc.choose("http://", "https://")
 	var names, peerURLs, initial []string
 	for i := range 3 {
 		name := "e" + strconv.Itoa(i+1)
@@ -48,7 +45,6 @@ func startEtcd(ctx context.Context, g *proc.Group, etcdBin, dir string, tc *benc
 		initial = append(initial, name+"="+peer)
 	}
 	token := "fencegate-bench-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	var procs []*proc.Proc
 	for i, name := range names {
 		args := []string{"--name", name,
 			"--data-dir", filepath.Join(dir, name),
@@ -69,32 +65,20 @@ func startEtcd(ctx context.Context, g *proc.Group, etcdBin, dir string, tc *benc
 			args = append(args, "--cert-file", cert, "--key-file", key, "--trusted-ca-file", tc.caFile, "--client-cert-auth",
 				"--peer-cert-file", cert, "--peer-key-file", key, "--peer-trusted-ca-file", tc.caFile, "--peer-client-cert-auth")
 		}
-		p, err := g.Start("etcd-"+name+tlsSuffix(tc), etcdBin, args)
+		p, err := g.Start("etcd-"+name+tc.choose("", "-tls"), etcdBin, args)
 		if err != nil {
 			return nil, err
 		}
-		procs = append(procs, p)
+		c.procs = append(c.procs, p)
 	}
-	c.procs = procs
 	var hc *http.Client
 	if tc != nil {
 		hc = &http.Client{Transport: &http.Transport{TLSClientConfig: tc.etcdClient()}}
 	}
-	for i, p := range procs {
-		if err := p.WaitReady(ctx, 20*time.Millisecond, 60*time.Second, httpOK(hc, c.clientURLs[i]+"/health")); err != nil {
-			return nil, err
-		}
+	if err := c.procs.waitReady(ctx, hc, c.clientURLs, "/health"); err != nil {
+		return nil, err
 	}
 	return c, nil
-}
-
-// pids returns the members' process IDs.
-func (c *etcdCluster) pids() []int {
-	var out []int
-	for _, p := range c.procs {
-		out = append(out, p.Pid())
-	}
-	return out
 }
 
 // leaderURL returns the client URL of the member that currently leads.

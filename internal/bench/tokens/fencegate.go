@@ -20,7 +20,7 @@ import (
 type fencegateCluster struct {
 	ids   []string
 	urls  []string // API base URLs, in the order of ids
-	procs []*proc.Proc
+	procs nodes
 	tls   *benchTLS // nil: plain HTTP
 	hc    *http.Client
 }
@@ -28,19 +28,14 @@ type fencegateCluster struct {
 // followerPids returns the processes of the nodes that do not lead, by
 // the leader a node's status names.
 func (c *fencegateCluster) followerPids(ctx context.Context) ([]int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.urls[0]+"/v1/status", nil)
+	b, err := get(ctx, c.hc, c.urls[0]+"/v1/status")
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
 	var st struct {
 		LeaderID string `json:"leader_id"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+	if err := json.Unmarshal(b, &st); err != nil {
 		return nil, err
 	}
 	var out []int
@@ -64,16 +59,7 @@ type roundCounters struct {
 func (c *fencegateCluster) roundCounters(ctx context.Context) (roundCounters, error) {
 	var out roundCounters
 	for _, u := range c.urls {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+"/metrics", nil)
-		if err != nil {
-			return out, err
-		}
-		resp, err := c.hc.Do(req)
-		if err != nil {
-			return out, err
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		b, err := get(ctx, c.hc, u+"/metrics")
 		if err != nil {
 			return out, err
 		}
@@ -106,10 +92,7 @@ func startFencegate(ctx context.Context, g *proc.Group, bin, dir string, tc *ben
 		return nil, err
 	}
 	c := &fencegateCluster{tls: tc}
-	scheme := "http://"
-	if tc != nil {
-		scheme = "https://"
-	}
+	scheme := tc.choose("http://", "https://")
 	var peers []string
 	for i := range 3 {
 		id := "n" + strconv.Itoa(i+1)
@@ -119,7 +102,6 @@ func startFencegate(ctx context.Context, g *proc.Group, bin, dir string, tc *ben
 		c.urls = append(c.urls, api)
 		peers = append(peers, id+"="+raft+"="+api)
 	}
-	var procs []*proc.Proc
 	for i, id := range c.ids {
 		data := filepath.Join(dir, id)
 		if err := os.MkdirAll(data, 0o755); err != nil {
@@ -140,55 +122,71 @@ func startFencegate(ctx context.Context, g *proc.Group, bin, dir string, tc *ben
 			}
 			args = append(args, "--tls-ca", tc.caFile, "--tls-cert", cert, "--tls-key", key)
 		}
-		p, err := g.Start("fencegate-"+id+tlsSuffix(tc), bin, args)
+		p, err := g.Start("fencegate-"+id+tc.choose("", "-tls"), bin, args)
 		if err != nil {
 			return nil, err
 		}
-		procs = append(procs, p)
+		c.procs = append(c.procs, p)
 	}
-	c.procs = procs
-	hc := http.DefaultClient
+	c.hc = http.DefaultClient
 	if tc != nil {
-		hc = &http.Client{Transport: &http.Transport{TLSClientConfig: tc.fencegateClient()}}
+		c.hc = &http.Client{Transport: &http.Transport{TLSClientConfig: tc.fencegateClient()}}
 	}
-	c.hc = hc
-	for i, p := range procs {
-		if err := p.WaitReady(ctx, 20*time.Millisecond, 60*time.Second, httpOK(hc, c.urls[i]+"/readyz")); err != nil {
-			return nil, err
-		}
+	if err := c.procs.waitReady(ctx, c.hc, c.urls, "/readyz"); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
 
-// pids returns the node processes' IDs.
-func (c *fencegateCluster) pids() []int {
+// nodes are the server processes of a cluster, in the order of its URLs.
+type nodes []*proc.Proc
+
+// pids returns the processes' IDs.
+func (ns nodes) pids() []int {
 	var out []int
-	for _, p := range c.procs {
+	for _, p := range ns {
 		out = append(out, p.Pid())
 	}
 	return out
 }
 
+// waitReady waits until GET urls[i]+path answers 200 for every node i.
+func (ns nodes) waitReady(ctx context.Context, hc *http.Client, urls []string, path string) error {
+	for i, p := range ns {
+		if err := p.WaitReady(ctx, 20*time.Millisecond, 60*time.Second, httpOK(hc, urls[i]+path)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // httpOK is a readiness check: GET url with hc (http.DefaultClient when
 // nil) answers 200.
 func httpOK(hc *http.Client, url string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := get(ctx, hc, url)
+		return err
+	}
+}
+
+// get returns the body of url's answer to a GET with hc
+// (http.DefaultClient when nil), which must be 200.
+func get(ctx context.Context, hc *http.Client, url string) ([]byte, error) {
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	return func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		io.Copy(io.Discard, resp.Body)
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("GET %s: %s", url, resp.Status)
-		}
-		return nil
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
 	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return b, err
 }

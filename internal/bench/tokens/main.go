@@ -27,24 +27,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/fencegate/fencegate/internal/bench"
 	"github.com/fencegate/fencegate/internal/proc"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(bench.ExitCode("bench tokens", err, os.Stderr))
-}
+func main() { bench.Main("bench tokens", run) }
 
 // errNoTokenService means the fencegate binary has no token service.
 var errNoTokenService = errors.New("this fencegate build has no token service ('fencegate token serve'); run with --systems etcd to measure etcd alone")
@@ -80,56 +72,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f.Register(fs, []int{1, 64})
 	systemsFlag := fs.String("systems", strings.Join(knownSystems, ","), "comma-separated systems to measure: fencegate (read-index path), fencegate-commit (--commit-per-batch), etcd, and the TLS variants fencegate-tls and etcd-tls")
 	resource := fs.String("resource", "bench", "resource name tokens are asked for")
-	binFlag := fs.String("fencegate-bin", "", "fencegate binary to run (default: build ./cmd/fencegate into the temporary directory)")
 	leaderFirst := fs.Bool("leader-first", true, "send both clients' requests to the current leader: fencegate's client gets the leader's URL first, etcd's client the leader's endpoint alone; false gives both every node, so fencegate starts at n1 (a follower forwards) and clientv3 balances across members")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return bench.UsageError{Err: err}
+	if err := bench.Parse(fs, &f, args); err != nil {
+		return err
 	}
-	if fs.NArg() > 0 {
-		return bench.Usagef("unexpected argument %q", fs.Arg(0))
+	want, err := bench.ParseSystems(*systemsFlag, knownSystems)
+	if err != nil {
+		return err
 	}
-	if err := f.Validate(); err != nil {
-		return bench.UsageError{Err: err}
-	}
-	want := strings.Split(*systemsFlag, ",")
-	for _, s := range want {
-		if !slices.Contains(knownSystems, s) {
-			return bench.Usagef("unknown system %q in --systems; choose from %s", s, strings.Join(knownSystems, ","))
-		}
-	}
-
 	var etcdBin string
-	var err error
 	if slices.Contains(want, "etcd") || slices.Contains(want, "etcd-tls") {
 		if etcdBin, err = bench.LookPath("etcd", "etcd-server"); err != nil {
 			return err
 		}
 	}
 
-	dir, err := os.MkdirTemp("", "fencegate-bench-tokens-")
-	if err != nil {
-		return fmt.Errorf("create temporary directory: %w", err)
-	}
-	var cl bench.Cleanup
-	defer cl.Run()
-	cl.Add(func() {
-		if f.Keep {
-			fmt.Fprintf(stderr, "kept %s (data, logs)\n", dir)
-			return
-		}
-		os.RemoveAll(dir)
-	})
-	g, err := proc.New(dir, nil)
+	ws, err := bench.NewWorkspace("fencegate-bench-tokens-", f.Keep, "data, logs", stderr)
 	if err != nil {
 		return err
 	}
-	cl.Add(func() {
-		_ = g.StopAll(10 * time.Second)
-		_ = g.Close()
-	})
+	defer ws.Cleanup.Run()
+	dir, g := ws.Dir, ws.Group
 	logf := func(format string, a ...any) { fmt.Fprintf(stderr, format+"\n", a...) }
 
 	var tc *benchTLS
@@ -138,10 +101,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	bin, version := *binFlag, "prebuilt "+*binFlag
-	if bin == "" && (slices.Contains(want, "fencegate") || slices.Contains(want, "fencegate-commit") || slices.Contains(want, "fencegate-tls")) {
-		logf("building fencegate")
-		if bin, version, err = bench.BuildFencegate(ctx, dir); err != nil {
+	var bin, version string
+	if slices.Contains(want, "fencegate") || slices.Contains(want, "fencegate-commit") || slices.Contains(want, "fencegate-tls") {
+		if bin, version, err = f.Fencegate(ctx, dir, logf); err != nil {
 			return err
 		}
 	}
@@ -149,18 +111,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, name := range want {
 		var s system
 		var err error
+		var t *benchTLS
+		if strings.HasSuffix(name, "-tls") {
+			t = tc
+		}
 		switch name {
 		case "fencegate", "fencegate-commit", "fencegate-tls":
-			var t *benchTLS
-			if name == "fencegate-tls" {
-				t = tc
-			}
 			s, err = setupFencegate(ctx, g, bin, version, dir, *resource, *leaderFirst, t, name == "fencegate-commit", logf)
 		case "etcd", "etcd-tls":
-			var t *benchTLS
-			if name == "etcd-tls" {
-				t = tc
-			}
 			s, err = setupEtcd(ctx, g, etcdBin, dir, *resource, *leaderFirst, t, logf)
 		}
 		if err != nil {
@@ -183,7 +141,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				}
 				logf("run %d/%d  c=%-3d %-16s %s tokens/s  p50 %s ms  p99 %s ms  %s µs CPU/token  steal %.0f%%%s", r+1, f.Runs, c, s.name,
 					bench.FormatRate(res.PerSec), bench.FormatMillis(res.P50), bench.FormatMillis(res.P99),
-					formatMicros(res.CPUPerOp), 100*res.Steal, res.roundLine())
+					bench.FormatMicros(res.CPUPerOp, 0), 100*res.Steal, res.roundLine())
 				rep.add(s.name, c, res)
 			}
 		}
@@ -217,7 +175,7 @@ func (r runResult) roundLine() string {
 		return ""
 	}
 	return fmt.Sprintf("  %s rounds/s, %.1f tokens/round, round %s µs, followers' CPU %s µs/token", bench.FormatRate(r.RoundsPerSec),
-		r.TokensPerRound, formatMicros(r.RoundMean), formatMicros(r.FollowerCPUPerOp))
+		r.TokensPerRound, bench.FormatMicros(r.RoundMean, 0), bench.FormatMicros(r.FollowerCPUPerOp, 0))
 }
 
 // measure warms a fresh client up at concurrency c and then measures one run.
@@ -249,10 +207,10 @@ func measure(ctx context.Context, s system, c int, f bench.Flags) (runResult, er
 	fErr := errors.New("not measured")
 	if s.followerPids != nil {
 		if fpids, fErr = s.followerPids(ctx); fErr == nil {
-			fcpu0, fErr = serverCPU(fpids)
+			fcpu0, fErr = bench.ProcessCPU(fpids...)
 		}
 	}
-	cpu0, cpuErr := serverCPU(s.pids())
+	cpu0, cpuErr := bench.ProcessCPU(s.pids()...)
 	mach0, machErr := bench.ReadMachineCPU()
 	start := time.Now()
 	res, err := bench.RunClosed(ctx, c, f.Duration, op)
@@ -264,7 +222,7 @@ func measure(ctx context.Context, s system, c int, f bench.Flags) (runResult, er
 		return runResult{}, err
 	}
 	out := runResult{Result: res}
-	cpu1, err1 := serverCPU(s.pids())
+	cpu1, err1 := bench.ProcessCPU(s.pids()...)
 	mach1, err2 := bench.ReadMachineCPU()
 	if cpuErr == nil && err1 == nil && res.Ops > 0 {
 		out.CPUPerOp = (cpu1 - cpu0) / time.Duration(res.Ops)
@@ -273,7 +231,7 @@ func measure(ctx context.Context, s system, c int, f bench.Flags) (runResult, er
 		out.Steal = mach1.Sub(mach0).StealShare()
 	}
 	if fErr == nil && res.Ops > 0 {
-		if fcpu1, err := serverCPU(fpids); err == nil {
+		if fcpu1, err := bench.ProcessCPU(fpids...); err == nil {
 			out.FollowerCPUPerOp = (fcpu1 - fcpu0) / time.Duration(res.Ops)
 		}
 	}
@@ -288,31 +246,11 @@ func measure(ctx context.Context, s system, c int, f bench.Flags) (runResult, er
 	return out, nil
 }
 
-// serverCPU sums the CPU time of the processes pids.
-func serverCPU(pids []int) (time.Duration, error) {
-	var total time.Duration
-	for _, pid := range pids {
-		d, err := bench.ProcessCPU(pid)
-		if err != nil {
-			return 0, err
-		}
-		total += d
-	}
-	return total, nil
-}
-
-func formatMicros(d time.Duration) string {
-	if d <= 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.0f", float64(d)/float64(time.Microsecond))
-}
-
 func setupFencegate(ctx context.Context, g *proc.Group, bin, version, dir, resource string, leaderFirst bool, tc *benchTLS, commitPerBatch bool, logf func(string, ...any)) (system, error) {
 	if !bench.HasCommand(ctx, bin, "token", "serve") {
 		return system{}, errNoTokenService
 	}
-	name := "fencegate" + tlsSuffix(tc)
+	name := "fencegate" + tc.choose("", "-tls")
 	var extra []string
 	if commitPerBatch {
 		name, extra = "fencegate-commit", []string{"--commit-per-batch"}
@@ -320,7 +258,7 @@ func setupFencegate(ctx context.Context, g *proc.Group, bin, version, dir, resou
 	} else {
 		version += "; read-index"
 	}
-	logf("starting 3 fencegate token nodes%s%s", withTLS(tc), strings.Join(append([]string{""}, extra...), " "))
+	logf("starting 3 fencegate token nodes%s%s", tc.choose("", " with TLS"), strings.Join(append([]string{""}, extra...), " "))
 	c, err := startFencegate(ctx, g, bin, filepath.Join(dir, name), tc, extra...)
 	if err != nil {
 		return system{}, err
@@ -340,13 +278,13 @@ func setupFencegate(ctx context.Context, g *proc.Group, bin, version, dir, resou
 		newMinter: func(ctx context.Context) (minter, error) {
 			return newFencegateMinter(ctx, c, resource, leaderFirst)
 		},
-		pids: c.pids,
+		pids: c.procs.pids,
 	}, nil
 }
 
 func setupEtcd(ctx context.Context, g *proc.Group, etcdBin, dir, resource string, leaderFirst bool, tc *benchTLS, logf func(string, ...any)) (system, error) {
-	name := "etcd" + tlsSuffix(tc)
-	logf("starting 3 etcd members%s", withTLS(tc))
+	name := "etcd" + tc.choose("", "-tls")
+	logf("starting 3 etcd members%s", tc.choose("", " with TLS"))
 	c, err := startEtcd(ctx, g, etcdBin, filepath.Join(dir, name), tc)
 	if err != nil {
 		return system{}, err
@@ -370,6 +308,6 @@ func setupEtcd(ctx context.Context, g *proc.Group, etcdBin, dir, resource string
 			}
 			return newEtcdMinter(endpoints, c.tls, resource)
 		},
-		pids: c.pids,
+		pids: c.procs.pids,
 	}, nil
 }

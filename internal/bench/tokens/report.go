@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"time"
@@ -11,14 +10,10 @@ import (
 
 // report collects the runs of every system at every concurrency.
 type report struct {
-	Benchmark   string            `json:"benchmark"`
-	Versions    map[string]string `json:"versions"`
-	Runs        int               `json:"runs"`
-	Duration    string            `json:"duration"`
-	Warmup      string            `json:"warmup"`
-	Concurrency []int             `json:"concurrency"`
-	Results     []*entry          `json:"results"`
-	Ratios      []ratio           `json:"ratios,omitempty"`
+	bench.Header
+	Concurrency []int    `json:"concurrency"`
+	Results     []*entry `json:"results"`
+	Ratios      []ratio  `json:"ratios,omitempty"`
 
 	systems []string
 }
@@ -57,11 +52,7 @@ var ratioPairs = [][2]string{
 
 func newReport(f bench.Flags, systems []system) *report {
 	r := &report{
-		Benchmark:   "token issuance, 3 nodes each on 127.0.0.1, fsync on",
-		Versions:    map[string]string{},
-		Runs:        f.Runs,
-		Duration:    f.Duration.String(),
-		Warmup:      f.Warmup.String(),
+		Header:      bench.NewHeader("token issuance, 3 nodes each on 127.0.0.1, fsync on", map[string]string{}, f),
 		Concurrency: f.Concurrency,
 	}
 	for _, s := range systems {
@@ -71,29 +62,16 @@ func newReport(f bench.Flags, systems []system) *report {
 	return r
 }
 
-func (r *report) entry(system string, c int) *entry {
-	for _, e := range r.Results {
-		if e.System == system && e.Concurrency == c {
-			return e
-		}
-	}
-	e := &entry{System: system, Concurrency: c}
-	r.Results = append(r.Results, e)
-	return e
-}
-
 func (r *report) add(system string, c int, res runResult) {
-	e := r.entry(system, c)
-	e.Runs = append(e.Runs, res)
-	var results []bench.Result
-	var cpu []time.Duration
-	var steal []float64
-	for _, run := range e.Runs {
-		results = append(results, run.Result)
-		cpu = append(cpu, run.CPUPerOp)
-		steal = append(steal, run.Steal)
+	e := r.find(system, c)
+	if e == nil {
+		e = &entry{System: system, Concurrency: c}
+		r.Results = append(r.Results, e)
 	}
-	e.Median, e.MedianCPU, e.MedianSteal = bench.MedianResult(results), bench.MedianDuration(cpu), bench.Median(steal)
+	e.Runs = append(e.Runs, res)
+	e.Median = bench.MedianResult(bench.Field(e.Runs, func(r runResult) bench.Result { return r.Result }))
+	e.MedianCPU = bench.MedianDuration(bench.Field(e.Runs, func(r runResult) time.Duration { return r.CPUPerOp }))
+	e.MedianSteal = bench.Median(bench.Field(e.Runs, func(r runResult) float64 { return r.Steal }))
 }
 
 // finish computes the ratios once all runs are in.
@@ -128,15 +106,12 @@ func (r *report) find(system string, c int) *entry {
 
 func (r *report) writeJSON(w io.Writer) error {
 	r.finish()
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
+	return bench.WriteJSON(w, r)
 }
 
 func (r *report) writeText(w io.Writer) error {
 	r.finish()
-	fmt.Fprintf(w, "Token issuance, 3 nodes each on 127.0.0.1, fsync on. Median of %d runs of %s (warm-up %s).\n",
-		r.Runs, r.Duration, r.Warmup)
+	fmt.Fprintf(w, "Token issuance, 3 nodes each on 127.0.0.1, fsync on. %s\n", r.Medians())
 	for _, s := range r.systems {
 		fmt.Fprintf(w, "  %-13s %s\n", s, r.Versions[s])
 	}
@@ -151,12 +126,9 @@ func (r *report) writeText(w io.Writer) error {
 			if e == nil {
 				continue
 			}
-			var per []float64
-			for _, run := range e.Runs {
-				per = append(per, run.PerSec)
-			}
+			per := bench.Field(e.Runs, func(r runResult) float64 { return r.PerSec })
 			t.Row(fmt.Sprint(c), s, bench.FormatRate(e.Median.PerSec), bench.FormatMillis(e.Median.P50),
-				bench.FormatMillis(e.Median.P99), formatMicros(e.MedianCPU), fmt.Sprintf("%.0f%%", 100*e.MedianSteal),
+				bench.FormatMillis(e.Median.P99), bench.FormatMicros(e.MedianCPU, 0), bench.FormatShare(e.MedianSteal),
 				fmt.Sprint(e.Median.Errors), bench.JoinRates(per))
 		}
 		for _, q := range r.Ratios {
@@ -207,9 +179,9 @@ func (r *report) writeRounds(w io.Writer) error {
 				continue
 			}
 			round, p50 := bench.MedianDuration(mean), e.Median.P50
-			t.Row(fmt.Sprint(c), s, bench.FormatRate(bench.Median(rps)), fmt.Sprintf("%.1f", bench.Median(tpr)), formatMicros(round),
-				formatMicros(p50), formatMicros(p50-round), fmt.Sprintf("%.0f%%", 100*float64(round)/float64(max(p50, 1))),
-				formatMicros(e.MedianCPU-bench.MedianDuration(fcpu)), formatMicros(bench.MedianDuration(fcpu)))
+			t.Row(fmt.Sprint(c), s, bench.FormatRate(bench.Median(rps)), fmt.Sprintf("%.1f", bench.Median(tpr)), bench.FormatMicros(round, 0),
+				bench.FormatMicros(p50, 0), bench.FormatMicros(p50-round, 0), fmt.Sprintf("%.0f%%", 100*float64(round)/float64(max(p50, 1))),
+				bench.FormatMicros(e.MedianCPU-bench.MedianDuration(fcpu), 0), bench.FormatMicros(bench.MedianDuration(fcpu), 0))
 			rows++
 		}
 	}

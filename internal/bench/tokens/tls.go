@@ -58,17 +58,11 @@ func (b *benchTLS) etcdClient() *tls.Config {
 	return &tls.Config{RootCAs: b.ca.Pool(), Certificates: []tls.Certificate{b.client}, MinVersion: tls.VersionTLS12}
 }
 
-// tlsSuffix names the TLS variant of a process or system.
-func tlsSuffix(tc *benchTLS) string {
-	if tc == nil {
-		return ""
+// choose returns plain without TLS (b nil) and secure with it: a URL
+// scheme, the suffix naming a TLS variant, a note in a progress line.
+func (b *benchTLS) choose(plain, secure string) string {
+	if b == nil {
+		return plain
 	}
-	return "-tls"
-}
-
-func withTLS(tc *benchTLS) string {
-	if tc == nil {
-		return ""
-	}
-	return " with TLS"
+	return secure
 }
