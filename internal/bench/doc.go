@@ -13,7 +13,7 @@
 //	go run ./internal/bench/proxy    pgbench direct vs PgBouncer vs the fencegate proxy
 //	go run ./internal/bench/locks    lockclient vs bsm/redislock and go-redsync/redsync
 //
-// DESIGN.md explains how both commands give every side the same treatment.
+// DESIGN.md explains how the commands give every side the same treatment.
 //
 // Benchmarks measure; they assert nothing. Figures taken on a machine that
 // is busy with other work are only good for ratios measured in the same run.
