@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -31,6 +32,13 @@ type Client struct {
 	owned  []redis.UniversalClient
 	log    *slog.Logger
 	clk    clock
+
+	// Every goroutine the client starts (node flushers, lock watchdogs)
+	// goes through goFunc and is counted in workers; Close waits for them.
+	goMu     sync.Mutex
+	isClosed bool
+	closed   chan struct{} // closed by Close
+	workers  sync.WaitGroup
 }
 
 // New returns a client over the given Redis masters: one client for
@@ -66,6 +74,7 @@ func New(nodes []redis.UniversalClient, tokens TokenSource, opts ...Option) (*Cl
 		drift:  time.Duration(float64(o.ttl)*o.driftFactor) + 2*time.Millisecond,
 		log:    o.logger,
 		clk:    o.clock,
+		closed: make(chan struct{}),
 	}
 	if c.clk == nil {
 		c.clk = systemClock
@@ -78,20 +87,45 @@ func New(nodes []redis.UniversalClient, tokens TokenSource, opts ...Option) (*Cl
 		if rc, ok := rdb.(*redis.Client); ok {
 			name = rc.Options().Addr
 		}
-		c.nodes = append(c.nodes, &node{name: name, rdb: rdb, timeout: o.nodeTimeout,
+		c.nodes = append(c.nodes, &node{name: name, rdb: rdb, timeout: o.nodeTimeout, spawn: c.goFunc,
 			base: context.WithValue(context.Background(), nodeLogKey{}, c.log)})
 	}
 	return c, nil
 }
 
-// Close closes the Redis connections the client opened (Dial). Locks still
-// held expire after their TTL.
+// Close stops the auto-refresh of the locks still held (they expire after
+// their TTL), waits until every goroutine the client started has ended
+// (requests on the wire end within the node timeout), then closes the Redis
+// connections the client opened (Dial).
 func (c *Client) Close() error {
+	c.goMu.Lock()
+	if !c.isClosed {
+		c.isClosed = true
+		close(c.closed)
+	}
+	c.goMu.Unlock()
+	c.workers.Wait()
 	var errs []error
 	for _, r := range c.owned {
 		errs = append(errs, r.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// goFunc runs f on a goroutine that Close waits for. Once the client is
+// closed it starts nothing and reports false.
+func (c *Client) goFunc(f func()) bool {
+	c.goMu.Lock()
+	defer c.goMu.Unlock()
+	if c.isClosed {
+		return false
+	}
+	c.workers.Add(1)
+	go func() {
+		defer c.workers.Done()
+		f()
+	}()
+	return true
 }
 
 // Quorum returns how many nodes must grant a lock: N/2+1.

@@ -55,7 +55,7 @@ func (c *Client) newLock(resource, key, value string, token int64, validUntil ti
 		if every == 0 {
 			every = c.opts.ttl / 3
 		}
-		go l.watchdog(every)
+		c.goFunc(func() { l.watchdog(every) })
 	}
 	return l
 }
@@ -252,13 +252,16 @@ func (l *Lock) release(ctx context.Context) error {
 	}
 }
 
-// watchdog refreshes the lock every interval until the lease ends.
+// watchdog refreshes the lock every interval until the lease ends or the
+// client is closed.
 func (l *Lock) watchdog(every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
 		case <-l.ctx.Done():
+			return
+		case <-l.c.closed:
 			return
 		case <-t.C:
 		}

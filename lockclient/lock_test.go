@@ -3,6 +3,10 @@ package lockclient
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -224,4 +228,62 @@ func TestReleaseClosesDone(t *testing.T) {
 	if v := tr.values(t, "rel"); v[0] != "" {
 		t.Fatalf("key still set after Release: %q", v[0])
 	}
+}
+
+// TestCloseWaitsForItsGoroutines: Close stops the watchdogs of locks still
+// held and returns only once every goroutine the client started (watchdogs,
+// node flushers) has ended; no refresh reaches Redis after it returned.
+func TestCloseWaitsForItsGoroutines(t *testing.T) {
+	tr := sharedRedis(t)
+	// Earlier tests may have left locks with watchdogs of their own.
+	before := len(clientGoroutines())
+	// The locks outlive the test (they expire after their TTL, and say so
+	// in the log): the client logs nowhere.
+	c := tr.client(t, nil, WithTTL(2*time.Second), WithAutoRefresh(20*time.Millisecond), WithNodeTimeout(time.Second),
+		WithLogger(slog.New(slog.DiscardHandler)))
+	var held []*Lock
+	for i := range 8 {
+		held = append(held, mustAcquire(t, c, fmt.Sprintf("close-%d", i)))
+	}
+	first := held[0].ValidUntil()
+	testutil.Eventually(t, 30*time.Second, "the watchdog to extend the lock", func() bool {
+		return held[0].ValidUntil().After(first)
+	})
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if stacks := clientGoroutines(); len(stacks) > before {
+		t.Fatalf("%d goroutines of the client still run after Close (%d before it started):\n%s",
+			len(stacks)-before, before, strings.Join(stacks, "\n\n"))
+	}
+	// With the watchdog gone the key's remaining time only falls.
+	pttl := func() time.Duration {
+		d, err := tr.clients[0].PTTL(ctxT(t), tr.prefix+"close-0").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	left := pttl()
+	time.Sleep(100 * time.Millisecond) // five watchdog intervals
+	if after := pttl(); after >= left {
+		t.Fatalf("the key's TTL went from %v to %v after Close: a refresh still ran", left, after)
+	}
+	if err := c.Close(); err != nil { // a second Close is harmless
+		t.Fatal(err)
+	}
+}
+
+// clientGoroutines returns the stacks of the goroutines running a
+// watchdog or a node flusher.
+func clientGoroutines() []string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "lockclient.(*Lock).watchdog") || strings.Contains(g, "lockclient.(*node).flushLoop") {
+			out = append(out, g)
+		}
+	}
+	return out
 }

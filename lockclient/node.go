@@ -58,6 +58,10 @@ type node struct {
 	timeout time.Duration
 	base    context.Context // carries the client's logger for go-redis's lines (redisLog)
 
+	// spawn starts a flusher on a goroutine its client owns; false once
+	// the client is closed, when the caller flushes itself.
+	spawn func(func()) bool
+
 	mu      sync.Mutex
 	queue   []*op
 	spare   []*op
@@ -74,7 +78,9 @@ func (n *node) submit(o *op) {
 	}
 	n.running = true
 	n.mu.Unlock()
-	go n.flushLoop()
+	if !n.spawn(n.flushLoop) {
+		n.flushLoop()
+	}
 }
 
 // do queues o and, when no flusher is running, runs one batch (holding o)
@@ -101,7 +107,9 @@ func (n *node) do(o *op) {
 		return
 	}
 	n.mu.Unlock()
-	go n.flushLoop()
+	if !n.spawn(n.flushLoop) {
+		n.flushLoop()
+	}
 }
 
 // take returns the queued requests; n.mu is held.
