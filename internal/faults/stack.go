@@ -145,7 +145,7 @@ func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 func (s *Stack) createDB(ctx context.Context) (err error) {
 	s.DBName = pgdb.RandomName("fg_faults_")
 	if s.DB, err = devstack.CreateFenced(ctx, s.cfg.PostgreSQL, s.DBName); err != nil {
-		return fmt.Errorf("PostgreSQL %s: database %s: %w", s.cfg.PostgreSQL, s.DBName, err)
+		return fmt.Errorf("PostgreSQL %s: %w", s.cfg.PostgreSQL, err)
 	}
 	s.log.Info("created database", "db", s.DBName)
 	c, err := pgx.Connect(ctx, s.DB.AdminDSN)
