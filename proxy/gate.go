@@ -115,7 +115,11 @@ type checked struct {
 // depend on. It is a Query of its own, sent in the same write as the
 // checks: the client's statement_timeout (armed when a Query arrives, and
 // running while the server parses the whole string) then only bounds this
-// short one, and the checks run under the gate's own timeouts.
+// short one, and the checks run under the gate's own timeouts. The BEGIN
+// and the first SET still run under the client's statement_timeout (the
+// server arms it per statement); a client that asks for one of a few
+// milliseconds at startup can be refused with 57014 on a loaded server,
+// as its own first statements would be cancelled there.
 const gatePrelude = "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY; SET LOCAL statement_timeout = '" + gateTimeout + "'; " +
 	"SET LOCAL lock_timeout = '" + gateTimeout + "'; SET LOCAL search_path = pg_catalog, pg_temp"
 

@@ -121,11 +121,6 @@ func TestGateRefusesPrivilegedRoles(t *testing.T) {
 		})
 	}
 	t.Run("application role", func(t *testing.T) { admitted(t, proxied) })
-	t.Run("application role with hostile startup options", func(t *testing.T) {
-		// A 1 ms statement_timeout would cancel the client's own queries;
-		// the gate's run under its own, and the session opens.
-		connect(t, withParams(proxied, "options=-c%20statement_timeout%3D1%20-c%20lock_timeout%3D1%20-c%20search_path%3Dnowhere"))
-	})
 	t.Run("psql shows the refusal", func(t *testing.T) {
 		out, ok := psql(t, asUser(t, proxied, "postgres", ""), "SELECT 1;\n")
 		if ok || !strings.Contains(out, "admits application roles only") || !strings.Contains(out, "--allow-privileged-roles") {
@@ -138,6 +133,64 @@ func TestGateRefusesPrivilegedRoles(t *testing.T) {
 			admitted(t, asUser(t, open, user, ""))
 		}
 	})
+}
+
+// TestGateRunsUnderItsOwnTimeouts opens a session whose startup options
+// set short timeouts and a search_path with nothing in it, while the gate's
+// query waits on a catalog lock for much longer than those timeouts: the
+// gate runs under its own, waits, and admits the session, and the session
+// then has exactly the settings it asked for.
+func TestGateRunsUnderItsOwnTimeouts(t *testing.T) {
+	db := pgfencetest.New(t)
+	proxied := proxytest.Start(t, db.AppDSN, everySession)
+	const clientTimeout = 500 * time.Millisecond
+	ctx := context.Background()
+	locker := connect(t, db.DSN)
+	tx, err := locker.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "LOCK TABLE pg_catalog.pg_event_trigger IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	type opened struct {
+		c   *pgx.Conn
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, withParams(proxied, "options=-c%20statement_timeout%3D500ms%20-c%20lock_timeout%3D500ms%20-c%20search_path%3Dnowhere"))
+		done <- opened{c, err}
+	}()
+	// The gate waits on the lock for twice the client's timeouts, which
+	// would have cancelled its query had it run under them.
+	testutil.WaitFor(t, 10*time.Second, "the gate to wait for the lock", waitingOnLock(t, db.DSN, 1))
+	time.Sleep(2 * clientTimeout)
+	select {
+	case o := <-done:
+		t.Fatalf("the session finished its startup while the gate's query could not have run: %v", o.err)
+	default:
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	o := <-done
+	if o.err != nil {
+		t.Fatalf("connect with short timeouts in the startup options: %v", o.err)
+	}
+	defer o.c.Close(ctx)
+	for name, want := range map[string]string{"statement_timeout": "500ms", "lock_timeout": "500ms", "search_path": "nowhere"} {
+		var got string
+		if err := o.c.QueryRow(ctx, "SHOW "+name).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("after the gate, %s = %q, want the client's %q", name, got, want)
+		}
+	}
 }
 
 // A privileged role that plants look-alikes of the catalog's operators in
