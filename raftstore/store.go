@@ -487,10 +487,15 @@ func (s *Store) Snapshot() error {
 // Problem zero: the token service's member list fills them.
 type Member = tokenwire.Member
 
+// StatusFields are the fields of a node's view that the token service's
+// GET /v1/status returns; tokenclient names the same type. It is exported
+// under this name so that callers can build a Status.
+type StatusFields = tokenwire.StatusFields
+
 // Status is this node's local view of the cluster: the fields the token
 // service's GET /v1/status returns, and the log's bounds.
 type Status struct {
-	tokenwire.StatusFields
+	StatusFields
 	// FirstLogIndex is the oldest entry still in the log (it grows when the
 	// log is compacted); LastSnapshotIndex the index of the last snapshot.
 	FirstLogIndex     uint64
@@ -500,7 +505,7 @@ type Status struct {
 // Status returns this node's local view (not a linearizable read).
 func (s *Store) Status() Status {
 	lid, lapi := s.Leader()
-	st := Status{StatusFields: tokenwire.StatusFields{
+	st := Status{StatusFields: StatusFields{
 		ID:           s.cfg.ID,
 		ClusterID:    s.fsm.clusterID(),
 		State:        s.raft.State().String(),

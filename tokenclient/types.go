@@ -62,12 +62,17 @@ type Restored struct {
 	Term    uint64 `json:"term"`
 }
 
+// StatusFields are the fields of GET /v1/status that the token service's
+// Raft store reports (ID, ClusterID, LeaderID, LeaderAPI, State, Term,
+// LastIndex, CommitIndex, AppliedIndex, LastToken, Members); raftstore
+// names the same type. It is exported under this name so that callers can
+// build a Status: Status{StatusFields: StatusFields{ID: "n1"}}.
+type StatusFields = tokenwire.StatusFields
+
 // Status is one node's view of the cluster, as GET /v1/status returns it:
-// the fields of StatusFields (ID, ClusterID, LeaderID, LeaderAPI, State,
-// Term, LastIndex, CommitIndex, AppliedIndex, LastToken, Members), then
-// ReadIndex.
+// the fields of StatusFields, then ReadIndex.
 type Status struct {
-	tokenwire.StatusFields
+	StatusFields
 	// ReadIndex is the read-index path's state on this node; nil with
 	// Config.CommitPerBatch.
 	ReadIndex *ReadIndexStatus `json:"read_index,omitempty"`

@@ -269,7 +269,7 @@ func (s *Server) LocalStatus() Status {
 			ph := p.State().Phase
 			state = strings.ToUpper(ph[:1]) + ph[1:]
 		}
-		return Status{StatusFields: tokenwire.StatusFields{ID: s.cfg.ID, State: state, Members: []Member{}}}
+		return Status{StatusFields: raftstore.StatusFields{ID: s.cfg.ID, State: state, Members: []Member{}}}
 	}
 	out := statusFrom(st.Status())
 	if s.readIndex != nil {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/tokenwire"
 	"github.com/fencegate/fencegate/raftstore"
 )
 
@@ -13,7 +12,7 @@ import (
 // names, order and which fields are left out when empty.
 func TestStatusAndMembersJSON(t *testing.T) {
 	yes := true
-	st := statusFrom(raftstore.Status{StatusFields: tokenwire.StatusFields{
+	st := statusFrom(raftstore.Status{StatusFields: raftstore.StatusFields{
 		ID: "n1", ClusterID: "c1", State: "Leader", Term: 3, LastIndex: 10, CommitIndex: 9, AppliedIndex: 8,
 		LeaderID: "n1", LeaderAPI: "http://h1:7101", LastToken: 42,
 		Members: []raftstore.Member{
@@ -23,7 +22,7 @@ func TestStatusAndMembersJSON(t *testing.T) {
 	}, FirstLogIndex: 1, LastSnapshotIndex: 5})
 	st.ReadIndex = &ReadIndexStatus{Range: &ReservedRange{Next: 43, Last: 99, Term: 3, Index: 7},
 		RoundsPerSecond: 1.5, Rounds: 4, RoundFailures: 1, Reservations: 2}
-	empty := statusFrom(raftstore.Status{StatusFields: tokenwire.StatusFields{ID: "n3", State: "Follower"}})
+	empty := statusFrom(raftstore.Status{StatusFields: raftstore.StatusFields{ID: "n3", State: "Follower"}})
 	members := Members{ClusterID: "c1", LeaderID: "n1", CommitIndex: 9, Members: []Member{
 		{ID: "n1", RaftAddr: "h1:7201", APIAddr: "http://h1:7101", Suffrage: "Voter", Leader: true, CaughtUp: &yes, AppliedIndex: 9},
 		{ID: "n2", RaftAddr: "h2:7201", APIAddr: "http://h2:7101", Suffrage: "Nonvoter", Problem: "does not answer"},
