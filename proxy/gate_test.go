@@ -145,15 +145,7 @@ func TestGateRunsUnderItsOwnTimeouts(t *testing.T) {
 	proxied := proxytest.Start(t, db.AppDSN, everySession)
 	const clientTimeout = 500 * time.Millisecond
 	ctx := context.Background()
-	locker := connect(t, db.DSN)
-	tx, err := locker.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, "LOCK TABLE pg_catalog.pg_event_trigger IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
+	tx := lockGateCatalog(t, db.DSN)
 	type opened struct {
 		c   *pgx.Conn
 		err error
@@ -236,22 +228,30 @@ func mustURL(t testing.TB, dsn string) *url.URL {
 	return u
 }
 
+// lockGateCatalog takes a lock the gate's query waits for (on a catalog
+// table of dsn's database) in a transaction the test commits to release
+// it; it is rolled back at the end of the test.
+func lockGateCatalog(t *testing.T, dsn string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := connect(t, dsn).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback(ctx) })
+	if _, err := tx.Exec(ctx, "LOCK TABLE pg_catalog.pg_event_trigger IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
 // TestGateCheckFailsClosed makes the gate's own query fail (it waits for
 // a catalog lock, and the client cancels it): the session is refused, not
 // admitted unchecked.
 func TestGateCheckFailsClosed(t *testing.T) {
 	db := pgfencetest.New(t)
 	p := proxytest.Start(t, db.AppDSN)
-	ctx := context.Background()
-	locker := connect(t, db.DSN)
-	tx, err := locker.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, "LOCK TABLE pg_catalog.pg_event_trigger IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
+	lockGateCatalog(t, db.DSN)
 	w := dialStartup(t, p)
 	testutil.WaitFor(t, 10*time.Second, "the gate to wait for the lock", waitingOnLock(t, db.DSN, 1))
 	w.cancel()
