@@ -36,22 +36,34 @@ package pgfence
 //     write the server's files or run programs as the server's OS user;
 //   - member of pg_write_all_data: can write every table, fencegate.marks
 //     included (forge a holder, lower a mark);
-//   - where schema fencegate has the signing keys table (version 3), member
-//     of pg_read_all_data or pg_read_server_files: can read the signing
-//     keys a database that requires signed tokens holds, and so forge
-//     proofs.
+//   - member of pg_read_all_data or pg_read_server_files: can read the
+//     signing keys a database that requires signed tokens holds (the
+//     table, or its files), and so forge proofs. Refused whether or not
+//     the database holds keys yet: a session admitted before the next
+//     require-signed could read the keys it installs, and the server's
+//     files hold every database's;
+//   - member of a superuser role, or of a role with CREATEROLE: SET ROLE
+//     gives the session that role's attributes (the attributes themselves
+//     are not inherited, but SET ROLE needs only membership);
+//   - REPLICATION, of session_user itself: over a replication connection
+//     straight to the server it can copy the data directory (BASE_BACKUP,
+//     fencegate.signing_keys included: a proof forged with a key read so
+//     was accepted) and decode every change (the keys of the next
+//     require-signed included); of a role it is a member of: after SET
+//     ROLE, the logical decoding functions show every change written to
+//     the database, those keys included.
 //
 // BYPASSRLS is irrelevant (nothing relies on row security), and so are the
 // rights an application role needs on its protected tables (SELECT,
 // INSERT, UPDATE, DELETE): every write they allow is checked.
 const PrivilegeQuery = `WITH
 me AS (
-	SELECT r.oid, r.rolname::text AS name, r.rolsuper, r.rolcreaterole
+	SELECT r.oid, r.rolname::text AS name, r.rolsuper, r.rolcreaterole, r.rolreplication
 	FROM pg_catalog.pg_roles r WHERE r.rolname = session_user),
 fg AS (
 	SELECT n.oid, n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = 'fencegate'),
 mine AS (
-	SELECT r.oid, r.rolname::text AS name FROM pg_catalog.pg_roles r, me
+	SELECT r.oid, r.rolname::text AS name, r.rolsuper, r.rolcreaterole, r.rolreplication FROM pg_catalog.pg_roles r, me
 	WHERE r.oid <> me.oid AND pg_catalog.pg_has_role(me.oid, r.oid, 'MEMBER')),
 prot AS (
 	SELECT DISTINCT t.tgrelid AS relid FROM pg_catalog.pg_trigger t
@@ -114,8 +126,20 @@ owned(what, owner) AS (
 	FROM code c)
 SELECT pg_catalog.format('role %s is a superuser', me.name) FROM me WHERE me.rolsuper
 UNION ALL
+SELECT pg_catalog.format('role %s is a member of %s, which is a superuser (SET ROLE makes it one)', me.name, m.name)
+FROM me, mine m WHERE m.rolsuper AND NOT me.rolsuper
+UNION ALL
 SELECT pg_catalog.format('role %s has CREATEROLE, so it can make itself a member of the roles that own fencegate and the protected tables', me.name)
 FROM me WHERE me.rolcreaterole AND NOT me.rolsuper
+UNION ALL
+SELECT pg_catalog.format('role %s is a member of %s, which has CREATEROLE, so it can make itself a member of the roles that own fencegate and the protected tables', me.name, m.name)
+FROM me, mine m WHERE m.rolcreaterole AND NOT m.rolsuper AND NOT me.rolsuper
+UNION ALL
+SELECT pg_catalog.format('role %s has REPLICATION, so it can copy the database''s files (BASE_BACKUP: the signing keys of fencegate.signing_keys included) and decode every change written to it (the keys of the next require-signed included), and so forge token proofs', me.name)
+FROM me WHERE me.rolreplication AND NOT me.rolsuper
+UNION ALL
+SELECT pg_catalog.format('role %s is a member of %s, which has REPLICATION, so it can decode every change written to the database (the signing keys of the next require-signed included) and so forge token proofs', me.name, m.name)
+FROM me, mine m WHERE m.rolreplication AND NOT m.rolsuper AND NOT me.rolsuper AND NOT me.rolreplication
 UNION ALL
 SELECT CASE WHEN o.owner = me.oid THEN pg_catalog.format('role %s owns %s', me.name, o.what)
             ELSE pg_catalog.format('role %s is a member of %s, which owns %s', me.name, o.owner::pg_catalog.regrole, o.what) END
@@ -140,8 +164,9 @@ FROM me, LATERAL (
 WHERE NOT me.rolsuper AND (x.direct OR x.via IS NOT NULL)
   AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = x.relid AND pg_catalog.pg_has_role(me.oid, c.relowner, 'MEMBER'))
 UNION ALL
-SELECT pg_catalog.format('role %s is a member of %s, which can read the signing keys of fencegate.signing_keys and so forge token proofs', me.name, r.rolname)
-FROM me, pg_catalog.pg_roles r, pg_catalog.pg_class k JOIN fg ON k.relnamespace = fg.oid
-WHERE NOT me.rolsuper AND k.relname = 'signing_keys' AND k.relkind = 'r'
-  AND r.rolname IN ('pg_read_all_data', 'pg_read_server_files')
+SELECT pg_catalog.format('role %s is a member of %s, which can read the signing keys of fencegate.signing_keys (%s) and so forge token proofs', me.name, r.rolname,
+       CASE r.rolname WHEN 'pg_read_all_data' THEN 'every table of every database, the keys of the next require-signed included'
+                      ELSE 'the server''s files, those of every database''s tables included' END)
+FROM me, pg_catalog.pg_roles r
+WHERE NOT me.rolsuper AND r.rolname IN ('pg_read_all_data', 'pg_read_server_files')
   AND pg_catalog.pg_has_role(me.oid, r.oid, 'MEMBER')`

@@ -92,6 +92,28 @@ func TestPrivilegeQuery(t *testing.T) {
 			mustExec(t, f.admin, "GRANT pg_execute_server_program TO "+r)
 			return r
 		}(), "run programs on the server"},
+		// Role attributes are not inherited, but SET ROLE needs only
+		// membership: a member of a superuser, CREATEROLE or REPLICATION
+		// role takes that role's attributes with one statement.
+		{"member of a superuser role", func() string {
+			su := role("fg_su_", "NOLOGIN SUPERUSER")
+			r := role("fg_sumem_", "LOGIN NOINHERIT")
+			mustExec(t, f.admin, "GRANT "+su+" TO "+r)
+			return r
+		}(), "which is a superuser (SET ROLE makes it one)"},
+		{"member of a CREATEROLE role", func() string {
+			cr := role("fg_crg_", "NOLOGIN CREATEROLE")
+			r := role("fg_crmem_", "LOGIN")
+			mustExec(t, f.admin, "GRANT "+cr+" TO "+r)
+			return r
+		}(), "which has CREATEROLE"},
+		{"REPLICATION", role("fg_repl_", "LOGIN REPLICATION"), "has REPLICATION, so it can copy the database's files (BASE_BACKUP"},
+		{"member of a REPLICATION role", func() string {
+			rr := role("fg_replg_", "NOLOGIN REPLICATION")
+			r := role("fg_replmem_", "LOGIN")
+			mustExec(t, f.admin, "GRANT "+rr+" TO "+r)
+			return r
+		}(), "which has REPLICATION, so it can decode every change"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got := reasons(t, dsn, c.role)
@@ -122,6 +144,19 @@ func TestPrivilegeQueryWithoutSchema(t *testing.T) {
 	}
 	if got := reasons(t, dsn, "postgres"); len(got) != 1 || !strings.Contains(got[0], "superuser") {
 		t.Fatalf("PrivilegeQuery as postgres = %q", got)
+	}
+	// Readers of every table or of the server's files are refused before
+	// the database holds signing keys: a session admitted now would read
+	// the keys of the next require-signed, and the files hold those of
+	// every database.
+	for _, grp := range []string{"pg_read_all_data", "pg_read_server_files"} {
+		r := pgfencetest.Role(t, dsn, "fg_reader_", "LOGIN")
+		if _, err := pgfencetest.Connect(t, dsn).Exec(context.Background(), "GRANT "+grp+" TO "+r); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(reasons(t, dsn, r), "\n"); !strings.Contains(got, grp+", which can read the signing keys") {
+			t.Errorf("PrivilegeQuery as a member of %s, on a database without keys = %q, want the signing keys reason", grp, got)
+		}
 	}
 }
 
