@@ -28,6 +28,9 @@ func (s *session) backendPump() {
 				return
 			}
 			closeNow := t.ready(body[0], s.p.draining.Load())
+			if s.stallTimer != nil && (body[0] == 'T' || body[0] == 'E') {
+				s.stallTimer.Reset(s.p.cfg.IdleInTransactionTimeout)
+			}
 			if err := writeMsg(s.clientWriter, 'Z', body); err != nil {
 				s.endBackend(errClientGone)
 				return

@@ -6,11 +6,21 @@ import (
 	"time"
 )
 
-// forwardCancel sends a CancelRequest for the session holding key k to its
-// upstream backend. Unknown keys are ignored, as PostgreSQL does.
-func (p *Proxy) forwardCancel(k uint64) {
-	s := p.sessionByKey(k)
-	if s == nil || s.upSecret == nil {
+// Cancel keys. The client of a session receives the upstream's own process
+// ID and a random secret of the proxy's; the proxy keeps the upstream's
+// secret. A CancelRequest is matched on both (the process ID alone is no
+// secret: pg_stat_activity shows it to every role) and sent on with the
+// upstream's secret, so a client can cancel only its own session's query,
+// and only through the proxy. The map is keyed by process ID and holds a
+// list: a backend's process ID may be reused by the server while the
+// proxy still winds down the session that had it.
+
+// forwardCancel sends a CancelRequest for the session whose client holds
+// pid and secret to its upstream backend. Unknown keys are ignored, as
+// PostgreSQL does.
+func (p *Proxy) forwardCancel(pid uint32, secret []byte) {
+	s := p.sessionByKey(pid, secret)
+	if s == nil {
 		p.log.Debug("cancel request for unknown key ignored")
 		return
 	}

@@ -108,6 +108,14 @@ type Config struct {
 	// DialTimeout bounds connecting (and TLS) to the upstream. The default
 	// is DefaultDialTimeout (10s).
 	DialTimeout time.Duration
+	// IdleInTransactionTimeout, when positive, closes a session that has
+	// been idle in a transaction (its last ReadyForQuery said 'T' or 'E'
+	// and the server has answered everything since) for longer: the
+	// upstream connection is closed, so PostgreSQL rolls the transaction
+	// back and releases the marks it holds, and the client gets FATAL
+	// 25P03. Unlike PostgreSQL's idle_in_transaction_session_timeout, no
+	// session can switch it off. The default (0) is off.
+	IdleInTransactionTimeout time.Duration
 }
 
 // DefaultConfig returns the defaults New applies to the settings left zero:

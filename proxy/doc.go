@@ -22,9 +22,14 @@
 //   - The gate. After PostgreSQL authenticated the client, and before the
 //     client's first ReadyForQuery, the proxy asks PostgreSQL, on that same
 //     connection, whether the session's role could switch enforcement off
-//     (a superuser, CREATEROLE, the owner of a protected table, of its
-//     schema or of anything in schema fencegate, or a member of such a
-//     role) and whether the database's fencegate schema is sound. It
+//     or read what the fence rests on (a superuser, CREATEROLE,
+//     REPLICATION, the owner of a protected table, of its schema or of
+//     anything in schema fencegate, a member of such a role, or of
+//     pg_read_all_data) and whether the database's fencegate schema is
+//     sound. The role is the one the server authenticated, never the user
+//     the client named, and a StartupMessage that names a key twice (the
+//     server would take the last) is refused before it reaches the server,
+//     as is one that asks for replication. It
 //     refuses such a role with a FATAL error, SQLSTATE
 //     fencegate.CodePrivilegedRole (FG007), unless
 //     Config.AllowPrivilegedRoles, and an unsound schema with
@@ -32,7 +37,11 @@
 //     it; with Config.AdminUpstream it repairs the schema itself, as that
 //     admin role, and lets the session in.
 //   - TLS on both sides, the server's own authentication (SCRAM included)
-//     passed through, cancel requests routed to the right server session,
+//     passed through, the server's own backend process ID given to the
+//     client (only the cancel secret is the proxy's), cancel requests
+//     routed to the right server session, an optional limit on how long a
+//     session may stay idle in a transaction
+//     (Config.IdleInTransactionTimeout),
 //     a graceful shutdown that closes each session when it is idle,
 //     Prometheus metrics (sessions refused, fences accepted, fencegate
 //     errors by SQLSTATE and table), and health checks for load balancers

@@ -133,12 +133,21 @@ func (w *wire) cancel() {
 }
 
 // normalized returns the recorded frames with what differs between two
-// sessions by nature (the process ID in a NotificationResponse) zeroed.
+// sessions by nature, the process ID in a NotificationResponse, replaced:
+// by zero when it is the process ID this client was given in its
+// BackendKeyData (a notification the session sent itself, as a client
+// tells by comparing the two), else by 0xffffffff. So a proxy that gave
+// the client any other process ID than its backend's makes the frames
+// differ.
 func (w *wire) normalized() []frame {
 	out := slices.Clone(w.got)
 	for i, f := range out {
 		if f.typ == 'A' && len(f.body) >= 4 {
-			out[i].body = append([]byte{0, 0, 0, 0}, f.body[4:]...)
+			pid := []byte{0xff, 0xff, 0xff, 0xff}
+			if binary.BigEndian.Uint32(f.body) == w.pid {
+				pid = []byte{0, 0, 0, 0}
+			}
+			out[i].body = append(pid, f.body[4:]...)
 		}
 	}
 	return out
@@ -339,6 +348,23 @@ var sequences = []sequence{
 	{name: "LISTEN and NOTIFY", run: func(w *wire, _ *frameEnv) {
 		w.send(&q{String: "LISTEN ch"}, &q{String: "NOTIFY ch, 'hello'"}, &q{String: "SELECT pg_notify('ch', repeat('p', 7000))"}, &q{String: "UNLISTEN *"})
 		w.ready(4)
+	}},
+	{name: "the backend process ID the client was given", run: func(w *wire, env *frameEnv) {
+		// Its own value differs between the two sessions, so it is
+		// compared with the BackendKeyData here and not recorded; the
+		// NOTIFY the session sends itself is recorded (see normalized).
+		w.send(&q{String: "SELECT pg_backend_pid()::text"})
+		var pid string
+		for f := w.next(); f.typ != 'Z'; f = w.next() {
+			if f.typ == 'D' && len(f.body) > 6 {
+				pid = string(f.body[6:])
+			}
+		}
+		if want := fmt.Sprint(w.pid); pid != want {
+			env.t.Errorf("pg_backend_pid() = %s, BackendKeyData gave the client %s", pid, want)
+		}
+		w.send(&q{String: "LISTEN me"}, &q{String: "NOTIFY me, 'mine'"}, &q{String: "UNLISTEN *"})
+		w.ready(3)
 	}},
 	{name: "notices and parameter status", run: func(w *wire, _ *frameEnv) {
 		w.send(&q{String: `DO $$BEGIN RAISE NOTICE 'n1'; RAISE WARNING 'w1' USING DETAIL = 'd', HINT = 'h'; END$$`},

@@ -136,3 +136,66 @@ func FuzzBackendFraming(f *testing.F) {
 		}
 	})
 }
+
+// FuzzStartupMessage feeds arbitrary bytes to parseStartup as the body of
+// a StartupMessage: it must never panic; a packet it accepts names each
+// key once (a repeated key is refused: the server would take the last),
+// names a user and a database, and encodes back to exactly the bytes the
+// client sent, which is what the upstream receives.
+func FuzzStartupMessage(f *testing.F) {
+	for _, s := range []string{
+		"user\x00app\x00database\x00db\x00\x00",
+		"user\x00app\x00database\x00db\x00user\x00postgres\x00\x00",
+		"user\x00app\x00replication\x00off\x00replication\x00database\x00\x00",
+		"user\x00app\x00options\x00-c role=app\x00options\x00-c search_path=evil\x00\x00",
+		"user\x00app\x00replication\x00Of\x00\x00",
+		"user\x00\x00\x00",
+		"user\x00app\x00\x00trailing",
+		"",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		sp, err := parseStartup(3<<16, b)
+		if err != nil {
+			return
+		}
+		seen := map[string]bool{}
+		for _, k := range sp.keys {
+			if seen[k] {
+				t.Fatalf("key %q accepted twice", k)
+			}
+			seen[k] = true
+		}
+		if sp.get("user") == "" || sp.database() == "" {
+			t.Fatalf("accepted without a user or database: %q", b)
+		}
+		if got := sp.encode()[8:]; !bytes.Equal(got, b) {
+			t.Fatalf("re-encoded as %q, sent %q", got, b)
+		}
+		_ = sp.wantsReplication()
+	})
+}
+
+// TestParseBool pins parseBool to PostgreSQL's parse_bool, which reads the
+// replication key of a StartupMessage (TestGateReadsReplicationAsTheServerDoes
+// checks the proxy against the server itself).
+func TestParseBool(t *testing.T) {
+	for _, c := range []struct {
+		in    string
+		v, ok bool
+	}{
+		{"true", true, true}, {"T", true, true}, {"tRu", true, true}, {"truee", false, false},
+		{"false", false, true}, {"f", false, true}, {"FALSE", false, true}, {"falsey", false, false},
+		{"yes", true, true}, {"y", true, true}, {"no", false, true}, {"N", false, true}, {"non", false, false},
+		{"on", true, true}, {"ON", true, true}, {"o", false, false}, {"of", false, true}, {"OFF", false, true}, {"offf", false, false},
+		{"1", true, true}, {"0", false, true}, {"01", false, false}, {"10", false, false},
+		{"", false, false}, {" off", false, false}, {"off ", false, false}, {"database", false, false},
+		{"\u017f", false, false}, {"fal\u017fe", false, false},
+	} {
+		v, ok := parseBool(c.in)
+		if v != c.v || ok != c.ok {
+			t.Errorf("parseBool(%q) = %v, %v; want %v, %v", c.in, v, ok, c.v, c.ok)
+		}
+	}
+}

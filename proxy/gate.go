@@ -131,8 +131,14 @@ func (s *session) check() (checked, error) {
 	if health {
 		checks = append(checks, trimSQL(healthQuery))
 	}
-	roleKey := s.database + "\x00" + s.user
-	role := !s.p.cfg.AllowPrivilegedRoles && !s.p.trusted(&s.p.admittedAt, roleKey)
+	// The verdict on a role is cached under the role the server
+	// authenticated (never the user the client named) and the database
+	// the server connected to. Without a session_authorization from the
+	// server (a pooler in between that does not pass it on) nothing is
+	// cached: the role is checked at every session.
+	roleKey := s.database + "\x00" + s.role
+	cacheable := s.role != ""
+	role := !s.p.cfg.AllowPrivilegedRoles && !(cacheable && s.p.trusted(&s.p.admittedAt, roleKey))
 	if role {
 		checks = append(checks, trimSQL(privilegeQuery))
 	}
@@ -156,7 +162,9 @@ func (s *session) check() (checked, error) {
 		c.privileges = rows[i]
 		// Trusted only together with a sound schema: the role check is
 		// about the objects of that schema.
-		s.p.checked(&s.p.admittedAt, roleKey, began, len(c.privileges) == 0 && len(c.problems) == 0)
+		if cacheable {
+			s.p.checked(&s.p.admittedAt, roleKey, began, len(c.privileges) == 0 && len(c.problems) == 0)
+		}
 	}
 	return c, nil
 }

@@ -3,11 +3,12 @@ package proxy
 import (
 	"context"
 	"crypto/rand"
-	"encoding/binary"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,13 +33,13 @@ type Proxy struct {
 	draining atomic.Bool
 	leaving  atomic.Bool // Unready was called
 	sessions map[*session]struct{}
-	keys     map[uint64]*session // proxy-issued cancel key -> session
-	wg       sync.WaitGroup      // sessions and the accept loop
-	healthWG sync.WaitGroup      // the upstream check loop
-	done     chan struct{}       // closed by Close
+	keys     map[uint32][]*session // upstream process ID -> its sessions (see cancel.go)
+	wg       sync.WaitGroup        // sessions and the accept loop
+	healthWG sync.WaitGroup        // the upstream check loop
+	done     chan struct{}         // closed by Close
 
 	soundAt    sync.Map // database -> when a check that found its schema sound began
-	admittedAt sync.Map // database NUL role -> when a role check that passed began
+	admittedAt sync.Map // database NUL role the server authenticated -> when a role check that passed began
 	nextID     atomic.Uint64
 }
 
@@ -57,7 +58,7 @@ func New(cfg Config) (*Proxy, error) {
 	p := &Proxy{
 		cfg: cfg, up: up, log: cfg.Logger, metrics: m,
 		sessions: map[*session]struct{}{},
-		keys:     map[uint64]*session{},
+		keys:     map[uint32][]*session{},
 		done:     make(chan struct{}),
 	}
 	p.health.err = errHealthUnchecked
@@ -204,33 +205,45 @@ func (p *Proxy) removeSession(s *session) {
 	p.mu.Lock()
 	delete(p.sessions, s)
 	if s.keySet {
-		delete(p.keys, s.key)
+		p.removeKey(s)
 	}
 	p.mu.Unlock()
 	p.wg.Done()
 }
 
-// registerKey gives s a fresh cancel key that no other session holds.
-func (p *Proxy) registerKey(s *session) uint64 {
-	var b [8]byte
+// registerKey gives s a fresh random cancel secret, as long as the
+// upstream's, and files s under its upstream process ID.
+func (p *Proxy) registerKey(s *session) {
+	secret := make([]byte, len(s.upSecret))
+	_, _ = rand.Read(secret)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for {
-		_, _ = rand.Read(b[:])
-		b[0] &= 0x7f // keep the process id positive, as PostgreSQL's are
-		k := binary.BigEndian.Uint64(b[:])
-		if _, dup := p.keys[k]; !dup && k>>32 != 0 {
-			p.keys[k] = s
-			s.key, s.keySet = k, true
-			return k
-		}
+	s.secret, s.keySet = secret, true
+	p.keys[s.upPID] = append(p.keys[s.upPID], s)
+}
+
+// removeKey drops s from the cancel keys; p.mu is held.
+func (p *Proxy) removeKey(s *session) {
+	list := slices.DeleteFunc(p.keys[s.upPID], func(o *session) bool { return o == s })
+	if len(list) == 0 {
+		delete(p.keys, s.upPID)
+	} else {
+		p.keys[s.upPID] = list
 	}
 }
 
-func (p *Proxy) sessionByKey(k uint64) *session {
+// sessionByKey returns the session the client of which was given process
+// ID pid and secret, or nil. Secrets are compared in constant time.
+func (p *Proxy) sessionByKey(pid uint32, secret []byte) *session {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.keys[k]
+	var found *session
+	for _, s := range p.keys[pid] {
+		if subtle.ConstantTimeCompare(s.secret, secret) == 1 {
+			found = s
+		}
+	}
+	return found
 }
 
 // Shutdown stops accepting clients, lets open sessions finish the

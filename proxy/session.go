@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"strings"
 	"sync"
 	"time"
 )
@@ -37,14 +36,22 @@ type session struct {
 	clientWriter, upstreamWriter *bufio.Writer
 	clientFrames, upstreamFrames frameReader
 
-	user, database string
-	key            uint64
-	keySet         bool
-	upPID          uint32
-	upSecret       []byte
-	startStatus    byte // the upstream's ReadyForQuery at the end of startup
+	// user and database are what the StartupMessage asked for (the
+	// database defaulted as the server does); role is the role the server
+	// authenticated, from its session_authorization ParameterStatus (""
+	// when it sent none). Admission decisions rest on role.
+	user, database, role string
+	// upPID and upSecret are the upstream's BackendKeyData; the client got
+	// upPID and secret, the proxy's own (keySet once registered).
+	upPID       uint32
+	upSecret    []byte
+	secret      []byte
+	keySet      bool
+	startStatus byte // the upstream's ReadyForQuery at the end of startup
 
 	track tracker // requests in flight, shared by the pumps
+	// stallTimer runs checkStalled (with Config.IdleInTransactionTimeout).
+	stallTimer *time.Timer
 
 	closeMu     sync.Mutex
 	closeReason error // first reason the session is closing
@@ -80,6 +87,7 @@ func (s *session) reason() error {
 }
 
 var (
+	errStalled    = errors.New("proxy: idle in a transaction for too long")
 	errKilled     = errors.New("proxy: session closed by the proxy")
 	errDraining   = errors.New("proxy: shutting down")
 	errClientGone = errors.New("proxy: client went away")
@@ -94,6 +102,22 @@ func (s *session) kill() {
 	client.Close()
 	if up != nil {
 		up.Close()
+	}
+}
+
+// checkStalled closes the session when it has been idle in a transaction
+// for Config.IdleInTransactionTimeout, or checks again when it would reach
+// it. The backend pump resets the timer at every ReadyForQuery of a
+// transaction, and tells the client.
+func (s *session) checkStalled() {
+	wait := s.track.closeIfStalled(func() { s.setClosing(errStalled) })
+	if wait > 0 {
+		s.stallTimer.Reset(wait)
+		return
+	}
+	if errors.Is(s.reason(), errStalled) {
+		s.log.Info("session idle in a transaction past the limit; closed", "limit", s.p.cfg.IdleInTransactionTimeout.String())
+		s.up.Close()
 	}
 }
 
@@ -140,17 +164,13 @@ func (s *session) run() {
 		s.startupFailed(fmt.Errorf("%w: this proxy accepts TLS connections only (use sslmode=require)", errTLSRequired))
 		return
 	}
-	s.user, s.database = sp.get("user"), sp.get("database")
-	if s.database == "" {
-		s.database = s.user
-	}
+	s.user, s.database = sp.get("user"), sp.database()
 	s.log = s.log.With("user", s.user, "database", s.database)
-	switch strings.ToLower(sp.get("replication")) {
-	case "", "false", "off", "no", "0":
-	default:
+	if sp.wantsReplication() {
 		// A walsender speaks a protocol of its own (physical: not SQL at
-		// all), and applications do not replicate through a gate.
-		s.log.Info("replication connection refused")
+		// all, BASE_BACKUP copies every file), and applications do not
+		// replicate through a gate.
+		s.log.Info("replication connection refused", "replication", sp.get("replication"))
 		s.writeFatalRaw("0A000", "fencegate: the proxy does not carry replication connections; connect to PostgreSQL directly")
 		return
 	}
@@ -178,6 +198,9 @@ func (s *session) run() {
 		}
 		return
 	}
+	if s.role != s.user {
+		s.log = s.log.With("role", s.role) // as the server authenticated it
+	}
 	// What the client has so far (authentication, parameters, its cancel
 	// key) goes out before the gate runs, so that it can cancel the check.
 	if err := s.clientWriter.Flush(); err != nil {
@@ -197,6 +220,12 @@ func (s *session) run() {
 	_ = s.client.SetDeadline(time.Time{})
 	_ = up.SetDeadline(time.Time{})
 	s.track.init(status)
+	if d := s.p.cfg.IdleInTransactionTimeout; d > 0 {
+		s.track.stallLimit = d
+		s.track.readyAt = s.track.now()
+		s.stallTimer = time.AfterFunc(d, s.checkStalled)
+		defer s.stallTimer.Stop()
+	}
 	s.closeMu.Lock()
 	s.ready = true // the pumps run: drainIfIdle may now close the session
 	killed = s.closeReason != nil
@@ -286,6 +315,9 @@ func (s *session) endBackend(err error) {
 			return
 		case r == errDraining:
 			s.writeFatal("57P01", "fencegate: the proxy is shutting down")
+		case r == errStalled:
+			s.writeFatal("25P03", fmt.Sprintf("fencegate: terminating the session: it was idle in a transaction for longer than the proxy's limit (%s); the transaction was rolled back",
+				s.p.cfg.IdleInTransactionTimeout))
 		}
 		s.client.Close()
 		return

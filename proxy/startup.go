@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -18,6 +19,7 @@ const (
 	codeSSL        = 80877103
 	codeGSSEnc     = 80877104
 	maxStartupSize = 10000 // as PostgreSQL's MAX_STARTUP_PACKET_LENGTH
+	maxSecret      = 256   // the longest cancel secret protocol 3.2 allows
 	startupTimeout = 30 * time.Second
 	bufSize        = 32 << 10
 )
@@ -29,6 +31,8 @@ type startupParams struct {
 	values  []string
 }
 
+// get returns the value of key k ("" when absent). parseStartup refuses a
+// key given twice, so there is one value to return.
 func (sp *startupParams) get(k string) string {
 	for i, key := range sp.keys {
 		if key == k {
@@ -36,6 +40,68 @@ func (sp *startupParams) get(k string) string {
 		}
 	}
 	return ""
+}
+
+// has reports whether the startup packet carries key k.
+func (sp *startupParams) has(k string) bool { return slices.Contains(sp.keys, k) }
+
+// database returns the database PostgreSQL connects the session to: the
+// database key, or the user name when it is missing or empty, as the
+// server's ProcessStartupPacket does. The server also cuts both names to
+// NAMEDATALEN-1 bytes (63 in a default build); the proxy does not, so two
+// names it keeps apart may reach one database, never the other way round:
+// a cache keyed on this name can only miss, never mix up two databases,
+// whatever NAMEDATALEN the server was built with.
+func (sp *startupParams) database() string {
+	if d := sp.get("database"); d != "" {
+		return d
+	}
+	return sp.get("user")
+}
+
+// wantsReplication reports whether PostgreSQL would make a session with
+// these parameters a walsender: a replication key whose value is
+// "database" or that parse_bool reads as true, or one it cannot read at
+// all (the server then refuses the session itself). Only a value the
+// server reads as false is an ordinary session.
+func (sp *startupParams) wantsReplication() bool {
+	if !sp.has("replication") {
+		return false
+	}
+	v, ok := parseBool(sp.get("replication"))
+	return !ok || v
+}
+
+// parseBool is PostgreSQL's parse_bool (src/backend/utils/adt/bool.c), the
+// function ProcessStartupPacket reads the replication key with: a
+// case-insensitive prefix of "true", "false", "yes" or "no", at least
+// two letters of "on" or "off", or exactly "1" or "0"; no white space is
+// trimmed. ok is false for anything else.
+func parseBool(s string) (v, ok bool) {
+	// pg_strncasecmp folds ASCII letters only (a byte above 0x7f can
+	// never match these words), so no Unicode folding here.
+	prefix := func(word string, min int) bool {
+		if len(s) < min || len(s) > len(word) {
+			return false
+		}
+		for i := range len(s) {
+			c := s[i]
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			if c != word[i] {
+				return false
+			}
+		}
+		return true
+	}
+	switch {
+	case prefix("true", 1), prefix("yes", 1), prefix("on", 2), s == "1":
+		return true, true
+	case prefix("false", 1), prefix("no", 1), prefix("off", 2), s == "0":
+		return false, true
+	}
+	return false, false
 }
 
 // readStartupPacket reads one untyped packet straight from c (no
@@ -98,7 +164,7 @@ func (s *session) negotiate() (net.Conn, *startupParams, error) {
 				return c, nil, err
 			}
 		case code == codeCancel && len(body) >= 8:
-			s.p.forwardCancel(binary.BigEndian.Uint64(body[:8]))
+			s.p.forwardCancel(binary.BigEndian.Uint32(body[:4]), body[4:])
 			return c, nil, nil
 		case code>>16 == 3:
 			sp, err := parseStartup(code, body)
@@ -112,6 +178,9 @@ func (s *session) negotiate() (net.Conn, *startupParams, error) {
 	}
 }
 
+// parseStartup decodes a StartupMessage body. It refuses a packet the
+// server could read differently from the proxy: a key given twice (the
+// server keeps the last), bytes after the terminating NUL, no user.
 func parseStartup(version uint32, b []byte) (*startupParams, error) {
 	sp := &startupParams{version: version}
 	for {
@@ -129,6 +198,12 @@ func parseStartup(version uint32, b []byte) (*startupParams, error) {
 		if !ok {
 			return nil, fmt.Errorf("%w: startup parameter %q has no value", errProtocol, k)
 		}
+		if sp.has(string(k)) {
+			// PostgreSQL takes the last one (for user, database, options,
+			// replication and every setting); any reading the proxy made
+			// of such a packet could differ from the server's.
+			return nil, fmt.Errorf("%w: startup parameter %q is given twice; send each parameter once", errProtocol, k)
+		}
 		sp.keys = append(sp.keys, string(k))
 		sp.values = append(sp.values, string(v))
 		b = rest2
@@ -139,11 +214,10 @@ func parseStartup(version uint32, b []byte) (*startupParams, error) {
 	return sp, nil
 }
 
-// upstreamStartup sends the client's StartupMessage, as it came, to the
-// upstream, relays the authentication exchange and the startup parameters
-// to the client, and returns when the upstream is ready for queries (its
-// ReadyForQuery is not yet forwarded: the gate runs first).
-func (s *session) upstreamStartup(sp *startupParams) error {
+// encode returns the StartupMessage, length and version included: the
+// bytes the client sent, since parseStartup accepts only packets it reads
+// whole.
+func (sp *startupParams) encode() []byte {
 	msg := make([]byte, 8, 256)
 	binary.BigEndian.PutUint32(msg[4:], sp.version)
 	for i, k := range sp.keys {
@@ -151,7 +225,15 @@ func (s *session) upstreamStartup(sp *startupParams) error {
 	}
 	msg = append(msg, 0)
 	binary.BigEndian.PutUint32(msg[:4], uint32(len(msg)))
-	if _, err := s.upstreamWriter.Write(msg); err != nil {
+	return msg
+}
+
+// upstreamStartup sends the client's StartupMessage, as it came, to the
+// upstream, relays the authentication exchange and the startup parameters
+// to the client, and returns when the upstream is ready for queries (its
+// ReadyForQuery is not yet forwarded: the gate runs first).
+func (s *session) upstreamStartup(sp *startupParams) error {
+	if _, err := s.upstreamWriter.Write(sp.encode()); err != nil {
 		return err
 	}
 	if err := s.upstreamWriter.Flush(); err != nil {
@@ -184,15 +266,37 @@ func (s *session) upstreamStartup(sp *startupParams) error {
 				}
 			}
 		case 'K':
+			// The client gets the server's process ID, so that
+			// pg_backend_pid(), pg_stat_activity, pg_cancel_backend and a
+			// NotificationResponse's sender all name its own backend, and
+			// a secret of the proxy's own, of the same length: the
+			// server's stays with the proxy (see cancel.go).
 			var k pgproto3.BackendKeyData
 			if err := k.Decode(body); err != nil {
 				return fmt.Errorf("decode upstream BackendKeyData: %w", err)
 			}
+			if len(k.SecretKey) < 4 || len(k.SecretKey) > maxSecret {
+				return fmt.Errorf("upstream sent a BackendKeyData with a %d-byte secret (allowed 4..%d)", len(k.SecretKey), maxSecret)
+			}
 			s.upPID, s.upSecret = k.ProcessID, k.SecretKey
-			key := s.p.registerKey(s)
-			var kb [8]byte
-			binary.BigEndian.PutUint64(kb[:], key)
-			if err := writeMsg(s.clientWriter, 'K', kb[:]); err != nil {
+			s.p.registerKey(s)
+			kb := make([]byte, 4, 4+len(s.secret))
+			binary.BigEndian.PutUint32(kb, s.upPID)
+			if err := writeMsg(s.clientWriter, 'K', append(kb, s.secret...)); err != nil {
+				return err
+			}
+		case 'S':
+			// The server reports the role it authenticated as
+			// session_authorization during startup. A client cannot
+			// change it there (the server sets it with a higher priority
+			// than startup options and role settings), so it is the role
+			// the gate checks and caches its verdict for.
+			if name, rest, ok := cstring(body); ok && string(name) == "session_authorization" {
+				if v, _, ok := cstring(rest); ok {
+					s.role = string(v)
+				}
+			}
+			if err := writeMsg(s.clientWriter, typ, body); err != nil {
 				return err
 			}
 		case 'E':

@@ -86,6 +86,11 @@ type tracker struct {
 	unsynced int  // extended messages pushed since the last Sync, Query or FunctionCall
 	closing  bool // the drain closed the session: forward nothing more
 
+	// stallLimit is Config.IdleInTransactionTimeout (0: off); readyAt is
+	// when the last ReadyForQuery came (by now), kept only with a limit.
+	stallLimit time.Duration
+	readyAt    int64
+
 	// Backend side.
 	status   byte // last ReadyForQuery status
 	skipping bool // an extended-protocol error: the server skips to the next Sync
@@ -175,6 +180,30 @@ func (t *tracker) closeIfIdle() bool {
 	return true
 }
 
+// closeIfStalled marks the session closing when it has been idle in a
+// transaction (status 'T' or 'E', every request answered, no extended
+// batch or COPY under way) for stallLimit since the last ReadyForQuery,
+// and then calls closed with mu held, so that nothing the client sends
+// after this decision is forwarded. Otherwise it returns how long until
+// the limit would be reached, or 0 when the session is not idle in a
+// transaction (the next ReadyForQuery arms the check again). A client that
+// sent extended messages without their Sync is not idle here, as for
+// PostgreSQL's idle_in_transaction_session_timeout, which is armed only
+// before a ReadyForQuery; nor is a session whose answers the tracker lost.
+func (t *tracker) closeIfStalled(closed func()) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closing || t.lost || (t.status != 'T' && t.status != 'E') || t.pending > 0 || t.unsynced > 0 || t.skipping || t.copyIn {
+		return 0
+	}
+	if left := t.stallLimit - time.Duration(t.now()-t.readyAt); left > 0 {
+		return left
+	}
+	t.closing = true
+	closed()
+	return 0
+}
+
 // front returns the oldest unanswered request, dropping CopyData-family
 // entries the server ignored outside a COPY. ok is false when none is left.
 func (t *tracker) front() (r *request, ok bool) {
@@ -255,6 +284,9 @@ func (t *tracker) ready(st byte, draining bool) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.status = st
+	if t.stallLimit > 0 {
+		t.readyAt = t.now()
+	}
 	t.qFence = false
 	if t.lost {
 		return false

@@ -49,6 +49,8 @@ func TestProxyCommandLine(t *testing.T) {
 		{[]string{"proxy", "--health-upstream", "user=u password='" + secret}, 2, "health connection string does not parse"},
 		{[]string{"proxy", "--help"}, 0, "/readyz"},
 		{[]string{"proxy", "--help"}, 0, "health-upstream"},
+		{[]string{"proxy", "--help"}, 0, "idle-in-transaction-timeout"},
+		{[]string{"proxy", "--idle-in-transaction-timeout", "soon"}, 2, "invalid value"},
 	} {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), tc.args, &out, &errb)
