@@ -21,6 +21,15 @@ package pgfence
 // not a partition or child of an unprotected one; the DDL guard, where
 // installed, is whole and enabled.
 //
+// It finds fencegate's objects by identity (protectedRootsByIdentitySQL):
+// tables named or triggers named like fencegate's, and temporary tables,
+// never count. And it takes the inventory (InventoryQuery): every object in
+// the schema or on its relations that sql/schema.sql does not create, and
+// every one it creates that is missing, is a problem. The inventory prints
+// definitions as PostgreSQL does under the search_path pg_catalog, pg_temp,
+// which the gate and admin sessions pin; under a path that shadows built-in
+// names an item may print differently and be reported (never missed).
+//
 // A partition created or attached after protect ran, which PostgreSQL gave
 // the cloned row-level check, is sound (checked row by row; TRUNCATE of the
 // partition itself needs the TRUNCATE privilege, which application roles do
@@ -45,16 +54,13 @@ guard AS (
 rels AS (
 	SELECT c.oid, c.relname::text AS name, c.relkind, c.relowner, c.relacl, c.relrowsecurity
 	FROM pg_catalog.pg_class c JOIN fg ON c.relnamespace = fg.oid),
-roots AS (
-	SELECT t.tgrelid AS relid FROM pg_catalog.pg_trigger t
-	WHERE t.tgname = 'fencegate_ins' AND t.tgparentid = 0
-	  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_trigger pt ON pt.tgrelid = i.inhparent AND pt.tgname = 'fencegate_ins'
-	                  WHERE i.inhrelid = t.tgrelid)),
+roots AS (` + protectedRootsByIdentitySQL + `),
 tree AS (
 	WITH RECURSIVE tr(root, relid) AS (
 		SELECT relid, relid FROM roots
 		UNION ALL
-		SELECT tr.root, i.inhrelid FROM tr JOIN pg_catalog.pg_inherits i ON i.inhparent = tr.relid)
+		SELECT tr.root, i.inhrelid FROM tr JOIN pg_catalog.pg_inherits i ON i.inhparent = tr.relid
+		JOIN pg_catalog.pg_class k ON k.oid = i.inhrelid AND k.relpersistence <> 't')
 	SELECT tr.root, tr.relid, c.relkind, c.relispartition,
 	       (SELECT pg_catalog.pg_get_expr(d.adbin, d.adrelid) FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 	        WHERE a.attrelid = tr.relid AND a.attname = 'fencegate_resource' AND NOT a.attisdropped AND a.attgenerated = 's'
@@ -70,6 +76,8 @@ trees AS (
 stmt(name, fn, tgtype, kind) AS (VALUES
 	('fencegate_ins', 'check_insert', 4, NULL), ('fencegate_upd', 'check_update', 16, 'p'), ('fencegate_upd', 'check_row', 17, 'r'),
 	('fencegate_del', 'check_delete', 8, NULL), ('fencegate_trunc', 'refuse_truncate', 34, NULL)),
+` + inventoryCTE + `,
+` + inventoryProblemsCTE + `,
 problems(problem) AS (
 	SELECT 'schema fencegate is not installed: run "fencegate schema install --db DSN --grant ROLE"'
 	WHERE NOT EXISTS (SELECT 1 FROM fg)
@@ -120,7 +128,8 @@ UNION ALL
 	SELECT pg_catalog.format('%s fencegate.%s is not part of schema fencegate: drop it (fencegate schema upgrade does not drop relations)',
 	       CASE r.relkind WHEN 'r' THEN 'table' WHEN 'v' THEN 'view' WHEN 'S' THEN 'sequence' WHEN 'i' THEN 'index' ELSE 'relation' END, r.name)
 	FROM rels r
-	WHERE r.name NOT IN ('marks', 'marks_pkey', 'audit', 'audit_pkey', 'audit_id_seq', 'protected', 'signing_keys', 'signing_keys_pkey') AND r.relkind <> 't'
+	WHERE r.relkind NOT IN ('t', 'i', 'c')
+	  AND NOT EXISTS (SELECT 1 FROM expected e WHERE e.kind = 'relation' AND e.name = pg_catalog.quote_ident(r.name))
 UNION ALL
 	SELECT pg_catalog.format('%s fencegate.%s belongs to role %s, not to the owner role %s: run "fencegate schema upgrade --db DSN"',
 	       CASE r.relkind WHEN 'v' THEN 'view' WHEN 'S' THEN 'sequence' WHEN 'i' THEN 'index' ELSE 'table' END,
@@ -180,5 +189,28 @@ UNION ALL
 	FROM (VALUES ('fencegate_guard_ddl', 'ddl_command_end', 'guard_ddl'), ('fencegate_guard_drop', 'sql_drop', 'guard_drop')) x(name, event, fn)
 	WHERE EXISTS (SELECT 1 FROM guard)
 	  AND NOT EXISTS (SELECT 1 FROM guard g WHERE g.name = x.name AND g.event = x.event AND g.fn = x.fn AND g.evtenabled = 'A')
+UNION ALL
+	SELECT p.problem FROM inventory_problems p WHERE p.kind NOT IN ('trigger', 'rule', 'policy')
 )
 SELECT problem FROM problems`
+
+// protectedRootsByIdentitySQL lists the tables protect was called on by
+// identity, not by name: a root is a permanent table carrying a trigger
+// (not a clone) whose function is fencegate.check_insert() itself, under no
+// parent carrying one. A trigger named fencegate_ins that calls anything
+// else, and any temporary table (protect refuses them; any role with TEMP
+// can make one, and another session's cannot even be altered), is not
+// fencegate's. The function is looked up in the catalogs, not with
+// to_regprocedure, which fails for a role without USAGE on the schema (the
+// gate runs this as any role).
+const protectedRootsByIdentitySQL = `SELECT t.tgrelid AS relid FROM pg_catalog.pg_trigger t
+	JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
+	WHERE t.tgfoid = ` + checkInsertOIDSQL + ` AND t.tgparentid = 0
+	  AND c.relpersistence <> 't'
+	  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_trigger pt ON pt.tgrelid = i.inhparent AND pt.tgfoid = t.tgfoid
+	                  WHERE i.inhrelid = t.tgrelid)`
+
+// checkInsertOIDSQL is the oid of fencegate.check_insert(), read from the
+// catalogs (NULL when it is missing).
+const checkInsertOIDSQL = `(SELECT p.oid FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+	WHERE n.nspname = 'fencegate' AND p.proname = 'check_insert' AND p.pronargs = 0)`

@@ -60,11 +60,15 @@ func TestHealthFunctions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		head, _, ok := strings.Cut(string(src), "const healthFunctions = `")
+		head, tail, ok := strings.Cut(string(src), "const healthFunctions = `")
 		if !ok {
 			t.Fatal("health_functions.go: no const healthFunctions")
 		}
-		if err := os.WriteFile("health_functions.go", []byte(head+"const healthFunctions = `"+b.String()+"`\n"), 0o644); err != nil {
+		_, rest, ok := strings.Cut(tail, "`")
+		if !ok {
+			t.Fatal("health_functions.go: const healthFunctions is not closed")
+		}
+		if err := os.WriteFile("health_functions.go", []byte(head+"const healthFunctions = `"+b.String()+"`"+rest), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return

@@ -3,6 +3,7 @@ package pgfence
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -111,6 +112,13 @@ func Inspect(ctx context.Context, conn *pgx.Conn) (*Status, error) {
 	if st.AppRoles, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
 		return nil, fmt.Errorf("inspect fencegate schema: %w", classify(err))
 	}
+	var prepared int
+	if err := conn.QueryRow(ctx, `SELECT pg_catalog.current_setting('max_prepared_transactions')::pg_catalog.int4`).Scan(&prepared); err != nil {
+		return nil, fmt.Errorf("inspect fencegate schema: %w", classify(err))
+	}
+	if prepared > 0 {
+		st.Warnings = append(st.Warnings, fmt.Sprintf("max_prepared_transactions is %d: a fence taken in a transaction that is then PREPAREd keeps its resource's mark locked across disconnects and restarts until the transaction is committed or rolled back by hand; set it to 0 unless two-phase commit is needed", prepared))
+	}
 	var canRead bool
 	if err := conn.QueryRow(ctx, `SELECT to_regclass('fencegate.marks') IS NOT NULL AND has_table_privilege('fencegate.marks', 'SELECT')`).Scan(&canRead); err != nil {
 		return nil, fmt.Errorf("inspect fencegate schema: %w", classify(err))
@@ -124,16 +132,86 @@ func Inspect(ctx context.Context, conn *pgx.Conn) (*Status, error) {
 }
 
 // protectedTablesSQL lists every table of every protected hierarchy.
-const protectedTablesSQL = `WITH RECURSIVE roots AS (` + protectedRootsSQL + `),
+const protectedTablesSQL = `WITH RECURSIVE roots AS (` + protectedRootsByIdentitySQL + `),
 tree(root, relid, depth) AS (
 	SELECT relid, relid, 0 FROM roots
 	UNION ALL
-	SELECT tree.root, i.inhrelid, tree.depth + 1 FROM tree JOIN pg_inherits i ON i.inhparent = tree.relid)
+	SELECT tree.root, i.inhrelid, tree.depth + 1 FROM tree JOIN pg_inherits i ON i.inhparent = tree.relid
+	JOIN pg_class k ON k.oid = i.inhrelid AND k.relpersistence <> 't')
 SELECT t.relid::regclass::text, t.root::regclass::text,
        (SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attribute a JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
         WHERE a.attrelid = t.relid AND a.attname = 'fencegate_resource' AND NOT a.attisdropped),
        r.rolname::text,
-       EXISTS (SELECT 1 FROM pg_trigger g WHERE g.tgrelid = t.relid AND g.tgname = 'fencegate_ins'),
+       EXISTS (SELECT 1 FROM pg_trigger g WHERE g.tgrelid = t.relid AND g.tgname = 'fencegate_ins' AND g.tgfoid = ` + checkInsertOIDSQL + `),
        r.rolcanlogin
 FROM tree t JOIN pg_class c ON c.oid = t.relid JOIN pg_roles r ON r.oid = c.relowner
 ORDER BY t.root::regclass::text, t.depth, t.relid::regclass::text`
+
+// MarkHolder is a transaction that holds fencegate.marks locked: a session
+// in an open transaction that wrote or locked marks (a fence), or a
+// prepared transaction of this database, which holds whatever it locked
+// until an administrator commits or rolls it back (COMMIT PREPARED,
+// ROLLBACK PREPARED), across disconnects and restarts.
+type MarkHolder struct {
+	Prepared    bool      // a prepared transaction; else a session
+	PID         int       // the session's process id; 0 for a prepared transaction
+	GID         string    // the prepared transaction's identifier; "" for a session
+	Role        string    // the session's user, or the prepared transaction's owner
+	Application string    // the session's application_name
+	Client      string    // the session's client address ("" for local or prepared)
+	State       string    // the session's state (active, idle in transaction, ...), or "prepared"
+	Since       time.Time // when the transaction started, or was prepared
+}
+
+// markHoldersSQL lists sessions holding a lock stronger than ACCESS SHARE
+// on fencegate.marks (a fence takes ROW EXCLUSIVE, and locks its mark's
+// row) and the prepared transactions of this database. Which rows a
+// transaction locked is not listed: PostgreSQL keeps row locks in the rows
+// (xmax), and the fence takes its lock in a subtransaction (its exception
+// block), whose id no catalog view ties to its session.
+const markHoldersSQL = `WITH h AS (
+	SELECT DISTINCT false AS prepared, a.pid, ''::pg_catalog.text AS gid, coalesce(a.usename::pg_catalog.text, '') AS role,
+	       coalesce(a.application_name, '') AS app, coalesce(pg_catalog.host(a.client_addr), '') AS client, coalesce(a.state, '') AS state,
+	       a.xact_start AS since
+	FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+	WHERE l.locktype = 'relation' AND l.granted AND l.mode <> 'AccessShareLock'
+	  AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
+	  AND l.relation = (SELECT c.oid FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+	                     WHERE n.nspname = 'fencegate' AND c.relname = 'marks') AND a.pid <> pg_catalog.pg_backend_pid()
+	UNION ALL
+	SELECT true, 0, p.gid, p.owner::pg_catalog.text, '', '', 'prepared', p.prepared
+	FROM pg_catalog.pg_prepared_xacts p WHERE p.database = pg_catalog.current_database())
+SELECT h.prepared, h.pid, h.gid, h.role, h.app, h.client, h.state, h.since
+FROM h ORDER BY h.prepared DESC, h.since, h.pid, h.gid`
+
+// MarkHolders lists the transactions that hold fencegate.marks locked
+// (see MarkHolder), oldest first, prepared transactions before sessions.
+// It reads catalog views only; another role's session details need a
+// superuser or pg_read_all_stats.
+func MarkHolders(ctx context.Context, conn *pgx.Conn) ([]MarkHolder, error) {
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, fmt.Errorf("list mark holders: %w", classify(err))
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read-only
+	if _, err := tx.Exec(ctx, "SET LOCAL search_path = pg_catalog, pg_temp"); err != nil {
+		return nil, fmt.Errorf("list mark holders: pin the search_path: %w", classify(err))
+	}
+	rows, err := tx.Query(ctx, markHoldersSQL)
+	if err != nil {
+		return nil, fmt.Errorf("list mark holders: %w", classify(err))
+	}
+	hs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (MarkHolder, error) {
+		var h MarkHolder
+		var since *time.Time
+		err := r.Scan(&h.Prepared, &h.PID, &h.GID, &h.Role, &h.Application, &h.Client, &h.State, &since)
+		if since != nil {
+			h.Since = *since
+		}
+		return h, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list mark holders: %w", classify(err))
+	}
+	return hs, nil
+}

@@ -86,12 +86,13 @@ BEGIN
 	PERFORM set_config('fencegate.guard_shaping', 'on', true);
 	FOR kid IN
 		WITH roots AS (
-			SELECT DISTINCT t.tgrelid AS relid FROM pg_trigger t
-			WHERE t.tgname = 'fencegate_ins' AND t.tgfoid = 'fencegate.check_insert()'::regprocedure
-			  AND NOT EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_trigger pt ON pt.tgrelid = i.inhparent AND pt.tgname = 'fencegate_ins'
+			SELECT DISTINCT t.tgrelid AS relid FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+			WHERE t.tgfoid = 'fencegate.check_insert()'::regprocedure AND t.tgparentid = 0 AND c.relpersistence <> 't'
+			  AND NOT EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_trigger pt ON pt.tgrelid = i.inhparent AND pt.tgfoid = t.tgfoid
 			                  WHERE i.inhrelid = t.tgrelid))
 		SELECT k.relid FROM roots r, fencegate.tree(r.relid::regclass) k
-		WHERE NOT EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = k.relid AND t.tgname = 'fencegate_ins')
+		WHERE NOT EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = k.relid AND t.tgname = 'fencegate_ins'
+		                  AND t.tgfoid = 'fencegate.check_insert()'::regprocedure)
 		ORDER BY k.depth
 	LOOP
 		PERFORM fencegate.shape(kid.relid);

@@ -90,10 +90,15 @@ DECLARE
 	wait text := current_setting('fencegate.fence_timeout', true);
 	chk  record;
 BEGIN
-	IF fence.resource IS NULL OR fence.resource = '' THEN
-		RAISE EXCEPTION 'fencegate: fence needs a non-empty resource name'
+	IF fence.resource IS NULL OR fence.resource = '' OR octet_length(convert_to(fence.resource, 'UTF8')) > 1024 THEN
+		IF fence.resource IS NULL OR fence.resource = '' THEN
+			RAISE EXCEPTION 'fencegate: fence needs a non-empty resource name'
+				USING ERRCODE = 'FG003',
+				HINT = 'Call SELECT fencegate.fence(resource, token) with the resource the lock was taken on.';
+		END IF;
+		RAISE EXCEPTION 'fencegate: resource name of % bytes is too long: the token service takes at most 1024 bytes (UTF-8)', octet_length(convert_to(fence.resource, 'UTF8'))
 			USING ERRCODE = 'FG003',
-			HINT = 'Call SELECT fencegate.fence(resource, token) with the resource the lock was taken on.';
+			HINT = 'Use the resource name the lock was taken on; no token can exist for a longer one.';
 	END IF;
 	IF fence.token IS NULL OR fence.token < 0 THEN
 		RAISE EXCEPTION 'fencegate: fence for resource % needs a non-negative token, got %', quote_literal(fence.resource), coalesce(fence.token::text, 'NULL')
@@ -156,10 +161,15 @@ DECLARE
 	wait text := current_setting('fencegate.fence_timeout', true);
 	chk  record;
 BEGIN
-	IF fence.resource IS NULL OR fence.resource = '' THEN
-		RAISE EXCEPTION 'fencegate: fence needs a non-empty resource name'
+	IF fence.resource IS NULL OR fence.resource = '' OR octet_length(convert_to(fence.resource, 'UTF8')) > 1024 THEN
+		IF fence.resource IS NULL OR fence.resource = '' THEN
+			RAISE EXCEPTION 'fencegate: fence needs a non-empty resource name'
+				USING ERRCODE = 'FG003',
+				HINT = 'Call SELECT fencegate.fence(resource, token, proof) with the resource the lock was taken on.';
+		END IF;
+		RAISE EXCEPTION 'fencegate: resource name of % bytes is too long: the token service takes at most 1024 bytes (UTF-8)', octet_length(convert_to(fence.resource, 'UTF8'))
 			USING ERRCODE = 'FG003',
-			HINT = 'Call SELECT fencegate.fence(resource, token, proof) with the resource the lock was taken on.';
+			HINT = 'Use the resource name the lock was taken on; no token can exist for a longer one.';
 	END IF;
 	IF fence.token IS NULL OR fence.token < 0 THEN
 		RAISE EXCEPTION 'fencegate: fence for resource % needs a non-negative token, got %', quote_literal(fence.resource), coalesce(fence.token::text, 'NULL')
@@ -260,6 +270,11 @@ BEGIN
 		RAISE EXCEPTION 'fencegate: fence_many needs a non-empty list of non-empty resource names'
 			USING ERRCODE = 'FG003',
 			HINT = 'Call SELECT fencegate.fence_many(resources, token) with the resources the lock covers.';
+	END IF;
+	IF EXISTS (SELECT 1 FROM unnest(fence_many.resources) r WHERE octet_length(convert_to(r, 'UTF8')) > 1024) THEN
+		RAISE EXCEPTION 'fencegate: fence_many got a resource name longer than 1024 bytes (UTF-8), which the token service never takes'
+			USING ERRCODE = 'FG003',
+			HINT = 'Use the resource names the lock was taken on.';
 	END IF;
 	IF (SELECT count(*) FROM pg_proc p
 	    WHERE p.pronamespace = 'fencegate'::regnamespace AND p.proname IN ('fence', 'fence_many')) <> 3 THEN
@@ -452,6 +467,7 @@ WITH RECURSIVE t(relid, depth) AS (
 	SELECT tbl::oid, 0
 	UNION ALL
 	SELECT i.inhrelid, t.depth + 1 FROM t JOIN pg_inherits i ON i.inhparent = t.relid
+	JOIN pg_class c ON c.oid = i.inhrelid AND c.relpersistence <> 't'
 )
 SELECT relid::regclass, depth FROM t ORDER BY depth, relid
 $fg$;
@@ -861,15 +877,16 @@ CREATE OR REPLACE VIEW fencegate.protected AS
 SELECT c.oid::regclass AS tbl,
        pg_get_expr(d.adbin, d.adrelid) AS resource,
        (SELECT t.tgrelid::regclass FROM pg_trigger t
-        WHERE t.tgname = 'fencegate_ins' AND t.tgrelid IN (
+        WHERE t.tgfoid = 'fencegate.check_insert()'::regprocedure AND t.tgrelid IN (
         	WITH RECURSIVE up(relid) AS (SELECT c.oid UNION ALL SELECT i.inhparent FROM up JOIN pg_inherits i ON i.inhrelid = up.relid)
         	SELECT up.relid FROM up)
-          AND NOT EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_trigger pt ON pt.tgrelid = i.inhparent AND pt.tgname = 'fencegate_ins'
+          AND NOT EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_trigger pt ON pt.tgrelid = i.inhparent AND pt.tgfoid = 'fencegate.check_insert()'::regprocedure
                           WHERE i.inhrelid = t.tgrelid)) AS root,
-       EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = c.oid AND t.tgname = 'fencegate_ins') AS statement_checks
+       EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = c.oid AND t.tgfoid = 'fencegate.check_insert()'::regprocedure) AS statement_checks
 FROM pg_class c
 JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'fencegate_resource' AND a.attgenerated = 's' AND NOT a.attisdropped
 JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
-WHERE c.relkind IN ('r', 'p')
-  AND EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = c.oid AND t.tgname IN ('fencegate_ins', 'fencegate_row', 'fencegate_replica'));
+WHERE c.relkind IN ('r', 'p') AND c.relpersistence <> 't'
+  AND EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = c.oid
+              AND t.tgfoid IN ('fencegate.check_insert()'::regprocedure, 'fencegate.check_row()'::regprocedure));
 COMMENT ON VIEW fencegate.protected IS 'fencegate: protected tables, their resource expression and the table protect was called on';
