@@ -63,12 +63,46 @@ type Report struct {
 //
 // It needs a superuser, or a member of the owner role (with CREATE on the
 // database when the schema is missing); GuardDDL needs a superuser. Code
-// already in schema fencegate is never run before it has been replaced.
+// already in schema fencegate is never run before it has been replaced, and
+// no code an application wrote is run at all: the transaction's search_path
+// is pg_catalog, pg_temp (see AdminSession). Installs run one at a time
+// (under a lock on fencegate.marks that applications cannot take, see
+// lockInstall); each lock wait is bounded by RepairLockTimeout, after which
+// Install fails with ErrLocked naming the sessions that held the locks.
 func Install(ctx context.Context, conn *pgx.Conn, opts InstallOptions) (*Report, error) {
+	for _, g := range opts.Grant {
+		if g == "" {
+			return nil, fmt.Errorf("%w: empty role name to grant", ErrBadInput)
+		}
+	}
+	tx, err := beginAdmin(ctx, conn)
+	if err != nil {
+		return nil, fmt.Errorf("install fencegate schema: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	rep, err := install(ctx, tx, opts)
+	if err != nil {
+		tx.Rollback(ctx) //nolint:errcheck // the error that matters is err
+		return nil, lockTimedOut(ctx, conn, "install fencegate schema", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("install fencegate schema: commit: %w", classify(err))
+	}
+	return rep, nil
+}
+
+// install is Install inside its transaction, whose search_path is pinned.
+func install(ctx context.Context, tx pgx.Tx, opts InstallOptions) (*Report, error) {
+	if err := limitLockWaits(ctx, tx); err != nil {
+		return nil, fmt.Errorf("install fencegate schema: %w", err)
+	}
+	if err := lockInstall(ctx, tx); err != nil {
+		return nil, fmt.Errorf("install fencegate schema: %w", err)
+	}
 	owner := opts.OwnerRole
 	if owner == "" {
 		var current *string
-		err := conn.QueryRow(ctx, `SELECT r.rolname::text FROM pg_namespace n JOIN pg_roles r ON r.oid = n.nspowner
+		err := tx.QueryRow(ctx, `SELECT r.rolname::pg_catalog.text FROM pg_catalog.pg_namespace n JOIN pg_catalog.pg_roles r ON r.oid = n.nspowner
 			WHERE n.nspname = 'fencegate' AND NOT r.rolcanlogin AND NOT r.rolsuper`).Scan(&current)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return nil, fmt.Errorf("install fencegate schema: read the schema's owner: %w", classify(err))
@@ -79,24 +113,13 @@ func Install(ctx context.Context, conn *pgx.Conn, opts InstallOptions) (*Report,
 		}
 	}
 	for _, g := range opts.Grant {
-		if g == "" {
-			return nil, fmt.Errorf("%w: empty role name to grant", ErrBadInput)
-		}
 		if g == owner {
 			return nil, fmt.Errorf("%w: the owner role %s cannot be an application role", ErrBadInput, owner)
 		}
 	}
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("install fencegate schema: %w", err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 	in := &installer{tx: tx, owner: owner, opts: opts, rep: &Report{ToVersion: SchemaVersion, OwnerRole: owner}}
 	if err := in.run(ctx); err != nil {
 		return nil, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("install fencegate schema: commit: %w", classify(err))
 	}
 	return in.rep, nil
 }
@@ -129,12 +152,9 @@ func (in *installer) did(format string, args ...any) {
 }
 
 func (in *installer) run(ctx context.Context) error {
-	if err := in.exec(ctx, "lock", "SELECT pg_advisory_xact_lock($1)", installLockKey); err != nil {
-		return err
-	}
 	if err := in.tx.QueryRow(ctx, `SELECT current_user, r.rolsuper, r.rolcreaterole,
-		has_database_privilege(current_database(), 'CREATE')
-		FROM pg_roles r WHERE r.rolname = current_user`).Scan(&in.me, &in.super, &in.createRole, &in.createInDB); err != nil {
+		pg_catalog.has_database_privilege(pg_catalog.current_database(), 'CREATE')
+		FROM pg_catalog.pg_roles r WHERE r.rolname = current_user`).Scan(&in.me, &in.super, &in.createRole, &in.createInDB); err != nil {
 		return fmt.Errorf("install fencegate schema: read the connected role: %w", classify(err))
 	}
 	if in.opts.GuardDDL && !in.super {
@@ -146,12 +166,22 @@ func (in *installer) run(ctx context.Context) error {
 	if err := in.ensureOwner(ctx); err != nil {
 		return err
 	}
+	planted, err := dropPlantedTables(ctx, in.tx, in.rep.FromVersion)
+	if err != nil {
+		return fmt.Errorf("install fencegate schema: %w", err)
+	}
+	in.rep.Actions = append(in.rep.Actions, planted...)
 	if err := in.ensureSchema(ctx); err != nil {
 		return err
 	}
 	if err := in.cleanFunctions(ctx); err != nil {
 		return err
 	}
+	early, err := removePlantedCode(ctx, in.tx)
+	if err != nil {
+		return fmt.Errorf("install fencegate schema: %w", err)
+	}
+	in.rep.Actions = append(in.rep.Actions, early...)
 	if err := in.exec(ctx, "become the owner role", "SET LOCAL ROLE "+ident(in.owner)); err != nil {
 		return err
 	}
@@ -167,6 +197,11 @@ func (in *installer) run(ctx context.Context) error {
 	if err := in.cleanTables(ctx); err != nil {
 		return err
 	}
+	removed, err := removeUnexpected(ctx, in.tx)
+	if err != nil {
+		return fmt.Errorf("install fencegate schema: %w", err)
+	}
+	in.rep.Actions = append(in.rep.Actions, removed...)
 	if err := in.privileges(ctx); err != nil {
 		return err
 	}
@@ -186,11 +221,11 @@ var versionBodyRE = regexp.MustCompile(`^\s*SELECT\s+(\d+)\s*$`)
 func (in *installer) detect(ctx context.Context) error {
 	var nspOwner, versionBody *string
 	var hasV1, hasMarks bool
-	err := in.tx.QueryRow(ctx, `SELECT n.nspowner::regrole::text,
-		(SELECT p.prosrc FROM pg_proc p WHERE p.oid = to_regprocedure('fencegate.schema_version()')),
-		to_regprocedure('fencegate.schema_v1()') IS NOT NULL,
-		to_regclass('fencegate.marks') IS NOT NULL
-		FROM (SELECT 1) one LEFT JOIN pg_namespace n ON n.nspname = 'fencegate'`).Scan(&nspOwner, &versionBody, &hasV1, &hasMarks)
+	err := in.tx.QueryRow(ctx, `SELECT n.nspowner::pg_catalog.regrole::pg_catalog.text,
+		(SELECT p.prosrc FROM pg_catalog.pg_proc p WHERE p.oid = pg_catalog.to_regprocedure('fencegate.schema_version()')),
+		pg_catalog.to_regprocedure('fencegate.schema_v1()') IS NOT NULL,
+		pg_catalog.to_regclass('fencegate.marks') IS NOT NULL
+		FROM (SELECT 1) one LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = 'fencegate'`).Scan(&nspOwner, &versionBody, &hasV1, &hasMarks)
 	if err != nil {
 		return fmt.Errorf("install fencegate schema: read the installed version: %w", classify(err))
 	}
@@ -222,7 +257,7 @@ func (in *installer) detect(ctx context.Context) error {
 
 func (in *installer) ensureOwner(ctx context.Context) error {
 	var canLogin, super bool
-	err := in.tx.QueryRow(ctx, "SELECT rolcanlogin, rolsuper FROM pg_roles WHERE rolname = $1", in.owner).Scan(&canLogin, &super)
+	err := in.tx.QueryRow(ctx, "SELECT rolcanlogin, rolsuper FROM pg_catalog.pg_roles WHERE rolname = $1", in.owner).Scan(&canLogin, &super)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		if !in.super && !in.createRole {
@@ -251,7 +286,7 @@ func (in *installer) ensureOwner(ctx context.Context) error {
 	}
 	if !in.super {
 		var member bool
-		if err := in.tx.QueryRow(ctx, "SELECT pg_has_role(current_user, $1::text::regrole, 'MEMBER')", in.owner).Scan(&member); err != nil {
+		if err := in.tx.QueryRow(ctx, "SELECT pg_catalog.pg_has_role(current_user, $1::pg_catalog.text::pg_catalog.regrole, 'MEMBER')", in.owner).Scan(&member); err != nil {
 			return fmt.Errorf("install fencegate schema: %w", classify(err))
 		}
 		if !member {
@@ -267,6 +302,9 @@ func (in *installer) ensureSchema(ctx context.Context) error {
 			return fmt.Errorf("%w: creating schema fencegate needs CREATE on the database; role %s lacks it", ErrPrivilege, in.me)
 		}
 		if err := in.exec(ctx, "create schema fencegate", "CREATE SCHEMA fencegate AUTHORIZATION "+ident(in.owner)); err != nil {
+			if pgCode(err) == "23505" { // unique_violation: see lockInstall
+				return fmt.Errorf("install fencegate schema: another install created schema fencegate meanwhile; run this one again: %w", err)
+			}
 			return err
 		}
 		in.did("created schema fencegate owned by %s", in.owner)
@@ -280,9 +318,9 @@ func (in *installer) ensureSchema(ctx context.Context) error {
 	}
 	// Relations first (a table's owned sequences follow it), then what is
 	// left.
-	rows, err := in.tx.Query(ctx, `SELECT c.oid::regclass::text, c.relkind::text, c.relowner::regrole::text FROM pg_class c
-		WHERE c.relnamespace = 'fencegate'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
-		  AND c.relowner <> $1::text::regrole
+	rows, err := in.tx.Query(ctx, `SELECT c.oid::pg_catalog.regclass::pg_catalog.text, c.relkind::pg_catalog.text, c.relowner::pg_catalog.regrole::pg_catalog.text FROM pg_catalog.pg_class c
+		WHERE c.relnamespace = 'fencegate'::pg_catalog.regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
+		  AND c.relowner <> $1::pg_catalog.text::pg_catalog.regrole
 		ORDER BY c.relkind = 'S', c.oid`, in.owner)
 	if err != nil {
 		return fmt.Errorf("install fencegate schema: list the schema's relations: %w", classify(err))
@@ -306,7 +344,7 @@ func (in *installer) ensureSchema(ctx context.Context) error {
 		}
 		if kind == "SEQUENCE" {
 			var still bool
-			if err := in.tx.QueryRow(ctx, "SELECT relowner <> $2::text::regrole FROM pg_class WHERE oid = $1::regclass", r.name, in.owner).Scan(&still); err != nil || !still {
+			if err := in.tx.QueryRow(ctx, "SELECT relowner <> $2::pg_catalog.text::pg_catalog.regrole FROM pg_catalog.pg_class WHERE oid = $1::pg_catalog.regclass", r.name, in.owner).Scan(&still); err != nil || !still {
 				continue
 			}
 		}
@@ -322,11 +360,11 @@ func (in *installer) ensureSchema(ctx context.Context) error {
 // additions, version 1 leftovers, functions whose signature changed) and
 // hands the expected functions back to the owner role.
 func (in *installer) cleanFunctions(ctx context.Context) error {
-	rows, err := in.tx.Query(ctx, `SELECT p.oid::regprocedure::text, p.proname::text,
-		pg_get_function_identity_arguments(p.oid), pg_get_function_result(p.oid),
-		p.proowner::regrole::text, r.rolsuper, p.prokind::text
-		FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner
-		WHERE p.pronamespace = 'fencegate'::regnamespace ORDER BY p.oid`)
+	rows, err := in.tx.Query(ctx, `SELECT p.oid::pg_catalog.regprocedure::pg_catalog.text, p.proname::pg_catalog.text,
+		pg_catalog.pg_get_function_identity_arguments(p.oid), pg_catalog.pg_get_function_result(p.oid),
+		p.proowner::pg_catalog.regrole::pg_catalog.text, r.rolsuper, p.prokind::pg_catalog.text
+		FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_roles r ON r.oid = p.proowner
+		WHERE p.pronamespace = 'fencegate'::pg_catalog.regnamespace ORDER BY p.oid`)
 	if err != nil {
 		return fmt.Errorf("install fencegate schema: list the schema's functions: %w", classify(err))
 	}
@@ -384,17 +422,17 @@ func (in *installer) cleanFunctions(ctx context.Context) error {
 // signing keys:
 // triggers, rules, policies, row-level security.
 func (in *installer) cleanTables(ctx context.Context) error {
-	rows, err := in.tx.Query(ctx, `SELECT format('DROP TRIGGER %I ON %s', t.tgname, t.tgrelid::regclass), format('dropped trigger %s on %s', t.tgname, t.tgrelid::regclass)
-		FROM pg_trigger t WHERE t.tgrelid IN ('fencegate.marks'::regclass, 'fencegate.audit'::regclass, 'fencegate.signing_keys'::regclass) AND NOT t.tgisinternal
+	rows, err := in.tx.Query(ctx, `SELECT pg_catalog.format('DROP TRIGGER %I ON %s', t.tgname, t.tgrelid::pg_catalog.regclass), pg_catalog.format('dropped trigger %s on %s', t.tgname, t.tgrelid::pg_catalog.regclass)
+		FROM pg_catalog.pg_trigger t WHERE t.tgrelid IN ('fencegate.marks'::pg_catalog.regclass, 'fencegate.audit'::pg_catalog.regclass, 'fencegate.signing_keys'::pg_catalog.regclass) AND NOT t.tgisinternal
 		UNION ALL
-		SELECT format('DROP RULE %I ON %s', r.rulename, r.ev_class::regclass), format('dropped rule %s on %s', r.rulename, r.ev_class::regclass)
-		FROM pg_rewrite r WHERE r.ev_class IN ('fencegate.marks'::regclass, 'fencegate.audit'::regclass, 'fencegate.signing_keys'::regclass)
+		SELECT pg_catalog.format('DROP RULE %I ON %s', r.rulename, r.ev_class::pg_catalog.regclass), pg_catalog.format('dropped rule %s on %s', r.rulename, r.ev_class::pg_catalog.regclass)
+		FROM pg_catalog.pg_rewrite r WHERE r.ev_class IN ('fencegate.marks'::pg_catalog.regclass, 'fencegate.audit'::pg_catalog.regclass, 'fencegate.signing_keys'::pg_catalog.regclass)
 		UNION ALL
-		SELECT format('DROP POLICY %I ON %s', p.polname, p.polrelid::regclass), format('dropped policy %s on %s', p.polname, p.polrelid::regclass)
-		FROM pg_policy p WHERE p.polrelid IN ('fencegate.marks'::regclass, 'fencegate.audit'::regclass, 'fencegate.signing_keys'::regclass)
+		SELECT pg_catalog.format('DROP POLICY %I ON %s', p.polname, p.polrelid::pg_catalog.regclass), pg_catalog.format('dropped policy %s on %s', p.polname, p.polrelid::pg_catalog.regclass)
+		FROM pg_catalog.pg_policy p WHERE p.polrelid IN ('fencegate.marks'::pg_catalog.regclass, 'fencegate.audit'::pg_catalog.regclass, 'fencegate.signing_keys'::pg_catalog.regclass)
 		UNION ALL
-		SELECT format('ALTER TABLE %s DISABLE ROW LEVEL SECURITY, NO FORCE ROW LEVEL SECURITY', c.oid::regclass), format('disabled row-level security on %s', c.oid::regclass)
-		FROM pg_class c WHERE c.oid IN ('fencegate.marks'::regclass, 'fencegate.audit'::regclass, 'fencegate.signing_keys'::regclass) AND (c.relrowsecurity OR c.relforcerowsecurity)`)
+		SELECT pg_catalog.format('ALTER TABLE %s DISABLE ROW LEVEL SECURITY, NO FORCE ROW LEVEL SECURITY', c.oid::pg_catalog.regclass), pg_catalog.format('disabled row-level security on %s', c.oid::pg_catalog.regclass)
+		FROM pg_catalog.pg_class c WHERE c.oid IN ('fencegate.marks'::pg_catalog.regclass, 'fencegate.audit'::pg_catalog.regclass, 'fencegate.signing_keys'::pg_catalog.regclass) AND (c.relrowsecurity OR c.relforcerowsecurity)`)
 	if err != nil {
 		return fmt.Errorf("install fencegate schema: inspect the marks: %w", classify(err))
 	}
@@ -437,28 +475,28 @@ func lookupFunction(name, args string) *function {
 func (in *installer) privileges(ctx context.Context) error {
 	rows, err := in.tx.Query(ctx, `
 		WITH acl AS (
-			SELECT 'schema'::text AS obj, (aclexplode(n.nspacl)).* FROM pg_namespace n WHERE n.nspname = 'fencegate'
+			SELECT 'schema'::pg_catalog.text AS obj, (pg_catalog.aclexplode(n.nspacl)).* FROM pg_catalog.pg_namespace n WHERE n.nspname = 'fencegate'
 			UNION ALL
-			SELECT c.relname::text, (aclexplode(c.relacl)).* FROM pg_class c WHERE c.relnamespace = 'fencegate'::regnamespace
+			SELECT c.relname::pg_catalog.text, (pg_catalog.aclexplode(c.relacl)).* FROM pg_catalog.pg_class c WHERE c.relnamespace = 'fencegate'::pg_catalog.regnamespace
 			UNION ALL
-			SELECT p.oid::regprocedure::text, (aclexplode(p.proacl)).* FROM pg_proc p WHERE p.pronamespace = 'fencegate'::regnamespace
+			SELECT p.oid::pg_catalog.regprocedure::pg_catalog.text, (pg_catalog.aclexplode(p.proacl)).* FROM pg_catalog.pg_proc p WHERE p.pronamespace = 'fencegate'::pg_catalog.regnamespace
 		)
-		SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END,
-		       bool_or(a.obj = 'schema' AND a.privilege_type = 'USAGE'),
-		       bool_or(a.obj = 'marks' AND a.privilege_type = 'SELECT'),
-		       bool_or(a.obj = 'audit' AND a.privilege_type = 'SELECT'),
-		       bool_or(a.obj IN ('fencegate.fence(text,bigint)', 'fencegate.fence(text,bigint,text)') AND a.privilege_type = 'EXECUTE'),
-		       bool_or(a.obj = 'fencegate.fence_many(text[],bigint)' AND a.privilege_type = 'EXECUTE'),
-		       bool_or(a.obj = 'fencegate.check_row()' AND a.privilege_type = 'EXECUTE'),
-		       array_agg(DISTINCT a.privilege_type || ' on ' || a.obj) FILTER (WHERE NOT (
+		SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::pg_catalog.regrole::pg_catalog.text END,
+		       pg_catalog.bool_or(a.obj = 'schema' AND a.privilege_type = 'USAGE'),
+		       pg_catalog.bool_or(a.obj = 'marks' AND a.privilege_type = 'SELECT'),
+		       pg_catalog.bool_or(a.obj = 'audit' AND a.privilege_type = 'SELECT'),
+		       pg_catalog.bool_or(a.obj IN ('fencegate.fence(text,bigint)', 'fencegate.fence(text,bigint,text)') AND a.privilege_type = 'EXECUTE'),
+		       pg_catalog.bool_or(a.obj = 'fencegate.fence_many(text[],bigint)' AND a.privilege_type = 'EXECUTE'),
+		       pg_catalog.bool_or(a.obj = 'fencegate.check_row()' AND a.privilege_type = 'EXECUTE'),
+		       pg_catalog.array_agg(DISTINCT a.privilege_type || ' on ' || a.obj) FILTER (WHERE NOT (
 		           (a.obj = 'schema' AND a.privilege_type = 'USAGE') OR
 		           (a.obj IN ('marks', 'audit') AND a.privilege_type = 'SELECT') OR
 		           (a.obj IN ('fencegate.fence(text,bigint)', 'fencegate.fence(text,bigint,text)', 'fencegate.fence_many(text[],bigint)', 'fencegate.check_row()') AND a.privilege_type = 'EXECUTE')))
 		FROM acl a
-		JOIN pg_namespace n ON n.nspname = 'fencegate'
+		JOIN pg_catalog.pg_namespace n ON n.nspname = 'fencegate'
 		WHERE a.grantee <> n.nspowner AND NOT (a.grantee <> 0 AND EXISTS (
-			SELECT 1 FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner AND r.rolsuper
-			WHERE p.oid::regprocedure::text = a.obj AND p.proowner = a.grantee))
+			SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_roles r ON r.oid = p.proowner AND r.rolsuper
+			WHERE p.oid::pg_catalog.regprocedure::pg_catalog.text = a.obj AND p.proowner = a.grantee))
 		GROUP BY a.grantee ORDER BY 1`)
 	if err != nil {
 		return fmt.Errorf("install fencegate schema: read the schema's privileges: %w", classify(err))
@@ -534,8 +572,8 @@ func (in *installer) privileges(ctx context.Context) error {
 	}
 	// Roles that may take fences keep every application grant (a change of
 	// owner can fold a grant into the old owner's and lose it).
-	rows, err = in.tx.Query(ctx, `SELECT DISTINCT a.grantee::regrole::text FROM pg_proc p, aclexplode(p.proacl) a
-		WHERE p.oid = 'fencegate.fence(text,bigint)'::regprocedure AND a.grantee <> 0 AND a.grantee <> p.proowner
+	rows, err = in.tx.Query(ctx, `SELECT DISTINCT a.grantee::pg_catalog.regrole::pg_catalog.text FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+		WHERE p.oid = 'fencegate.fence(text,bigint)'::pg_catalog.regprocedure AND a.grantee <> 0 AND a.grantee <> p.proowner
 		  AND a.privilege_type = 'EXECUTE' ORDER BY 1`)
 	if err != nil {
 		return fmt.Errorf("install fencegate schema: read the application roles: %w", classify(err))
@@ -551,7 +589,7 @@ func (in *installer) privileges(ctx context.Context) error {
 	}
 	if in.formerOwner != "" {
 		var super bool
-		if err := in.tx.QueryRow(ctx, "SELECT rolsuper FROM pg_roles WHERE rolname = $1", in.formerOwner).Scan(&super); err == nil && !super && !slices.Contains(apps, in.formerOwner) {
+		if err := in.tx.QueryRow(ctx, "SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = $1", in.formerOwner).Scan(&super); err == nil && !super && !slices.Contains(apps, in.formerOwner) {
 			apps = append(apps, in.formerOwner)
 			in.rep.Warnings = append(in.rep.Warnings, fmt.Sprintf("role %s owned schema fencegate before; it keeps only the application grants (USAGE, EXECUTE on fence and fence_many, SELECT on marks)", in.formerOwner))
 		}
@@ -560,12 +598,12 @@ func (in *installer) privileges(ctx context.Context) error {
 		var super bool
 		var has bool
 		err := in.tx.QueryRow(ctx, `SELECT r.rolsuper,
-			has_function_privilege(r.oid, 'fencegate.fence(text,bigint)', 'EXECUTE')
-			AND has_function_privilege(r.oid, 'fencegate.fence(text,bigint,text)', 'EXECUTE')
-			AND has_function_privilege(r.oid, 'fencegate.fence_many(text[],bigint)', 'EXECUTE')
-			AND has_table_privilege(r.oid, 'fencegate.marks', 'SELECT')
-			AND has_schema_privilege(r.oid, 'fencegate', 'USAGE')
-			FROM pg_roles r WHERE r.rolname = $1`, role).Scan(&super, &has)
+			pg_catalog.has_function_privilege(r.oid, 'fencegate.fence(text,bigint)', 'EXECUTE')
+			AND pg_catalog.has_function_privilege(r.oid, 'fencegate.fence(text,bigint,text)', 'EXECUTE')
+			AND pg_catalog.has_function_privilege(r.oid, 'fencegate.fence_many(text[],bigint)', 'EXECUTE')
+			AND pg_catalog.has_table_privilege(r.oid, 'fencegate.marks', 'SELECT')
+			AND pg_catalog.has_schema_privilege(r.oid, 'fencegate', 'USAGE')
+			FROM pg_catalog.pg_roles r WHERE r.rolname = $1`, role).Scan(&super, &has)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: role %s does not exist; create it first (CREATE ROLE %s LOGIN ...), then grant", ErrNoRole, role, role)
 		}
@@ -595,7 +633,7 @@ func (in *installer) privileges(ctx context.Context) error {
 // reshape restores the checks of every table of every protected hierarchy
 // (it changes nothing where they are in place).
 func (in *installer) reshape(ctx context.Context) error {
-	rows, err := in.tx.Query(ctx, `SELECT k.relid::text FROM (`+protectedRootsSQL+`) r, fencegate.tree(r.relid::regclass) k ORDER BY r.relid, k.depth`)
+	rows, err := in.tx.Query(ctx, `SELECT k.relid::pg_catalog.text FROM (`+protectedRootsSQL+`) r, fencegate.tree(r.relid::pg_catalog.regclass) k ORDER BY r.relid, k.depth`)
 	if err != nil {
 		return fmt.Errorf("install fencegate schema: list protected tables: %w", classify(err))
 	}
@@ -605,11 +643,11 @@ func (in *installer) reshape(ctx context.Context) error {
 	}
 	for _, t := range tables {
 		var before, after string
-		fingerprint := `SELECT coalesce(string_agg(tgname::text || ':' || tgenabled::text || ':' || tgfoid::text, ',' ORDER BY tgname), '') FROM pg_trigger WHERE tgrelid = $1::regclass AND tgname LIKE 'fencegate\_%'`
+		fingerprint := `SELECT coalesce(pg_catalog.string_agg(tgname::pg_catalog.text || ':' || tgenabled::pg_catalog.text || ':' || tgfoid::pg_catalog.text, ',' ORDER BY tgname), '') FROM pg_catalog.pg_trigger WHERE tgrelid = $1::pg_catalog.regclass AND tgname LIKE 'fencegate\_%'`
 		if err := in.tx.QueryRow(ctx, fingerprint, t).Scan(&before); err != nil {
 			return fmt.Errorf("install fencegate schema: read the checks of %s: %w", t, classify(err))
 		}
-		if err := in.exec(ctx, "restore the checks of "+t, "SELECT fencegate.shape($1::regclass)", t); err != nil {
+		if err := in.exec(ctx, "restore the checks of "+t, "SELECT fencegate.shape($1::pg_catalog.regclass)", t); err != nil {
 			return err
 		}
 		if err := in.tx.QueryRow(ctx, fingerprint, t).Scan(&after); err != nil {
@@ -626,7 +664,7 @@ func (in *installer) reshape(ctx context.Context) error {
 // guard installs or refreshes the DDL guard.
 func (in *installer) guard(ctx context.Context) error {
 	var present bool
-	if err := in.tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_event_trigger WHERE evtname IN ('fencegate_guard_ddl', 'fencegate_guard_drop'))").Scan(&present); err != nil {
+	if err := in.tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger WHERE evtname IN ('fencegate_guard_ddl', 'fencegate_guard_drop'))").Scan(&present); err != nil {
 		return fmt.Errorf("install fencegate schema: read the DDL guard: %w", classify(err))
 	}
 	if !in.opts.GuardDDL && !present {
@@ -638,8 +676,8 @@ func (in *installer) guard(ctx context.Context) error {
 		return nil
 	}
 	var before string
-	guardPrint := `SELECT coalesce(string_agg(e.evtname::text || e.evtenabled::text || md5(p.prosrc), ',' ORDER BY e.evtname), '')
-		FROM pg_event_trigger e JOIN pg_proc p ON p.oid = e.evtfoid WHERE e.evtname LIKE 'fencegate\_guard\_%'`
+	guardPrint := `SELECT coalesce(pg_catalog.string_agg(e.evtname::pg_catalog.text || e.evtenabled::pg_catalog.text || pg_catalog.md5(p.prosrc), ',' ORDER BY e.evtname), '')
+		FROM pg_catalog.pg_event_trigger e JOIN pg_catalog.pg_proc p ON p.oid = e.evtfoid WHERE e.evtname LIKE 'fencegate\_guard\_%'`
 	if err := in.tx.QueryRow(ctx, guardPrint).Scan(&before); err != nil {
 		return fmt.Errorf("install fencegate schema: read the DDL guard: %w", classify(err))
 	}
@@ -661,14 +699,14 @@ func (in *installer) guard(ctx context.Context) error {
 }
 
 func (in *installer) summarize(ctx context.Context) error {
-	if err := in.tx.QueryRow(ctx, "SELECT count(*) FROM fencegate.marks").Scan(&in.rep.Marks); err != nil {
+	if err := in.tx.QueryRow(ctx, "SELECT pg_catalog.count(*) FROM fencegate.marks").Scan(&in.rep.Marks); err != nil {
 		return fmt.Errorf("install fencegate schema: count marks: %w", classify(err))
 	}
-	rows, err := in.tx.Query(ctx, `SELECT r.rolname::text FROM pg_roles r
-		WHERE has_function_privilege(r.oid, 'fencegate.fence(text,bigint)', 'EXECUTE') AND NOT r.rolsuper
-		  AND r.oid <> (SELECT nspowner FROM pg_namespace WHERE nspname = 'fencegate')
-		  AND NOT pg_has_role(r.oid, (SELECT nspowner FROM pg_namespace WHERE nspname = 'fencegate'), 'MEMBER')
-		  AND EXISTS (SELECT 1 FROM pg_proc p, aclexplode(p.proacl) a WHERE p.oid = 'fencegate.fence(text,bigint)'::regprocedure AND a.grantee = r.oid)
+	rows, err := in.tx.Query(ctx, `SELECT r.rolname::pg_catalog.text FROM pg_catalog.pg_roles r
+		WHERE pg_catalog.has_function_privilege(r.oid, 'fencegate.fence(text,bigint)', 'EXECUTE') AND NOT r.rolsuper
+		  AND r.oid <> (SELECT nspowner FROM pg_catalog.pg_namespace WHERE nspname = 'fencegate')
+		  AND NOT pg_catalog.pg_has_role(r.oid, (SELECT nspowner FROM pg_catalog.pg_namespace WHERE nspname = 'fencegate'), 'MEMBER')
+		  AND EXISTS (SELECT 1 FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a WHERE p.oid = 'fencegate.fence(text,bigint)'::pg_catalog.regprocedure AND a.grantee = r.oid)
 		ORDER BY 1`)
 	if err != nil {
 		return fmt.Errorf("install fencegate schema: list application roles: %w", classify(err))
@@ -691,13 +729,10 @@ func (in *installer) summarize(ctx context.Context) error {
 
 // protectedRootsSQL lists the tables protect was called on: those with the
 // statement-level INSERT check whose parent (if any) has none.
-const protectedRootsSQL = `SELECT t.tgrelid AS relid FROM pg_trigger t
-	WHERE t.tgname = 'fencegate_ins' AND t.tgparentid = 0
-	  AND NOT EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_trigger pt ON pt.tgrelid = i.inhparent AND pt.tgname = 'fencegate_ins'
-	                  WHERE i.inhrelid = t.tgrelid)`
+const protectedRootsSQL = protectedRootsByIdentitySQL
 
 // ownerWarningsSQL names each protected table whose owner can log in.
-const ownerWarningsSQL = `SELECT format('protected table %s is owned by role %s, which can log in: the owner can drop or disable its checks; give it to a role that cannot log in', c.oid::regclass, r.rolname)
-	FROM pg_class c JOIN pg_roles r ON r.oid = c.relowner
-	WHERE r.rolcanlogin AND EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = c.oid AND t.tgname = 'fencegate_ins')
+const ownerWarningsSQL = `SELECT pg_catalog.format('protected table %s is owned by role %s, which can log in: the owner can drop or disable its checks; give it to a role that cannot log in', c.oid::pg_catalog.regclass, r.rolname)
+	FROM pg_catalog.pg_class c JOIN pg_catalog.pg_roles r ON r.oid = c.relowner
+	WHERE r.rolcanlogin AND EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t WHERE t.tgrelid = c.oid AND t.tgname = 'fencegate_ins')
 	ORDER BY 1`

@@ -2,6 +2,7 @@ package pgfence_test
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"strings"
 	"testing"
@@ -297,5 +298,83 @@ func TestMalformedProofFirstCall(t *testing.T) {
 	for _, p := range []string{"k2025.abc", "k2025." + strings.Repeat("g", 64), "k2025." + strings.Repeat("a", 65), ".", "k2025"} {
 		_, err := db.AppConn(t).Exec(context.Background(), fencegate.FenceSignedSQL, "r", int64(1), p)
 		wantRefused(t, err, fencegate.CodeMisuse, "is malformed")
+	}
+}
+
+// require-signed writes the keys' pads as bound parameters in a transaction
+// that switches statement logging off, so a database whose sessions log
+// every statement with its parameters, and every plan, does not get the
+// keys into the server log. The test reads the log the server writes (its
+// log file, or its standard error when that is a file).
+func TestRequireSignedKeepsKeysOutOfTheLog(t *testing.T) {
+	ctx := context.Background()
+	db := pgfencetest.New(t)
+	admin := db.Admin(t)
+	name := pgx.Identifier{dbName(t, db.DSN)}.Sanitize()
+	for _, s := range []string{"log_statement = 'all'", "log_min_duration_statement = 0", "log_parameter_max_length = -1",
+		"log_parameter_max_length_on_error = -1", "debug_print_plan = on"} {
+		if _, err := admin.Exec(ctx, "ALTER DATABASE "+name+" SET "+s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var file string
+	var size int64
+	if err := admin.QueryRow(ctx, `SELECT f, (pg_stat_file(f)).size FROM coalesce(pg_current_logfile('stderr'), '/proc/self/fd/2') f`).Scan(&file, &size); err != nil {
+		t.Fatalf("find the server log: %v", err)
+	}
+	keys := keyring(t, keyNew, keyOld)
+	conn := db.Admin(t) // a new session: the database's settings apply
+	var pid int32
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pgfence.RequireSigned(ctx, conn, "cluster-log", keys); err != nil {
+		t.Fatal(err)
+	}
+	var logged string
+	if err := admin.QueryRow(ctx, "SELECT pg_read_file($1, $2, (pg_stat_file($1)).size - $2)", file, size).Scan(&logged); err != nil {
+		t.Fatalf("read the server log: %v", err)
+	}
+	if !strings.Contains(logged, "SELECT pg_backend_pid()") {
+		t.Fatalf("the server log %s shows no statement of the session (logging is not on?)", file)
+	}
+	for _, k := range keys.Keys() {
+		inner, outer := k.Pads()
+		for what, b := range map[string][]byte{"secret": k.Secret, "inner pad": inner[:], "outer pad": outer[:]} {
+			h := hex.EncodeToString(b)[:32]
+			if strings.Contains(strings.ToLower(logged), h) {
+				t.Errorf("the server log holds the %s of key %s (%s...)", what, k.ID, h)
+			}
+		}
+	}
+	// What require-signed stored is what the fence verifies with.
+	app := db.AppConn(t)
+	if err := pgx.BeginFunc(ctx, app, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, fencegate.FenceSignedSQL, "acct:1", int64(5), keys.Sign("cluster-log", "acct:1", 5))
+		return err
+	}); err != nil {
+		t.Fatalf("a signed fence after require-signed: %v", err)
+	}
+}
+
+// A member of the owner role (not a superuser) may not switch statement
+// logging off: it writes keys only where the server would not log them.
+func TestRequireSignedRefusesWhereTheLogWouldHoldKeys(t *testing.T) {
+	ctx := context.Background()
+	db := pgfencetest.New(t)
+	member := pgfencetest.Role(t, db.DSN, "fg_member_", "LOGIN")
+	db.Exec(t, "GRANT "+db.Owner+" TO "+member)
+	keys := keyring(t, keyNew)
+	if _, err := pgfence.RequireSigned(ctx, pgfencetest.Connect(t, pgfencetest.WithUser(t, db.DSN, member)), "c-member", keys); err != nil {
+		t.Fatalf("require-signed by a member of the owner role, statement logging off: %v", err)
+	}
+	db.Exec(t, "ALTER ROLE "+member+" SET log_statement = 'mod'")
+	_, err := pgfence.RequireSigned(ctx, pgfencetest.Connect(t, pgfencetest.WithUser(t, db.DSN, member)), "c-other", keys)
+	if !errors.Is(err, pgfence.ErrPrivilege) || !strings.Contains(err.Error(), "log_statement = mod") {
+		t.Fatalf("require-signed by a member of the owner role, log_statement = mod: %v; want ErrPrivilege naming the setting", err)
+	}
+	st, err := pgfence.SigningStatus(ctx, db.Admin(t))
+	if err != nil || st.ClusterID != "c-member" {
+		t.Fatalf("signing after the refusal: %+v, %v; want the first cluster's keys kept", st, err)
 	}
 }

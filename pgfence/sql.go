@@ -16,11 +16,6 @@ const SchemaVersion = 4
 // InstallOptions.OwnerRole is empty.
 const DefaultOwnerRole = "fencegate_owner"
 
-// installLockKey is the advisory lock under which the schema is installed
-// and upgraded; the version 1 proxy took the same key ("fencegat" in ASCII),
-// so an old proxy never installs version 1 over an upgrade in progress.
-const installLockKey int64 = 0x66656e6365676174
-
 //go:embed sql/schema.sql sql/guard.sql
 var sqlFiles embed.FS
 
