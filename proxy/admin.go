@@ -2,20 +2,38 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/fencegate/fencegate/pgfence"
 	"github.com/jackc/pgx/v5"
 )
 
 // installTimeout bounds one install or repair through the admin connection.
 const installTimeout = 30 * time.Second
 
+// errNotOurs: the keeper was asked to repair a database it must leave
+// alone.
+var errNotOurs = errors.New("the proxy repairs only databases that hold schema fencegate, and installs it only into the database its admin connection names")
+
 // keeper installs and repairs the fencegate schema through the admin
 // connection (Config.AdminUpstream), one database at a time.
+//
+// It repairs only what is fencegate's: a database that already holds schema
+// fencegate, or the one database the admin connection string names (where
+// it also installs the schema from nothing). It never touches a template
+// (datistemplate: whatever it installed there would be copied into every
+// database created from it) nor a database that refuses connections. A
+// client chooses the database it names in its startup message; without
+// this rule any client could have the administrator install into any
+// database of the server, template1 included.
+//
+// Every admin session it opens is pinned (pgfence.AdminSession), and the
+// repair's lock waits are bounded by pgfence.RepairLockTimeout.
 type keeper struct {
 	cfg   *pgx.ConnConfig // the admin connection; Database is replaced per database
 	owner string          // Config.SchemaOwnerRole
@@ -72,6 +90,9 @@ func (k *keeper) repair(ctx context.Context, db string, checked time.Time, probl
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, installTimeout)
 	defer cancel()
+	if err := k.eligible(ctx, db); err != nil {
+		return err
+	}
 	cfg := k.cfg.Copy()
 	cfg.Database = db
 	conn, err := pgx.ConnectConfig(ctx, cfg)
@@ -79,6 +100,17 @@ func (k *keeper) repair(ctx context.Context, db string, checked time.Time, probl
 		return fmt.Errorf("connect as the admin role (%s): %w", k.describe(), err)
 	}
 	defer conn.Close(context.Background())
+	if err := pgfence.AdminSession(ctx, conn); err != nil {
+		return fmt.Errorf("admin session (%s): %w", k.describe(), err)
+	}
+	var hasSchema bool
+	if err := conn.QueryRow(ctx, "SELECT pg_catalog.to_regnamespace('fencegate') IS NOT NULL").Scan(&hasSchema); err != nil {
+		return fmt.Errorf("read the state of schema fencegate: %w", err)
+	}
+	if !hasSchema && db != k.cfg.Database {
+		return fmt.Errorf("%w: database %q holds no schema fencegate, and the admin connection names database %q; install the schema into %q with \"fencegate schema install\"",
+			errNotOurs, db, k.cfg.Database, db)
+	}
 	rep, err := install(ctx, conn, k.owner)
 	if err != nil {
 		return fmt.Errorf("install the fencegate schema as the admin role (%s): %w", k.describe(), err)
@@ -89,5 +121,32 @@ func (k *keeper) repair(ctx context.Context, db string, checked time.Time, probl
 		"problems", strings.Join(problems, "; "), "from_version", rep.FromVersion, "to_version", rep.ToVersion,
 		"actions", strings.Join(rep.Actions, "; "), "warnings", strings.Join(rep.Warnings, "; "),
 		"admin", k.describe(), "took", time.Since(began).Round(time.Millisecond).String())
+	return nil
+}
+
+// eligible refuses, before connecting to it, a database the keeper must
+// never change: a template, or one that takes no connections. It asks in
+// the admin connection's own database.
+func (k *keeper) eligible(ctx context.Context, db string) error {
+	conn, err := pgx.ConnectConfig(ctx, k.cfg.Copy())
+	if err != nil {
+		return fmt.Errorf("connect as the admin role (%s): %w", k.describe(), err)
+	}
+	defer conn.Close(context.Background())
+	if err := pgfence.AdminSession(ctx, conn); err != nil {
+		return fmt.Errorf("admin session (%s): %w", k.describe(), err)
+	}
+	var template, allowConn bool
+	err = conn.QueryRow(ctx, "SELECT d.datistemplate, d.datallowconn FROM pg_catalog.pg_database d WHERE d.datname = $1::pg_catalog.text", db).Scan(&template, &allowConn)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("%w: database %q does not exist", errNotOurs, db)
+	case err != nil:
+		return fmt.Errorf("read database %q: %w", db, err)
+	case template:
+		return fmt.Errorf("%w: database %q is a template (datistemplate), which the proxy never changes", errNotOurs, db)
+	case !allowConn:
+		return fmt.Errorf("%w: database %q takes no connections (datallowconn is false)", errNotOurs, db)
+	}
 	return nil
 }

@@ -3,10 +3,13 @@ package proxy_test
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/pgfence"
@@ -164,3 +167,164 @@ func TestAdminFailureIsClearAndSecret(t *testing.T) {
 		t.Fatalf("the admin password leaked:\n%s\n%s", pe.Message, logs.String())
 	}
 }
+
+// inDatabase returns dsn with its database replaced.
+func inDatabase(t testing.TB, dsn, db string) string {
+	t.Helper()
+	u := mustURL(t, dsn)
+	u.Path = "/" + db
+	return u.String()
+}
+
+// The proxy's repair runs as the administrator in a database the
+// application shapes: the application role may create in schema public, and
+// the database's sessions search public first (ALTER DATABASE ... SET
+// search_path, which its owner may run). The application plants copies of
+// the catalog functions and operators the installer calls, each of which
+// tries to make the application role a superuser. The repair must run none
+// of them, and still repair.
+func TestAdminRepairRunsNoPlantedCode(t *testing.T) {
+	db := pgfencetest.New(t)
+	ctx := context.Background()
+	name := strings.TrimPrefix(mustURL(t, db.DSN).Path, "/")
+	execAdmin(t, db.DSN, "GRANT CREATE ON SCHEMA public TO "+db.App)
+	execAdmin(t, db.DSN, "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" SET search_path = public, pg_catalog")
+	app := connect(t, db.AppDSN)
+	plant := fmt.Sprintf(`
+CREATE TABLE public.fg_ran (what text, role text, PRIMARY KEY (what, role));
+GRANT SELECT, INSERT ON public.fg_ran TO PUBLIC;
+CREATE FUNCTION public.fg_escalate(what text) RETURNS boolean LANGUAGE plpgsql SET search_path = pg_catalog AS $f$
+BEGIN
+	INSERT INTO public.fg_ran VALUES (what, current_user) ON CONFLICT DO NOTHING;
+	IF (SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = current_user)
+	   AND NOT (SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = %[1]s) THEN
+		EXECUTE format('ALTER ROLE %%I SUPERUSER', %[1]s);
+	END IF;
+	RETURN true;
+END $f$;
+CREATE FUNCTION public.has_database_privilege(name, text) RETURNS boolean LANGUAGE sql
+	AS $f$ SELECT public.fg_escalate('has_database_privilege'); SELECT pg_catalog.has_database_privilege($1, $2) $f$;
+CREATE FUNCTION public.current_database() RETURNS name LANGUAGE sql
+	AS $f$ SELECT public.fg_escalate('current_database'); SELECT pg_catalog.current_database() $f$;
+CREATE FUNCTION public.to_regclass(text) RETURNS regclass LANGUAGE sql
+	AS $f$ SELECT public.fg_escalate('to_regclass'); SELECT pg_catalog.to_regclass($1) $f$;
+CREATE FUNCTION public.to_regnamespace(text) RETURNS regnamespace LANGUAGE sql
+	AS $f$ SELECT public.fg_escalate('to_regnamespace'); SELECT pg_catalog.to_regnamespace($1) $f$;
+CREATE FUNCTION public.pg_has_role(name, regrole, text) RETURNS boolean LANGUAGE sql
+	AS $f$ SELECT public.fg_escalate('pg_has_role'); SELECT pg_catalog.pg_has_role($1, $2, $3) $f$;
+CREATE FUNCTION public.fg_eq(oid, oid) RETURNS boolean LANGUAGE sql
+	AS $f$ SELECT public.fg_escalate('= (oid, oid)'); SELECT $1 OPERATOR(pg_catalog.=) $2 $f$;
+CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = oid, FUNCTION = public.fg_eq);
+CREATE FUNCTION public.fg_eq(name, name) RETURNS boolean LANGUAGE sql
+	AS $f$ SELECT public.fg_escalate('= (name, name)'); SELECT $1 OPERATOR(pg_catalog.=) $2 $f$;
+CREATE OPERATOR public.= (LEFTARG = name, RIGHTARG = name, FUNCTION = public.fg_eq);
+`, quoteLiteral(db.App))
+	if _, err := app.Exec(ctx, plant, pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatalf("plant: %v", err)
+	}
+	// Alter the fence, so that the first session through the proxy has the
+	// schema repaired.
+	execAdmin(t, db.DSN, `CREATE OR REPLACE FUNCTION fencegate.fence(resource pg_catalog.text, token pg_catalog.int8) RETURNS pg_catalog.int8
+		LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS 'SELECT token'`)
+	var logs logBuffer
+	proxied, p := proxytest.StartProxy(t, db.AppDSN, withAdmin(db.DSN, db.Owner, &logs))
+	sessionErr := func() error {
+		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(cctx, proxied)
+		if err != nil {
+			return err
+		}
+		defer c.Close(ctx)
+		if err := pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, fencegate.FenceSQL, "r", 3)
+			return err
+		}); err != nil {
+			return err
+		}
+		err = pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, fencegate.FenceSQL, "r", 2)
+			return err
+		})
+		if sqlstate(err) != fencegate.CodeStaleToken {
+			return fmt.Errorf("a lower token after the repair: %v, want FG001", err)
+		}
+		return nil
+	}()
+	check := connect(t, db.DSN)
+	if _, err := check.Exec(ctx, "SET search_path = pg_catalog, pg_temp"); err != nil {
+		t.Fatal(err)
+	}
+	var super bool
+	if err := check.QueryRow(ctx, "SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = $1", db.App).Scan(&super); err != nil {
+		t.Fatal(err)
+	}
+	if super {
+		t.Errorf("the application role %s became a superuser", db.App)
+	}
+	rows, err := check.Query(ctx, "SELECT what || ' as ' || role FROM public.fg_ran WHERE role <> $1 ORDER BY 1", db.App)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ran) > 0 {
+		t.Errorf("the repair ran the application's code: %s", strings.Join(ran, "; "))
+	}
+	if sessionErr != nil {
+		t.Fatalf("a fenced session through the proxy after the repair: %v\n%s", sessionErr, logs.String())
+	}
+	if got := testutilCounter(p.Metrics().SchemaRepairs); got != 1 {
+		t.Errorf("schema repairs = %v, want 1", got)
+	}
+}
+
+// A client names the database it connects to. The proxy repairs only
+// databases that hold schema fencegate, installs it from nothing only into
+// the database its admin connection names, and never touches a template:
+// whatever it put there would be copied into every database created from
+// it.
+func TestAdminLeavesOtherDatabasesAlone(t *testing.T) {
+	ctx := context.Background()
+	home := pgfencetest.New(t)
+	bare := pgfencetest.New(t, pgfencetest.Options{NoInstall: true})
+	tmpl := pgfencetest.New(t, pgfencetest.Options{NoInstall: true})
+	tmplName := strings.TrimPrefix(mustURL(t, tmpl.DSN).Path, "/")
+	execAdmin(t, tmpl.DSN, "ALTER DATABASE "+pgx.Identifier{tmplName}.Sanitize()+" IS_TEMPLATE true")
+	t.Cleanup(func() {
+		execAdmin(t, home.DSN, "ALTER DATABASE "+pgx.Identifier{tmplName}.Sanitize()+" IS_TEMPLATE false")
+	})
+	other := pgfencetest.New(t)
+	proxied := proxytest.Start(t, home.AppDSN, withAdmin(home.DSN, home.Owner, nil))
+	admitted(t, proxied)
+
+	for _, tc := range []struct {
+		db   *pgfencetest.DB
+		want string
+	}{
+		{bare, "holds no schema fencegate"},
+		{tmpl, "is a template"},
+	} {
+		dbName := strings.TrimPrefix(mustURL(t, tc.db.DSN).Path, "/")
+		pe := refusedWith(t, inDatabase(t, proxied, dbName), fencegate.CodeSchemaInvalid)
+		if !strings.Contains(pe.Message, tc.want) {
+			t.Errorf("database %s: refused with %q; want it to say %q", dbName, pe.Message, tc.want)
+		}
+		var n int
+		if err := connect(t, tc.db.DSN).QueryRow(ctx, "SELECT count(*) FROM pg_catalog.pg_namespace WHERE nspname OPERATOR(pg_catalog.=) 'fencegate'").Scan(&n); err != nil || n != 0 {
+			t.Errorf("database %s: schema fencegate installed by the proxy (%d, %v)", dbName, n, err)
+		}
+	}
+	// A database that holds the schema is repaired, whichever it is.
+	execAdmin(t, other.DSN, `CREATE OR REPLACE FUNCTION fencegate.fence(resource pg_catalog.text, token pg_catalog.int8) RETURNS pg_catalog.int8
+		LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS 'SELECT token'`)
+	otherName := strings.TrimPrefix(mustURL(t, other.DSN).Path, "/")
+	u := mustURL(t, inDatabase(t, proxied, otherName))
+	u.User = url.User(other.App)
+	admitted(t, u.String())
+}
+
+// quoteLiteral quotes s as an SQL string literal.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
