@@ -111,3 +111,24 @@ func membersAddHint(err error) error {
 	}
 	return clientHint(err)
 }
+
+// Commands a message tells an administrator to run are pasted into a shell,
+// and the names in them come from the database, where an application may
+// have chosen them: a table may be called x$(touch /tmp/pwn). So every name
+// a hint puts into a command is first quoted for SQL (as PostgreSQL reads a
+// table name: pgx.Identifier, or format('%I') in SQL) and then for the
+// shell, by shellQuote.
+
+// shellQuote quotes s as one word for a POSIX shell: in single quotes, in
+// which the shell expands nothing; a single quote in s ends the quoted
+// part, is written escaped (\'), and a new quoted part begins.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// protectCommand is the command that protects table (as SQL names it:
+// pgx.Identifier{schema, name}.Sanitize(), or a regclass printed by
+// PostgreSQL) with resourceExpr, quoted for the shell.
+func protectCommand(table, resourceExpr string) string {
+	return "fencegate protect " + shellQuote(table) + " --resource " + shellQuote(resourceExpr) + " --db DSN"
+}

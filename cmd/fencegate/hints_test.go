@@ -3,11 +3,15 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/fencegate/fencegate/raftstore"
 	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/jackc/pgx/v5"
 )
 
 // A library error that names Config fields gets the flags that set them,
@@ -37,5 +41,34 @@ func TestServeHintNamesFlags(t *testing.T) {
 	}
 	if serveHint(nil, o) != nil {
 		t.Error("serveHint(nil) is not nil")
+	}
+}
+
+// A command a hint prints, pasted into a shell, runs fencegate with the
+// table's name as one argument, whatever the name: the shell expands
+// nothing in it, and fencegate (PostgreSQL) reads the same table back.
+func TestHintCommandsAreSafeToPaste(t *testing.T) {
+	dir := t.TempDir()
+	pwn := filepath.Join(dir, "pwn")
+	for _, tc := range []struct{ schema, table, expr string }{
+		{"public", "x$(touch " + pwn + ")", "'order:' || id"},
+		{"shop", "o'brien`touch " + pwn + "`", "'it''s ' || id"},
+		{"we\"ird", "a b; touch " + pwn, "$(touch " + pwn + ")"},
+	} {
+		cmd := protectCommand(pgx.Identifier{tc.schema, tc.table}.Sanitize(), tc.expr)
+		// A stand-in for fencegate that prints its arguments, one a line.
+		script := "fencegate() { for a in \"$@\"; do printf '%s\\n' \"$a\"; done; }; " + cmd
+		out, err := exec.Command("sh", "-c", script).Output()
+		if err != nil {
+			t.Fatalf("sh -c %q: %v", script, err)
+		}
+		if _, err := os.Stat(pwn); err == nil {
+			t.Fatalf("pasting %q ran a command", cmd)
+		}
+		args := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+		want := []string{"protect", pgx.Identifier{tc.schema, tc.table}.Sanitize(), "--resource", tc.expr, "--db", "DSN"}
+		if strings.Join(args, "\x00") != strings.Join(want, "\x00") {
+			t.Errorf("%s\n  gave the arguments %q, want %q", cmd, args, want)
+		}
 	}
 }

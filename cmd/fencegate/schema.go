@@ -191,6 +191,14 @@ func runSchemaStatus(ctx context.Context, args []string, stdout, stderr io.Write
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", t.Table, t.Resource, part, checks, t.Owner)
 		}
 		tw.Flush()
+		for _, t := range st.Tables {
+			if !t.StatementChecks && t.Root == t.Table {
+				continue
+			}
+			if !t.StatementChecks {
+				fmt.Fprintf(stdout, "to give %s its statement checks: %s\n", t.Table, protectCommand(t.Root, rootResource(st.Tables, t.Root)))
+			}
+		}
 	} else if st.Installed {
 		fmt.Fprintln(stdout, "protected tables:  none (fencegate protect TABLE --resource EXPR --db DSN)")
 	}
@@ -257,6 +265,16 @@ func runProtect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintf(stdout, "warning: %s\n", w)
 	}
 	return nil
+}
+
+// rootResource is the resource expression of the protected table root.
+func rootResource(tables []pgfence.ProtectedTable, root string) string {
+	for _, t := range tables {
+		if t.Table == root {
+			return t.Resource
+		}
+	}
+	return "EXPR"
 }
 
 // sameTable compares a schema-qualified name with what the user typed.
@@ -376,8 +394,9 @@ func runMarks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
-// connectDB connects to dsn (or $DATABASE_URL) and returns the connection
-// and a name for messages (user@host:port/database, no password).
+// connectDB connects to dsn (or $DATABASE_URL), pins the session's
+// search_path (pgfence.AdminSession) and returns the connection and a name
+// for messages (user@host:port/database, no password).
 func connectDB(ctx context.Context, dsn string) (*pgx.Conn, string, error) {
 	return connectDBNotices(ctx, dsn, nil)
 }
@@ -411,6 +430,13 @@ func connectDBNotices(ctx context.Context, dsn string, onNotice func(*pgconn.Not
 			reason = op.Err.Error()
 		}
 		return nil, "", fmt.Errorf("cannot connect to %s: %s; check --db and that PostgreSQL runs there", name, reason)
+	}
+	// Every schema, protect and marks command is an admin session: it runs
+	// under search_path pg_catalog, pg_temp, so no name in its statements
+	// resolves to an application's function, operator or type.
+	if err := pgfence.AdminSession(cctx, conn); err != nil {
+		conn.Close(context.Background())
+		return nil, "", fmt.Errorf("%s: %w", name, err)
 	}
 	return conn, name, nil
 }

@@ -42,7 +42,7 @@ func TestSchemaCommands(t *testing.T) {
 		{[]string{"protect", "nope", "--resource", "'x'", "--db", db.DSN}, 1, nil, `relation "nope" does not exist`},
 		{[]string{"protect", "orders", "--resource", "'order:' || id", "--db", db.AppDSN}, 1, nil, "permission denied"},
 		{[]string{"protect", "orders", "--resource", "'order:' || id", "--db", db.DSN}, 0,
-			[]string{"protected orders", "each row's resource is ('order:'::text || id)", "warning: public.orders is owned by role postgres, which can log in"}, ""},
+			[]string{"protected public.orders", "each row's resource is ('order:'::text || id)", "warning: public.orders is owned by role postgres, which can log in"}, ""},
 		{[]string{"schema", "status", "--db", db.DSN}, 0, []string{fmt.Sprintf("version %d, owned by %s", pgfence.SchemaVersion, db.Owner), "orders", "('order:'::text || id)", "ok: no problems"}, ""},
 		{[]string{"marks", "set", "order:1", "7", "--db", db.DSN, "--reason", "test"}, 0, []string{`mark of "order:1"`, "no mark -> 7"}, ""},
 		{[]string{"marks", "set", "order:1", "3", "--db", db.DSN}, 0, []string{"7 -> 3"}, ""},
