@@ -2,8 +2,9 @@
 # services.sh makes sure what fencegate's tests and demos need is installed and
 # running on this machine: PostgreSQL (127.0.0.1:5432, trust auth for local
 # TCP), Redis (127.0.0.1:6379, no persistence), and the tools some tests and
-# benchmarks drive (pgbench, psql, psycopg2, pgbouncer, etcd, faketime, and
-# iproute2 and nftables for the three-host rehearsal in network namespaces).
+# benchmarks drive (pgbench, psql, psycopg2, Node.js with npm, pgbouncer, etcd,
+# faketime, and iproute2 and nftables for the three-host rehearsal in network
+# namespaces).
 # It installs missing Debian packages (root only) and starts stopped services.
 # It is idempotent and exits non-zero, saying what is missing, when it cannot
 # provide something.
@@ -35,7 +36,7 @@ need_pkgs=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 wanted=(postgresql postgresql-client redis-server redis-tools)
 if [[ $mode == all ]]; then
-	wanted+=(pgbouncer etcd-server etcd-client python3-psycopg2 python3-redis faketime libfaketime iproute2 nftables)
+	wanted+=(pgbouncer etcd-server etcd-client python3-psycopg2 python3-redis faketime libfaketime iproute2 nftables nodejs npm)
 fi
 for p in "${wanted[@]}"; do
 	have_pkg "$p" || need_pkgs+=("$p")
@@ -51,6 +52,9 @@ for p in "${need_pkgs[@]}"; do
 	redis-tools) command -v redis-cli >/dev/null || filtered+=("$p") ;;
 	iproute2) command -v ip >/dev/null || filtered+=("$p") ;;
 	nftables) command -v nft >/dev/null || filtered+=("$p") ;;
+	# The Node.js client needs node 18 or later and npm (Debian 12 ships 18).
+	nodejs) command -v node >/dev/null || filtered+=("$p") ;;
+	npm) command -v npm >/dev/null || filtered+=("$p") ;;
 	*) filtered+=("$p") ;;
 	esac
 done

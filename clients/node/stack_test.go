@@ -1,0 +1,194 @@
+package node_test
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/pgfence"
+	"github.com/fencegate/fencegate/pgfence/pgfencetest"
+	"github.com/fencegate/fencegate/proxy/proxytest"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
+	"github.com/redis/go-redis/v9"
+)
+
+// Tables the Node.js tests write, and the resource expression that protects
+// each: a row of accounts with id X belongs to resource "account:X", a row
+// of counters with id X to "counter:X", a request to the account it
+// charges, a transfer to its source account. The tests take the lock of
+// exactly that resource before they write the row; PostgreSQL refuses the
+// write otherwise (FG002).
+var tables = []struct{ create, name, resource string }{
+	{"CREATE TABLE accounts (id text PRIMARY KEY, balance bigint NOT NULL)", "accounts", "'account:' || id"},
+	{"CREATE TABLE counters (id text PRIMARY KEY, n bigint NOT NULL DEFAULT 0)", "counters", "'counter:' || id"},
+	{"CREATE TABLE requests (id text PRIMARY KEY, account text NOT NULL, amount bigint NOT NULL)", "requests", "'account:' || account"},
+	{"CREATE TABLE transfers (id text PRIMARY KEY, src text NOT NULL, dst text NOT NULL, cents bigint NOT NULL)", "transfers", "'account:' || src"},
+}
+
+// database prepares a fresh database for the Node.js tests and returns three
+// DSNs: app, the one fenced transactions use (an application role, through
+// the fencegate proxy); appDirect, the same role straight to PostgreSQL (the
+// tables are protected on that path too); and admin, straight to the same
+// database as the administrator (the tests read through it and make errors
+// of every fencegate SQLSTATE with it).
+//
+// As an administrator would: install schema fencegate with the application
+// role's grants, create the tables (owned by the administrator, not by the
+// application role), protect each with its resource expression, and grant
+// the application role SELECT, INSERT, UPDATE and DELETE on them.
+func database(t *testing.T) (app, appDirect, admin string) {
+	t.Helper()
+	d := pgfencetest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn := d.Admin(t)
+	for _, tb := range tables {
+		if _, err := conn.Exec(ctx, tb.create); err != nil {
+			t.Fatalf("create table %s: %v", tb.name, err)
+		}
+		if err := pgfence.Protect(ctx, conn, tb.name, tb.resource); err != nil {
+			t.Fatalf("protect %s: %v", tb.name, err)
+		}
+		if _, err := conn.Exec(ctx, "GRANT SELECT, INSERT, UPDATE, DELETE ON "+tb.name+" TO "+d.App); err != nil {
+			t.Fatalf("grant %s: %v", tb.name, err)
+		}
+	}
+	return proxytest.Start(t, d.AppDSN), d.AppDSN, d.DSN
+}
+
+// stack is everything the Node.js tests talk to, started by the Go test. It
+// is the Python client's stack (clients/python/stack_test.go), copied: a
+// _test.go file cannot be imported.
+type stack struct {
+	cluster    *tokenservicetest.Cluster
+	redisAddr  string // the shared Redis
+	prefix     string // this test's key prefix on it (cleaned up at the end)
+	redlock    []*testutil.RedisServer
+	app, admin string
+	appDirect  string
+	certs      *certs
+	tlsFront   *httptest.Server
+	credFile   string
+	authRedis  string // redis://:PASSWORD@127.0.0.1:PORT
+	tlsRedis   string // rediss://127.0.0.1:PORT?ssl_ca_certs=CA
+	peer       *peer
+	signed     *signed
+}
+
+func startStack(t *testing.T) *stack {
+	t.Helper()
+	s := &stack{}
+	s.redisAddr, s.prefix = testutil.Redis(t)
+	for range 3 {
+		s.redlock = append(s.redlock, testutil.StartRedis(t))
+	}
+	s.cluster = tokenservicetest.StartCluster(t, 3)
+	s.app, s.appDirect, s.admin = database(t)
+	s.certs = newCerts(t)
+	s.startTLSFront(t)
+
+	// The password is set once the server answers (StartRedis waits for a
+	// PING without one).
+	pw := testutil.RandomName("pw")
+	authSrv := testutil.StartRedis(t)
+	rc := redis.NewClient(&redis.Options{Addr: authSrv.Addr()})
+	defer rc.Close()
+	if err := rc.ConfigSet(context.Background(), "requirepass", pw).Err(); err != nil {
+		t.Fatalf("set a password on %s: %v", authSrv, err)
+	}
+	s.authRedis = "redis://:" + pw + "@" + authSrv.Addr()
+
+	tlsPort := testutil.FreePort(t)
+	testutil.StartRedis(t, "--tls-port", strconv.Itoa(tlsPort),
+		"--tls-cert-file", s.certs.ServerCert, "--tls-key-file", s.certs.ServerKey,
+		"--tls-ca-cert-file", s.certs.CA, "--tls-auth-clients", "no")
+	s.tlsRedis = "rediss://127.0.0.1:" + strconv.Itoa(tlsPort) + "?ssl_ca_certs=" + url.QueryEscape(s.certs.CA)
+
+	s.peer = startPeer(t, s)
+	s.signed = startSigned(t)
+	return s
+}
+
+// startTLSFront serves the token API over TLS, requiring a client
+// certificate signed by the test CA and a bearer token, in front of the
+// cluster: what a secured token service asks of a client.
+func (s *stack) startTLSFront(t *testing.T) {
+	t.Helper()
+	// A client credential file as the token service's clients use: one
+	// line "NAME SECRET", sent as "Authorization: Bearer NAME:SECRET".
+	secret := testutil.RandomName("s") + testutil.RandomName("") + testutil.RandomName("")
+	s.credFile = filepath.Join(t.TempDir(), "credentials")
+	if err := os.WriteFile(s.credFile, []byte("# the Node.js tests' credential\nnode-test "+secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	target, err := url.Parse(s.cluster.APIURL(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	// The nodes name the leader's plain-HTTP address; behind the front a
+	// client must not be sent there.
+	rp.ModifyResponse = func(r *http.Response) error {
+		r.Header.Del("X-Fencegate-Leader-Api")
+		return nil
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer node-test:"+secret {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			_ = json.NewEncoder(w).Encode(map[string]string{"error": "bearer credentials missing or wrong", "code": "unauthenticated"})
+			return
+		}
+		rp.ServeHTTP(w, r)
+	})
+	s.tlsFront = httptest.NewUnstartedServer(h)
+	s.tlsFront.TLS = &tls.Config{
+		Certificates: []tls.Certificate{s.certs.server},
+		ClientCAs:    s.certs.pool,
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		MinVersion:   tls.VersionTLS12,
+	}
+	s.tlsFront.Config.ErrorLog = slog.NewLogLogger(testutil.Logger(t).With("component", "tls-front").Handler(), slog.LevelInfo)
+	s.tlsFront.StartTLS()
+	t.Cleanup(s.tlsFront.Close)
+}
+
+// env is what the Node.js tests read (see test/support.js).
+func (s *stack) env() []string {
+	var redlock []string
+	for _, r := range s.redlock {
+		redlock = append(redlock, "redis://"+r.Addr())
+	}
+	return append([]string{
+		"FENCEGATE_TEST_REDIS_URL=redis://" + s.redisAddr,
+		"FENCEGATE_TEST_KEY_PREFIX=" + s.prefix,
+		"FENCEGATE_TEST_REDLOCK_URLS=" + strings.Join(redlock, ","),
+		"FENCEGATE_TEST_TOKEN_SERVERS=" + strings.Join(s.cluster.APIURLs(), ","),
+		"FENCEGATE_TEST_DSN=" + s.app,
+		"FENCEGATE_TEST_ADMIN_DSN=" + s.admin,
+		"FENCEGATE_TEST_APP_DIRECT_DSN=" + s.appDirect,
+		"FENCEGATE_TEST_GO_PEER=" + s.peer.url,
+		"FENCEGATE_TEST_TLS_TOKEN_URL=" + s.tlsFront.URL,
+		"FENCEGATE_TEST_TLS_CA=" + s.certs.CA,
+		"FENCEGATE_TEST_TLS_CERT=" + s.certs.ClientCert,
+		"FENCEGATE_TEST_TLS_KEY=" + s.certs.ClientKey,
+		"FENCEGATE_TEST_TLS_SERVER_CERT=" + s.certs.ServerCert,
+		"FENCEGATE_TEST_TLS_SERVER_KEY=" + s.certs.ServerKey,
+		"FENCEGATE_TEST_CREDENTIALS=" + s.credFile,
+		"FENCEGATE_TEST_REDIS_AUTH_URL=" + s.authRedis,
+		"FENCEGATE_TEST_REDIS_TLS_URL=" + s.tlsRedis,
+		"FENCEGATE_TEST_REDIS_TLS_CA=" + s.certs.CA,
+	}, s.signed.env()...)
+}
