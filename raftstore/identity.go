@@ -6,8 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/hashicorp/raft"
 )
 
 // identityFile names the file in the data directory that says which node of
@@ -126,4 +129,178 @@ func checkIdentity(cfg *Config, id *identity) error {
 	}
 	return fieldErr(fmt.Errorf("%w: data directory %s belongs to node %q, not %q; start node %q with it or give %q an empty data directory",
 		ErrForeignDataDir, cfg.DataDir, id.NodeID, cfg.ID, id.NodeID, cfg.ID), "DataDir", "ID")
+}
+
+// recordKey names the data directory's identity in raft.db's stable store,
+// beside Raft's own current term and vote.
+var recordKey = []byte("fencegate.identity")
+
+// keyCurrentTerm is the key hashicorp/raft stores its current term under.
+var keyCurrentTerm = []byte("CurrentTerm")
+
+// diskRecord is what raft.db says about whose state it holds: written
+// before Raft first runs on the directory (at founding and at join, and
+// on the first start of a directory written before records existed), and
+// again when the node records its cluster id. A raft.db that disagrees
+// with cluster.json was not written in this directory.
+type diskRecord struct {
+	NodeID    string `json:"node_id"`
+	DataDirID string `json:"data_dir_id"`
+	ClusterID string `json:"cluster_id,omitempty"`
+}
+
+func recordOf(id identity) diskRecord {
+	return diskRecord{NodeID: id.NodeID, DataDirID: id.DataDirID, ClusterID: id.ClusterID}
+}
+
+// readRecord returns raft.db's record, nil when it holds none.
+func readRecord(stable raft.StableStore) (*diskRecord, error) {
+	b, err := stable.Get(recordKey)
+	if err != nil {
+		if err.Error() == "not found" { // raft-boltdb's ErrKeyNotFound, as raft itself tests it
+			return nil, nil
+		}
+		return nil, fmt.Errorf("read data dir record from raft.db: %w", err)
+	}
+	if len(b) == 0 {
+		return nil, nil
+	}
+	var r diskRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%w: the data dir record in raft.db is not valid JSON (%v)", ErrCorrupt, err)
+	}
+	return &r, nil
+}
+
+// writeRecord writes raft.db's record (fsynced, as every stable store write).
+func writeRecord(stable raft.StableStore, r diskRecord) error {
+	b, _ := json.Marshal(r) // a struct of strings always marshals
+	if err := stable.Set(recordKey, b); err != nil {
+		return fmt.Errorf("write data dir record to raft.db: %w", err)
+	}
+	return nil
+}
+
+// diskState is what the three parts of a data directory hold: raft.db's
+// log and stable store, and the snapshots.
+type diskState struct {
+	rec         *diskRecord
+	term        uint64
+	first, last uint64
+	snaps       []*raft.SnapshotMeta // newest first
+}
+
+func (d diskState) hasLog() bool { return d.term > 0 || d.last > 0 }
+
+func readDiskState(logs raft.LogStore, stable raft.StableStore, snaps raft.SnapshotStore) (diskState, error) {
+	var d diskState
+	var err error
+	if d.rec, err = readRecord(stable); err != nil {
+		return d, err
+	}
+	if d.term, err = stable.GetUint64(keyCurrentTerm); err != nil {
+		if err.Error() != "not found" {
+			return d, fmt.Errorf("read current term: %w", err)
+		}
+		d.term = 0
+	}
+	if d.first, err = logs.FirstIndex(); err != nil {
+		return d, fmt.Errorf("read first log index: %w", err)
+	}
+	if d.last, err = logs.LastIndex(); err != nil {
+		return d, fmt.Errorf("read last log index: %w", err)
+	}
+	if d.snaps, err = snaps.List(); err != nil {
+		return d, fmt.Errorf("list snapshots: %w", err)
+	}
+	return d, nil
+}
+
+// snapshotClusterID returns the cluster id in a snapshot's state, "" when
+// it holds none.
+func snapshotClusterID(snaps raft.SnapshotStore, meta *raft.SnapshotMeta) (string, error) {
+	_, rc, err := snaps.Open(meta.ID)
+	if err != nil {
+		return "", fmt.Errorf("open snapshot %s: %w", meta.ID, err)
+	}
+	defer rc.Close()
+	var s fsmState
+	if err := json.NewDecoder(io.LimitReader(rc, 1<<20)).Decode(&s); err != nil {
+		return "", fmt.Errorf("%w: snapshot %s: %v", ErrCorrupt, meta.ID, err)
+	}
+	return s.ClusterID, nil
+}
+
+// checkDisk refuses a data directory whose parts disagree: a node opens
+// only when cluster.json (file, nil when missing), raft.db and the
+// snapshots are all its own and all there. Losing any part of a directory
+// is losing the directory: the node may have forgotten votes it cast and
+// entries it acknowledged, and must come back through membership (see
+// DESIGN.md, "What a data directory is"). It reports whether raft.db lacks
+// its record, or the record lacks the cluster id, and must get it before
+// Raft runs.
+func checkDisk(cfg *Config, file *identity, d diskState, snaps raft.SnapshotStore) (needRecord bool, err error) {
+	dir := cfg.DataDir
+	lost := func(cause error, format string, args ...any) error {
+		msg := fmt.Sprintf(format, args...)
+		if cause != nil {
+			return fmt.Errorf("%w (%w): %s; it counts as lost: empty it and replace the node through membership", ErrDataDirLost, cause, msg)
+		}
+		return fmt.Errorf("%w: %s; it counts as lost: empty it and replace the node through membership", ErrDataDirLost, msg)
+	}
+	if file == nil {
+		if d.hasLog() || d.rec != nil || len(d.snaps) > 0 {
+			return false, lost(nil, "%s holds Raft state (raft.db or snapshots) but no %s, which says whose state it is", dir, identityFile)
+		}
+		return true, nil
+	}
+	if r := d.rec; r != nil {
+		if r.NodeID != cfg.ID || r.DataDirID != file.DataDirID {
+			return false, lost(ErrForeignDataDir, "raft.db in %s was written by node %s in data directory %s, not by node %s in this one (%s): it was copied from elsewhere",
+				dir, r.NodeID, r.DataDirID, cfg.ID, file.DataDirID)
+		}
+		if r.ClusterID != "" && file.ClusterID != "" && r.ClusterID != file.ClusterID {
+			return false, lost(ErrForeignDataDir, "raft.db in %s holds the state of cluster %s, %s says cluster %s", dir, r.ClusterID, identityFile, file.ClusterID)
+		}
+	}
+	if len(d.snaps) > 0 {
+		latest := d.snaps[0]
+		cid, err := snapshotClusterID(snaps, latest)
+		if err != nil {
+			return false, err
+		}
+		for _, known := range []string{file.ClusterID, recOrEmpty(d.rec)} {
+			if cid != "" && known != "" && cid != known {
+				return false, lost(ErrForeignDataDir, "snapshot %s in %s holds the state of cluster %s, this node belongs to cluster %s", latest.ID, dir, cid, known)
+			}
+		}
+		if !d.hasLog() {
+			return false, lost(nil, "raft.db in %s is gone or empty (no term, no log) while snapshots up to index %d remain: node %s forgot its votes and every entry after that index",
+				dir, latest.Index, cfg.ID)
+		}
+		if latest.Term > d.term {
+			return false, lost(nil, "raft.db in %s is older than its snapshots: its current term is %d, the latest snapshot (index %d) was taken in term %d; node %s forgot votes it cast",
+				dir, d.term, latest.Index, latest.Term, cfg.ID)
+		}
+	}
+	if d.first > 1 {
+		switch {
+		case len(d.snaps) == 0:
+			return false, lost(nil, "raft.db in %s holds the log from index %d and no snapshot holds entries 1 to %d: the snapshots are gone",
+				dir, d.first, d.first-1)
+		case d.snaps[0].Index < d.first-1:
+			return false, lost(nil, "raft.db in %s holds the log from index %d but the latest snapshot ends at index %d: entries %d to %d are nowhere",
+				dir, d.first, d.snaps[0].Index, d.snaps[0].Index+1, d.first-1)
+		}
+	}
+	// A record without the cluster id (a crash between writing
+	// cluster.json and raft.db) is completed.
+	return d.rec == nil || *d.rec != recordOf(*file), nil
+}
+
+func recOrEmpty(r *diskRecord) string {
+	if r == nil {
+		return ""
+	}
+	return r.ClusterID
 }

@@ -35,6 +35,9 @@ type Pending struct {
 	snaps    *raft.FileSnapshotStore
 	logs     *raft.LogCache
 	existing bool
+	// needRecord is set while raft.db holds no record of this directory,
+	// or one without the cluster id: Start writes it before Raft runs.
+	needRecord bool
 
 	mu      sync.Mutex
 	ident   identity
@@ -54,9 +57,13 @@ func Open(cfg Config) (*Store, error) {
 }
 
 // Prepare opens the node's data directory and Raft listener (or takes
-// cfg.Layer) without starting Raft. A directory used for the first time
-// gets its random data directory id, durably, before anything else: peers
-// may record it. On error, cfg.Layer is closed.
+// cfg.Layer) without starting Raft. A directory whose raft.db, snapshots
+// and cluster.json do not agree (one of them lost, or copied from another
+// node or cluster) is refused with ErrDataDirLost before anything is
+// written to it (see DESIGN.md, "What a data directory is"). A directory
+// used for the first time gets its random data directory id, durably,
+// before Prepare returns: peers may record it. On error, cfg.Layer is
+// closed.
 func Prepare(cfg Config) (_ *Pending, err error) {
 	p := &Pending{cfg: cfg, log: cfg.Logger, layer: cfg.Layer}
 	defer func() {
@@ -93,16 +100,6 @@ func Prepare(cfg Config) (_ *Pending, err error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
-	if id == nil {
-		id = &identity{NodeID: cfg.ID}
-	}
-	p.ident = *id
-	if p.ident.DataDirID == "" {
-		p.ident.DataDirID = newDataDirID()
-		if err := writeIdentity(cfg.DataDir, p.ident); err != nil {
-			return nil, err
-		}
-	}
 	p.bolt, err = raftboltdb.New(raftboltdb.Options{
 		Path: filepath.Join(cfg.DataDir, "raft.db"),
 		// The freelist is rebuilt on open instead of written on every
@@ -121,6 +118,25 @@ func Prepare(cfg Config) (_ *Pending, err error) {
 	}
 	if p.logs, err = raft.NewLogCache(1024, p.bolt); err != nil {
 		return nil, fmt.Errorf("create log cache: %w", err)
+	}
+	// Partial loss is loss: raft.db, the snapshots and cluster.json must
+	// all be there and all be this directory's before anything is written.
+	disk, err := readDiskState(p.logs, p.bolt, p.snaps)
+	if err != nil {
+		return nil, err
+	}
+	if p.needRecord, err = checkDisk(&cfg, id, disk, p.snaps); err != nil {
+		return nil, err
+	}
+	if id == nil {
+		id = &identity{NodeID: cfg.ID}
+	}
+	p.ident = *id
+	if p.ident.DataDirID == "" {
+		p.ident.DataDirID = newDataDirID()
+		if err := writeIdentity(cfg.DataDir, p.ident); err != nil {
+			return nil, err
+		}
 	}
 	if p.existing, err = raft.HasExistingState(p.logs, p.bolt, p.snaps); err != nil {
 		return nil, fmt.Errorf("check raft state: %w", err)
@@ -186,7 +202,8 @@ func (p *Pending) Close() error {
 //
 //   - a directory that holds Raft state resumes (after checking that its
 //     peers do not belong to another cluster);
-//   - a directory that once held Raft state and lost it is refused;
+//   - a directory that once held Raft state and lost it is refused
+//     (Prepare already refused one that lost part of it);
 //   - an empty directory with Join waits until the cluster lets it in;
 //   - an empty directory with Peers founds the cluster once every
 //     voter answered and the founding is safe, and is refused when the
@@ -274,6 +291,14 @@ func (p *Pending) Start(ctx context.Context) (_ *Store, err error) {
 	}
 
 	ident, dirty := p.ident, !p.ident.RaftStarted
+	if p.needRecord {
+		// Before Raft writes anything: from now on raft.db says whose
+		// state it holds (a directory of an earlier version gets its
+		// record on its first start).
+		if err := writeRecord(p.bolt, recordOf(ident)); err != nil {
+			return nil, err
+		}
+	}
 	switch {
 	case found:
 		// The record first: a slower founder that asks once this node
@@ -366,10 +391,20 @@ func (s *Store) promoted() {
 func (s *Store) updateIdentity(change func(*identity) bool) error {
 	s.identMu.Lock()
 	defer s.identMu.Unlock()
+	before := recordOf(s.ident)
 	if !change(&s.ident) {
 		return nil
 	}
-	return writeIdentity(s.cfg.DataDir, s.ident)
+	if err := writeIdentity(s.cfg.DataDir, s.ident); err != nil {
+		return err
+	}
+	// cluster.json first: a crash in between leaves raft.db's record
+	// without the new cluster id, which checkDisk accepts and the next
+	// start completes.
+	if rec := recordOf(s.ident); rec != before {
+		return writeRecord(s.bolt, rec)
+	}
+	return nil
 }
 
 // others returns the voters of Peers other than this node.
