@@ -24,7 +24,8 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 // runTokenCerts makes a cluster CA (or reuses the one in --out) and the
 // certificates of nodes, clients and admins, in the role convention the
-// token service reads: OU = role, CN = name (the node ID for a node).
+// token service reads: OU = role, CN = name (the node ID for a node), and,
+// with --cluster, the URI fencegate://cluster/NAME.
 func runTokenCerts(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("fencegate token certs", flag.ContinueOnError)
 	out := fs.String("out", "fencegate-certs", "`DIR` to write ca.pem, ca-key.pem and the certificates to; an existing ca.pem and ca-key.pem there are reused to issue more (files are never overwritten)")
@@ -32,6 +33,7 @@ func runTokenCerts(_ context.Context, args []string, stdout, stderr io.Writer) e
 	fs.Var(&nodes, "node", "a node as `ID=HOST[,HOST...]`: its certificate gets OU=peer, CN=ID and each HOST (the IP addresses and DNS names its --raft-addr and --api-addr use); repeat for each node")
 	fs.Var(&clients, "client", "a client certificate (OU=client, CN=`NAME`); repeatable")
 	fs.Var(&admins, "admin", "an admin certificate (OU=admin, CN=`NAME`); repeatable")
+	cluster := fs.String("cluster", "", "`NAME` of the cluster the certificates belong to, written into each as the URI fencegate://cluster/NAME; a node accepts peers only of its own certificate's cluster, and clients of it or of none (default: no name, as earlier versions issued; nodes whose certificates name no cluster accept only such peers)")
 	days := fs.Int("days", 825, "validity of the certificates, in days")
 	caDays := fs.Int("ca-days", 3650, "validity of a new CA, in days")
 	err := parseFlagsOnly(fs, args, stderr, "certs")
@@ -43,6 +45,11 @@ func runTokenCerts(_ context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	if *days < 1 || *caDays < 1 {
 		return usagef("--days and --ca-days must be at least 1")
+	}
+	if *cluster != "" {
+		if _, err := pki.ClusterURI(*cluster); err != nil {
+			return usagef("--cluster %q: use letters, digits, '.', '_' or '-' (at most 64, starting with a letter or digit)", *cluster)
+		}
 	}
 	type job struct {
 		file, name string
@@ -122,7 +129,7 @@ func runTokenCerts(_ context.Context, args []string, stdout, stderr io.Writer) e
 		fmt.Fprintf(stdout, "wrote %s (give to every node and client) and %s (keep it offline: it signs new certificates)\n", caCert, caKey)
 	}
 	for _, j := range jobs {
-		leaf, err := ca.Issue(j.name, j.roles, j.hosts, pki.Options{Validity: time.Duration(*days) * 24 * time.Hour})
+		leaf, err := ca.Issue(j.name, j.roles, j.hosts, pki.Options{Validity: time.Duration(*days) * 24 * time.Hour, Cluster: *cluster})
 		if err != nil {
 			return err
 		}
@@ -136,6 +143,9 @@ func runTokenCerts(_ context.Context, args []string, stdout, stderr io.Writer) e
 		what := fmt.Sprintf("%s %s", j.roles[0], j.name)
 		if len(j.hosts) > 0 {
 			what += " for " + strings.Join(j.hosts, ", ")
+		}
+		if *cluster != "" {
+			what += " of cluster " + *cluster
 		}
 		fmt.Fprintf(stdout, "wrote %s and %s (%s)\n", cf, kf, what)
 	}

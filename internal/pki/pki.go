@@ -20,8 +20,11 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"time"
 )
 
@@ -41,6 +44,11 @@ type Options struct {
 	Validity time.Duration
 	// Organization is the subject's O. The default is "fencegate".
 	Organization string
+	// Cluster names the cluster a leaf belongs to, written as the URI
+	// subject alternative name fencegate://cluster/NAME (ClusterURI). The
+	// default is none: a certificate of no particular cluster, as earlier
+	// versions issued them.
+	Cluster string
 }
 
 func (o Options) window(defaultValidity time.Duration) (time.Time, time.Time) {
@@ -121,6 +129,13 @@ func (ca *CA) Issue(name string, roles []string, hosts []string, o Options) (*Le
 	if len(hosts) > 0 {
 		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
 	}
+	if o.Cluster != "" {
+		u, err := ClusterURI(o.Cluster)
+		if err != nil {
+			return nil, err
+		}
+		tmpl.URIs = []*url.URL{u}
+	}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {
 			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
@@ -137,6 +152,44 @@ func (ca *CA) Issue(name string, roles []string, hosts []string, o Options) (*Le
 		return nil, err
 	}
 	return &Leaf{Cert: cert, Key: key}, nil
+}
+
+// clusterName is what a cluster name may be: it is part of a URI.
+var clusterName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// ClusterURI returns the URI subject alternative name that binds a
+// certificate to cluster name: fencegate://cluster/NAME. A node accepts
+// peers only of its own certificate's cluster, so a certificate of a
+// staging cluster signed by a shared CA is not a peer of production.
+func ClusterURI(name string) (*url.URL, error) {
+	if !clusterName.MatchString(name) {
+		return nil, fmt.Errorf("pki: cluster name %q: use letters, digits, '.', '_' or '-' (at most 64, starting with a letter or digit)", name)
+	}
+	return &url.URL{Scheme: "fencegate", Host: "cluster", Path: "/" + name}, nil
+}
+
+// ClusterOf returns the cluster a certificate names (see ClusterURI), ""
+// when it names none. A certificate that names several clusters, or one in
+// a malformed fencegate URI, is an error: no reading of it is safe.
+func ClusterOf(c *x509.Certificate) (string, error) {
+	var names []string
+	for _, u := range c.URIs {
+		if u.Scheme != "fencegate" {
+			continue
+		}
+		name, ok := strings.CutPrefix(u.Path, "/")
+		if u.Host != "cluster" || !ok || !clusterName.MatchString(name) || u.RawQuery != "" || u.Fragment != "" || u.User != nil || u.Opaque != "" {
+			return "", fmt.Errorf("pki: certificate of %q has the malformed cluster name %q; want fencegate://cluster/NAME", c.Subject.CommonName, u.String())
+		}
+		names = append(names, name)
+	}
+	switch len(names) {
+	case 0:
+		return "", nil
+	case 1:
+		return names[0], nil
+	}
+	return "", fmt.Errorf("pki: certificate of %q names several clusters (%s); it must name one", c.Subject.CommonName, strings.Join(names, ", "))
 }
 
 // TLSCertificate returns the leaf as a tls.Certificate.

@@ -56,3 +56,44 @@ func TestCAWriteLoadIssue(t *testing.T) {
 		t.Fatal("LoadCA without the key succeeded")
 	}
 }
+
+// A certificate names its cluster in one URI subject alternative name,
+// fencegate://cluster/NAME, which ClusterOf reads back; one issued without
+// a cluster names none; a name that cannot be a URI path is refused.
+func TestClusterName(t *testing.T) {
+	ca, err := pki.NewCA("test CA", pki.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Issue("n1", []string{"peer"}, []string{"10.0.0.1"}, pki.Options{Cluster: "prod-eu.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := leaf.Cert.URIs; len(got) != 1 || got[0].String() != "fencegate://cluster/prod-eu.1" {
+		t.Fatalf("URIs %v; want fencegate://cluster/prod-eu.1", got)
+	}
+	if got, err := pki.ClusterOf(leaf.Cert); got != "prod-eu.1" || err != nil {
+		t.Fatalf("ClusterOf = %q, %v; want prod-eu.1", got, err)
+	}
+	if err := leaf.Cert.VerifyHostname("10.0.0.1"); err != nil {
+		t.Fatalf("the cluster URI hides the host: %v", err)
+	}
+	plain, err := ca.Issue("app", []string{"client"}, nil, pki.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := pki.ClusterOf(plain.Cert); got != "" || err != nil {
+		t.Fatalf("ClusterOf of a certificate without a cluster = %q, %v; want none", got, err)
+	}
+	for _, bad := range []string{"a/b", "prod?x=1", "-x", "prod cluster"} {
+		if _, err := ca.Issue("n1", []string{"peer"}, nil, pki.Options{Cluster: bad}); err == nil {
+			t.Errorf("cluster name %q accepted", bad)
+		}
+	}
+	two := *leaf.Cert
+	u2, _ := pki.ClusterURI("staging")
+	two.URIs = append(append(two.URIs[:0:0], two.URIs...), u2)
+	if _, err := pki.ClusterOf(&two); err == nil {
+		t.Error("a certificate naming two clusters was read as one")
+	}
+}
