@@ -59,6 +59,16 @@ type TLSLayerOptions struct {
 	// second, with a count of those left out). The default is
 	// slog.Default().With("component", "raftstore").
 	Logger *slog.Logger
+	// Members binds the layer to the node's membership: a connection is
+	// admitted only while its peer certificate's node (PeerID: the CN) is
+	// in the configuration Members returns, checked after the handshake
+	// and again on every RPC, so a node that left the configuration is
+	// cut off at its next RPC; while Raft has not started, an accepted
+	// connection waits for it (up to HandshakeTimeout). A dialled member's
+	// address must answer with that member's certificate. nil admits every
+	// peer the TLS configuration accepts (tests, tools). Whatever Members
+	// is, every RPC must name the connection's node as its sender.
+	Members MembersFunc
 }
 
 // NewTLSLayer returns a Layer of mutual TLS over ln and dial (a plain TCP
@@ -74,6 +84,13 @@ type TLSLayerOptions struct {
 //   - dialling, the peer's certificate must verify against RootCAs for the
 //     host of the Raft address dialled (an IP or DNS subject alternative
 //     name), so only the holder of that address's certificate can answer.
+//
+// An accepted connection speaks for the node its certificate names (its
+// CN, see PeerID) and for no other: every RPC is read before Raft reads it
+// and the connection is closed when the RPC's header names another sender
+// (RPCHeader.ID, or another member's Raft address). With o.Members it also
+// speaks only while that node is a member (see TLSLayerOptions.Members and
+// DESIGN.md, "Who may speak Raft").
 func NewTLSLayer(ln net.Listener, dial DialFunc, cfg *tls.Config, o TLSLayerOptions) (Layer, error) {
 	switch {
 	case cfg == nil:
@@ -100,7 +117,7 @@ func NewTLSLayer(ln net.Listener, dial DialFunc, cfg *tls.Config, o TLSLayerOpti
 	client.MinVersion = max(client.MinVersion, tls.VersionTLS13)
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &tlsLayer{
-		ln: ln, dial: dial, server: server, client: client, timeout: o.HandshakeTimeout, log: o.Logger,
+		ln: ln, dial: dial, server: server, client: client, timeout: o.HandshakeTimeout, log: o.Logger, members: o.Members,
 		conns: make(chan net.Conn), ctx: ctx, cancel: cancel,
 	}
 	l.wg.Add(1)
@@ -114,6 +131,7 @@ type tlsLayer struct {
 	server, client *tls.Config
 	timeout        time.Duration
 	log            *slog.Logger
+	members        MembersFunc // nil: no membership check
 
 	conns     chan net.Conn
 	ctx       context.Context // cancelled by Close
@@ -162,8 +180,14 @@ func (l *tlsLayer) handshake(c net.Conn) {
 		l.refused(c.RemoteAddr(), err)
 		return
 	}
+	node := PeerID(tc.ConnectionState())
+	if err := l.admit(node, l.timeout); err != nil {
+		tc.Close()
+		l.refused(c.RemoteAddr(), err)
+		return
+	}
 	select {
-	case l.conns <- tc:
+	case l.conns <- newPeerConn(tc, node, l):
 	case <-l.ctx.Done():
 		tc.Close()
 	}
@@ -184,7 +208,7 @@ func (l *tlsLayer) refused(from net.Addr, err error) {
 	n := l.suppressed
 	l.lastRefusal, l.suppressed = now, 0
 	l.refusedMu.Unlock()
-	l.log.Warn("refused raft connection without a valid peer certificate", "from", from.String(), "err", err, "refused_since_last_line", n)
+	l.log.Warn("refused raft connection", "from", from.String(), "err", err, "refused_since_last_line", n)
 }
 
 func (l *tlsLayer) Accept() (net.Conn, error) {
@@ -225,6 +249,10 @@ func (l *tlsLayer) Dial(ctx context.Context, addr string) (net.Conn, error) {
 	if err := tc.HandshakeContext(ctx); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("tls handshake with raft peer %s: %w", addr, err)
+	}
+	if err := l.checkDialled(addr, tc); err != nil {
+		tc.Close()
+		return nil, err
 	}
 	return tc, nil
 }

@@ -100,7 +100,7 @@ func TestTLSLayer(t *testing.T) {
 	c.Write([]byte("x"))
 	select {
 	case got := <-accepted:
-		if got.(*tls.Conn).ConnectionState().PeerCertificates[0].Subject.CommonName != "b" {
+		if got.(interface{ ConnectionState() tls.ConnectionState }).ConnectionState().PeerCertificates[0].Subject.CommonName != "b" {
 			t.Fatal("accepted connection is not b's")
 		}
 		got.Close()
