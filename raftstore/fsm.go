@@ -109,8 +109,17 @@ func (f *fsm) Apply(l *raft.Log) any {
 		if k <= 0 || n == 0 || n > math.MaxInt32 {
 			return fmt.Errorf("%w: bad allocate entry at index %d", ErrCorrupt, l.Index)
 		}
-		if f.state.Counter > math.MaxInt64-int64(n) {
-			return fmt.Errorf("%w at index %d", ErrExhausted, l.Index)
+		left := uint64(math.MaxInt64 - f.state.Counter)
+		switch {
+		case left == 0:
+			return fmt.Errorf("%w: the counter is at %d, the largest token, at index %d", ErrExhausted, f.state.Counter, l.Index)
+		case n > left && l.Data[0] == cmdReserve:
+			// The last reservation is shrunk to what remains, so that
+			// every token up to the largest can be handed out.
+			n = left
+		case n > left:
+			return fmt.Errorf("%w: %d tokens asked, %d left below the largest token %d, at index %d",
+				ErrExhausted, n, left, int64(math.MaxInt64), l.Index)
 		}
 		first := f.state.Counter + 1
 		f.state.Counter += int64(n)

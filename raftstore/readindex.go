@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -329,6 +331,14 @@ func (ri *ReadIndex) ensure(ctx context.Context, n int) (uint64, error) {
 		if ri.term != term || !ri.validLocked() {
 			ri.term, ri.ranges = term, nil
 		}
+		if ri.reserving == nil && ri.s.fsm.counter() == math.MaxInt64 &&
+			!slices.ContainsFunc(ri.ranges, func(h heldRange) bool { return h.last-h.next+1 >= int64(n) }) {
+			// Nothing more can be reserved and no range held has n
+			// tokens: the ranges stay for requests that ask for fewer.
+			ri.mu.Unlock()
+			return 0, fmt.Errorf("%w: %d tokens asked, %d left below the largest token %d",
+				ErrExhausted, n, ri.leftLocked(), int64(math.MaxInt64))
+		}
 		// Ranges too short for n are skipped: tokens have gaps, never
 		// repeats.
 		var left int64
@@ -339,7 +349,7 @@ func (ri *ReadIndex) ensure(ctx context.Context, n int) (uint64, error) {
 			left += h.last - h.next + 1
 		}
 		if len(ri.ranges) > 0 {
-			if left-int64(n) < int64(ri.size/2) && ri.reserving == nil {
+			if left-int64(n) < int64(ri.size/2) && ri.reserving == nil && ri.s.fsm.counter() < math.MaxInt64 {
 				ri.startReserveLocked(term, n)
 			}
 			ri.mu.Unlock()
@@ -362,6 +372,15 @@ func (ri *ReadIndex) ensure(ctx context.Context, n int) (uint64, error) {
 			return 0, err
 		}
 	}
+}
+
+// leftLocked is how many tokens the held ranges hold; ri.mu is held.
+func (ri *ReadIndex) leftLocked() int64 {
+	var left int64
+	for _, h := range ri.ranges {
+		left += h.last - h.next + 1
+	}
+	return left
 }
 
 // startReserveLocked commits a reservation in the background; ri.mu is held.

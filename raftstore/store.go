@@ -44,7 +44,10 @@ var (
 	// ErrCorrupt is returned by FSM.Apply for an entry it cannot decode,
 	// and by its Restore for a snapshot it must not restore.
 	ErrCorrupt = errors.New("raftstore: corrupt log entry")
-	// ErrExhausted means the int64 token space is used up.
+	// ErrExhausted means the counter cannot hand out the tokens asked:
+	// fewer remain below the largest token, 2^63-1 (math.MaxInt64). Every
+	// token up to it can be handed out, to requests that ask for no more
+	// than remain; none beyond it ever is. Not retryable.
 	ErrExhausted = errors.New("raftstore: token counter exhausted")
 	// ErrMustReplace means the data directory is empty but the cluster it
 	// was to found exists: the node lost its data, or is new, and may only
@@ -120,6 +123,13 @@ const (
 	// MaxReserveSize its largest value.
 	DefaultReserveSize = 65536
 	MaxReserveSize     = 1 << 30
+
+	// CounterCeiling is the largest value an operator raises the counter
+	// to ('fencegate token init', 'token restore') without forcing it:
+	// 2^62, which leaves the cluster 2^62 tokens, 146,000 years at a
+	// million tokens a second, before ErrExhausted. RaiseCounter itself
+	// takes any value up to math.MaxInt64.
+	CounterCeiling = 1 << 62
 	// DefaultRoundTimeout is ReadIndexConfig.RoundTimeout's default.
 	DefaultRoundTimeout = time.Second
 )

@@ -36,6 +36,11 @@ var (
 	// without a quorum. The message says what to do instead. Not
 	// retryable as it is.
 	ErrRefused = errors.New("tokenservice: refused")
+	// ErrExhausted (HTTP 409) means the counter cannot hand out the tokens
+	// asked: fewer remain below the largest token, 2^63-1. Tokens never
+	// go past it, so retrying cannot help; a request for fewer tokens may
+	// still be served while any remain.
+	ErrExhausted = errors.New("tokenservice: token counter exhausted")
 	// ErrInternal is an unexpected server-side failure.
 	ErrInternal = errors.New("tokenservice: internal error")
 	// ErrNoServers is returned by NewClient without server addresses.
@@ -65,6 +70,9 @@ const (
 	CodeUnavailable = "unavailable"
 	CodeRefused     = "refused"
 	CodeInternal    = "internal"
+	// CodeExhausted (409) answers a request the counter cannot serve
+	// without going past the largest token.
+	CodeExhausted = "exhausted"
 	// CodeUnauthenticated (401) and CodeForbidden (403) answer requests
 	// without an identity or without the role a route needs.
 	CodeUnauthenticated = "unauthenticated"
@@ -73,7 +81,7 @@ const (
 
 // APIError is an error answered by a node. It unwraps to the sentinel of its
 // code (ErrBadRequest, ErrNotLeader, ErrNoQuorum, ErrUnavailable, ErrRefused,
-// ErrUnauthenticated, ErrForbidden, ErrInternal).
+// ErrExhausted, ErrUnauthenticated, ErrForbidden, ErrInternal).
 type APIError struct {
 	Status    int    // HTTP status
 	Code      string // one of the Code constants
@@ -90,7 +98,7 @@ func (e *APIError) Unwrap() error { return codeSentinel(e.Code) }
 // Retryable reports whether the same request may succeed later.
 func (e *APIError) Retryable() bool {
 	switch e.Code {
-	case CodeBadRequest, CodeRefused, CodeUnauthenticated, CodeForbidden:
+	case CodeBadRequest, CodeRefused, CodeExhausted, CodeUnauthenticated, CodeForbidden:
 		return false
 	}
 	return true
@@ -108,6 +116,8 @@ func codeSentinel(code string) error {
 		return ErrUnavailable
 	case CodeRefused:
 		return ErrRefused
+	case CodeExhausted:
+		return ErrExhausted
 	case CodeUnauthenticated:
 		return ErrUnauthenticated
 	case CodeForbidden:

@@ -215,6 +215,8 @@ func (s *Server) classify(err error) *APIError {
 		code = CodeForbidden
 	case errors.Is(err, ErrRefused), errors.Is(err, raftstore.ErrConflict), errors.Is(err, raftstore.ErrQuorumAtRisk):
 		code = CodeRefused
+	case errors.Is(err, raftstore.ErrExhausted), errors.Is(err, ErrExhausted):
+		code = CodeExhausted
 	case errors.Is(err, raftstore.ErrNotLeader):
 		code = CodeNotLeader
 	case errors.Is(err, raftstore.ErrNoLeader), errors.Is(err, raftstore.ErrLeadershipLost), errors.Is(err, ErrNoQuorum),
@@ -254,6 +256,8 @@ func (s *Server) classify(err error) *APIError {
 		if !errors.Is(err, ErrRefused) {
 			msg = fmt.Sprintf("%v: %v", ErrRefused, err)
 		}
+	case CodeExhausted:
+		msg = fmt.Sprintf("%v: %v; no token was handed out for this request", ErrExhausted, err)
 	case CodeInternal:
 		msg = fmt.Sprintf("%v: node %s: %v", ErrInternal, s.cfg.ID, err)
 	}

@@ -95,6 +95,7 @@ type tokenRestoreOpts struct {
 	*clientOpts
 	from   string
 	margin int64
+	force  bool
 }
 
 // tokenRestoreFlags defines the flags of 'fencegate token restore'.
@@ -102,6 +103,7 @@ func tokenRestoreFlags(fs *flag.FlagSet) *tokenRestoreOpts {
 	o := &tokenRestoreOpts{clientOpts: addClientFlags(fs, 30*time.Second)}
 	fs.StringVar(&o.from, "from", "", "snapshot file written by 'fencegate token snapshot' (required; no default)")
 	fs.Int64Var(&o.margin, "margin", -1, "tokens to add to the snapshot's counter: at least as many as the lost cluster may have handed out after the snapshot was taken (required; no default)")
+	fs.BoolVar(&o.force, "force", false, "raise the counter above 2^62, closer to the largest token 2^63-1, after which the cluster hands out no more tokens (default false)")
 	return o
 }
 
@@ -125,6 +127,9 @@ func runTokenRestore(ctx context.Context, args []string, stdout, stderr io.Write
 		return usagef("--margin %d: the snapshot's counter %d plus the margin exceeds the largest token %d; give a smaller margin", o.margin, sn.Counter, int64(math.MaxInt64))
 	}
 	target := sn.Counter + o.margin
+	if err := checkCeiling(fmt.Sprintf("--margin %d on the snapshot's counter %d", o.margin, sn.Counter), target, o.force); err != nil {
+		return err
+	}
 	c, ctx, done, err := o.session(ctx)
 	if err != nil {
 		return err
