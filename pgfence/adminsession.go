@@ -36,9 +36,12 @@ import (
 //
 // On top of that the statements the package sends name functions and types
 // with their schema (pg_catalog.format, ::pg_catalog.regclass), so that a
-// statement copied elsewhere keeps its meaning. Operators are left bare: all
-// their operands are catalog columns or parameters of built-in types, which,
-// under the pinned path, only pg_catalog's operators match. The statements
+// statement copied elsewhere keeps its meaning. Operators are left bare in
+// statements that only admin transactions send: all their operands are
+// catalog columns or parameters of built-in types, which, under the pinned
+// path, only pg_catalog's operators match. The queries exported to run on
+// any session (HealthQuery, PrivilegeQuery, InventoryQuery) qualify their
+// operators too. The statements
 // of sql/schema.sql run under the same pinned path, and the functions it
 // creates pin their own.
 const adminSearchPath = "pg_catalog, pg_temp"
@@ -50,10 +53,6 @@ const adminSearchPath = "pg_catalog, pg_temp"
 // for long behind an application's open transaction: it gives up instead,
 // and the error names the sessions that held the locks.
 const RepairLockTimeout = 2 * time.Second
-
-// ErrLocked: an install, upgrade or repair gave up waiting for a lock held
-// by other sessions (RepairLockTimeout); the error names them.
-var ErrLocked = errors.New("pgfence: other sessions hold locks the installer needs")
 
 // AdminSession pins conn's search_path to pg_catalog, pg_temp for the rest
 // of the session, so that no statement sent on it afterwards resolves a
@@ -139,8 +138,10 @@ func lockInstall(ctx context.Context, tx pgx.Tx) error {
 }
 
 // lockHoldersSQL lists the other sessions that hold locks on a relation of
-// schema fencegate or on a protected table of this database: those a
-// repair waits for.
+// schema fencegate or on a protected table of this database (a table whose
+// trigger calls fencegate.check_insert() itself, found by identity as in
+// protectedRootsByIdentitySQL; not one with a trigger merely named like
+// fencegate's): those a repair waits for.
 const lockHoldersSQL = `SELECT a.pid, coalesce(a.usename::pg_catalog.text, ''), coalesce(a.application_name, ''),
 	coalesce(pg_catalog.to_char(a.xact_start, 'YYYY-MM-DD"T"HH24:MI:SSOF'), ''), coalesce(a.state, ''),
 	pg_catalog.string_agg(DISTINCT l.mode || ' on ' || l.relation::pg_catalog.regclass::pg_catalog.text, ', ')
@@ -148,7 +149,7 @@ const lockHoldersSQL = `SELECT a.pid, coalesce(a.usename::pg_catalog.text, ''), 
 	WHERE l.granted AND l.pid <> pg_catalog.pg_backend_pid()
 	  AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
 	  AND (l.relation IN (SELECT c.oid FROM pg_catalog.pg_class c WHERE c.relnamespace = pg_catalog.to_regnamespace('fencegate'))
-	    OR l.relation IN (SELECT t.tgrelid FROM pg_catalog.pg_trigger t WHERE t.tgname = 'fencegate_ins'))
+	    OR l.relation IN (SELECT t.tgrelid FROM pg_catalog.pg_trigger t WHERE t.tgfoid = ` + checkInsertOIDSQL + `))
 	GROUP BY 1, 2, 3, 4, 5 ORDER BY 4, 1`
 
 // lockTimedOut turns err, when it is a lock_timeout (SQLSTATE 55P03) of a

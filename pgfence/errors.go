@@ -29,6 +29,16 @@ var (
 	// reaches what a resource may not depend on, a negative token, ...). The
 	// wrapped *pgconn.PgError carries the database's message and hint.
 	ErrBadInput = errors.New("pgfence: refused")
+	// ErrLocked: an install, upgrade, repair or require-signed gave up
+	// waiting for a lock held by other sessions (RepairLockTimeout), so as
+	// not to hold up every fence queued behind its request; the error
+	// names the sessions holding the locks. Nothing was changed.
+	ErrLocked = errors.New("pgfence: other sessions hold locks the installer needs")
+	// ErrUnexpectedObjects: schema fencegate or one of its tables holds
+	// objects fencegate did not create that Install cannot remove safely
+	// (a planted signing_keys holding data, an expected column of another
+	// type, ...); the error names them.
+	ErrUnexpectedObjects = errors.New("pgfence: schema fencegate holds objects that fencegate did not create")
 )
 
 // classify wraps err, an error from the database, with the sentinel that

@@ -3,6 +3,7 @@ package pgfence
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -37,8 +38,23 @@ type ProtectedTable struct {
 
 // Inspect reports the state of schema fencegate without changing anything.
 // It reads the system catalogs only (and counts the marks when it may), so
-// any role can run it.
+// any role can run it. It runs in a transaction of its own under the
+// pinned search_path (see adminSearchPath), so no name it uses resolves to
+// an application's function, operator or type, whatever the session's path.
 func Inspect(ctx context.Context, conn *pgx.Conn) (*Status, error) {
+	var st *Status
+	err := adminTx(ctx, conn, func(tx pgx.Tx) error {
+		var err error
+		st, err = inspect(ctx, tx)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+func inspect(ctx context.Context, conn pgx.Tx) (*Status, error) {
 	st := &Status{Marks: -1}
 	var owner, versionBody *string
 	var hasV1, hasMarks bool
@@ -91,7 +107,7 @@ func Inspect(ctx context.Context, conn *pgx.Conn) (*Status, error) {
 			st.Warnings = append(st.Warnings, fmt.Sprintf("protected table %s is owned by role %s, which can log in: the owner can drop or disable its checks; give it to a role that cannot log in", t.Table, t.Owner))
 		}
 		if !t.StatementChecks {
-			st.Warnings = append(st.Warnings, fmt.Sprintf("partition %s was added after %s was protected: it is checked row by row; run fencegate protect %s again (or install the DDL guard) to give it statement-level checks", t.Table, t.Root, t.Root))
+			st.Warnings = append(st.Warnings, fmt.Sprintf("partition %s was added after %s was protected: it is checked row by row; to give it statement-level checks, install the DDL guard or run: fencegate protect %s --resource %s --db DSN", t.Table, t.Root, shellQuote(t.Root), shellQuote(orExpr(t.Resource))))
 		}
 	}
 	if !st.Installed {
@@ -112,12 +128,10 @@ func Inspect(ctx context.Context, conn *pgx.Conn) (*Status, error) {
 	if st.AppRoles, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
 		return nil, fmt.Errorf("inspect fencegate schema: %w", classify(err))
 	}
-	var prepared int
-	if err := conn.QueryRow(ctx, `SELECT pg_catalog.current_setting('max_prepared_transactions')::pg_catalog.int4`).Scan(&prepared); err != nil {
-		return nil, fmt.Errorf("inspect fencegate schema: %w", classify(err))
-	}
-	if prepared > 0 {
-		st.Warnings = append(st.Warnings, fmt.Sprintf("max_prepared_transactions is %d: a fence taken in a transaction that is then PREPAREd keeps its resource's mark locked across disconnects and restarts until the transaction is committed or rolled back by hand; set it to 0 unless two-phase commit is needed", prepared))
+	if w, err := preparedWarning(ctx, conn); err != nil {
+		return nil, fmt.Errorf("inspect fencegate schema: %w", err)
+	} else if w != "" {
+		st.Warnings = append(st.Warnings, w)
 	}
 	var canRead bool
 	if err := conn.QueryRow(ctx, `SELECT to_regclass('fencegate.marks') IS NOT NULL AND has_table_privilege('fencegate.marks', 'SELECT')`).Scan(&canRead); err != nil {
@@ -184,6 +198,31 @@ const markHoldersSQL = `WITH h AS (
 SELECT h.prepared, h.pid, h.gid, h.role, h.app, h.client, h.state, h.since
 FROM h ORDER BY h.prepared DESC, h.since, h.pid, h.gid`
 
+// PreparedWarning returns the warning Inspect gives when the server allows
+// prepared transactions (max_prepared_transactions > 0), "" when it does
+// not: a fence taken in a transaction that is then PREPAREd keeps its mark
+// locked until an administrator ends it (see MarkHolders).
+func PreparedWarning(ctx context.Context, conn *pgx.Conn) (string, error) {
+	var w string
+	err := adminTx(ctx, conn, func(tx pgx.Tx) error {
+		var err error
+		w, err = preparedWarning(ctx, tx)
+		return err
+	})
+	return w, err
+}
+
+func preparedWarning(ctx context.Context, tx pgx.Tx) (string, error) {
+	var prepared int
+	if err := tx.QueryRow(ctx, `SELECT pg_catalog.current_setting('max_prepared_transactions')::pg_catalog.int4`).Scan(&prepared); err != nil {
+		return "", fmt.Errorf("read max_prepared_transactions: %w", classify(err))
+	}
+	if prepared == 0 {
+		return "", nil
+	}
+	return fmt.Sprintf("max_prepared_transactions is %d: a fence taken in a transaction that is then PREPAREd keeps its resource's mark locked across disconnects and restarts until the transaction is committed or rolled back by hand; set it to 0 unless two-phase commit is needed", prepared), nil
+}
+
 // MarkHolders lists the transactions that hold fencegate.marks locked
 // (see MarkHolder), oldest first, prepared transactions before sessions.
 // It reads catalog views only; another role's session details need a
@@ -214,4 +253,18 @@ func MarkHolders(ctx context.Context, conn *pgx.Conn) ([]MarkHolder, error) {
 		return nil, fmt.Errorf("list mark holders: %w", classify(err))
 	}
 	return hs, nil
+}
+
+// shellQuote quotes s as one word for a POSIX shell (see shq): a command a
+// message names gets pasted into a shell, and a table's name is the
+// application's choice.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func orExpr(expr string) string {
+	if expr == "" {
+		return "EXPR"
+	}
+	return expr
 }

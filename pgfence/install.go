@@ -171,6 +171,9 @@ func (in *installer) run(ctx context.Context) error {
 		return fmt.Errorf("install fencegate schema: %w", err)
 	}
 	in.rep.Actions = append(in.rep.Actions, planted...)
+	if err := refuseUnexpectedRelations(ctx, in.tx); err != nil {
+		return fmt.Errorf("install fencegate schema: %w", err)
+	}
 	if err := in.ensureSchema(ctx); err != nil {
 		return err
 	}
@@ -731,8 +734,12 @@ func (in *installer) summarize(ctx context.Context) error {
 // statement-level INSERT check whose parent (if any) has none.
 const protectedRootsSQL = protectedRootsByIdentitySQL
 
-// ownerWarningsSQL names each protected table whose owner can log in.
+// ownerWarningsSQL names each protected table (a permanent table whose
+// trigger calls fencegate.check_insert() itself, by identity as in
+// protectedRootsByIdentitySQL: partitions carry a clone) whose owner can
+// log in. A table with a trigger merely named fencegate_ins is not one.
 const ownerWarningsSQL = `SELECT pg_catalog.format('protected table %s is owned by role %s, which can log in: the owner can drop or disable its checks; give it to a role that cannot log in', c.oid::pg_catalog.regclass, r.rolname)
 	FROM pg_catalog.pg_class c JOIN pg_catalog.pg_roles r ON r.oid = c.relowner
-	WHERE r.rolcanlogin AND EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t WHERE t.tgrelid = c.oid AND t.tgname = 'fencegate_ins')
+	WHERE r.rolcanlogin AND c.relpersistence <> 't'
+	  AND EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t WHERE t.tgrelid = c.oid AND t.tgfoid = ` + checkInsertOIDSQL + `)
 	ORDER BY 1`

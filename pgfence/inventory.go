@@ -2,7 +2,6 @@ package pgfence
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -35,11 +34,6 @@ import (
 // item can print differently and is then reported (a false alarm, never a
 // miss).
 
-// ErrUnexpectedObjects: schema fencegate or one of its tables holds objects
-// fencegate did not create that Install cannot remove safely; the error
-// names them.
-var ErrUnexpectedObjects = errors.New("pgfence: schema fencegate holds objects that fencegate did not create")
-
 // InventoryQuery lists every object in schema fencegate and on its
 // relations, one row (kind, rel, name, def) each: functions and relations
 // of the schema are left to HealthQuery's own checks; other objects of the
@@ -50,111 +44,111 @@ var ErrUnexpectedObjects = errors.New("pgfence: schema fencegate holds objects t
 // every dependency of those on an object outside schema fencegate that is
 // not built in. It reads the system catalogs only, as any role.
 const InventoryQuery = `WITH fg AS (
-	SELECT n.oid, n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = 'fencegate'),
+	SELECT n.oid, n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname OPERATOR(pg_catalog.=) 'fencegate'),
 ` + inventoryCTE + `
-SELECT kind, rel, name, def FROM inv ORDER BY kind COLLATE "C", rel COLLATE "C", name COLLATE "C", def COLLATE "C"`
+SELECT kind, rel, name, def FROM inv ORDER BY kind COLLATE pg_catalog."C", rel COLLATE pg_catalog."C", name COLLATE pg_catalog."C", def COLLATE pg_catalog."C"`
 
 // inventoryCTE defines inv(kind, rel, name, def, fix, restorable) from the
 // CTE fg (the oid of schema fencegate). fix is the statement that removes
 // an unexpected item, NULL where no statement can do it safely.
 const inventoryCTE = `known AS (
 	SELECT c.oid, c.relkind, pg_catalog.format('%I.%I', 'fencegate', c.relname) AS rel
-	FROM pg_catalog.pg_class c JOIN fg ON c.relnamespace = fg.oid
-	WHERE c.relname IN (SELECT e.name FROM (VALUES ` + inventoryExpected + `) e(kind, rel, name, def) WHERE e.kind = 'relation')),
+	FROM pg_catalog.pg_class c JOIN fg ON c.relnamespace OPERATOR(pg_catalog.=) fg.oid
+	WHERE c.relname OPERATOR(pg_catalog.=) ANY (SELECT e.name FROM (VALUES ` + inventoryExpected + `) e(kind, rel, name, def) WHERE e.kind OPERATOR(pg_catalog.=) 'relation')),
 attached(classid, objid, rel) AS (
-	SELECT 'pg_catalog.pg_attrdef'::pg_catalog.regclass, d.oid, k.rel FROM pg_catalog.pg_attrdef d JOIN known k ON k.oid = d.adrelid
-	UNION ALL SELECT 'pg_catalog.pg_constraint'::pg_catalog.regclass, c.oid, k.rel FROM pg_catalog.pg_constraint c JOIN known k ON k.oid = c.conrelid
-	UNION ALL SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, i.indexrelid, k.rel FROM pg_catalog.pg_index i JOIN known k ON k.oid = i.indrelid
+	SELECT 'pg_catalog.pg_attrdef'::pg_catalog.regclass, d.oid, k.rel FROM pg_catalog.pg_attrdef d JOIN known k ON k.oid OPERATOR(pg_catalog.=) d.adrelid
+	UNION ALL SELECT 'pg_catalog.pg_constraint'::pg_catalog.regclass, c.oid, k.rel FROM pg_catalog.pg_constraint c JOIN known k ON k.oid OPERATOR(pg_catalog.=) c.conrelid
+	UNION ALL SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, i.indexrelid, k.rel FROM pg_catalog.pg_index i JOIN known k ON k.oid OPERATOR(pg_catalog.=) i.indrelid
 	UNION ALL SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, k.oid, k.rel FROM known k
-	UNION ALL SELECT 'pg_catalog.pg_statistic_ext'::pg_catalog.regclass, s.oid, k.rel FROM pg_catalog.pg_statistic_ext s JOIN known k ON k.oid = s.stxrelid
-	UNION ALL SELECT 'pg_catalog.pg_trigger'::pg_catalog.regclass, t.oid, k.rel FROM pg_catalog.pg_trigger t JOIN known k ON k.oid = t.tgrelid
-	UNION ALL SELECT 'pg_catalog.pg_rewrite'::pg_catalog.regclass, r.oid, k.rel FROM pg_catalog.pg_rewrite r JOIN known k ON k.oid = r.ev_class
-	UNION ALL SELECT 'pg_catalog.pg_policy'::pg_catalog.regclass, p.oid, k.rel FROM pg_catalog.pg_policy p JOIN known k ON k.oid = p.polrelid),
+	UNION ALL SELECT 'pg_catalog.pg_statistic_ext'::pg_catalog.regclass, s.oid, k.rel FROM pg_catalog.pg_statistic_ext s JOIN known k ON k.oid OPERATOR(pg_catalog.=) s.stxrelid
+	UNION ALL SELECT 'pg_catalog.pg_trigger'::pg_catalog.regclass, t.oid, k.rel FROM pg_catalog.pg_trigger t JOIN known k ON k.oid OPERATOR(pg_catalog.=) t.tgrelid
+	UNION ALL SELECT 'pg_catalog.pg_rewrite'::pg_catalog.regclass, r.oid, k.rel FROM pg_catalog.pg_rewrite r JOIN known k ON k.oid OPERATOR(pg_catalog.=) r.ev_class
+	UNION ALL SELECT 'pg_catalog.pg_policy'::pg_catalog.regclass, p.oid, k.rel FROM pg_catalog.pg_policy p JOIN known k ON k.oid OPERATOR(pg_catalog.=) p.polrelid),
 inv(kind, rel, name, def, fix) AS (
 	SELECT 'relation', '', pg_catalog.format('%I', c.relname),
-	       CASE c.relkind WHEN 'r' THEN 'table' WHEN 'v' THEN 'view' WHEN 'S' THEN 'sequence' WHEN 'i' THEN 'index' WHEN 'p' THEN 'partitioned table'
-	                      WHEN 'm' THEN 'materialized view' WHEN 'f' THEN 'foreign table' WHEN 'c' THEN 'composite type' ELSE c.relkind::pg_catalog.text END,
+	       CASE WHEN c.relkind OPERATOR(pg_catalog.=) 'r' THEN 'table' WHEN c.relkind OPERATOR(pg_catalog.=) 'v' THEN 'view' WHEN c.relkind OPERATOR(pg_catalog.=) 'S' THEN 'sequence' WHEN c.relkind OPERATOR(pg_catalog.=) 'i' THEN 'index' WHEN c.relkind OPERATOR(pg_catalog.=) 'p' THEN 'partitioned table'
+	                      WHEN c.relkind OPERATOR(pg_catalog.=) 'm' THEN 'materialized view' WHEN c.relkind OPERATOR(pg_catalog.=) 'f' THEN 'foreign table' WHEN c.relkind OPERATOR(pg_catalog.=) 'c' THEN 'composite type' ELSE c.relkind::pg_catalog.text END,
 	       NULL::pg_catalog.text
-	FROM pg_catalog.pg_class c JOIN fg ON c.relnamespace = fg.oid
-	WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
+	FROM pg_catalog.pg_class c JOIN fg ON c.relnamespace OPERATOR(pg_catalog.=) fg.oid
+	WHERE c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p', 'v', 'm', 'f', 'S'])
 UNION ALL
 	SELECT 'object', '', pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid), '',
-	       CASE WHEN i.type IN ('type', 'domain', 'operator', 'operator class', 'operator family', 'collation', 'conversion', 'statistics object',
-	                            'text search configuration', 'text search dictionary', 'text search parser', 'text search template', 'aggregate')
+	       CASE WHEN i.type OPERATOR(pg_catalog.=) ANY (ARRAY['type', 'domain', 'operator', 'operator class', 'operator family', 'collation', 'conversion', 'statistics object',
+	                            'text search configuration', 'text search dictionary', 'text search parser', 'text search template', 'aggregate'])
 	            THEN pg_catalog.format('DROP %s %s', pg_catalog.upper(i.type), i.identity) END
-	FROM fg JOIN pg_catalog.pg_depend d ON d.refclassid = 'pg_catalog.pg_namespace'::pg_catalog.regclass AND d.refobjid = fg.oid
+	FROM fg JOIN pg_catalog.pg_depend d ON d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_namespace'::pg_catalog.regclass AND d.refobjid OPERATOR(pg_catalog.=) fg.oid
 	CROSS JOIN LATERAL pg_catalog.pg_identify_object(d.classid, d.objid, d.objsubid) i
-	WHERE d.classid NOT IN ('pg_catalog.pg_proc'::pg_catalog.regclass, 'pg_catalog.pg_class'::pg_catalog.regclass, 'pg_catalog.pg_default_acl'::pg_catalog.regclass)
+	WHERE d.classid OPERATOR(pg_catalog.<>) ALL (ARRAY['pg_catalog.pg_proc'::pg_catalog.regclass, 'pg_catalog.pg_class'::pg_catalog.regclass, 'pg_catalog.pg_default_acl'::pg_catalog.regclass])
 UNION ALL
 	SELECT 'object', '', pg_catalog.pg_describe_object('pg_catalog.pg_default_acl'::pg_catalog.regclass, a.oid, 0), '',
 	       (SELECT pg_catalog.string_agg(pg_catalog.format('ALTER DEFAULT PRIVILEGES FOR ROLE %I IN SCHEMA fencegate REVOKE ALL ON %s FROM %s',
 	                   a.defaclrole::pg_catalog.regrole::pg_catalog.text,
-	                   CASE a.defaclobjtype WHEN 'r' THEN 'TABLES' WHEN 'S' THEN 'SEQUENCES' WHEN 'f' THEN 'FUNCTIONS' WHEN 'T' THEN 'TYPES' ELSE 'SCHEMAS' END,
-	                   CASE WHEN x.grantee = 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(x.grantee::pg_catalog.regrole::pg_catalog.text) END), '; ')
+	                   CASE WHEN a.defaclobjtype OPERATOR(pg_catalog.=) 'r' THEN 'TABLES' WHEN a.defaclobjtype OPERATOR(pg_catalog.=) 'S' THEN 'SEQUENCES' WHEN a.defaclobjtype OPERATOR(pg_catalog.=) 'f' THEN 'FUNCTIONS' WHEN a.defaclobjtype OPERATOR(pg_catalog.=) 'T' THEN 'TYPES' ELSE 'SCHEMAS' END,
+	                   CASE WHEN x.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(x.grantee::pg_catalog.regrole::pg_catalog.text) END), '; ')
 	        FROM pg_catalog.aclexplode(a.defaclacl) x)
-	FROM fg JOIN pg_catalog.pg_default_acl a ON a.defaclnamespace = fg.oid
-	WHERE a.defaclrole = fg.nspowner
+	FROM fg JOIN pg_catalog.pg_default_acl a ON a.defaclnamespace OPERATOR(pg_catalog.=) fg.oid
+	WHERE a.defaclrole OPERATOR(pg_catalog.=) fg.nspowner
 UNION ALL
 	SELECT 'column', k.rel, pg_catalog.format('%I', a.attname),
 	       pg_catalog.format_type(a.atttypid, a.atttypmod)
-	       || CASE WHEN a.attcollation <> t.typcollation THEN ' COLLATE ' || a.attcollation::pg_catalog.regcollation::pg_catalog.text ELSE '' END
-	       || CASE WHEN a.attnotnull THEN ' NOT NULL' ELSE '' END
-	       || CASE a.attidentity WHEN 'a' THEN ' GENERATED ALWAYS AS IDENTITY' WHEN 'd' THEN ' GENERATED BY DEFAULT AS IDENTITY' ELSE '' END
-	       || CASE WHEN a.attgenerated = 's' THEN ' GENERATED STORED' ELSE '' END,
+	       OPERATOR(pg_catalog.||) CASE WHEN a.attcollation OPERATOR(pg_catalog.<>) t.typcollation THEN ' COLLATE ' OPERATOR(pg_catalog.||) a.attcollation::pg_catalog.regcollation::pg_catalog.text ELSE '' END
+	       OPERATOR(pg_catalog.||) CASE WHEN a.attnotnull THEN ' NOT NULL' ELSE '' END
+	       OPERATOR(pg_catalog.||) CASE WHEN a.attidentity OPERATOR(pg_catalog.=) 'a' THEN ' GENERATED ALWAYS AS IDENTITY' WHEN a.attidentity OPERATOR(pg_catalog.=) 'd' THEN ' GENERATED BY DEFAULT AS IDENTITY' ELSE '' END
+	       OPERATOR(pg_catalog.||) CASE WHEN a.attgenerated OPERATOR(pg_catalog.=) 's' THEN ' GENERATED STORED' ELSE '' END,
 	       pg_catalog.format('ALTER TABLE %s DROP COLUMN %I', k.rel, a.attname)
-	FROM known k JOIN pg_catalog.pg_attribute a ON a.attrelid = k.oid AND a.attnum > 0 AND NOT a.attisdropped
-	JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
-	WHERE k.relkind IN ('r', 'p')
+	FROM known k JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) k.oid AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped
+	JOIN pg_catalog.pg_type t ON t.oid OPERATOR(pg_catalog.=) a.atttypid
+	WHERE k.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p'])
 UNION ALL
 	SELECT 'default', k.rel, pg_catalog.format('%I', a.attname), pg_catalog.pg_get_expr(d.adbin, d.adrelid),
-	       CASE WHEN a.attgenerated = '' THEN pg_catalog.format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', k.rel, a.attname) END
-	FROM known k JOIN pg_catalog.pg_attrdef d ON d.adrelid = k.oid
-	JOIN pg_catalog.pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+	       CASE WHEN a.attgenerated OPERATOR(pg_catalog.=) '' THEN pg_catalog.format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', k.rel, a.attname) END
+	FROM known k JOIN pg_catalog.pg_attrdef d ON d.adrelid OPERATOR(pg_catalog.=) k.oid
+	JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) d.adrelid AND a.attnum OPERATOR(pg_catalog.=) d.adnum
 UNION ALL
 	SELECT 'constraint', k.rel, pg_catalog.format('%I', c.conname), pg_catalog.pg_get_constraintdef(c.oid),
 	       pg_catalog.format('ALTER TABLE %s DROP CONSTRAINT %I', k.rel, c.conname)
-	FROM known k JOIN pg_catalog.pg_constraint c ON c.conrelid = k.oid
+	FROM known k JOIN pg_catalog.pg_constraint c ON c.conrelid OPERATOR(pg_catalog.=) k.oid
 UNION ALL
 	SELECT 'referencing constraint', k.rel, pg_catalog.format('%s.%I', c.conrelid::pg_catalog.regclass, c.conname), pg_catalog.pg_get_constraintdef(c.oid),
 	       pg_catalog.format('ALTER TABLE %s DROP CONSTRAINT %I', c.conrelid::pg_catalog.regclass, c.conname)
-	FROM known k JOIN pg_catalog.pg_constraint c ON c.confrelid = k.oid AND c.conrelid <> k.oid
+	FROM known k JOIN pg_catalog.pg_constraint c ON c.confrelid OPERATOR(pg_catalog.=) k.oid AND c.conrelid OPERATOR(pg_catalog.<>) k.oid
 UNION ALL
 	SELECT 'index', k.rel, pg_catalog.format('%I', x.relname), pg_catalog.pg_get_indexdef(i.indexrelid),
 	       pg_catalog.format('DROP INDEX %I.%I', 'fencegate', x.relname)
-	FROM known k JOIN pg_catalog.pg_index i ON i.indrelid = k.oid JOIN pg_catalog.pg_class x ON x.oid = i.indexrelid
-	WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint c WHERE c.conindid = i.indexrelid AND c.conrelid = k.oid)
+	FROM known k JOIN pg_catalog.pg_index i ON i.indrelid OPERATOR(pg_catalog.=) k.oid JOIN pg_catalog.pg_class x ON x.oid OPERATOR(pg_catalog.=) i.indexrelid
+	WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint c WHERE c.conindid OPERATOR(pg_catalog.=) i.indexrelid AND c.conrelid OPERATOR(pg_catalog.=) k.oid)
 UNION ALL
 	SELECT 'statistics', k.rel, pg_catalog.format('%I.%I', n.nspname, s.stxname), '',
 	       pg_catalog.format('DROP STATISTICS %I.%I', n.nspname, s.stxname)
-	FROM known k JOIN pg_catalog.pg_statistic_ext s ON s.stxrelid = k.oid JOIN pg_catalog.pg_namespace n ON n.oid = s.stxnamespace
+	FROM known k JOIN pg_catalog.pg_statistic_ext s ON s.stxrelid OPERATOR(pg_catalog.=) k.oid JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) s.stxnamespace
 UNION ALL
 	SELECT 'trigger', k.rel, pg_catalog.format('%I', t.tgname), pg_catalog.pg_get_triggerdef(t.oid),
 	       pg_catalog.format('DROP TRIGGER %I ON %s', t.tgname, k.rel)
-	FROM known k JOIN pg_catalog.pg_trigger t ON t.tgrelid = k.oid
-	WHERE NOT (t.tgisinternal AND t.tgconstraint <> 0)
+	FROM known k JOIN pg_catalog.pg_trigger t ON t.tgrelid OPERATOR(pg_catalog.=) k.oid
+	WHERE NOT (t.tgisinternal AND t.tgconstraint OPERATOR(pg_catalog.<>) 0)
 UNION ALL
 	SELECT 'rule', k.rel, pg_catalog.format('%I', r.rulename), pg_catalog.pg_get_ruledef(r.oid),
 	       pg_catalog.format('DROP RULE %I ON %s', r.rulename, k.rel)
-	FROM known k JOIN pg_catalog.pg_rewrite r ON r.ev_class = k.oid
-	WHERE NOT (k.relkind = 'v' AND r.rulename = '_RETURN')
+	FROM known k JOIN pg_catalog.pg_rewrite r ON r.ev_class OPERATOR(pg_catalog.=) k.oid
+	WHERE NOT (k.relkind OPERATOR(pg_catalog.=) 'v' AND r.rulename OPERATOR(pg_catalog.=) '_RETURN')
 UNION ALL
 	SELECT 'policy', k.rel, pg_catalog.format('%I', p.polname), '',
 	       pg_catalog.format('DROP POLICY %I ON %s', p.polname, k.rel)
-	FROM known k JOIN pg_catalog.pg_policy p ON p.polrelid = k.oid
+	FROM known k JOIN pg_catalog.pg_policy p ON p.polrelid OPERATOR(pg_catalog.=) k.oid
 UNION ALL
 	SELECT 'column grant', k.rel, pg_catalog.format('%I', a.attname),
-	       x.privilege_type || ' to ' || CASE WHEN x.grantee = 0 THEN 'PUBLIC' ELSE x.grantee::pg_catalog.regrole::pg_catalog.text END,
+	       x.privilege_type OPERATOR(pg_catalog.||) ' to ' OPERATOR(pg_catalog.||) CASE WHEN x.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC' ELSE x.grantee::pg_catalog.regrole::pg_catalog.text END,
 	       pg_catalog.format('REVOKE ALL (%I) ON %s FROM %s', a.attname, k.rel,
-	                         CASE WHEN x.grantee = 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(x.grantee::pg_catalog.regrole::pg_catalog.text) END)
-	FROM known k JOIN pg_catalog.pg_attribute a ON a.attrelid = k.oid AND a.attacl IS NOT NULL AND NOT a.attisdropped
+	                         CASE WHEN x.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(x.grantee::pg_catalog.regrole::pg_catalog.text) END)
+	FROM known k JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) k.oid AND a.attacl IS NOT NULL AND NOT a.attisdropped
 	CROSS JOIN LATERAL pg_catalog.aclexplode(a.attacl) x
 UNION ALL
 	SELECT 'dependency', a.rel, pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid), pg_catalog.pg_describe_object(d.refclassid, d.refobjid, d.refobjsubid), NULL
-	FROM attached a JOIN pg_catalog.pg_depend d ON d.classid = a.classid AND d.objid = a.objid
+	FROM attached a JOIN pg_catalog.pg_depend d ON d.classid OPERATOR(pg_catalog.=) a.classid AND d.objid OPERATOR(pg_catalog.=) a.objid
 	CROSS JOIN LATERAL pg_catalog.pg_identify_object(d.refclassid, d.refobjid, 0) r
-	WHERE r.schema IS DISTINCT FROM 'fencegate' AND r.schema IS DISTINCT FROM 'pg_toast'
-	  AND NOT (d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.refobjid IN (SELECT oid FROM known))
-	  AND d.refclassid <> 'pg_catalog.pg_namespace'::pg_catalog.regclass
+	WHERE coalesce(r.schema OPERATOR(pg_catalog.<>) 'fencegate', true) AND coalesce(r.schema OPERATOR(pg_catalog.<>) 'pg_toast', true)
+	  AND NOT (d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass AND d.refobjid OPERATOR(pg_catalog.=) ANY (SELECT oid FROM known))
+	  AND d.refclassid OPERATOR(pg_catalog.<>) 'pg_catalog.pg_namespace'::pg_catalog.regclass
 )`
 
 // inventoryProblemsCTE defines inventory_problems(problem, fix, missing)
@@ -163,25 +157,25 @@ UNION ALL
 const inventoryProblemsCTE = `expected(kind, rel, name, def) AS (VALUES ` + inventoryExpected + `),
 inventory_items(kind, item, fix, restore, unexpected) AS (
 	SELECT i.kind,
-	       pg_catalog.format('%s %s%s%s', i.kind, i.name, CASE WHEN i.rel <> '' THEN ' on ' || i.rel ELSE '' END, CASE WHEN i.def <> '' THEN ' (' || i.def || ')' ELSE '' END),
-	       CASE WHEN NOT (i.kind = 'column' AND EXISTS (SELECT 1 FROM expected e WHERE e.kind = 'column' AND e.rel = i.rel AND e.name = i.name)) THEN i.fix END,
+	       pg_catalog.format('%s %s%s%s', i.kind, i.name, CASE WHEN i.rel OPERATOR(pg_catalog.<>) '' THEN ' on ' OPERATOR(pg_catalog.||) i.rel ELSE '' END, CASE WHEN i.def OPERATOR(pg_catalog.<>) '' THEN ' (' OPERATOR(pg_catalog.||) i.def OPERATOR(pg_catalog.||) ')' ELSE '' END),
+	       CASE WHEN NOT (i.kind OPERATOR(pg_catalog.=) 'column' AND EXISTS (SELECT 1 FROM expected e WHERE e.kind OPERATOR(pg_catalog.=) 'column' AND e.rel OPERATOR(pg_catalog.=) i.rel AND e.name OPERATOR(pg_catalog.=) i.name)) THEN i.fix END,
 	       NULL::pg_catalog.text, true
 	FROM inv i
-	WHERE i.kind <> 'relation' AND NOT EXISTS (SELECT 1 FROM expected e WHERE e.kind = i.kind AND e.rel = i.rel AND e.name = i.name AND e.def = i.def)
+	WHERE i.kind OPERATOR(pg_catalog.<>) 'relation' AND NOT EXISTS (SELECT 1 FROM expected e WHERE e.kind OPERATOR(pg_catalog.=) i.kind AND e.rel OPERATOR(pg_catalog.=) i.rel AND e.name OPERATOR(pg_catalog.=) i.name AND e.def OPERATOR(pg_catalog.=) i.def)
 UNION ALL
 	SELECT e.kind, pg_catalog.format('%s %s on %s (%s)', e.kind, e.name, e.rel, e.def), NULL,
-	       CASE e.kind WHEN 'constraint' THEN pg_catalog.format('ALTER TABLE %s ADD CONSTRAINT %s %s', e.rel, e.name, e.def)
-	                   WHEN 'default' THEN pg_catalog.format('ALTER TABLE %s ALTER COLUMN %s SET DEFAULT %s', e.rel, e.name, e.def)
-	                   WHEN 'index' THEN e.def END,
+	       CASE WHEN e.kind OPERATOR(pg_catalog.=) 'constraint' THEN pg_catalog.format('ALTER TABLE %s ADD CONSTRAINT %s %s', e.rel, e.name, e.def)
+	                   WHEN e.kind OPERATOR(pg_catalog.=) 'default' THEN pg_catalog.format('ALTER TABLE %s ALTER COLUMN %s SET DEFAULT %s', e.rel, e.name, e.def)
+	                   WHEN e.kind OPERATOR(pg_catalog.=) 'index' THEN e.def END,
 	       false
 	FROM expected e
-	WHERE e.kind <> 'relation'
-	  AND EXISTS (SELECT 1 FROM known k WHERE k.rel = e.rel)
-	  AND NOT EXISTS (SELECT 1 FROM inv i WHERE e.kind = i.kind AND e.rel = i.rel AND e.name = i.name AND e.def = i.def)),
+	WHERE e.kind OPERATOR(pg_catalog.<>) 'relation'
+	  AND EXISTS (SELECT 1 FROM known k WHERE k.rel OPERATOR(pg_catalog.=) e.rel)
+	  AND NOT EXISTS (SELECT 1 FROM inv i WHERE e.kind OPERATOR(pg_catalog.=) i.kind AND e.rel OPERATOR(pg_catalog.=) i.rel AND e.name OPERATOR(pg_catalog.=) i.name AND e.def OPERATOR(pg_catalog.=) i.def)),
 inventory_problems(problem, kind) AS (
 	SELECT CASE WHEN p.unexpected
 	            THEN pg_catalog.format('%s was not created by fencegate: run "fencegate schema upgrade --db DSN", which %s', p.item,
-	                 CASE WHEN p.kind = 'dependency' THEN 'removes it with the object' WHEN p.fix IS NULL THEN 'refuses until an administrator removes it' ELSE 'removes it' END)
+	                 CASE WHEN p.kind OPERATOR(pg_catalog.=) 'dependency' THEN 'removes it with the object' WHEN p.fix IS NULL THEN 'refuses until an administrator removes it' ELSE 'removes it' END)
 	            ELSE pg_catalog.format('%s is missing: run "fencegate schema upgrade --db DSN"%s', p.item,
 	                 CASE WHEN p.restore IS NULL THEN ', which refuses until an administrator restores it' ELSE '' END) END,
 	       p.kind
@@ -194,14 +188,14 @@ inventory_problems(problem, kind) AS (
 // last) and then those that restore missing ones, with the line to report;
 // and the items it cannot fix (refuse).
 const inventoryFixesQuery = `WITH fg AS (
-	SELECT n.oid, n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = 'fencegate'),
+	SELECT n.oid, n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname OPERATOR(pg_catalog.=) 'fencegate'),
 ` + inventoryCTE + `,
 ` + inventoryProblemsCTE + `
-SELECT CASE WHEN p.fix IS NOT NULL THEN 'removed ' || p.item WHEN p.restore IS NOT NULL THEN 'restored ' || p.item ELSE p.item END,
-       coalesce(p.fix, p.restore), p.fix IS NULL AND p.restore IS NULL AND p.kind <> 'dependency', p.fix IS NOT NULL
+SELECT CASE WHEN p.fix IS NOT NULL THEN 'removed ' OPERATOR(pg_catalog.||) p.item WHEN p.restore IS NOT NULL THEN 'restored ' OPERATOR(pg_catalog.||) p.item ELSE p.item END,
+       coalesce(p.fix, p.restore), p.fix IS NULL AND p.restore IS NULL AND p.kind OPERATOR(pg_catalog.<>) 'dependency', p.fix IS NOT NULL
 FROM inventory_items p
-ORDER BY p.restore IS NOT NULL, p.kind <> 'referencing constraint', p.kind NOT IN ('trigger', 'rule', 'policy'),
-         p.kind = 'column', p.kind = 'index', p.item COLLATE "C"`
+ORDER BY p.restore IS NOT NULL, p.kind OPERATOR(pg_catalog.<>) 'referencing constraint', p.kind OPERATOR(pg_catalog.<>) ALL (ARRAY['trigger', 'rule', 'policy']),
+         p.kind OPERATOR(pg_catalog.=) 'column', p.kind OPERATOR(pg_catalog.=) 'index', p.item COLLATE pg_catalog."C"`
 
 // inventoryFix is one row of inventoryFixesQuery.
 type inventoryFix struct {
@@ -303,6 +297,45 @@ func removeUnexpected(ctx context.Context, tx pgx.Tx) ([]string, error) {
 	return nil, fmt.Errorf("%w: they remain after three rounds of removal", ErrUnexpectedObjects)
 }
 
+// unexpectedRelationsSQL lists the relations of schema fencegate (tables,
+// views, sequences, ...; indexes and composite types are in the inventory)
+// that sql/schema.sql does not create, with their kind and owner.
+const unexpectedRelationsSQL = `SELECT CASE c.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'partitioned table' WHEN 'v' THEN 'view'
+	       WHEN 'm' THEN 'materialized view' WHEN 'f' THEN 'foreign table' ELSE 'sequence' END,
+	c.oid::pg_catalog.regclass::pg_catalog.text, c.relowner::pg_catalog.regrole::pg_catalog.text
+	FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+	WHERE n.nspname = 'fencegate' AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
+	  AND pg_catalog.quote_ident(c.relname) NOT IN (SELECT e.name FROM (VALUES ` + inventoryExpected + `) e(kind, rel, name, def) WHERE e.kind = 'relation')
+	ORDER BY 2`
+
+// refuseUnexpectedRelations fails with ErrUnexpectedObjects naming every
+// relation of schema fencegate that sql/schema.sql does not create. Install
+// hands the schema's relations to the owner role; a table the application
+// made there (when it owned the schema, in version 1, or held CREATE on it)
+// would become the owner role's, and code attached to it (an expression
+// index, which ANALYZE and autovacuum run as the table's owner) would then
+// run as the owner role. Nor is it dropped: it may hold the application's
+// data. An administrator looks at it and drops it or moves it out of the
+// schema (ALTER TABLE ... SET SCHEMA).
+func refuseUnexpectedRelations(ctx context.Context, tx pgx.Tx) error {
+	rows, err := tx.Query(ctx, unexpectedRelationsSQL)
+	if err != nil {
+		return fmt.Errorf("look for relations fencegate did not create: %w", classify(err))
+	}
+	found, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
+		var kind, name, owner string
+		err := r.Scan(&kind, &name, &owner)
+		return fmt.Sprintf("%s %s (owned by %s) was not created by fencegate", kind, name, owner), err
+	})
+	if err != nil {
+		return fmt.Errorf("look for relations fencegate did not create: %w", classify(err))
+	}
+	if len(found) > 0 {
+		return fmt.Errorf("%w; drop them or move them to another schema (ALTER ... SET SCHEMA), then upgrade again:\n%s", ErrUnexpectedObjects, strings.Join(found, "\n"))
+	}
+	return nil
+}
+
 // plantedTablesSQL finds the tables of schema fencegate that a later version
 // creates and that are already there although fencegate did not create
 // them: a version before the table's own (version 1 had only the marks,
@@ -315,15 +348,15 @@ func removeUnexpected(ctx context.Context, tx pgx.Tx) ([]string, error) {
 // code attached to it. Size and children are read from the catalogs: no
 // query runs on the table itself (its policies are the application's code).
 const plantedTablesSQL = `SELECT c.oid::pg_catalog.regclass::pg_catalog.text,
-	CASE c.relkind WHEN 'v' THEN 'VIEW' WHEN 'm' THEN 'MATERIALIZED VIEW' WHEN 'f' THEN 'FOREIGN TABLE' WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END,
-	pg_catalog.pg_relation_size(c.oid) > 0 OR (c.reltoastrelid <> 0 AND pg_catalog.pg_relation_size(c.reltoastrelid) > 0) OR EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i WHERE i.inhparent = c.oid),
+	CASE WHEN c.relkind OPERATOR(pg_catalog.=) 'v' THEN 'VIEW' WHEN c.relkind OPERATOR(pg_catalog.=) 'm' THEN 'MATERIALIZED VIEW' WHEN c.relkind OPERATOR(pg_catalog.=) 'f' THEN 'FOREIGN TABLE' WHEN c.relkind OPERATOR(pg_catalog.=) 'S' THEN 'SEQUENCE' ELSE 'TABLE' END,
+	pg_catalog.pg_relation_size(c.oid) OPERATOR(pg_catalog.>) 0 OR (c.reltoastrelid OPERATOR(pg_catalog.<>) 0 AND pg_catalog.pg_relation_size(c.reltoastrelid) OPERATOR(pg_catalog.>) 0) OR EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i WHERE i.inhparent OPERATOR(pg_catalog.=) c.oid),
 	ro.rolname::pg_catalog.text
 	FROM (VALUES ('audit', 2), ('signing_keys', 3)) x(name, since)
-	JOIN pg_catalog.pg_namespace n ON n.nspname = 'fencegate'
-	JOIN pg_catalog.pg_roles so ON so.oid = n.nspowner
-	JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = x.name
-	JOIN pg_catalog.pg_roles ro ON ro.oid = c.relowner
-	WHERE x.since > $1 OR ro.rolcanlogin OR ro.rolsuper OR so.rolcanlogin OR so.rolsuper OR c.relkind <> 'r'
+	JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) 'fencegate'
+	JOIN pg_catalog.pg_roles so ON so.oid OPERATOR(pg_catalog.=) n.nspowner
+	JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid AND c.relname OPERATOR(pg_catalog.=) x.name
+	JOIN pg_catalog.pg_roles ro ON ro.oid OPERATOR(pg_catalog.=) c.relowner
+	WHERE x.since OPERATOR(pg_catalog.>) $1 OR ro.rolcanlogin OR ro.rolsuper OR so.rolcanlogin OR so.rolsuper OR c.relkind OPERATOR(pg_catalog.<>) 'r'
 	ORDER BY 1`
 
 // dropPlantedTables drops, in tx and before sql/schema.sql runs, every table

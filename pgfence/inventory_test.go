@@ -307,3 +307,32 @@ func TestMarkHolders(t *testing.T) {
 		t.Fatalf("max_prepared_transactions = %d, Inspect warnings = %q", prepared, st.Warnings)
 	}
 }
+
+// TestUpgradeRefusesUnexpectedRelations: a table the application made in
+// schema fencegate (with CREATE on it, as version 1's owner or by a grant)
+// is not handed to the owner role, where an expression index on it would
+// run the application's code as the owner role under autovacuum: the
+// upgrade refuses, naming it, and changes nothing.
+func TestUpgradeRefusesUnexpectedRelations(t *testing.T) {
+	ctx := context.Background()
+	db := pgfencetest.New(t)
+	admin := db.Admin(t)
+	mustExec(t, admin, "GRANT CREATE ON SCHEMA fencegate TO "+db.App+"; CREATE SCHEMA appy AUTHORIZATION "+db.App)
+	mustExec(t, db.AppConn(t), `CREATE TABLE fencegate.app_made (i int);
+		CREATE FUNCTION appy.code(int) RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT $1';
+		CREATE INDEX ON fencegate.app_made (appy.code(i));
+		CREATE SEQUENCE fencegate.app_seq`)
+	_, err := pgfence.Install(ctx, admin, pgfence.InstallOptions{OwnerRole: db.Owner, RequireInstalled: true})
+	if !errors.Is(err, pgfence.ErrUnexpectedObjects) || !strings.Contains(err.Error(), "table fencegate.app_made (owned by "+db.App+")") ||
+		!strings.Contains(err.Error(), "sequence fencegate.app_seq") {
+		t.Fatalf("upgrade with an application's table in the schema: %v; want ErrUnexpectedObjects naming it and the sequence", err)
+	}
+	var owner string
+	if err := admin.QueryRow(ctx, "SELECT relowner::regrole::text FROM pg_class WHERE oid = 'fencegate.app_made'::regclass").Scan(&owner); err != nil || owner != db.App {
+		t.Fatalf("owner of fencegate.app_made after the refused upgrade: %q, %v; want %s", owner, err, db.App)
+	}
+	mustExec(t, admin, "DROP TABLE fencegate.app_made; DROP SEQUENCE fencegate.app_seq; REVOKE CREATE ON SCHEMA fencegate FROM "+db.App)
+	if _, err := pgfence.Install(ctx, admin, pgfence.InstallOptions{OwnerRole: db.Owner, RequireInstalled: true}); err != nil {
+		t.Fatalf("upgrade once they are gone: %v", err)
+	}
+}

@@ -2,6 +2,8 @@ package pgfence_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -103,6 +105,11 @@ func TestLookalikesByName(t *testing.T) {
 	if len(rep.Actions) != 0 {
 		t.Fatalf("Install with look-alikes acted: %q", rep.Actions)
 	}
+	// The look-alikes belong to the application role, which can log in:
+	// warned about as protected tables if found by their triggers' names.
+	if slices.ContainsFunc(rep.Warnings, func(w string) bool { return strings.Contains(w, "look") }) {
+		t.Fatalf("Install warns about look-alikes as protected tables: %q", rep.Warnings)
+	}
 	// The real protected tables are still found and checked.
 	if err := attempt(ctx, f.app, []string{"order:2"}, []string{"UPDATE shop.orders SET state = 'x' WHERE id = 1"}, false); err == nil {
 		t.Fatal("unfenced write accepted after the look-alikes")
@@ -141,5 +148,51 @@ func TestFenceResourceTooLong(t *testing.T) {
 	var n int
 	if err := app.QueryRow(ctx, "SELECT count(*) FROM fencegate.marks").Scan(&n); err != nil || n != 1 {
 		t.Fatalf("marks after the refused fences: %d, %v; want only the 1024-byte one", n, err)
+	}
+}
+
+// TestLockHoldersByIdentity: when a repair gives up on a lock, its error
+// names the sessions holding locks on fencegate's tables and on protected
+// tables, found by identity: a session that holds a lock on a table of its
+// own whose trigger is merely named fencegate_ins is not named.
+func TestLockHoldersByIdentity(t *testing.T) {
+	ctx := context.Background()
+	db := pgfencetest.New(t)
+	db.Exec(t, "CREATE SCHEMA app AUTHORIZATION "+db.App)
+	bystander := appConnNamed(t, db, "fg-holds-a-lookalike")
+	mustExec(t, bystander, `
+		CREATE FUNCTION app.check_insert() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END';
+		CREATE TABLE app.look (id int);
+		CREATE TRIGGER fencegate_ins AFTER INSERT ON app.look FOR EACH STATEMENT EXECUTE FUNCTION app.check_insert()`)
+	holder := appConnNamed(t, db, "fg-holds-the-marks")
+	var holderPID, bystanderPID int32
+	for _, c := range []struct {
+		conn *pgx.Conn
+		pid  *int32
+		lock string
+	}{{bystander, &bystanderPID, "LOCK TABLE app.look IN ACCESS SHARE MODE"}, {holder, &holderPID, "SELECT count(*) FROM fencegate.marks"}} {
+		if err := c.conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(c.pid); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := c.conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tx.Rollback(context.Background()) }) //nolint:errcheck // ends the test's transaction
+		if _, err := tx.Exec(ctx, c.lock); err != nil {
+			t.Fatalf("%s: %v", c.lock, err)
+		}
+	}
+	ictx, cancel := context.WithTimeout(ctx, 20*pgfence.RepairLockTimeout)
+	defer cancel()
+	_, err := pgfence.Install(ictx, db.Admin(t), pgfence.InstallOptions{})
+	if !errors.Is(err, pgfence.ErrLocked) {
+		t.Fatalf("install behind an open transaction that read the marks: %v; want ErrLocked", err)
+	}
+	if !strings.Contains(err.Error(), fmt.Sprintf("pid %d", holderPID)) {
+		t.Errorf("error %q does not name the holder of the marks (pid %d)", err, holderPID)
+	}
+	if strings.Contains(err.Error(), fmt.Sprintf("pid %d", bystanderPID)) || strings.Contains(err.Error(), "app.look") {
+		t.Errorf("error %q names the session that locked only a look-alike (pid %d)", err, bystanderPID)
 	}
 }

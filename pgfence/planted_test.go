@@ -337,8 +337,9 @@ func plant(t *testing.T, conn *pgx.Conn, schema string, words []string) []string
 
 // adminWorkload runs, as the superuser, every admin operation of the
 // package on db: a (unpinned: the package pins its own transactions) and b
-// (pinned with AdminSession, as the command line does, for Inspect). It
-// stops at the first operation that fails and returns its error.
+// (pinned with AdminSession, as the command line does, for Inspect, which
+// also runs on a). It stops at the first operation that fails and returns
+// its error.
 func adminWorkload(t *testing.T, db *pgfencetest.DB, a, b *pgx.Conn) (err error) {
 	t.Helper()
 	ctx := context.Background()
@@ -402,6 +403,10 @@ func adminWorkload(t *testing.T, db *pgfencetest.DB, a, b *pgx.Conn) (err error)
 	step("signing status", err)
 	_, err = pgfence.AllowUnsigned(ctx, a)
 	step("allow unsigned", err)
+	// A library caller's session, never pinned: Inspect pins its own
+	// transaction.
+	_, err = pgfence.Inspect(ctx, a)
+	step("status on an unpinned session", err)
 	step("pin the status session", pgfence.AdminSession(ctx, b))
 	st, err := pgfence.Inspect(ctx, b)
 	step("status", err)

@@ -5,6 +5,9 @@ package pgfence
 // reason the role could switch enforcement off. It reads only the system
 // catalogs, so it runs on any database (schema fencegate installed or not),
 // as any role, over the simple protocol, before the client's first query.
+// Like HealthQuery, it names every function, operator, type and collation
+// with its schema (OPERATOR(pg_catalog.=)), so the session's search_path,
+// which the role may have chosen and filled, cannot change its meaning.
 // Roles count through membership: a role that is a member of a role below
 // (at any depth, INHERIT or not, since it can SET ROLE to it) can act as it.
 //
@@ -58,71 +61,71 @@ package pgfence
 // INSERT, UPDATE, DELETE): every write they allow is checked.
 const PrivilegeQuery = `WITH
 me AS (
-	SELECT r.oid, r.rolname::text AS name, r.rolsuper, r.rolcreaterole, r.rolreplication
-	FROM pg_catalog.pg_roles r WHERE r.rolname = session_user),
+	SELECT r.oid, r.rolname::pg_catalog.text AS name, r.rolsuper, r.rolcreaterole, r.rolreplication
+	FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) session_user),
 fg AS (
-	SELECT n.oid, n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = 'fencegate'),
+	SELECT n.oid, n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname OPERATOR(pg_catalog.=) 'fencegate'),
 mine AS (
-	SELECT r.oid, r.rolname::text AS name, r.rolsuper, r.rolcreaterole, r.rolreplication FROM pg_catalog.pg_roles r, me
-	WHERE r.oid <> me.oid AND pg_catalog.pg_has_role(me.oid, r.oid, 'MEMBER')),
+	SELECT r.oid, r.rolname::pg_catalog.text AS name, r.rolsuper, r.rolcreaterole, r.rolreplication FROM pg_catalog.pg_roles r, me
+	WHERE r.oid OPERATOR(pg_catalog.<>) me.oid AND pg_catalog.pg_has_role(me.oid, r.oid, 'MEMBER')),
 prot AS (
 	SELECT DISTINCT t.tgrelid AS relid FROM pg_catalog.pg_trigger t
-	JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid JOIN fg ON p.pronamespace = fg.oid),
+	JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) t.tgfoid JOIN fg ON p.pronamespace OPERATOR(pg_catalog.=) fg.oid),
 attached(classid, objid, relid, what) AS (
-	SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, i.indexrelid, prot.relid, 'an index' FROM prot JOIN pg_catalog.pg_index i ON i.indrelid = prot.relid
+	SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, i.indexrelid, prot.relid, 'an index' FROM prot JOIN pg_catalog.pg_index i ON i.indrelid OPERATOR(pg_catalog.=) prot.relid
 	UNION ALL
-	SELECT 'pg_catalog.pg_constraint'::pg_catalog.regclass, k.oid, prot.relid, 'a constraint' FROM prot JOIN pg_catalog.pg_constraint k ON k.conrelid = prot.relid
+	SELECT 'pg_catalog.pg_constraint'::pg_catalog.regclass, k.oid, prot.relid, 'a constraint' FROM prot JOIN pg_catalog.pg_constraint k ON k.conrelid OPERATOR(pg_catalog.=) prot.relid
 	UNION ALL
-	SELECT 'pg_catalog.pg_attrdef'::pg_catalog.regclass, d.oid, prot.relid, 'a column default' FROM prot JOIN pg_catalog.pg_attrdef d ON d.adrelid = prot.relid
+	SELECT 'pg_catalog.pg_attrdef'::pg_catalog.regclass, d.oid, prot.relid, 'a column default' FROM prot JOIN pg_catalog.pg_attrdef d ON d.adrelid OPERATOR(pg_catalog.=) prot.relid
 	UNION ALL
-	SELECT 'pg_catalog.pg_statistic_ext'::pg_catalog.regclass, x.oid, prot.relid, 'extended statistics' FROM prot JOIN pg_catalog.pg_statistic_ext x ON x.stxrelid = prot.relid
+	SELECT 'pg_catalog.pg_statistic_ext'::pg_catalog.regclass, x.oid, prot.relid, 'extended statistics' FROM prot JOIN pg_catalog.pg_statistic_ext x ON x.stxrelid OPERATOR(pg_catalog.=) prot.relid
 	UNION ALL
-	SELECT 'pg_catalog.pg_policy'::pg_catalog.regclass, p.oid, prot.relid, 'a policy' FROM prot JOIN pg_catalog.pg_policy p ON p.polrelid = prot.relid
+	SELECT 'pg_catalog.pg_policy'::pg_catalog.regclass, p.oid, prot.relid, 'a policy' FROM prot JOIN pg_catalog.pg_policy p ON p.polrelid OPERATOR(pg_catalog.=) prot.relid
 	UNION ALL
-	SELECT 'pg_catalog.pg_rewrite'::pg_catalog.regclass, w.oid, prot.relid, 'a rule' FROM prot JOIN pg_catalog.pg_rewrite w ON w.ev_class = prot.relid
+	SELECT 'pg_catalog.pg_rewrite'::pg_catalog.regclass, w.oid, prot.relid, 'a rule' FROM prot JOIN pg_catalog.pg_rewrite w ON w.ev_class OPERATOR(pg_catalog.=) prot.relid
 	UNION ALL
-	SELECT 'pg_catalog.pg_trigger'::pg_catalog.regclass, g.oid, prot.relid, 'a trigger' FROM prot JOIN pg_catalog.pg_trigger g ON g.tgrelid = prot.relid),
+	SELECT 'pg_catalog.pg_trigger'::pg_catalog.regclass, g.oid, prot.relid, 'a trigger' FROM prot JOIN pg_catalog.pg_trigger g ON g.tgrelid OPERATOR(pg_catalog.=) prot.relid),
 code(what, relid, fn, op, owner) AS (
 	SELECT a.what, a.relid, p.oid, NULL::pg_catalog.oid, p.proowner
-	FROM attached a JOIN pg_catalog.pg_depend d ON d.classid = a.classid AND d.objid = a.objid AND d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
-	JOIN pg_catalog.pg_proc p ON p.oid = d.refobjid
-	WHERE p.pronamespace NOT IN (SELECT fg.oid FROM fg)
+	FROM attached a JOIN pg_catalog.pg_depend d ON d.classid OPERATOR(pg_catalog.=) a.classid AND d.objid OPERATOR(pg_catalog.=) a.objid AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+	JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) d.refobjid
+	WHERE p.pronamespace OPERATOR(pg_catalog.<>) ALL (SELECT fg.oid FROM fg)
 	UNION ALL
 	SELECT a.what, a.relid, NULL, o.oid, o.oprowner
-	FROM attached a JOIN pg_catalog.pg_depend d ON d.classid = a.classid AND d.objid = a.objid AND d.refclassid = 'pg_catalog.pg_operator'::pg_catalog.regclass
-	JOIN pg_catalog.pg_operator o ON o.oid = d.refobjid
+	FROM attached a JOIN pg_catalog.pg_depend d ON d.classid OPERATOR(pg_catalog.=) a.classid AND d.objid OPERATOR(pg_catalog.=) a.objid AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_operator'::pg_catalog.regclass
+	JOIN pg_catalog.pg_operator o ON o.oid OPERATOR(pg_catalog.=) d.refobjid
 	UNION ALL
 	SELECT a.what, a.relid, p.oid, NULL, p.proowner
-	FROM attached a JOIN pg_catalog.pg_depend d ON d.classid = a.classid AND d.objid = a.objid AND d.refclassid = 'pg_catalog.pg_operator'::pg_catalog.regclass
-	JOIN pg_catalog.pg_operator o ON o.oid = d.refobjid JOIN pg_catalog.pg_proc p ON p.oid = o.oprcode),
+	FROM attached a JOIN pg_catalog.pg_depend d ON d.classid OPERATOR(pg_catalog.=) a.classid AND d.objid OPERATOR(pg_catalog.=) a.objid AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_operator'::pg_catalog.regclass
+	JOIN pg_catalog.pg_operator o ON o.oid OPERATOR(pg_catalog.=) d.refobjid JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) o.oprcode),
 owned(what, owner) AS (
 	SELECT 'schema fencegate', fg.nspowner FROM fg
 	UNION
-	SELECT pg_catalog.format('%s fencegate.%s', CASE c.relkind WHEN 'v' THEN 'view' WHEN 'S' THEN 'sequence' WHEN 'i' THEN 'index' ELSE 'table' END, c.relname), c.relowner
-	FROM pg_catalog.pg_class c JOIN fg ON c.relnamespace = fg.oid
+	SELECT pg_catalog.format('%s fencegate.%s', CASE WHEN c.relkind OPERATOR(pg_catalog.=) 'v' THEN 'view' WHEN c.relkind OPERATOR(pg_catalog.=) 'S' THEN 'sequence' WHEN c.relkind OPERATOR(pg_catalog.=) 'i' THEN 'index' ELSE 'table' END, c.relname), c.relowner
+	FROM pg_catalog.pg_class c JOIN fg ON c.relnamespace OPERATOR(pg_catalog.=) fg.oid
 	UNION
 	SELECT pg_catalog.format('function %s', p.oid::pg_catalog.regprocedure), p.proowner
-	FROM pg_catalog.pg_proc p JOIN fg ON p.pronamespace = fg.oid
+	FROM pg_catalog.pg_proc p JOIN fg ON p.pronamespace OPERATOR(pg_catalog.=) fg.oid
 	UNION
 	SELECT pg_catalog.format('type fencegate.%s', y.typname), y.typowner
-	FROM pg_catalog.pg_type y JOIN fg ON y.typnamespace = fg.oid
+	FROM pg_catalog.pg_type y JOIN fg ON y.typnamespace OPERATOR(pg_catalog.=) fg.oid
 	UNION
 	SELECT pg_catalog.format('protected table %I.%I', n.nspname, c.relname), c.relowner
-	FROM prot JOIN pg_catalog.pg_class c ON c.oid = prot.relid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+	FROM prot JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) prot.relid JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
 	UNION
 	SELECT pg_catalog.format('schema %I, which holds protected table %I.%I', n.nspname, n.nspname, c.relname), n.nspowner
-	FROM prot JOIN pg_catalog.pg_class c ON c.oid = prot.relid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+	FROM prot JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) prot.relid JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
 	UNION
 	SELECT pg_catalog.format('type %I.%I of a column of protected table %I.%I', yn.nspname, y.typname, n.nspname, c.relname), y.typowner
-	FROM prot JOIN pg_catalog.pg_class c ON c.oid = prot.relid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-	JOIN pg_catalog.pg_attribute a ON a.attrelid = prot.relid AND a.attnum > 0 AND NOT a.attisdropped
-	JOIN pg_catalog.pg_type y ON y.oid IN (a.atttypid, (SELECT e.typelem FROM pg_catalog.pg_type e WHERE e.oid = a.atttypid),
-	                                       (SELECT b.typbasetype FROM pg_catalog.pg_type b WHERE b.oid = a.atttypid))
-	JOIN pg_catalog.pg_namespace yn ON yn.oid = y.typnamespace
-	WHERE y.typnamespace <> 'pg_catalog'::pg_catalog.regnamespace
+	FROM prot JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) prot.relid JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+	JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) prot.relid AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped
+	JOIN pg_catalog.pg_type y ON y.oid OPERATOR(pg_catalog.=) ANY (ARRAY[a.atttypid, (SELECT e.typelem FROM pg_catalog.pg_type e WHERE e.oid OPERATOR(pg_catalog.=) a.atttypid),
+	                                       (SELECT b.typbasetype FROM pg_catalog.pg_type b WHERE b.oid OPERATOR(pg_catalog.=) a.atttypid)])
+	JOIN pg_catalog.pg_namespace yn ON yn.oid OPERATOR(pg_catalog.=) y.typnamespace
+	WHERE y.typnamespace OPERATOR(pg_catalog.<>) 'pg_catalog'::pg_catalog.regnamespace
 	UNION
 	SELECT pg_catalog.format('%s %s, which %s of protected table %s runs', CASE WHEN c.fn IS NULL THEN 'operator' ELSE 'function' END,
-	       coalesce(c.fn::pg_catalog.regprocedure::text, c.op::pg_catalog.regoperator::text), c.what, c.relid::pg_catalog.regclass), c.owner
+	       coalesce(c.fn::pg_catalog.regprocedure::pg_catalog.text, c.op::pg_catalog.regoperator::pg_catalog.text), c.what, c.relid::pg_catalog.regclass), c.owner
 	FROM code c)
 SELECT pg_catalog.format('role %s is a superuser', me.name) FROM me WHERE me.rolsuper
 UNION ALL
@@ -141,17 +144,17 @@ UNION ALL
 SELECT pg_catalog.format('role %s is a member of %s, which has REPLICATION, so it can decode every change written to the database (the signing keys of the next require-signed included) and so forge token proofs', me.name, m.name)
 FROM me, mine m WHERE m.rolreplication AND NOT m.rolsuper AND NOT me.rolsuper AND NOT me.rolreplication
 UNION ALL
-SELECT CASE WHEN o.owner = me.oid THEN pg_catalog.format('role %s owns %s', me.name, o.what)
+SELECT CASE WHEN o.owner OPERATOR(pg_catalog.=) me.oid THEN pg_catalog.format('role %s owns %s', me.name, o.what)
             ELSE pg_catalog.format('role %s is a member of %s, which owns %s', me.name, o.owner::pg_catalog.regrole, o.what) END
 FROM me, owned o
 WHERE NOT me.rolsuper AND pg_catalog.pg_has_role(me.oid, o.owner, 'MEMBER')
 UNION ALL
 SELECT pg_catalog.format('role %s is a member of %s, which can %s', me.name, r.rolname,
-       CASE r.rolname WHEN 'pg_write_server_files' THEN 'write the server''s files'
-                      WHEN 'pg_write_all_data' THEN 'write every table, fencegate.marks included'
+       CASE WHEN r.rolname OPERATOR(pg_catalog.=) 'pg_write_server_files' THEN 'write the server''s files'
+                      WHEN r.rolname OPERATOR(pg_catalog.=) 'pg_write_all_data' THEN 'write every table, fencegate.marks included'
                       ELSE 'run programs on the server' END)
 FROM me, pg_catalog.pg_roles r
-WHERE NOT me.rolsuper AND r.rolname IN ('pg_write_server_files', 'pg_execute_server_program', 'pg_write_all_data')
+WHERE NOT me.rolsuper AND r.rolname OPERATOR(pg_catalog.=) ANY (ARRAY['pg_write_server_files', 'pg_execute_server_program', 'pg_write_all_data'])
   AND pg_catalog.pg_has_role(me.oid, r.oid, 'MEMBER')
 UNION ALL
 SELECT pg_catalog.format('role %s %s TRIGGER on protected table %s, so it can replace its checks (CREATE OR REPLACE TRIGGER)', me.name,
@@ -162,11 +165,11 @@ FROM me, LATERAL (
 	       pg_catalog.has_table_privilege(me.oid, prot.relid, 'TRIGGER') AS direct
 	FROM prot) x
 WHERE NOT me.rolsuper AND (x.direct OR x.via IS NOT NULL)
-  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = x.relid AND pg_catalog.pg_has_role(me.oid, c.relowner, 'MEMBER'))
+  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) x.relid AND pg_catalog.pg_has_role(me.oid, c.relowner, 'MEMBER'))
 UNION ALL
 SELECT pg_catalog.format('role %s is a member of %s, which can read the signing keys of fencegate.signing_keys (%s) and so forge token proofs', me.name, r.rolname,
-       CASE r.rolname WHEN 'pg_read_all_data' THEN 'every table of every database, the keys of the next require-signed included'
+       CASE WHEN r.rolname OPERATOR(pg_catalog.=) 'pg_read_all_data' THEN 'every table of every database, the keys of the next require-signed included'
                       ELSE 'the server''s files, those of every database''s tables included' END)
 FROM me, pg_catalog.pg_roles r
-WHERE NOT me.rolsuper AND r.rolname IN ('pg_read_all_data', 'pg_read_server_files')
+WHERE NOT me.rolsuper AND r.rolname OPERATOR(pg_catalog.=) ANY (ARRAY['pg_read_all_data', 'pg_read_server_files'])
   AND pg_catalog.pg_has_role(me.oid, r.oid, 'MEMBER')`
