@@ -16,10 +16,6 @@ import (
 // installTimeout bounds one install or repair through the admin connection.
 const installTimeout = 30 * time.Second
 
-// errNotOurs: the keeper was asked to repair a database it must leave
-// alone.
-var errNotOurs = errors.New("the proxy repairs only databases that hold schema fencegate, and installs it only into the database its admin connection names")
-
 // keeper installs and repairs the fencegate schema through the admin
 // connection (Config.AdminUpstream), one database at a time.
 //

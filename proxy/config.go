@@ -46,12 +46,18 @@ type Config struct {
 	Upstream string
 	// AdminUpstream, when set, is a connection string (URL or key=value,
 	// as pgx and libpq take it) for a role allowed to install the
-	// fencegate schema, on the same server as Upstream. The proxy then
-	// installs or upgrades the schema in each database it sees clients for
-	// (pgfence.Install), and repairs it when a session finds it missing or
-	// altered; the database in the string is replaced by the client's. The
-	// default (empty) leaves the schema to the administrator: a session
-	// whose database lacks a sound schema is refused with SQLSTATE FG005.
+	// fencegate schema, on the same server as Upstream. When a session
+	// finds its database's schema missing, old or altered, the proxy
+	// repairs it (pgfence.Install, over a session pinned with
+	// pgfence.AdminSession), connecting to the client's database in place
+	// of the one the string names: it installs the schema from nothing
+	// only into the database the string names, upgrades or repairs any
+	// other database only when it already holds schema fencegate, and
+	// never touches a template (datistemplate) or a database that takes no
+	// connections. A session it does not repair for is refused with
+	// SQLSTATE FG005. The default (empty) leaves the schema to the
+	// administrator: a session whose database lacks a sound schema is
+	// refused with SQLSTATE FG005.
 	AdminUpstream string
 	// SchemaOwnerRole is the NOLOGIN role that owns schema fencegate when
 	// the proxy installs or repairs it (pgfence.InstallOptions.OwnerRole).

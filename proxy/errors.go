@@ -23,4 +23,10 @@ var (
 	// errProtocol marks a frontend protocol violation; the session answers
 	// with SQLSTATE 08P01 and closes.
 	errProtocol = errors.New("proxy: protocol violation")
+	// errNotOurs: the keeper (Config.AdminUpstream) was asked to install
+	// or repair schema fencegate in a database it must leave alone: a
+	// template, a database that takes no connections, or one without the
+	// schema other than the database the admin connection names. The
+	// session is refused with SQLSTATE FG005, as when a repair fails.
+	errNotOurs = errors.New("proxy: the proxy repairs only databases that hold schema fencegate, and installs it only into the database its admin connection names")
 )
