@@ -26,6 +26,7 @@ import (
 //	fencegate unprotect TABLE --db DSN
 //	fencegate marks show [RESOURCE...] --db DSN
 //	fencegate marks set RESOURCE TOKEN --db DSN [--reason TEXT]
+//	fencegate marks holders --db DSN
 
 func init() {
 	register(&command{name: "schema", summary: "install, upgrade or check schema fencegate in a database", run: runSchema})
@@ -308,22 +309,27 @@ func runMarks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	usage := func() {
 		fmt.Fprintln(stderr, "Usage: fencegate marks show [RESOURCE...] --db DSN")
 		fmt.Fprintln(stderr, "       fencegate marks set RESOURCE TOKEN --db DSN [--reason TEXT]")
+		fmt.Fprintln(stderr, "       fencegate marks holders --db DSN")
 		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "  show  print resources' marks (all of them when none is named)")
-		fmt.Fprintln(stderr, "  set   set a mark to any token, lower included; recorded in fencegate.audit")
+		fmt.Fprintln(stderr, "  show     print resources' marks (all of them when none is named)")
+		fmt.Fprintln(stderr, "  set      set a mark to any token, lower included; recorded in fencegate.audit")
+		fmt.Fprintln(stderr, "  holders  print the transactions holding marks locked: prepared transactions of the")
+		fmt.Fprintln(stderr, "           database (held until COMMIT PREPARED or ROLLBACK PREPARED) and sessions")
+		fmt.Fprintln(stderr, "           in a transaction that took a fence; other roles' sessions need a superuser")
+		fmt.Fprintln(stderr, "           or pg_read_all_stats")
 	}
 	if len(args) == 0 {
 		usage()
-		return usagef("missing subcommand; use show or set")
+		return usagef("missing subcommand; use show, set or holders")
 	}
 	switch args[0] {
-	case "show", "set":
+	case "show", "set", "holders":
 	case "-h", "--help", "help":
 		usage()
 		return flag.ErrHelp
 	default:
 		usage()
-		return usagef("unknown subcommand %q; use show or set", args[0])
+		return usagef("unknown subcommand %q; use show, set or holders", args[0])
 	}
 	sub := args[0]
 	for _, a := range args[1:] {
@@ -342,6 +348,9 @@ func runMarks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	var token int64
+	if sub == "holders" && len(pos) > 0 {
+		return usagef("want no arguments, got %d: fencegate marks holders --db DSN", len(pos))
+	}
 	if sub == "set" {
 		if len(pos) != 2 {
 			return usagef("want RESOURCE TOKEN, got %d arguments: fencegate marks set RESOURCE TOKEN --db DSN", len(pos))
@@ -355,6 +364,9 @@ func runMarks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer conn.Close(context.Background())
+	if sub == "holders" {
+		return printMarkHolders(ctx, conn, name, stdout)
+	}
 	if sub == "show" {
 		marks, err := pgfence.Marks(ctx, conn, pos...)
 		if err != nil {
@@ -392,6 +404,58 @@ func runMarks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	fmt.Fprintf(stdout, "mark of %q in %s: %s -> %d (recorded in fencegate.audit)\n", pos[0], name, from, token)
 	return nil
+}
+
+// printMarkHolders prints, one line each, the prepared transactions of the
+// database and the sessions holding marks locked (pgfence.MarkHolders), and
+// the warning when the server allows prepared transactions.
+func printMarkHolders(ctx context.Context, conn *pgx.Conn, name string, stdout io.Writer) error {
+	hs, err := pgfence.MarkHolders(ctx, conn)
+	if err != nil {
+		return explain(err, name)
+	}
+	warning, err := pgfence.PreparedWarning(ctx, conn)
+	if err != nil {
+		return explain(err, name)
+	}
+	if len(hs) == 0 {
+		fmt.Fprintf(stdout, "no transaction holds marks locked in %s\n", name)
+	}
+	at := func(t time.Time) string {
+		if t.IsZero() {
+			return "unknown"
+		}
+		return t.UTC().Format(time.RFC3339)
+	}
+	for _, h := range hs {
+		if h.Prepared {
+			fmt.Fprintf(stdout, "prepared transaction %s: owner %s, prepared at %s (end it with COMMIT PREPARED or ROLLBACK PREPARED %s)\n",
+				strconv.Quote(h.GID), orUnknown(h.Role), at(h.Since), pgQuoteLiteral(h.GID))
+			continue
+		}
+		client := h.Client
+		if client == "" {
+			client = "local"
+		}
+		fmt.Fprintf(stdout, "session pid %d: role %s, application %s, client %s, state %s, transaction since %s\n",
+			h.PID, orUnknown(h.Role), strconv.Quote(h.Application), client, orUnknown(h.State), at(h.Since))
+	}
+	if warning != "" {
+		fmt.Fprintf(stdout, "warning: %s\n", warning)
+	}
+	return nil
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+// pgQuoteLiteral quotes s as an SQL string literal.
+func pgQuoteLiteral(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }
 
 // connectDB connects to dsn (or $DATABASE_URL), pins the session's
