@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/fencegate/fencegate/internal/pki"
 	"github.com/fencegate/fencegate/tokenclient"
 )
 
@@ -225,6 +226,18 @@ func (s *Server) require(rt Route, h http.HandlerFunc) http.HandlerFunc {
 				ErrUnauthenticated, rt.Method, rt.Path, needs, why))
 			return
 		}
+		if why := s.peerStanding(r, rt, id); why != "" {
+			// The certificate's peer role does not count here; another
+			// role the identity holds still may.
+			id.Roles = slices.DeleteFunc(slices.Clone(id.Roles), func(x Role) bool { return x == RolePeer })
+			if !slices.ContainsFunc(rt.Roles, id.Has) {
+				s.log.Info("refused request", "status", http.StatusForbidden, "method", r.Method, "path", r.URL.Path, "from", r.RemoteAddr,
+					"identity", id.Name, "reason", why)
+				s.writeError(w, fmt.Errorf("%w: %s %s needs %s; the peer certificate of %q does not count: %s",
+					ErrForbidden, rt.Method, rt.Path, needs, id.Name, why))
+				return
+			}
+		}
 		if !slices.ContainsFunc(rt.Roles, id.Has) {
 			s.log.Info("refused request", "status", http.StatusForbidden, "method", r.Method, "path", r.URL.Path, "from", r.RemoteAddr,
 				"identity", id.Name, "roles", id.Roles, "needs", needs)
@@ -259,6 +272,41 @@ func (s *Server) require(rt Route, h http.HandlerFunc) http.HandlerFunc {
 		}
 		h(w, r.WithContext(context.WithValue(r.Context(), identityKey{}, id)))
 	}
+}
+
+// beforeMembership are the peer routes a node calls before it is (or
+// knows it is) a member: the founding question and the joining node's
+// question for the committed configuration. They change nothing and carry
+// no secret (what the answering node holds; the member list).
+var beforeMembership = []string{"/v1/internal/state", "/v1/internal/configuration"}
+
+// peerStanding says why the peer role of the request's certificate does
+// not count on route rt ("" when it counts, or the route takes no peer).
+// A peer certificate speaks for a node of this cluster only: it must name
+// the same cluster as this node's certificate (exactly: none only where
+// this node's names none), and, once Raft runs, its node (CN) must be in
+// this node's latest Raft configuration, except on the routes a node calls
+// before it is a member. A peer certificate outlives its node's membership
+// (there is no revocation): a removed node is a stranger.
+func (s *Server) peerStanding(r *http.Request, rt Route, id Identity) string {
+	if !id.Has(RolePeer) || !slices.Contains(rt.Roles, RolePeer) || r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || s.cfg.TLS == nil {
+		return ""
+	}
+	leaf := r.TLS.VerifiedChains[0][0]
+	theirs, err := pki.ClusterOf(leaf)
+	if err != nil {
+		return err.Error()
+	}
+	if ours := s.cfg.TLS.cluster(); theirs != ours {
+		return fmt.Sprintf("it names %s, this node's certificate %s", clusterText(theirs), clusterText(ours))
+	}
+	if slices.Contains(beforeMembership, rt.Path) {
+		return ""
+	}
+	if st := s.Store(); st != nil && !st.IsMember(leaf.Subject.CommonName) {
+		return fmt.Sprintf("node %q is not a member (not in this node's Raft configuration)", leaf.Subject.CommonName)
+	}
+	return ""
 }
 
 func rolesText(rs []Role) string {

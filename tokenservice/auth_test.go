@@ -67,9 +67,9 @@ func TestEveryRouteRefusesWithoutItsRole(t *testing.T) {
 		{name: "client cert", roles: []tokenservice.Role{tokenservice.RoleClient}, tls: issueTLS(t, ca, ca, "app", pki.Options{}, tokenservice.RoleClient)},
 		{name: "admin cert", roles: []tokenservice.Role{tokenservice.RoleAdmin}, tls: issueTLS(t, ca, ca, "ops", pki.Options{}, tokenservice.RoleAdmin)},
 		{name: "peer cert", roles: []tokenservice.Role{tokenservice.RolePeer}, tls: issueTLS(t, ca, ca, "n2", pki.Options{}, tokenservice.RolePeer), member: true},
-		// A peer certificate named like the path's {id}: the Self rule
-		// lets it through (the member table then refuses a non-member),
-		// the Member rule does not.
+		// A peer certificate named like the path's {id}, of a node that
+		// is not a member: its peer role counts only on the questions a
+		// node asks before it is a member (state, configuration).
 		{name: "peer cert named like the path", roles: []tokenservice.Role{tokenservice.RolePeer}, tls: issueTLS(t, ca, ca, "no-such-member", pki.Options{}, tokenservice.RolePeer), cn: "no-such-member"},
 		{name: "cert without role", roles: []tokenservice.Role{}, tls: issueTLS(t, ca, ca, "nobody", pki.Options{})},
 		{name: "bearer client", roles: []tokenservice.Role{tokenservice.RoleClient}, tls: anon, auth: "Bearer app:" + bearer["app"].Secret},
@@ -170,6 +170,10 @@ func TestEveryRouteRefusesWithoutItsRole(t *testing.T) {
 				}
 				if rt.Member && !cl.member {
 					allowed = false // only a current member
+				}
+				if slices.Equal(cl.roles, []tokenservice.Role{tokenservice.RolePeer}) && !cl.member &&
+					rt.Path != "/v1/internal/state" && rt.Path != "/v1/internal/configuration" {
+					allowed = false // a non-member's certificate is not a peer's
 				}
 				switch {
 				case cl.roles == nil:

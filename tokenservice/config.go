@@ -96,9 +96,19 @@ type Config struct {
 	APIListener net.Listener
 	// TLS turns on TLS for the API, mutual TLS for Raft and for calls to
 	// other nodes, and authentication with roles (see Routes); load it with
-	// LoadNodeTLS. The default, nil, is plain HTTP and TCP with every route
-	// open: for loopback only (a node bound elsewhere warns at start).
+	// LoadNodeTLS. The default, nil, is plain HTTP and TCP without
+	// authentication: for loopback only, unless InsecurePlaintext says
+	// otherwise.
 	TLS *NodeTLS
+	// InsecurePlaintext lets a node without TLS bind its API or Raft
+	// address to an address other hosts can reach; without it Start
+	// refuses such a node (ErrBadConfig naming this field). Even then a
+	// route that changes the cluster answers only to a loopback source or
+	// to the host of a member's Raft address (PlaintextOpen tells which
+	// routes answer to anyone), and Start logs the routes open to anyone.
+	// Raft itself has no authentication without TLS. With TLS it has no
+	// effect. The default is false.
+	InsecurePlaintext bool
 	// Credentials are the bearer credentials the API accepts besides client
 	// certificates (LoadCredentials); they need TLS. The default is none.
 	Credentials *Credentials
@@ -137,6 +147,46 @@ type Config struct {
 	// PromoteInterval is how often the leader checks whether a non-voter
 	// has caught up. The default is DefaultPromoteInterval (500ms).
 	PromoteInterval time.Duration
+
+	// The limits below bound what a caller without an identity can hold
+	// (see limits.go). A connection counts as authenticated once it
+	// presented a client certificate of the cluster CA or a request on it
+	// passed authentication; without TLS, once a request on it came from a
+	// loopback source or a member's host.
+	//
+	// MaxConns caps the API connections open at once. When a new one
+	// arrives at the cap, the oldest connection not yet authenticated is
+	// closed to make room; when every open connection is authenticated,
+	// the new one is closed. The same happens when the process runs out of
+	// file descriptors. The default is DefaultMaxConns (4096), lowered to
+	// three quarters of the file descriptor limit (RLIMIT_NOFILE) at Start
+	// when that is smaller, so that Raft, forwarding and the data files keep
+	// descriptors.
+	MaxConns int
+	// MaxConnsPerIP caps the API connections from one source IP, with the
+	// same rule as MaxConns among that IP's connections. The default is
+	// DefaultMaxConnsPerIP (1024), at most MaxConns.
+	MaxConnsPerIP int
+	// ReadHeaderTimeout bounds the TLS handshake and the reading of a
+	// request's header on a new connection. The default is
+	// DefaultReadHeaderTimeout (10s).
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds the reading of a whole request, header and body (a
+	// body trickled in slower is cut off). The default is
+	// DefaultReadTimeout (15s).
+	ReadTimeout time.Duration
+	// WriteTimeout bounds a request from the end of its header to the end
+	// of its answer; no route streams or long-polls, and the slowest
+	// (adding a member) finishes well within it. The default is
+	// DefaultWriteTimeout (60s).
+	WriteTimeout time.Duration
+	// IdleTimeout closes a kept-alive connection on which no request
+	// arrives for this long. The default is DefaultIdleTimeout (60s).
+	IdleTimeout time.Duration
+	// MaxHeaderBytes caps a request's header. The default is
+	// DefaultMaxHeaderBytes (16 KiB). Bodies are capped at 64 KiB before
+	// authentication, whatever the route.
+	MaxHeaderBytes int
 }
 
 // Defaults of the token service's own settings; the store's are
@@ -144,6 +194,14 @@ type Config struct {
 const (
 	DefaultForwardTimeout  = 5 * time.Second
 	DefaultPromoteInterval = 500 * time.Millisecond
+
+	DefaultMaxConns          = 4096
+	DefaultMaxConnsPerIP     = 1024
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultReadTimeout       = 15 * time.Second
+	DefaultWriteTimeout      = 60 * time.Second
+	DefaultIdleTimeout       = 60 * time.Second
+	DefaultMaxHeaderBytes    = 16 << 10
 )
 
 // DefaultConfig returns a Config with every setting that has a default set
@@ -158,6 +216,14 @@ func DefaultConfig() Config {
 		RoundTimeout:    raftstore.DefaultRoundTimeout,
 		ForwardTimeout:  DefaultForwardTimeout,
 		PromoteInterval: DefaultPromoteInterval,
+
+		MaxConns:          DefaultMaxConns,
+		MaxConnsPerIP:     DefaultMaxConnsPerIP,
+		ReadHeaderTimeout: DefaultReadHeaderTimeout,
+		ReadTimeout:       DefaultReadTimeout,
+		WriteTimeout:      DefaultWriteTimeout,
+		IdleTimeout:       DefaultIdleTimeout,
+		MaxHeaderBytes:    DefaultMaxHeaderBytes,
 	}
 }
 
@@ -187,6 +253,14 @@ func (c *Config) Validate() error {
 		return &raftstore.FieldError{Fields: []string{"RoundTimeout"},
 			Err: fmt.Errorf("%w: the round timeout %v is negative; give a positive duration (0 takes the default, %v)", ErrBadConfig, c.RoundTimeout, raftstore.DefaultRoundTimeout)}
 	}
+	if c.MaxConns < 0 || c.MaxConnsPerIP < 0 || c.MaxHeaderBytes < 0 {
+		return &raftstore.FieldError{Fields: []string{"MaxConns", "MaxConnsPerIP", "MaxHeaderBytes"},
+			Err: fmt.Errorf("%w: the connection caps %d and %d and the header cap %d must not be negative (0 takes the default)", ErrBadConfig, c.MaxConns, c.MaxConnsPerIP, c.MaxHeaderBytes)}
+	}
+	if c.ReadHeaderTimeout < 0 || c.ReadTimeout < 0 || c.WriteTimeout < 0 || c.IdleTimeout < 0 {
+		return &raftstore.FieldError{Fields: []string{"ReadHeaderTimeout", "ReadTimeout", "WriteTimeout", "IdleTimeout"},
+			Err: fmt.Errorf("%w: the API timeouts must not be negative (0 takes the default)", ErrBadConfig)}
+	}
 	store := c.Config
 	if c.RaftListener != nil {
 		store.RaftAddr = c.RaftListener.Addr().String()
@@ -215,5 +289,30 @@ func (c *Config) setDefaults() {
 	}
 	if c.PromoteInterval <= 0 {
 		c.PromoteInterval = DefaultPromoteInterval
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = DefaultMaxConns
+		if fds, ok := fileLimit(); ok && fds*3/4 < uint64(c.MaxConns) {
+			c.MaxConns = max(int(fds*3/4), 1)
+		}
+	}
+	if c.MaxConnsPerIP <= 0 {
+		c.MaxConnsPerIP = DefaultMaxConnsPerIP
+	}
+	c.MaxConnsPerIP = min(c.MaxConnsPerIP, c.MaxConns)
+	if c.ReadHeaderTimeout <= 0 {
+		c.ReadHeaderTimeout = DefaultReadHeaderTimeout
+	}
+	if c.ReadTimeout <= 0 {
+		c.ReadTimeout = DefaultReadTimeout
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = DefaultWriteTimeout
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.MaxHeaderBytes <= 0 {
+		c.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
 }

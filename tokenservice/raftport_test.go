@@ -35,7 +35,8 @@ func (d *dialOnly) Addr() net.Addr            { return &net.TCPAddr{IP: net.IPv4
 // cluster's own client and admin certificates; each asks for a vote in a
 // term far ahead, which any node that accepted the RPC would adopt. None is
 // answered and no node's term moves. The same RPC with a peer certificate
-// is answered: the probe itself works.
+// of a member, speaking for that member, is answered: the probe itself
+// works.
 func TestRaftPortRefusesWithoutPeerCertificate(t *testing.T) {
 	ca, other := newCA(t, "cluster"), newCA(t, "attacker")
 	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, nil))
@@ -71,7 +72,7 @@ func TestRaftPortRefusesWithoutPeerCertificate(t *testing.T) {
 		{"TLS with a peer certificate of another CA", tlsDial(cert(other, c.ID((leader+1)%3), tokenservice.RolePeer)), false},
 		{"TLS with a client certificate of the cluster CA", tlsDial(cert(ca, c.ID((leader+1)%3), tokenservice.RoleClient)), false},
 		{"TLS with an admin certificate of the cluster CA", tlsDial(cert(ca, "ops", tokenservice.RoleAdmin)), false},
-		{"control: TLS with a peer certificate of the cluster CA", tlsDial(cert(ca, "n9", tokenservice.RolePeer)), true},
+		{"control: TLS with a member's peer certificate of the cluster CA", tlsDial(cert(ca, c.ID((leader+1)%3), tokenservice.RolePeer)), true},
 	}
 	for _, a := range attempts {
 		t.Run(a.name, func(t *testing.T) {
@@ -85,7 +86,7 @@ func TestRaftPortRefusesWithoutPeerCertificate(t *testing.T) {
 				term = 0 // stale: answered, and harmless
 			}
 			req := &raft.RequestVoteRequest{
-				RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("n9"), Addr: []byte("127.0.0.1:1")},
+				RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(c.ID((leader + 1) % 3)), Addr: []byte(c.Node((leader + 1) % 3).RaftAddr())},
 				Term:      term, LastLogIndex: 1 << 40, LastLogTerm: term,
 			}
 			var resp raft.RequestVoteResponse

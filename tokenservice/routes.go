@@ -1,7 +1,12 @@
 package tokenservice
 
 import (
+	"context"
+	"fmt"
+	"net"
 	"net/http"
+	"slices"
+	"time"
 )
 
 // Route is one endpoint of the API and who may call it. The handlers check
@@ -76,6 +81,17 @@ var routeTable = []struct {
 		true, (*Server).handleReady},
 }
 
+// PlaintextOpen reports whether rt answers to anyone on a node without TLS
+// bound to an address other hosts can reach (Config.InsecurePlaintext): a
+// route that changes nothing, and minting tokens (what the service is
+// for). Every other route (membership, restore, a member's API address, a
+// follower's allocations) answers there only to a loopback source or to
+// the host of a member of the cluster (the host of its Raft address; for a
+// route of one member, Self, the host of that member).
+func PlaintextOpen(rt Route) bool {
+	return rt.Method == http.MethodGet || rt.Method == http.MethodHead || slices.Contains(rt.Roles, RoleClient)
+}
+
 // Routes lists every endpoint of the node's API and who may call it.
 func Routes() []Route {
 	out := make([]Route, len(routeTable))
@@ -86,6 +102,10 @@ func Routes() []Route {
 	return out
 }
 
+// routes is the handler chain of the API: every body capped at maxBody and
+// a refused caller's connection closed (limits.go), then per route the
+// plaintext guard (without TLS), authentication and roles (with TLS), the
+// connection marked as authenticated, and the handler.
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	for _, rt := range routeTable {
@@ -94,7 +114,104 @@ func (s *Server) routes() http.Handler {
 		if !rt.beforeRaft {
 			h = s.running(h)
 		}
-		mux.HandleFunc(rt.Method+" "+rt.Path, s.require(rt.Route, h))
+		if s.auth != nil {
+			h = authenticated(h)
+		}
+		h = s.require(rt.Route, h)
+		if s.auth == nil {
+			h = s.plaintextGuard(rt.Route, h)
+		}
+		mux.HandleFunc(rt.Method+" "+rt.Path, h)
 	}
-	return mux
+	return s.limitRequests(mux)
+}
+
+// plaintextGuard lets a route that is not PlaintextOpen answer only to a
+// loopback source or to the host of a member (for a Self route, of the
+// member the path names), on a node without TLS. A request that passes from
+// such a source marks its connection authenticated.
+func (s *Server) plaintextGuard(rt Route, h http.HandlerFunc) http.HandlerFunc {
+	open := PlaintextOpen(rt)
+	return func(w http.ResponseWriter, r *http.Request) {
+		ip := remoteIP(r.RemoteAddr)
+		trusted := ip != nil && ip.IsLoopback()
+		if !trusted && !open {
+			self := ""
+			if rt.Self {
+				self = r.PathValue("id")
+			}
+			trusted = s.isMemberHost(r.Context(), ip, self)
+		}
+		if trusted {
+			markAuthenticated(r.Context())
+		} else if !open {
+			s.log.Info("refused request", "status", http.StatusForbidden, "method", r.Method, "path", r.URL.Path, "from", r.RemoteAddr,
+				"reason", "plain HTTP from a host that is not a member")
+			s.writeError(w, fmt.Errorf("%w: %s %s changes the cluster; without TLS it answers only to loopback and to the hosts of the cluster's members, and %s is neither; call it from a member's host or configure TLS",
+				ErrForbidden, rt.Method, rt.Path, r.RemoteAddr))
+			return
+		}
+		h(w, r)
+	}
+}
+
+// isMemberHost reports whether ip is the host of a member's Raft address
+// (of member only, when only is not ""): a node calls another from the host
+// its Raft address names. Before Raft runs the members are the founding
+// peers. Host names are resolved.
+func (s *Server) isMemberHost(ctx context.Context, ip net.IP, only string) bool {
+	if ip == nil {
+		return false
+	}
+	var addrs []string
+	if st := s.Store(); st != nil {
+		for _, m := range st.Status().Members {
+			if only == "" || m.ID == only {
+				addrs = append(addrs, m.RaftAddr)
+			}
+		}
+	} else {
+		for _, p := range s.cfg.Peers {
+			if only == "" || p.ID == only {
+				addrs = append(addrs, p.RaftAddr)
+			}
+		}
+	}
+	for _, a := range addrs {
+		host, _, err := net.SplitHostPort(a)
+		if err != nil || host == "" {
+			continue
+		}
+		if hip := net.ParseIP(host); hip != nil {
+			if hip.Equal(ip) {
+				return true
+			}
+			continue
+		}
+		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		ips, err := net.DefaultResolver.LookupIP(lctx, "ip", host)
+		cancel()
+		if err == nil && slices.ContainsFunc(ips, ip.Equal) {
+			return true
+		}
+	}
+	return false
+}
+
+// authenticated marks the request's connection as authenticated: h runs
+// only after require let the request through.
+func authenticated(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		markAuthenticated(r.Context())
+		h(w, r)
+	}
+}
+
+// remoteIP is the IP of a request's RemoteAddr, nil if it has none.
+func remoteIP(remote string) net.IP {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		host = remote
+	}
+	return net.ParseIP(host)
 }

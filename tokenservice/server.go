@@ -55,7 +55,9 @@ type Server struct {
 	// rounds is the confirmation rounds per second over the last second.
 	rounds roundRate
 	ln     net.Listener
-	srv    *http.Server
+	// limiter caps the API's connections (limits.go); ln serves through it.
+	limiter *connLimiter
+	srv     *http.Server
 	// fwd carries every call to another node's API: forwarding, the
 	// questions asked before founding or joining, address publishing and
 	// the leader's questions to members. With TLS it presents this node's
@@ -152,6 +154,8 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if _, port, _ := net.SplitHostPort(hostPort); port == "0" {
 		s.apiURL = scheme + "://" + s.ln.Addr().String()
 	}
+	s.limiter = newConnLimiter(s.ln, cfg.MaxConns, cfg.MaxConnsPerIP, cfg.Logger)
+	s.ln = s.limiter
 	raftLn := cfg.RaftListener
 	if raftLn == nil {
 		if raftLn, err = raftstore.Listen("raft", cfg.RaftAddr); err != nil {
@@ -172,7 +176,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if cfg.TLS != nil {
 		s.ln = tls.NewListener(s.ln, cfg.TLS.serverTLS())
 		s.raftLayer, err = raftstore.NewTLSLayer(raftLn, cfg.Dial, cfg.TLS.raftTLS(), raftstore.TLSLayerOptions{
-			HandshakeTimeout: cfg.TransportTimeout, Logger: cfg.Logger,
+			HandshakeTimeout: cfg.TransportTimeout, Logger: cfg.Logger, Members: s.raftMembers(),
 		})
 		if err != nil {
 			raftLn.Close()
@@ -200,7 +204,13 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	s.pending.Store(pending)
 	// The API answers from now on: peers ask an empty node about itself
 	// while it decides whether it may found or join.
-	s.srv = &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second,
+	// The timeouts and caps bound what a caller without an identity can
+	// hold (limits.go); no route streams or long-polls.
+	s.srv = &http.Server{Handler: s.routes(),
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout, ReadTimeout: cfg.ReadTimeout,
+		WriteTimeout: cfg.WriteTimeout, IdleTimeout: cfg.IdleTimeout,
+		MaxHeaderBytes: cfg.MaxHeaderBytes,
+		ConnContext:    connContext, ConnState: connState,
 		// TLS handshake failures ("http: TLS handshake error from ...")
 		// land here; they carry no secret.
 		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelInfo)}
@@ -241,7 +251,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		go s.roundRateLoop()
 	}
 	s.log.Info("serving", "id", cfg.ID, "api", s.apiURL, "raft", st.RaftAddr(), "tls", cfg.TLS != nil, "read_index", s.readIndex != nil,
-		"bearer_credentials", cfg.Credentials.Len())
+		"bearer_credentials", cfg.Credentials.Len(), "max_conns", cfg.MaxConns, "max_conns_per_ip", cfg.MaxConnsPerIP)
 	return s, nil
 }
 

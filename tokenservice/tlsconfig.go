@@ -1,6 +1,7 @@
 package tokenservice
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -8,9 +9,12 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/pki"
 	"github.com/fencegate/fencegate/internal/tlsfiles"
+	"github.com/fencegate/fencegate/raftstore"
 	"github.com/fencegate/fencegate/tokenclient"
 )
 
@@ -86,6 +90,9 @@ func (n *NodeTLS) checkNode(id string, addrs ...string) error {
 			return fmt.Errorf("%w: certificate %s does not name %s (it names %s); peers reach this node there, so issue it with that address", ErrBadTLS, name, host, strings.Join(sansOf(leaf), ", "))
 		}
 	}
+	if _, err := pki.ClusterOf(leaf); err != nil {
+		return fmt.Errorf("%w: certificate %s: %v", ErrBadTLS, name, err)
+	}
 	if left := time.Until(leaf.NotAfter); left < 30*24*time.Hour {
 		// Not an error yet: the caller logs it.
 		return &expiringError{file: name, at: leaf.NotAfter}
@@ -114,19 +121,93 @@ func sansOf(c *x509.Certificate) []string {
 	return out
 }
 
+// cluster returns the cluster this node's certificate names ("" for none;
+// see pki.ClusterURI). checkNode has refused a certificate whose name
+// cannot be read, so a failure here reads as a name no peer has.
+func (n *NodeTLS) cluster() string {
+	leaf := n.Cert.Leaf
+	if leaf == nil {
+		var err error
+		if leaf, err = x509.ParseCertificate(n.Cert.Certificate[0]); err != nil {
+			return "\x00unreadable"
+		}
+	}
+	c, err := pki.ClusterOf(leaf)
+	if err != nil {
+		return "\x00unreadable"
+	}
+	return c
+}
+
+// errOtherCluster refuses a certificate of another cluster under the same CA.
+var errOtherCluster = errors.New("tokenservice: certificate of another cluster")
+
+// clusterText names a cluster in messages.
+func clusterText(c string) string {
+	if c == "" {
+		return "no cluster"
+	}
+	return fmt.Sprintf("cluster %q", c)
+}
+
+// verifyPeer is the VerifyConnection of every connection between nodes
+// (Raft both ways, calls to other nodes' APIs): the other side must hold
+// the peer role and name the same cluster as this node's certificate,
+// exactly: a certificate that names none is a peer only of nodes whose
+// certificates name none (clusters set up before certificates named their
+// cluster), never of a named cluster.
+func (n *NodeTLS) verifyPeer(cs tls.ConnectionState) error {
+	if err := tokenclient.RequirePeerRole(cs); err != nil {
+		return err
+	}
+	leaf := cs.PeerCertificates[0]
+	theirs, err := pki.ClusterOf(leaf)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errOtherCluster, err)
+	}
+	if ours := n.cluster(); theirs != ours {
+		return fmt.Errorf("%w: the peer certificate of %q names %s, this node's names %s", errOtherCluster, leaf.Subject.CommonName, clusterText(theirs), clusterText(ours))
+	}
+	return nil
+}
+
+// verifyClient is the API's VerifyConnection: a client certificate (any
+// role) that names another cluster than this node's is refused in the
+// handshake. One that names none is accepted here, so clients keep working
+// while a cluster moves to named certificates; the peer role of such a
+// certificate counts only on nodes whose own certificate names none
+// (peerStanding in auth.go).
+func (n *NodeTLS) verifyClient(cs tls.ConnectionState) error {
+	if len(cs.PeerCertificates) == 0 {
+		return nil // bearer credentials, or no identity: the routes decide
+	}
+	leaf := cs.PeerCertificates[0]
+	theirs, err := pki.ClusterOf(leaf)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errOtherCluster, err)
+	}
+	if ours := n.cluster(); theirs != "" && theirs != ours {
+		return fmt.Errorf("%w: the certificate of %q names %s, this node's names %s", errOtherCluster, leaf.Subject.CommonName, clusterText(theirs), clusterText(ours))
+	}
+	return nil
+}
+
 // serverTLS is the API's TLS configuration: client certificates are
 // verified when presented (bearer credentials need none).
 func (n *NodeTLS) serverTLS() *tls.Config {
 	return &tls.Config{
-		Certificates: []tls.Certificate{n.Cert},
-		ClientCAs:    n.CA,
-		ClientAuth:   tls.VerifyClientCertIfGiven,
-		MinVersion:   tls.VersionTLS12,
-		NextProtos:   []string{"http/1.1"},
+		Certificates:     []tls.Certificate{n.Cert},
+		ClientCAs:        n.CA,
+		ClientAuth:       tls.VerifyClientCertIfGiven,
+		MinVersion:       tls.VersionTLS12,
+		NextProtos:       []string{"http/1.1"},
+		VerifyConnection: n.verifyClient,
 	}
 }
 
-// raftTLS is the Raft layer's configuration: mutual, peers only.
+// raftTLS is the Raft layer's configuration: mutual, peers of this
+// cluster only. Which peers may speak Raft is decided after the handshake,
+// by the layer, from the live configuration (raftMembers).
 func (n *NodeTLS) raftTLS() *tls.Config {
 	return &tls.Config{
 		Certificates:     []tls.Certificate{n.Cert},
@@ -134,15 +215,82 @@ func (n *NodeTLS) raftTLS() *tls.Config {
 		ClientCAs:        n.CA,
 		ClientAuth:       tls.RequireAndVerifyClientCert,
 		MinVersion:       tls.VersionTLS13,
-		VerifyConnection: tokenclient.RequirePeerRole,
+		VerifyConnection: n.verifyPeer,
 	}
 }
 
 // forwardTLS is the configuration of calls to other nodes' APIs: this node
-// presents its certificate and accepts only peers; which peer is checked
-// per request (forward.go).
+// presents its certificate and accepts only peers of its cluster; which
+// peer is checked per request (forward.go).
 func (n *NodeTLS) forwardTLS() *tls.Config {
-	return ClientTLSConfig(n.CA, n.Cert)
+	cfg := ClientTLSConfig(n.CA, n.Cert)
+	cfg.VerifyConnection = n.verifyPeer
+	return cfg
+}
+
+// raftMembers returns the membership the Raft layer admits peers from
+// (raftstore.TLSLayerOptions.Members): the node's latest Raft
+// configuration, or raftstore.ErrNotRunning until Raft runs.
+//
+// A joining node runs Raft without a configuration until the leader's
+// first contact. Meanwhile it admits the members of the committed
+// configuration the leader gives, asked over the API of the members it
+// joins through (the answer counts only from the certificate of the leader
+// it names, see httpProber), kept until its own configuration arrives;
+// so a removed node cannot be the first to reach a joining node either.
+func (s *Server) raftMembers() raftstore.MembersFunc {
+	var (
+		mu     sync.Mutex
+		joined []raftstore.Server
+	)
+	return func() ([]raftstore.Server, error) {
+		st := s.Store()
+		if st == nil {
+			return nil, raftstore.ErrNotRunning
+		}
+		ms, err := st.RaftMembers()
+		if err != nil || len(ms) > 0 {
+			return ms, err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if joined != nil {
+			return joined, nil
+		}
+		conf, err := s.committedConfiguration()
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range conf.Members {
+			joined = append(joined, raftstore.Server{ID: m.ID, RaftAddr: m.RaftAddr})
+		}
+		return joined, nil
+	}
+}
+
+// committedConfiguration asks the members this node joins through (and
+// its peers) for the leader's committed configuration.
+func (s *Server) committedConfiguration() (raftstore.Configuration, error) {
+	contacts := slices.Clone(s.cfg.Join)
+	for _, p := range s.cfg.Peers {
+		if p.ID != s.cfg.ID && !slices.Contains(contacts, p.APIAddr) {
+			contacts = append(contacts, p.APIAddr)
+		}
+	}
+	var errs []error
+	for _, api := range contacts {
+		ctx, cancel := context.WithTimeout(s.bgCtx, 4*time.Second)
+		conf, err := s.probe.Configuration(ctx, api)
+		cancel()
+		if err == nil && len(conf.Members) > 0 {
+			return conf, nil
+		}
+		if err == nil {
+			err = errors.New("an empty configuration")
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", api, err))
+	}
+	return raftstore.Configuration{}, fmt.Errorf("this node has no Raft configuration yet and no member gave the committed one: %w", errors.Join(errs...))
 }
 
 // apiHostPort returns the API's HOST:PORT and scheme: https with TLS, http
@@ -169,19 +317,37 @@ func apiHostPort(cfg Config) (hostPort, scheme string, err error) {
 }
 
 // checkSecurity checks the TLS and credential settings of a node before
-// anything listens, and warns when a node without TLS is reachable from
-// other hosts. With TLS, the peers' API addresses become https.
+// anything listens. A node without TLS may bind an address other hosts can
+// reach only with Config.InsecurePlaintext; it then logs the routes open to
+// anyone there. With TLS, the peers' API addresses become https.
 func checkSecurity(cfg *Config) error {
 	if cfg.TLS == nil {
 		if cfg.Credentials != nil {
 			return fmt.Errorf("%w: bearer credentials need TLS (a CA, a certificate and a key): secrets must not cross the network in clear, and nodes identify each other by certificate", ErrBadConfig)
 		}
+		var exposed []string
 		for _, a := range []string{cfg.APIAddr, cfg.RaftAddr} {
 			if !tlsfiles.IsLoopback(a) {
-				cfg.Logger.Warn("NO TLS on an address other hosts can reach: anyone who reaches " + a +
-					" can mint tokens, change membership and speak Raft to this node; configure TLS (a CA, a certificate and a key) or bind to 127.0.0.1")
+				exposed = append(exposed, a)
 			}
 		}
+		if len(exposed) == 0 {
+			return nil
+		}
+		if !cfg.InsecurePlaintext {
+			return &raftstore.FieldError{Fields: []string{"InsecurePlaintext", "APIAddr", "RaftAddr"},
+				Err: fmt.Errorf("%w: no TLS on %s, which other hosts can reach: anyone there could mint tokens and speak Raft to this node; configure TLS (a CA, a certificate and a key), bind to 127.0.0.1, or accept plain HTTP off loopback explicitly (Config.InsecurePlaintext)",
+					ErrBadConfig, strings.Join(exposed, " and "))}
+		}
+		var open []string
+		for _, rt := range Routes() {
+			if PlaintextOpen(rt) {
+				open = append(open, rt.Method+" "+rt.Path)
+			}
+		}
+		cfg.Logger.Warn("INSECURE PLAINTEXT: no TLS on an address other hosts can reach; anyone who reaches "+strings.Join(exposed, " and ")+
+			" can call the routes listed here and speak Raft to this node; routes that change state answer only to loopback and to the hosts of the cluster's members",
+			"open_to_anyone", strings.Join(open, ", "))
 		return nil
 	}
 	if err := cfg.TLS.checkNode(cfg.ID, cfg.APIAddr, cfg.RaftAddr); err != nil {

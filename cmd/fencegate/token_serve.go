@@ -7,8 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"syscall"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/tlsfiles"
 	"github.com/fencegate/fencegate/raftstore"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokensign"
@@ -18,7 +20,7 @@ import (
 type tokenServeOpts struct {
 	id, dataDir, raftAddr, apiAddr, peers, join, logLevel, via string
 	signingKeys                                                string
-	waitForFounding, commitPerBatch                            bool
+	waitForFounding, commitPerBatch, insecurePlaintext         bool
 	reserveSize                                                int
 	foundingTimeout, heartbeat, election, lease, roundTimeout  time.Duration
 	snapThreshold, trailing                                    uint64
@@ -46,6 +48,7 @@ func tokenServeFlags(fs *flag.FlagSet) *tokenServeOpts {
 	fs.DurationVar(&o.roundTimeout, "round-timeout", time.Second, "how long a confirmation round waits for a majority of the voters before it fails and its requests get a retryable no_quorum (read-index path)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	o.tls = addTLSFlags(fs)
+	fs.BoolVar(&o.insecurePlaintext, "insecure-plaintext", false, "without TLS, still bind --api-addr and --raft-addr to addresses other hosts can reach: anyone there can mint tokens, read the cluster's state and speak Raft to this node; routes that change the cluster answer only to loopback and to the members' hosts (default false: without TLS, loopback addresses only)")
 	fs.StringVar(&o.signingKeys, "signing-keys", "", "sign every token: a file of \"KEYID HEXKEY\" lines, at least 32 bytes of key each; the first signs, the others are kept for rotation; give every node the same file (default empty: tokens without proofs)")
 	fs.StringVar(&o.via, "dial-via", "", "reach these peer addresses through others, as ADDR=VIA,... (fault injection: relays between nodes; default empty: dial peers directly)")
 	return o
@@ -91,6 +94,14 @@ func runTokenServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
+	if nodeTLS == nil && !o.insecurePlaintext {
+		for _, a := range []string{o.apiAddr, o.raftAddr} {
+			if !tlsfiles.IsLoopback(a) {
+				return fmt.Errorf("no TLS on %s, which other hosts can reach: give --tls-ca, --tls-cert and --tls-key, bind to 127.0.0.1, or accept plain HTTP there with --insecure-plaintext", a)
+			}
+		}
+	}
+	raiseFileLimit()
 	var keys *tokensign.Keyring
 	if o.signingKeys != "" {
 		if keys, err = tokensign.LoadKeys(o.signingKeys); err != nil {
@@ -116,7 +127,7 @@ func runTokenServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 			TrailingLogs:       o.trailing,
 			Dial:               dial,
 		},
-		TLS: nodeTLS, Credentials: creds, SigningKeys: keys,
+		TLS: nodeTLS, Credentials: creds, SigningKeys: keys, InsecurePlaintext: o.insecurePlaintext,
 		CommitPerBatch: o.commitPerBatch, ReserveSize: o.reserveSize, RoundTimeout: o.roundTimeout,
 	})
 	if err != nil {
@@ -129,6 +140,18 @@ func runTokenServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 	<-ctx.Done()
 	logger.Info("shutting down")
 	return srv.Close()
+}
+
+// raiseFileLimit raises the soft limit on open file descriptors to the hard
+// limit, so that the node's connection cap (tokenservice.Config.MaxConns,
+// derived from it) is as high as the system allows. The Go runtime usually
+// did so already; a failure leaves the limit as it was.
+func raiseFileLimit() {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err == nil && rl.Cur < rl.Max {
+		rl.Cur = rl.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl)
+	}
 }
 
 // splitList splits a comma-separated flag value, dropping empty items.
