@@ -96,8 +96,10 @@ func WithCoalescing(on bool) ClientOption { return func(c *Client) { c.coalesce 
 
 // WithTLS makes the client speak TLS with cfg (LoadClientTLS builds one
 // from files: the cluster CA and, optionally, the client's certificate).
-// Server addresses given as HOST:PORT then mean https://HOST:PORT. It has no
-// effect with WithHTTPClient, whose transport carries its own TLS settings.
+// Server addresses given as HOST:PORT then mean https://HOST:PORT, and
+// NewClient refuses one given as http:// (ErrPlainURL). It has no effect
+// on the connections of WithHTTPClient, whose transport carries its own TLS
+// settings (a transport with a CA or a certificate refuses http:// too).
 // The default is none: plain HTTP.
 func WithTLS(cfg *tls.Config) ClientOption { return func(c *Client) { c.tlsConfig = cfg } }
 
@@ -134,8 +136,12 @@ func NewClient(servers []string, opts ...ClientOption) (*Client, error) {
 		if err != nil {
 			return nil, fmt.Errorf("tokenservice: server address: %w", err)
 		}
-		if c.tlsConfig != nil && !strings.Contains(s, "://") {
-			u = "https" + strings.TrimPrefix(u, "http")
+		if c.usesTLS() {
+			if !strings.Contains(s, "://") {
+				u = "https" + strings.TrimPrefix(u, "http")
+			} else if strings.HasPrefix(u, "http://") {
+				return nil, fmt.Errorf("%w: %s", ErrPlainURL, s)
+			}
 		}
 		if err := c.credentialSafe(u); err != nil {
 			return nil, err
@@ -462,7 +468,7 @@ func (c *Client) follow(h leaderHint) (string, bool) {
 	if err != nil {
 		return "", false
 	}
-	if rest, ok := strings.CutPrefix(u, "http://"); ok && c.tlsConfig != nil {
+	if rest, ok := strings.CutPrefix(u, "http://"); ok && c.usesTLS() {
 		u = "https://" + rest // a client over TLS never follows into plain HTTP
 	}
 	c.mu.Lock()

@@ -5,10 +5,30 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 
 	"github.com/fencegate/fencegate/internal/tlsfiles"
 )
+
+// ErrPlainURL is returned by NewClient for a server given as an http:// URL
+// to a client configured for TLS (WithTLS, or WithHTTPClient with a CA or a
+// certificate): it would send its requests, and take tokens, in clear from
+// whoever answers there.
+var ErrPlainURL = errors.New("tokenservice: the client is configured for TLS but a server is given as a plain http:// URL; give it as https://HOST:PORT or HOST:PORT")
+
+// usesTLS reports whether the client is configured for TLS: WithTLS, or an
+// HTTP client whose transport trusts a CA or presents a certificate.
+func (c *Client) usesTLS() bool {
+	if c.tlsConfig != nil {
+		return true
+	}
+	if c.hc == nil {
+		return false
+	}
+	t, ok := c.hc.Transport.(*http.Transport)
+	return ok && t.TLSClientConfig != nil && (t.TLSClientConfig.RootCAs != nil || len(t.TLSClientConfig.Certificates) > 0)
+}
 
 // LoadClientTLS returns the TLS configuration of a client of the token
 // service: the nodes' certificates must verify against the CA in caFile and

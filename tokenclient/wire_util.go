@@ -11,9 +11,6 @@ import (
 	"github.com/fencegate/fencegate/internal/tokenwire"
 )
 
-// MaxResource caps resource names, in bytes.
-const MaxResource = 1024
-
 // The headers a node names the leader in.
 const (
 	leaderHeader   = tokenwire.LeaderHeader
@@ -34,18 +31,6 @@ func NormalizeURL(s string) (string, error) {
 		return "", fmt.Errorf("%q has no port; write HOST:PORT", s)
 	}
 	return u.Scheme + "://" + u.Host, nil
-}
-
-// ValidateResource checks a resource name as the service does: not empty
-// (nor only spaces) and at most MaxResource bytes.
-func ValidateResource(res string) error {
-	switch {
-	case strings.TrimSpace(res) == "":
-		return ErrEmptyResource
-	case len(res) > MaxResource:
-		return fmt.Errorf("%w: resource name is %d bytes; keep it under %d", ErrBadRequest, len(res), MaxResource)
-	}
-	return nil
 }
 
 // decodeError turns a node's error answer into an *APIError.
