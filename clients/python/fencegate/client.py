@@ -11,7 +11,7 @@ from typing import Callable, Iterable, Protocol
 from . import nodes
 from .errors import NotAcquiredError, TokenServiceError
 from .lock import Keeper, Lock
-from .tokens import MAX_RESOURCE_BYTES, TokenClient
+from .tokens import MAX_RESOURCE_BYTES, TokenClient, validate_resource
 
 #: The default prefix of the Redis keys: a lock on resource R is the key
 #: "fencegate:lock:R", as in the Go lockclient.
@@ -375,7 +375,4 @@ def _positive(x: object) -> bool:
 def _check_resource(resource: object) -> None:
     if not isinstance(resource, str) or not resource.strip():
         raise ValueError(f"fencegate: resource {resource!r} is empty; name the resource the lock protects")
-    if len(resource.encode()) > MAX_RESOURCE_BYTES:
-        raise ValueError(
-            f"fencegate: resource name is {len(resource.encode())} bytes; keep it under {MAX_RESOURCE_BYTES}"
-        )
+    validate_resource(resource)

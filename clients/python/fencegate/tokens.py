@@ -21,6 +21,27 @@ from .errors import TokenAuthError, TokenRequestError, TokenServiceError, TokenU
 #: The longest resource name the token service takes, in bytes.
 MAX_RESOURCE_BYTES = 1024
 
+
+def validate_resource(resource: str) -> None:
+    """Check a resource name by the rule the service and the Go client share
+    (tokenclient.ValidateResource): not empty (nor only spaces), valid UTF-8
+    without NUL or U+FFFD, at most MAX_RESOURCE_BYTES bytes. Raises
+    ValueError before anything is sent."""
+    if not isinstance(resource, str) or not resource.strip():
+        raise ValueError(f"fencegate: resource {resource!r} is empty; name the resource the token fences")
+    try:
+        raw = resource.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"fencegate: bad resource name {resource!r}: it is not valid UTF-8") from None
+    if len(raw) > MAX_RESOURCE_BYTES:
+        raise ValueError(
+            f"fencegate: bad resource name: it is {len(raw)} bytes; keep it to at most {MAX_RESOURCE_BYTES}"
+        )
+    if "\x00" in resource:
+        raise ValueError(f"fencegate: bad resource name {resource!r}: it holds a NUL byte")
+    if "\ufffd" in resource:
+        raise ValueError(f"fencegate: bad resource name {resource!r}: it holds U+FFFD, the mark of bytes that were not UTF-8")
+
 #: The response headers in which a node names the leader's API URL and ID.
 LEADER_HEADER = "X-Fencegate-Leader-Api"
 LEADER_ID_HEADER = "X-Fencegate-Leader-Id"
@@ -213,12 +234,7 @@ class TokenClient:
 
     def next(self, resource: str, timeout: float | None = None) -> Token:
         """next_token with the Raft term, index and leader that minted it."""
-        if not isinstance(resource, str) or not resource.strip():
-            raise ValueError(f"fencegate: resource {resource!r} is empty; name the resource the token fences")
-        if len(resource.encode()) > MAX_RESOURCE_BYTES:
-            raise ValueError(
-                f"fencegate: resource name is {len(resource.encode())} bytes; keep it under {MAX_RESOURCE_BYTES}"
-            )
+        validate_resource(resource)
         body = json.dumps({"resource": resource}).encode()
         out = self._call("POST", "/v1/tokens", body, f"token for {resource!r}", timeout)
         tok = out.get("token") if isinstance(out, dict) else None
