@@ -137,7 +137,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 func printUsage(w io.Writer) {
-	fmt.Fprintln(w, "fencegate: fencing tokens from a Raft group, enforced by a PostgreSQL proxy.")
+	fmt.Fprintln(w, "fencegate: fencing tokens from a Raft group, enforced inside PostgreSQL;")
+	fmt.Fprintln(w, "an optional wire-protocol proxy gates the sessions that reach it.")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Usage: fencegate COMMAND [flags]")
 	fmt.Fprintln(w)

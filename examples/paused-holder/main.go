@@ -1,9 +1,11 @@
 // Command paused-holder is the library-level version of
 // "fencegate demo paused-holder": two clients of one lock, the first stalls
 // past its TTL (a stand-in for a GC pause: it simply sleeps), the second
-// takes the lock and writes, and the first wakes up and writes too. Through
-// the fencegate proxy the late write fails with lockclient.ErrStaleToken and
-// the data stays right.
+// takes the lock and writes, and the first wakes up and writes too. The
+// table is protected and every write is fenced with the lock's token, so
+// PostgreSQL refuses the late write (lockclient.ErrStaleToken) and the data
+// stays right; the fencegate proxy the clients connect through is a gate in
+// front of it, not the enforcer.
 //
 // The program first does the administrator's part with the -postgres DSN:
 // it installs schema fencegate, creates the account's table and protects it
