@@ -75,7 +75,7 @@ func ParsePeers(s string) ([]Peer, error) {
 //   - Join lists API URLs of members of an existing cluster: a node whose
 //     DataDir holds no state waits until a leader confirms that the
 //     cluster lists it as a non-voter or not at all, then starts Raft; it
-//     is promoted to voter once it has caught up (README, "Replacing a
+//     is promoted to voter once it has caught up (docs/operations.md, "Replacing a
 //     node").
 //   - Dial opens connections to other nodes, both Raft and API
 //     forwarding (tests route it through fault-injecting relays).

@@ -42,9 +42,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		printFlags(ffs)
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "  lost-updates    the lock torture test: K worker processes increment one counter under a")
-		fmt.Fprintln(stderr, "                  Redis lock with a short TTL while holders are frozen past it, straight to")
-		fmt.Fprintln(stderr, "                  PostgreSQL and through the proxy; run against 'fencegate dev'. Exits 0 only")
-		fmt.Fprintln(stderr, "                  when nothing was lost through the proxy. See 'fencegate demo lost-updates --help'.")
+		fmt.Fprintln(stderr, "                  Redis lock with a short TTL while holders are frozen past it, unfenced")
+		fmt.Fprintln(stderr, "                  and fenced (through the proxy); run against 'fencegate dev'. Exits 0 only")
+		fmt.Fprintln(stderr, "                  when nothing was lost with the fence. See 'fencegate demo lost-updates --help'.")
 		if len(args) == 0 {
 			return usagef("name a demo: paused-holder, forged-token or lost-updates")
 		}

@@ -69,7 +69,7 @@ func serveHint(err error, o *tokenServeOpts) error {
 	if o.tls.on() {
 		admin = " with an admin's --tls-ca and --tls-cert/--tls-key or --credentials-file"
 	}
-	replace := fmt.Sprintf("to bring node %s back with an empty data dir: run 'fencegate token members remove %s'%s against the cluster, start this node again with the same flags plus --join API-URL-OF-A-MEMBER, then run 'fencegate token members add %s %s %s'%s (README: Replacing a node)",
+	replace := fmt.Sprintf("to bring node %s back with an empty data dir: run 'fencegate token members remove %s'%s against the cluster, start this node again with the same flags plus --join API-URL-OF-A-MEMBER, then run 'fencegate token members add %s %s %s'%s (docs/operations.md: Replacing a node)",
 		o.id, o.id, admin, o.id, o.raftAddr, o.apiAddr, admin)
 	switch {
 	case errors.Is(err, raftstore.ErrMustReplace), errors.Is(err, raftstore.ErrDataDirLost):

@@ -15,7 +15,7 @@ import (
 
 // Defaults of the database "fencegate dev" sets up for applications. The
 // roles are global to the PostgreSQL server and stay when the stack stops
-// (the next start reuses them); see the README to remove them.
+// (the next start reuses them); see docs/dev.md to remove them.
 const (
 	DefaultDatabase = "fencegate_dev"
 	DefaultAppRole  = "fencegate_app"

@@ -21,7 +21,7 @@ const refusalWait = 30 * time.Second
 
 // wipeNode is the lost disk: a token node is killed with -9, its data
 // directory deleted, and the node restarted with the same command line, as
-// an operator following the old README would. It must refuse to start and
+// an operator following the old docs would. It must refuse to start and
 // say how to replace it; the nemesis then runs that replacement procedure.
 func (n *Nemesis) wipeNode(ctx context.Context) error {
 	t := n.stack.Tokens[n.rng.IntN(len(n.stack.Tokens))]
@@ -38,7 +38,7 @@ func (n *Nemesis) wipeNode(ctx context.Context) error {
 }
 
 // replaceNode is the planned replacement of a healthy node (new disk, same
-// host): stopped cleanly, then the README's procedure end to end.
+// host): stopped cleanly, then the procedure of docs/operations.md end to end.
 func (n *Nemesis) replaceNode(ctx context.Context) error {
 	t := n.stack.Tokens[n.rng.IntN(len(n.stack.Tokens))]
 	return n.windowUntil(ctx, FaultReplaceNode, t.ID, "stopped, data dir replaced, replaced through membership",
@@ -76,7 +76,7 @@ func (n *Nemesis) expectRefusal(ctx context.Context, t *TokenNode) error {
 	return nil
 }
 
-// Replace runs the README's replacement procedure for t, whose data
+// Replace runs the replacement procedure of docs/operations.md for t, whose data
 // directory is empty and whose process is stopped, as an operator would,
 // with the fencegate command line: remove the member, start the node with
 // its usual flags plus --join, add it back, and wait until the leader has

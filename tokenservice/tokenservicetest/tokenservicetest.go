@@ -633,7 +633,7 @@ func (c *Cluster) Wipe(t testing.TB, i int) {
 }
 
 // Replace brings node i, whose data directory was lost, back as the
-// README's replacement procedure does: remove it from the cluster, start
+// replacement procedure of docs/operations.md does: remove it from the cluster, start
 // it with an empty data directory in join mode (same id and addresses),
 // add it as a member, and wait until the leader has promoted it.
 func (c *Cluster) Replace(t testing.TB, i int) {
