@@ -37,7 +37,8 @@ var (
 	// ErrUnexpectedObjects: schema fencegate or one of its tables holds
 	// objects fencegate did not create that Install cannot remove safely
 	// (a planted signing_keys holding data, an expected column of another
-	// type, ...); the error names them.
+	// type, a column whose type is not built in, ...); the error names
+	// them.
 	ErrUnexpectedObjects = errors.New("pgfence: schema fencegate holds objects that fencegate did not create")
 )
 

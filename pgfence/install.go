@@ -65,7 +65,10 @@ type Report struct {
 // database when the schema is missing); GuardDDL needs a superuser. Code
 // already in schema fencegate is never run before it has been replaced, and
 // no code an application wrote is run at all: the transaction's search_path
-// is pg_catalog, pg_temp (see AdminSession). Installs run one at a time
+// is pg_catalog, pg_temp (see AdminSession), and before it changes the
+// schema's objects Install refuses (ErrUnexpectedObjects) a column of a
+// type that is not built in, whose conversion would call the application's
+// cast (SET ROLE is no boundary in a superuser's session). Installs run one at a time
 // (under a lock on fencegate.marks that applications cannot take, see
 // lockInstall); each lock wait is bounded by RepairLockTimeout, after which
 // Install fails with ErrLocked naming the sessions that held the locks.
@@ -172,6 +175,12 @@ func (in *installer) run(ctx context.Context) error {
 	}
 	in.rep.Actions = append(in.rep.Actions, planted...)
 	if err := refuseUnexpectedRelations(ctx, in.tx); err != nil {
+		return fmt.Errorf("install fencegate schema: %w", err)
+	}
+	// Before anything changes the schema's objects: converting a column of
+	// the application's type runs the application's code (see
+	// refuseForeignColumnTypes).
+	if err := refuseForeignColumnTypes(ctx, in.tx); err != nil {
 		return fmt.Errorf("install fencegate schema: %w", err)
 	}
 	if err := in.ensureSchema(ctx); err != nil {

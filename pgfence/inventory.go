@@ -398,3 +398,48 @@ func dropPlantedTables(ctx context.Context, tx pgx.Tx, fromVersion int) ([]strin
 	}
 	return done, nil
 }
+
+// foreignColumnTypesSQL lists each column of a table or view of schema
+// fencegate whose type is not built in: a type outside pg_catalog, a
+// domain, or an array of either. Each row is the line to report, with the
+// statement that changes the column back to the type fencegate gives it.
+const foreignColumnTypesSQL = `SELECT pg_catalog.format('column %s.%I has type %s, not a built-in type: an administrator changes it back (ALTER TABLE %s ALTER COLUMN %I TYPE %s USING %I::%s, as a role that owns that type''s cast, never as a superuser) or drops the table',
+	c.oid::pg_catalog.regclass, a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod),
+	c.oid::pg_catalog.regclass, a.attname, coalesce(e.type, 'text'), a.attname, coalesce(e.base, 'text'))
+	FROM pg_catalog.pg_namespace n
+	JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid
+	JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+	JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+	LEFT JOIN pg_catalog.pg_type el ON el.oid = t.typelem AND t.typelem <> 0
+	LEFT JOIN (SELECT x.rel, x.name, pg_catalog.regexp_replace(x.def, ' NOT NULL.*$', '') AS type, pg_catalog.regexp_replace(x.def, '( COLLATE .*)?( NOT NULL.*)?$', '') AS base
+	           FROM (VALUES ` + inventoryExpected + `) x(kind, rel, name, def) WHERE x.kind = 'column') e
+	       ON e.rel = pg_catalog.format('%I.%I', 'fencegate', c.relname) AND e.name = pg_catalog.format('%I', a.attname)
+	WHERE n.nspname = 'fencegate' AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+	  AND (t.typnamespace <> 'pg_catalog'::pg_catalog.regnamespace OR t.typtype = 'd'
+	       OR el.typnamespace <> 'pg_catalog'::pg_catalog.regnamespace OR el.typtype = 'd')
+	ORDER BY c.oid::pg_catalog.regclass::pg_catalog.text, a.attnum`
+
+// refuseForeignColumnTypes fails with ErrUnexpectedObjects naming every
+// column of a table or view of schema fencegate whose type is not built in
+// (foreignColumnTypesSQL). It runs before Install changes anything on the
+// schema's objects, because sql/schema.sql converts version 1's resource
+// column (ALTER COLUMN ... TYPE text COLLATE "C"): the conversion of a type
+// the application made calls the application's cast function once per row
+// (and a domain's its CHECK constraints), in the installing session, where
+// SET ROLE is no boundary (the function can RESET ROLE). A column of a
+// built-in type converts with built-in code only; nobody but a superuser
+// can add a cast between two built-in types.
+func refuseForeignColumnTypes(ctx context.Context, tx pgx.Tx) error {
+	rows, err := tx.Query(ctx, foreignColumnTypesSQL)
+	if err != nil {
+		return fmt.Errorf("read the types of the schema's columns: %w", classify(err))
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("read the types of the schema's columns: %w", classify(err))
+	}
+	if len(found) > 0 {
+		return fmt.Errorf("%w; nothing was changed:\n%s", ErrUnexpectedObjects, strings.Join(found, "\n"))
+	}
+	return nil
+}
