@@ -69,6 +69,18 @@ type TLSLayerOptions struct {
 	// peer the TLS configuration accepts (tests, tools). Whatever Members
 	// is, every RPC must name the connection's node as its sender.
 	Members MembersFunc
+	// MaxPending bounds the accepted connections whose handshake and
+	// admission have not finished (they hold a descriptor each until
+	// HandshakeTimeout); a connection over the bound is closed at once and
+	// counted as refused. The default is 256.
+	MaxPending int
+	// MaxPendingPerIP bounds those connections per source address, so a
+	// stranger flooding the port from its own address cannot keep members
+	// on other addresses out (at the total bound, the oldest pending
+	// connection of the source holding the most is closed to make room);
+	// one on a member's own address can still delay that member's
+	// reconnect until its handshakes time out. The default is 64.
+	MaxPendingPerIP int
 }
 
 // NewTLSLayer returns a Layer of mutual TLS over ln and dial (a plain TCP
@@ -110,6 +122,12 @@ func NewTLSLayer(ln net.Listener, dial DialFunc, cfg *tls.Config, o TLSLayerOpti
 	if o.Logger == nil {
 		o.Logger = slog.Default().With("component", "raftstore")
 	}
+	if o.MaxPending <= 0 {
+		o.MaxPending = 256
+	}
+	if o.MaxPendingPerIP <= 0 {
+		o.MaxPendingPerIP = 64
+	}
 	server := cfg.Clone()
 	server.ClientAuth = tls.RequireAndVerifyClientCert
 	server.MinVersion = max(server.MinVersion, tls.VersionTLS13)
@@ -119,6 +137,7 @@ func NewTLSLayer(ln net.Listener, dial DialFunc, cfg *tls.Config, o TLSLayerOpti
 	l := &tlsLayer{
 		ln: ln, dial: dial, server: server, client: client, timeout: o.HandshakeTimeout, log: o.Logger, members: o.Members,
 		conns: make(chan net.Conn), ctx: ctx, cancel: cancel,
+		maxPending: o.MaxPending, maxPendingPerIP: o.MaxPendingPerIP, pendingByIP: make(map[string][]*pendingConn),
 	}
 	l.wg.Add(1)
 	go l.acceptLoop()
@@ -142,11 +161,104 @@ type tlsLayer struct {
 	refusedMu   sync.Mutex
 	lastRefusal time.Time
 	suppressed  int
+
+	pendingMu                   sync.Mutex
+	maxPending, maxPendingPerIP int
+	pending                     int                       // connections in handshake or admission
+	pendingByIP                 map[string][]*pendingConn // the same, by source address, oldest first
+}
+
+// pendingConn is an accepted connection whose handshake or admission has
+// not finished.
+type pendingConn struct {
+	c       net.Conn
+	ip      string
+	evicted bool // closed to make room, no longer counted
+}
+
+// errTooManyPending refuses a connection over the bounds on pending
+// handshakes (TLSLayerOptions.MaxPending and MaxPendingPerIP).
+var errTooManyPending = errors.New("raftstore: too many raft connections in handshake")
+
+// sourceIP is the address a connection's pending count is kept under.
+func sourceIP(a net.Addr) string {
+	if t, ok := a.(*net.TCPAddr); ok {
+		return t.IP.String()
+	}
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	return host
+}
+
+// reserve counts c as pending, or reports nil when its source is at its
+// bound. At the total bound, the oldest pending connection of the source
+// holding the most is closed to make room, when that source holds more
+// than c's: a flood from a few addresses cannot keep a member on another
+// address out.
+func (l *tlsLayer) reserve(c net.Conn) *pendingConn {
+	ip := sourceIP(c.RemoteAddr())
+	l.pendingMu.Lock()
+	defer l.pendingMu.Unlock()
+	mine := len(l.pendingByIP[ip])
+	if mine >= l.maxPendingPerIP {
+		return nil
+	}
+	if l.pending >= l.maxPending {
+		top := ""
+		for k, v := range l.pendingByIP {
+			if top == "" || len(v) > len(l.pendingByIP[top]) {
+				top = k
+			}
+		}
+		if top == "" || len(l.pendingByIP[top]) <= mine+1 {
+			return nil
+		}
+		victim := l.pendingByIP[top][0]
+		l.forget(victim)
+		victim.evicted = true
+		victim.c.Close()
+	}
+	p := &pendingConn{c: c, ip: ip}
+	l.pending++
+	l.pendingByIP[ip] = append(l.pendingByIP[ip], p)
+	return p
+}
+
+// forget stops counting p; pendingMu is held.
+func (l *tlsLayer) forget(p *pendingConn) {
+	list := l.pendingByIP[p.ip]
+	for i, q := range list {
+		if q == p {
+			list = append(list[:i:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(l.pendingByIP, p.ip)
+	} else {
+		l.pendingByIP[p.ip] = list
+	}
+	l.pending--
+}
+
+// release ends what reserve counted.
+func (l *tlsLayer) release(p *pendingConn) {
+	l.pendingMu.Lock()
+	defer l.pendingMu.Unlock()
+	if !p.evicted {
+		l.forget(p)
+	}
 }
 
 // acceptLoop accepts connections and hands each one, once its handshake
 // succeeded, to Accept. Each handshake runs in its own goroutine, so a peer
-// that stalls in the middle of one holds up nobody else.
+// that stalls in the middle of one holds up nobody else; the number of
+// those goroutines, and so of descriptors held for unproven peers, is
+// bounded in total and per source address (TLSLayerOptions.MaxPending).
+// An accept error (EMFILE, ENFILE among them) backs off, up to a second,
+// instead of spinning.
 func (l *tlsLayer) acceptLoop() {
 	defer l.wg.Done()
 	delay := time.Duration(0)
@@ -165,13 +277,20 @@ func (l *tlsLayer) acceptLoop() {
 			}
 		}
 		delay = 0
+		p := l.reserve(c)
+		if p == nil {
+			c.Close()
+			l.refused(c.RemoteAddr(), errTooManyPending)
+			continue
+		}
 		l.wg.Add(1)
-		go l.handshake(c)
+		go l.handshake(c, p)
 	}
 }
 
-func (l *tlsLayer) handshake(c net.Conn) {
+func (l *tlsLayer) handshake(c net.Conn, p *pendingConn) {
 	defer l.wg.Done()
+	defer l.release(p)
 	ctx, cancel := context.WithTimeout(l.ctx, l.timeout)
 	defer cancel()
 	tc := tls.Server(c, l.server)
