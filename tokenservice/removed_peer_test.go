@@ -457,6 +457,49 @@ func TestJoiningNodeAdmitsOnlyMembers(t *testing.T) {
 	}
 }
 
+// A joining node admits the current leader only, asked again every
+// second: not another member (which could claim a higher term before the
+// leader's first contact), and not a member removed after the joining node
+// first asked. With the member list a joining node used to fetch once and
+// keep, the certificate of a node removed while the other waited for
+// `members add` reset its counter, and tokens through it restarted at 1.
+func TestJoiningNodeAdmitsOnlyTheLeader(t *testing.T) {
+	ca := newCA(t, "cluster")
+	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, nil))
+	app := pkitest.ClientTLS(t, ca, "app", tokenservice.RoleClient)
+	before := mint(t, c.Client(t, app...), 20)
+	leader := c.Leader(t)
+	joiner, other := (leader+1)%3, (leader+2)%3
+	c.Remove(t, joiner)
+	c.StartJoin(t, joiner)
+	tr := raftAttacker(t, ca, issuePeer(t, ca, c.ID(other), pki.Options{}))
+	otherAddr := c.Node(other).RaftAddr() // Remove stops the node
+	attack := func(when string) {
+		t.Helper()
+		st := c.Node(joiner).LocalStatus()
+		for _, a := range raftAttacks[:2] { // InstallSnapshot, AppendEntries
+			if err := a.send(tr, c.ID(joiner), c.Node(joiner).RaftAddr(), c.ID(other), otherAddr, st.Term, 1<<20); err == nil {
+				t.Errorf("%s from %s %s to joining %s: answered; want the connection closed", a.name, c.ID(other), when, c.ID(joiner))
+			}
+		}
+		if got := c.Node(joiner).LocalStatus(); got.Term != st.Term || got.LastToken != 0 {
+			t.Errorf("joining %s moved to term %d, counter %d after RPCs from %s %s; want term %d, counter 0",
+				c.ID(joiner), got.Term, got.LastToken, c.ID(other), when, st.Term)
+		}
+	}
+	attack("while a member but not the leader")
+	c.Remove(t, other)
+	attack("just after its removal")
+	time.Sleep(1200 * time.Millisecond) // past the joining node's refresh
+	attack("a second after its removal")
+	c.AddMember(t, joiner)
+	c.WaitVoter(t, joiner)
+	after := mint(t, c.ClientFor(t, []string{c.APIURL(joiner)}, app...), 5)
+	if after[0] <= before[len(before)-1] {
+		t.Fatalf("token %d through the joined %s, not above %d", after[0], c.ID(joiner), before[len(before)-1])
+	}
+}
+
 // Every Raft RPC now passes through the layer's reading of it: a node that
 // joins over mutual TLS after the log it needs was compacted catches up
 // by InstallSnapshot (the snapshot's data streamed through the checked

@@ -228,44 +228,63 @@ func (n *NodeTLS) forwardTLS() *tls.Config {
 	return cfg
 }
 
+// joinRefresh is how long a joining node trusts the leader it was told
+// of before it asks again (see raftMembers).
+const joinRefresh = time.Second
+
 // raftMembers returns the membership the Raft layer admits peers from
 // (raftstore.TLSLayerOptions.Members): the node's latest Raft
 // configuration, or raftstore.ErrNotRunning until Raft runs.
 //
 // A joining node runs Raft without a configuration until the leader's
-// first contact. Meanwhile it admits the members of the committed
-// configuration the leader gives, asked over the API of the members it
+// first contact. Meanwhile it admits one peer only: the leader the
+// committed configuration names, asked over the API of the members it
 // joins through (the answer counts only from the certificate of the leader
-// it names, see httpProber), kept until its own configuration arrives;
-// so a removed node cannot be the first to reach a joining node either.
+// it names, see httpProber). The answer is trusted for joinRefresh and
+// then asked again, at most one question in flight, so a node removed
+// while this one waits for `members add`, or a leader deposed meanwhile,
+// is a stranger within a second: no one but the current leader can be the
+// first to reach a joining node. Failed questions are not repeated within
+// joinRefresh either, so strangers knocking cannot make it ask faster.
 func (s *Server) raftMembers() raftstore.MembersFunc {
 	var (
 		mu     sync.Mutex
-		joined []raftstore.Server
+		leader []raftstore.Server
+		err    error
+		asked  time.Time
 	)
 	return func() ([]raftstore.Server, error) {
 		st := s.Store()
 		if st == nil {
 			return nil, raftstore.ErrNotRunning
 		}
-		ms, err := st.RaftMembers()
-		if err != nil || len(ms) > 0 {
-			return ms, err
+		ms, e := st.RaftMembers()
+		if e != nil || len(ms) > 0 {
+			return ms, e
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		if joined != nil {
-			return joined, nil
+		if asked.IsZero() || time.Since(asked) >= joinRefresh {
+			leader, err = s.joinLeader()
+			asked = time.Now()
 		}
-		conf, err := s.committedConfiguration()
-		if err != nil {
-			return nil, err
-		}
-		for _, m := range conf.Members {
-			joined = append(joined, raftstore.Server{ID: m.ID, RaftAddr: m.RaftAddr})
-		}
-		return joined, nil
+		return leader, err
 	}
+}
+
+// joinLeader returns the leader of the committed configuration, the one
+// peer a joining node admits.
+func (s *Server) joinLeader() ([]raftstore.Server, error) {
+	conf, err := s.committedConfiguration()
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range conf.Members {
+		if m.ID == conf.LeaderID {
+			return []raftstore.Server{{ID: m.ID, RaftAddr: m.RaftAddr}}, nil
+		}
+	}
+	return nil, fmt.Errorf("the committed configuration names leader %q, which is not among its members", conf.LeaderID)
 }
 
 // committedConfiguration asks the members this node joins through (and
