@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -26,13 +27,13 @@ func TestNodeClient(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a token cluster, five redis-servers and runs the Node.js suite")
 	}
-	checkNode(t)
+	major, minor := checkNode(t)
 	installModules(t)
 	s := startStack(t)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), suiteTimeout)
 	defer cancel()
-	args := []string{"--test"}
+	args := append([]string{"--test"}, runnerFlags(major, minor)...)
 	if k := os.Getenv("FENCEGATE_NODE_TESTS"); k != "" {
 		args = append(args, "--test-name-pattern", k) // run only the tests whose names match k
 	}
@@ -67,23 +68,47 @@ func TestNodeClient(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start node: %v", err)
 	}
-	counts := logLines(t, out)
+	res := logLines(t, out)
 	err = cmd.Wait()
 	if ctx.Err() != nil {
-		t.Fatalf("the Node.js suite did not finish within 10 minutes")
+		t.Fatalf("the Node.js suite did not finish within %v; %s", suiteTimeout, res.where())
 	}
 	if err != nil {
-		t.Fatalf("the Node.js suite failed (%v): %s", err, summary(counts))
+		t.Fatalf("the Node.js suite failed (%v): %s; %s", err, summary(res.counts), res.where())
 	}
-	if msg := checkCounts(counts, os.Getenv("FENCEGATE_NODE_TESTS") != "" || os.Getenv("FENCEGATE_NODE_FILES") != ""); msg != "" {
-		t.Fatal(msg)
+	if msg := checkCounts(res.counts, os.Getenv("FENCEGATE_NODE_TESTS") != "" || os.Getenv("FENCEGATE_NODE_FILES") != ""); msg != "" {
+		t.Fatalf("%s; %s", msg, res.where())
 	}
-	t.Log(summary(counts))
+	t.Log(summary(res.counts))
+}
+
+// suiteTimeout bounds the whole Node.js suite (about 20 s when the machine
+// is quiet); testTimeout bounds each of its tests, so that one that hangs
+// fails under its own name and the others still run.
+const (
+	suiteTimeout = 6 * time.Minute
+	testTimeout  = 90 * time.Second
+)
+
+// runnerFlags are the flags of node --test that keep a hung test from
+// hanging the suite, where the node at hand has them: a timeout per test
+// (20.11 and later) and the exit of each file's process once its tests are
+// done, whatever handles a failed test left open (20.14 and later).
+func runnerFlags(major, minor int) []string {
+	var flags []string
+	if major > 20 || major == 20 && minor >= 11 {
+		flags = append(flags, "--test-timeout="+strconv.Itoa(int(testTimeout/time.Millisecond)))
+	}
+	if major > 20 || major == 20 && minor >= 14 {
+		flags = append(flags, "--test-force-exit")
+	}
+	return flags
 }
 
 // checkNode fails the test, saying what to install, when node or npm is
-// missing or node is older than 18.
-func checkNode(t *testing.T) {
+// missing or node is older than 18; it returns node's major and minor
+// version.
+func checkNode(t *testing.T) (major, minor int) {
 	t.Helper()
 	for _, bin := range []string{"node", "npm"} {
 		if _, err := exec.LookPath(bin); err != nil {
@@ -95,10 +120,15 @@ func checkNode(t *testing.T) {
 		t.Fatalf("node --version: %v", err)
 	}
 	v := strings.TrimPrefix(strings.TrimSpace(string(out)), "v")
-	major, _ := strconv.Atoi(strings.SplitN(v, ".", 2)[0])
+	parts := strings.SplitN(v, ".", 3)
+	major, _ = strconv.Atoi(parts[0])
+	if len(parts) > 1 {
+		minor, _ = strconv.Atoi(parts[1])
+	}
 	if major < 18 {
 		t.Fatalf("node %s is too old: the client needs Node.js 18 or later", v)
 	}
+	return major, minor
 }
 
 // installModules runs npm ci when node_modules is missing or older than
@@ -120,22 +150,63 @@ func installModules(t *testing.T) {
 	}
 }
 
-var countRe = regexp.MustCompile(`^# (tests|suites|pass|fail|cancelled|skipped|todo) (\d+)$`)
+var (
+	countRe   = regexp.MustCompile(`^# (tests|suites|pass|fail|cancelled|skipped|todo) (\d+)$`)
+	subtestRe = regexp.MustCompile(`^\s*# Subtest: (.*)$`)
+	notOKRe   = regexp.MustCompile(`^\s*not ok \d+ - (.*)$`)
+	resultRe  = regexp.MustCompile(`^\s*(?:not )?ok \d+ - (.*)$`)
+)
+
+// results is what the suite's output said: the counts of the summary
+// node --test prints at the end, the tests that failed, and the tests
+// that started and have not ended.
+type results struct {
+	counts  map[string]int
+	failed  []string
+	running []string
+}
+
+// where names the failed tests and those still running, for the last line
+// of a failure (the log above it may be cut).
+func (r results) where() string {
+	var parts []string
+	if len(r.failed) > 0 {
+		parts = append(parts, "failed: "+strings.Join(r.failed, "; "))
+	}
+	if len(r.running) > 0 {
+		parts = append(parts, "still running: "+strings.Join(r.running, "; "))
+	}
+	if len(parts) == 0 {
+		return "no test failed"
+	}
+	return strings.Join(parts, "; ")
+}
 
 // logLines copies the suite's output to the test log, line by line, and
-// returns the counts of the summary node --test prints at the end.
-func logLines(t *testing.T, r io.Reader) map[string]int {
+// returns what it said.
+func logLines(t *testing.T, r io.Reader) results {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	counts := map[string]int{}
+	res := results{counts: map[string]int{}}
 	for sc.Scan() {
 		line := sc.Text()
 		t.Log(line)
 		if m := countRe.FindStringSubmatch(line); m != nil {
-			counts[m[1]], _ = strconv.Atoi(m[2])
+			res.counts[m[1]], _ = strconv.Atoi(m[2])
+		}
+		if m := subtestRe.FindStringSubmatch(line); m != nil {
+			res.running = append(res.running, m[1])
+		}
+		if m := resultRe.FindStringSubmatch(line); m != nil {
+			if i := slices.Index(res.running, m[1]); i >= 0 {
+				res.running = slices.Delete(res.running, i, i+1)
+			}
+		}
+		if m := notOKRe.FindStringSubmatch(line); m != nil {
+			res.failed = append(res.failed, m[1])
 		}
 	}
-	return counts
+	return res
 }
 
 func summary(c map[string]int) string {
