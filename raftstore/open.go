@@ -100,6 +100,12 @@ func Prepare(cfg Config) (_ *Pending, err error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
+	// A damaged raft.db would crash bbolt (SIGBUS past a cut-short end, a
+	// panic in its own goroutine on a page that is not one): read its
+	// structure first, and refuse it as lost.
+	if err := checkBoltFile(filepath.Join(cfg.DataDir, "raft.db")); err != nil {
+		return nil, fieldErr(fmt.Errorf("%w: %v; it counts as lost: empty the data directory and replace the node through membership", ErrDataDirLost, err), "DataDir")
+	}
 	p.bolt, err = raftboltdb.New(raftboltdb.Options{
 		Path: filepath.Join(cfg.DataDir, "raft.db"),
 		// The freelist is rebuilt on open instead of written on every
