@@ -46,12 +46,25 @@ export async function waitUntil(cond, what, timeoutMs = 20000) {
   }
 }
 
+// bounded waits for p, or ms milliseconds, whichever comes first.
+function bounded(p, ms) {
+  let timer;
+  const late = new Promise((resolve) => {
+    timer = setTimeout(resolve, ms);
+    timer.unref();
+  });
+  return Promise.race([Promise.resolve(p).catch(() => {}), late]).finally(() => clearTimeout(timer));
+}
+
 // Stack collects what a test opens and closes it at the end (t.after).
 export class Stack {
   constructor(t) {
     this.closers = [];
     t.after(async () => {
-      for (const c of this.closers.reverse()) await c();
+      // Each closer gets a few seconds: pg's end() on a connection that
+      // broke under it may never settle, and a hook that never ends would
+      // hold the whole file.
+      for (const c of this.closers.reverse()) await bounded(c(), 5000);
     });
   }
 
@@ -78,7 +91,7 @@ export class Stack {
   }
 
   async connect(dsn = env('FENCEGATE_TEST_DSN')) {
-    const c = new pg.Client({ connectionString: dsn });
+    const c = new pg.Client({ connectionString: dsn, connectionTimeoutMillis: 15000 });
     c.on('error', () => {});
     await c.connect();
     this.closers.push(() => c.end().catch(() => {}));
@@ -86,7 +99,7 @@ export class Stack {
   }
 
   pool(dsn = env('FENCEGATE_TEST_DSN')) {
-    const p = new pg.Pool({ connectionString: dsn, max: 4 });
+    const p = new pg.Pool({ connectionString: dsn, max: 4, connectionTimeoutMillis: 15000 });
     p.on('error', () => {});
     this.closers.push(() => p.end().catch(() => {}));
     return p;
@@ -94,7 +107,7 @@ export class Stack {
 
   // query runs one read on a fresh administrator connection.
   async query(sql, args = [], dsn = env('FENCEGATE_TEST_ADMIN_DSN')) {
-    const c = new pg.Client({ connectionString: dsn });
+    const c = new pg.Client({ connectionString: dsn, connectionTimeoutMillis: 15000 });
     await c.connect();
     try {
       return (await c.query(sql, args)).rows;
