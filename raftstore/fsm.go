@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/hashicorp/raft"
@@ -30,12 +31,17 @@ type memberMeta struct {
 }
 
 // fsmState is the whole replicated state: the cluster's id, one global
-// counter and the API address of each member. Its size does not depend on
-// how many resources have asked for tokens.
+// counter, the API address of each member, and checkpoints of the counter
+// over time (checkpoint.go). Its size does not depend on how many
+// resources have asked for tokens.
 type fsmState struct {
 	ClusterID string            `json:"cluster_id,omitempty"`
 	Counter   int64             `json:"counter"`
 	APIAddrs  map[string]string `json:"api_addrs"`
+	// Checkpoints and Run are absent from snapshots of earlier versions
+	// (they restore with none), and ignored by earlier versions.
+	Checkpoints []checkpoint `json:"checkpoints,omitempty"`
+	Run         *reserveRun  `json:"run,omitempty"`
 }
 
 // applyResult is what FSM.Apply returns for an allocation: the first token of
@@ -65,6 +71,11 @@ type fsm struct {
 	// reserved at a lower index may no longer be handed out, its tokens
 	// being below ones that entry minted or promised.
 	otherMove uint64
+	// cut is the index before the last entry that recorded a checkpoint:
+	// ranges reserved at or below it are no longer handed out either (see
+	// recordCheckpointLocked). Like otherMove it is not replicated state:
+	// only a leader's ranges in memory depend on it.
+	cut uint64
 }
 
 func newFSM() *fsm {
@@ -126,6 +137,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 		if l.Data[0] == cmdAllocate {
 			f.otherMove = l.Index
 		}
+		f.recordCheckpointLocked(l.Index, l.Term, appendedAt(l), first-1, l.Data[0] == cmdReserve)
 		return applyResult{First: first, Count: int(n), Term: l.Term, Index: l.Index}
 	case cmdSetMember, cmdDelMember:
 		var m memberMeta
@@ -155,10 +167,22 @@ func (f *fsm) Apply(l *raft.Log) any {
 		f.otherMove = l.Index
 		before := f.state.Counter
 		f.state.Counter = max(before, int64(v))
+		if f.state.Counter > before {
+			f.recordCheckpointLocked(l.Index, l.Term, appendedAt(l), before, false)
+		}
 		return raiseResult{Before: before, After: f.state.Counter, Term: l.Term, Index: l.Index}
 	default:
 		return fmt.Errorf("%w: unknown entry type %d at index %d", ErrCorrupt, l.Data[0], l.Index)
 	}
+}
+
+// appendedAt is the time the leader appended l, in Unix nanoseconds; 0 for
+// an entry written before raft.Log had the field.
+func appendedAt(l *raft.Log) int64 {
+	if l.AppendedAt.IsZero() {
+		return 0
+	}
+	return l.AppendedAt.UnixNano()
 }
 
 // counter returns the last token minted as seen by this node.
@@ -168,11 +192,13 @@ func (f *fsm) counter() int64 {
 	return f.state.Counter
 }
 
-// otherMoveIndex returns the index of the last applied allocation or raise.
+// otherMoveIndex returns the index of the last applied allocation or raise,
+// or the index before the last entry that recorded a checkpoint, whichever
+// is higher: a range reserved at or below it may no longer be handed out.
 func (f *fsm) otherMoveIndex() uint64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.otherMove
+	return max(f.otherMove, f.cut)
 }
 
 // clusterID returns the cluster id the log committed, or "".
@@ -193,7 +219,13 @@ func (f *fsm) apiAddrs() map[string]string {
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return &fsmSnapshot{state: fsmState{ClusterID: f.state.ClusterID, Counter: f.state.Counter, APIAddrs: maps.Clone(f.state.APIAddrs)}}, nil
+	st := fsmState{ClusterID: f.state.ClusterID, Counter: f.state.Counter, APIAddrs: maps.Clone(f.state.APIAddrs),
+		Checkpoints: slices.Clone(f.state.Checkpoints)}
+	if f.state.Run != nil {
+		r := *f.state.Run
+		st.Run = &r
+	}
+	return &fsmSnapshot{state: st}, nil
 }
 
 // Restore replaces the state with a snapshot's.
@@ -207,6 +239,11 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		// This FSM never writes one: restoring it would hand out tokens
 		// again from below zero.
 		return fmt.Errorf("%w: snapshot with a negative counter (%d)", ErrCorrupt, s.Counter)
+	}
+	if err := validCheckpoints(s.Checkpoints, s.Run, s.Counter); err != nil {
+		// This FSM never writes such a list: restoring it could refuse
+		// holders that are not as old as their floor says.
+		return fmt.Errorf("%w: snapshot with bad checkpoints: %v", ErrCorrupt, err)
 	}
 	if s.APIAddrs == nil {
 		s.APIAddrs = map[string]string{}

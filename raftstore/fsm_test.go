@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"reflect"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -52,7 +53,7 @@ func TestFSMRejectsBadEntries(t *testing.T) {
 
 func TestFSMSnapshotRestore(t *testing.T) {
 	f := newFSM()
-	applyCmd(f, 1, encodeAllocate(41))
+	applyAt(f, 1, 1, t0, encodeAllocate(41)) // records the checkpoint (t0, 0)
 	applyCmd(f, 2, encodeMember(cmdSetMember, memberMeta{ID: "n1", APIAddr: "http://127.0.0.1:7101"}))
 	applyCmd(f, 3, encodeMember(cmdSetMember, memberMeta{ID: "n2", APIAddr: "http://127.0.0.1:7102"}))
 	applyCmd(f, 4, encodeMember(cmdDelMember, memberMeta{ID: "n2"}))
@@ -77,6 +78,9 @@ func TestFSMSnapshotRestore(t *testing.T) {
 	}
 	if got := g.apiAddrs(); len(got) != 1 || got["n1"] != "http://127.0.0.1:7101" {
 		t.Fatalf("restored api addrs = %v", got)
+	}
+	if got, want := g.checkpoints(), []checkpoint{{At: t0.UnixNano(), Counter: 0}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("restored checkpoints = %v, want %v", got, want)
 	}
 	if r := applyCmd(g, 6, encodeAllocate(1)).(applyResult); r.First != 42 {
 		t.Fatalf("allocation after restore starts at %d, want 42", r.First)

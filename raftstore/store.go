@@ -475,6 +475,29 @@ func (s *Store) IsMember(id string) bool {
 // LastToken returns the last token this node has applied.
 func (s *Store) LastToken() int64 { return s.fsm.counter() }
 
+// Floor returns the counter as it was at least age ago by this node's
+// clock: the value of the newest checkpoint the replicated state recorded
+// at or before now minus age, and the leader's time of that checkpoint.
+// Every token handed out for a request that arrived after at is above
+// floor. floor is 0 and at the zero time when no checkpoint is that old.
+// The read is local: a node that lags holds fewer checkpoints, each as
+// true as the leader's. age must not be negative.
+func (s *Store) Floor(age time.Duration) (floor int64, at time.Time, err error) {
+	if age < 0 {
+		return 0, time.Time{}, fmt.Errorf("%w: floor age %v is negative; give 0 or more", ErrBadConfig, age)
+	}
+	now := time.Now().UnixNano()
+	t := now - int64(age)
+	if int64(age) > now { // an age before 1970: nothing is that old
+		return 0, time.Time{}, nil
+	}
+	cp, ok := s.fsm.floorAt(t)
+	if !ok {
+		return 0, time.Time{}, nil
+	}
+	return cp.Counter, time.Unix(0, cp.At).UTC(), nil
+}
+
 // Ready reports whether the node knows a leader and has applied every entry
 // it knows to be committed.
 func (s *Store) Ready() bool {
