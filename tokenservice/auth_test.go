@@ -100,6 +100,7 @@ func TestEveryRouteRefusesWithoutItsRole(t *testing.T) {
 		"GET /v1/internal/configuration": {tokenservice.RolePeer},
 		"PUT /v1/members/{id}/api-addr":  {tokenservice.RolePeer},
 		"GET /v1/status":                 {tokenservice.RoleClient, tokenservice.RoleAdmin},
+		"GET /v1/floor":                  {tokenservice.RoleClient, tokenservice.RoleAdmin},
 		"GET /v1/members":                {tokenservice.RoleClient, tokenservice.RoleAdmin},
 		"POST /v1/members":               {tokenservice.RoleAdmin},
 		"DELETE /v1/members/{id}":        {tokenservice.RoleAdmin},

@@ -53,6 +53,8 @@ var routeTable = []struct {
 		false, (*Server).handleToken},
 	{Route{Method: "GET", Path: "/v1/status", Roles: clientOrAdmin, Doc: "this node's view of the cluster"},
 		true, (*Server).handleStatus},
+	{Route{Method: "GET", Path: "/v1/floor", Roles: clientOrAdmin, Doc: "the counter as it was at least ?age=DURATION ago, from this node's checkpoints"},
+		false, (*Server).handleFloor},
 	{Route{Method: "GET", Path: "/v1/members", Roles: clientOrAdmin, Doc: "the committed member list, with whether each member caught up (leader)"},
 		false, (*Server).handleMembers},
 	{Route{Method: "POST", Path: "/v1/members", Roles: adminOnly, Doc: "add a member as a non-voter; the leader promotes it once caught up (leader)"},
