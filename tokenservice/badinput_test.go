@@ -140,7 +140,7 @@ func TestCLIBadInput(t *testing.T) {
 		want []string
 	}{
 		{"unknown flag", []string{"token", "serve", "--bogus"}, 2, []string{"-bogus"}},
-		{"unknown subcommand", []string{"token", "mint"}, 2, []string{"serve, next, status, init, members, snapshot, restore, certs or credential"}},
+		{"unknown subcommand", []string{"token", "mint"}, 2, []string{"serve, next, status, floor, init, members, snapshot, restore, certs or credential"}},
 		{"missing id", []string{"token", "serve", "--data-dir", dir}, 2, []string{"--id"}},
 		{"data dir of another cluster", []string{"token", "serve", "--id", "n1", "--data-dir", filepath.Join(dir, "n1"),
 			"--raft-addr", raft1, "--api-addr", api1, "--peers", otherPeers}, 1, []string{"another", "peer n2", "holds cluster", "--data-dir"}},

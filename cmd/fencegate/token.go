@@ -15,16 +15,17 @@ import (
 )
 
 func init() {
-	register(&command{name: "token", summary: "the Raft fencing-token service: serve, next, status, init, members, snapshot, restore, certs, credential", run: runToken})
+	register(&command{name: "token", summary: "the Raft fencing-token service: serve, next, status, floor, init, members, snapshot, restore, certs, credential", run: runToken})
 }
 
 func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	usage := func() {
-		fmt.Fprintln(stderr, "Usage: fencegate token serve|next|status|init|members|snapshot|restore|certs|credential [flags]")
+		fmt.Fprintln(stderr, "Usage: fencegate token serve|next|status|floor|init|members|snapshot|restore|certs|credential [flags]")
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "  serve       run one node of the token service")
 		fmt.Fprintln(stderr, "  next        print a new fencing token for a resource")
 		fmt.Fprintln(stderr, "  status      print the cluster's status")
+		fmt.Fprintln(stderr, "  floor       print the counter as it was at least --age ago (a floor for 'marks prune')")
 		fmt.Fprintln(stderr, "  init        start every new token above a floor (--initial-token N; never lowers the counter)")
 		fmt.Fprintln(stderr, "  members     list, add or remove members (add: as a non-voter, promoted once caught up)")
 		fmt.Fprintln(stderr, "  snapshot    save the cluster id and counter to a file, for disaster recovery")
@@ -34,7 +35,7 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "Run 'fencegate token SUBCOMMAND --help' for its flags.")
 	}
-	const subs = "serve, next, status, init, members, snapshot, restore, certs or credential"
+	const subs = "serve, next, status, floor, init, members, snapshot, restore, certs or credential"
 	if len(args) == 0 {
 		usage()
 		return usagef("missing subcommand; use %s", subs)
@@ -46,6 +47,8 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runTokenNext(ctx, args[1:], stdout, stderr)
 	case "status":
 		return runTokenStatus(ctx, args[1:], stdout, stderr)
+	case "floor":
+		return runTokenFloor(ctx, args[1:], stdout, stderr)
 	case "init":
 		return runTokenInit(ctx, args[1:], stdout, stderr)
 	case "members":
