@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fencegate/fencegate/internal/clientstack"
 )
 
 func TestNodeClient(t *testing.T) {
@@ -29,7 +31,7 @@ func TestNodeClient(t *testing.T) {
 	}
 	major, minor := checkNode(t)
 	installModules(t)
-	s := startStack(t)
+	s := clientstack.Start(t, "node")
 
 	ctx, cancel := context.WithTimeout(context.Background(), suiteTimeout)
 	defer cancel()
@@ -57,7 +59,7 @@ func TestNodeClient(t *testing.T) {
 	}
 	args = append(args, files...)
 	cmd := exec.CommandContext(ctx, "node", args...)
-	cmd.Env = append(os.Environ(), s.env()...)
+	cmd.Env = append(os.Environ(), s.Env()...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	out, err := cmd.StdoutPipe()

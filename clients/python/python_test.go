@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fencegate/fencegate/internal/clientstack"
 )
 
 // python is Debian's interpreter, which has python3-psycopg2 and
@@ -30,7 +32,7 @@ func TestPythonClient(t *testing.T) {
 		t.Skip("starts a token cluster, five redis-servers and runs the Python suite")
 	}
 	checkPython(t)
-	s := startStack(t)
+	s := clientstack.Start(t, "python")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -39,7 +41,7 @@ func TestPythonClient(t *testing.T) {
 		args = append(args, "-k", k) // run only the tests whose names contain k
 	}
 	cmd := exec.CommandContext(ctx, python, args...)
-	cmd.Env = append(os.Environ(), s.env()...)
+	cmd.Env = append(os.Environ(), s.Env()...)
 	cmd.Env = append(cmd.Env, "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }

@@ -1,4 +1,9 @@
-package python_test
+// Package clientstack starts the stack the test suites of the Python and
+// Node.js clients run against (a token cluster, redis-servers, a fenced
+// database behind the gate, a TLS front, a Go peer, a signing token service)
+// and names it to the suite in environment variables. Only tests and the
+// client benchmarks use it.
+package clientstack
 
 import (
 	"context"
@@ -24,7 +29,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Tables the Python tests write, and the resource expression that protects
+// Tables the client tests write, and the resource expression that protects
 // each: a row of accounts with id X belongs to resource "account:X", a row
 // of counters with id X to "counter:X", a request to the account it
 // charges, a transfer to its source account. The tests take the lock of
@@ -37,7 +42,7 @@ var tables = []struct{ create, name, resource string }{
 	{"CREATE TABLE transfers (id text PRIMARY KEY, src text NOT NULL, dst text NOT NULL, cents bigint NOT NULL)", "transfers", "'account:' || src"},
 }
 
-// database prepares a fresh database for the Python tests and returns three
+// Database prepares a fresh database for the client tests and returns three
 // DSNs: app, the one fenced transactions use (an application role, through
 // the fencegate proxy); appDirect, the same role straight to PostgreSQL (the
 // tables are protected on that path too); and admin, straight to the same
@@ -48,7 +53,7 @@ var tables = []struct{ create, name, resource string }{
 // role's grants, create the tables (owned by the administrator, not by the
 // application role), protect each with its resource expression, and grant
 // the application role SELECT, INSERT, UPDATE and DELETE on them.
-func database(t *testing.T) (app, appDirect, admin string) {
+func Database(t *testing.T) (app, appDirect, admin string) {
 	t.Helper()
 	d := pgfencetest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -68,8 +73,10 @@ func database(t *testing.T) (app, appDirect, admin string) {
 	return proxytest.Start(t, d.AppDSN), d.AppDSN, d.DSN
 }
 
-// stack is everything the Python tests talk to, started by the Go test.
-type stack struct {
+// Stack is everything a client's tests talk to, started by the Go test
+// that runs them.
+type Stack struct {
+	name       string // the client: "node", "python"
 	cluster    *tokenservicetest.Cluster
 	redisAddr  string // the shared Redis
 	prefix     string // this test's key prefix on it (cleaned up at the end)
@@ -85,16 +92,19 @@ type stack struct {
 	signed     *signed
 }
 
-func startStack(t *testing.T) *stack {
+// Start starts the stack for the tests of the client name ("node",
+// "python": it names the credential, the certificates and the signing key
+// the suite finds) and stops it when t ends.
+func Start(t *testing.T, name string) *Stack {
 	t.Helper()
-	s := &stack{}
+	s := &Stack{name: name}
 	s.redisAddr, s.prefix = testutil.Redis(t)
 	for range 3 {
 		s.redlock = append(s.redlock, testutil.StartRedis(t))
 	}
 	s.cluster = tokenservicetest.StartCluster(t, 3)
-	s.app, s.appDirect, s.admin = database(t)
-	s.certs = newCerts(t)
+	s.app, s.appDirect, s.admin = Database(t)
+	s.certs = newCerts(t, name)
 	s.startTLSFront(t)
 
 	// The password is set once the server answers (StartRedis waits for a
@@ -115,20 +125,21 @@ func startStack(t *testing.T) *stack {
 	s.tlsRedis = "rediss://127.0.0.1:" + strconv.Itoa(tlsPort) + "?ssl_ca_certs=" + url.QueryEscape(s.certs.CA)
 
 	s.peer = startPeer(t, s)
-	s.signed = startSigned(t)
+	s.signed = startSigned(t, name)
 	return s
 }
 
 // startTLSFront serves the token API over TLS, requiring a client
 // certificate signed by the test CA and a bearer token, in front of the
 // cluster: what a secured token service asks of a client.
-func (s *stack) startTLSFront(t *testing.T) {
+func (s *Stack) startTLSFront(t *testing.T) {
 	t.Helper()
 	// A client credential file as the token service's clients use: one
 	// line "NAME SECRET", sent as "Authorization: Bearer NAME:SECRET".
 	secret := testutil.RandomName("s") + testutil.RandomName("") + testutil.RandomName("")
 	s.credFile = filepath.Join(t.TempDir(), "credentials")
-	if err := os.WriteFile(s.credFile, []byte("# the Python tests' credential\npython-test "+secret+"\n"), 0o600); err != nil {
+	user := s.name + "-test"
+	if err := os.WriteFile(s.credFile, []byte("# the "+s.name+" tests' credential\n"+user+" "+secret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	target, err := url.Parse(s.cluster.APIURL(0))
@@ -143,7 +154,7 @@ func (s *stack) startTLSFront(t *testing.T) {
 		return nil
 	}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") != "Bearer python-test:"+secret {
+		if r.Header.Get("Authorization") != "Bearer "+user+":"+secret {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusUnauthorized)
 			_ = json.NewEncoder(w).Encode(map[string]string{"error": "bearer credentials missing or wrong", "code": "unauthenticated"})
@@ -163,8 +174,9 @@ func (s *stack) startTLSFront(t *testing.T) {
 	t.Cleanup(s.tlsFront.Close)
 }
 
-// env is what the Python tests read (see tests/support.py).
-func (s *stack) env() []string {
+// Env is what the client's tests read (clients/python/tests/support.py,
+// clients/node/test/support.js), as NAME=VALUE.
+func (s *Stack) Env() []string {
 	var redlock []string
 	for _, r := range s.redlock {
 		redlock = append(redlock, "redis://"+r.Addr())
@@ -187,5 +199,6 @@ func (s *stack) env() []string {
 		"FENCEGATE_TEST_CREDENTIALS=" + s.credFile,
 		"FENCEGATE_TEST_REDIS_AUTH_URL=" + s.authRedis,
 		"FENCEGATE_TEST_REDIS_TLS_URL=" + s.tlsRedis,
+		"FENCEGATE_TEST_REDIS_TLS_CA=" + s.certs.CA,
 	}, s.signed.env()...)
 }

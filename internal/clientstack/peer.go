@@ -1,4 +1,4 @@
-package node_test
+package clientstack
 
 import (
 	"context"
@@ -19,14 +19,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// peer is a Go lockclient the Node.js tests drive over HTTP, so that one
-// test can have a Go process and a Node.js process contend for one lock
-// (copied from clients/python/peer_test.go, without the cluster endpoints). Every
+// peer is a Go lockclient a client's tests drive over HTTP, so that one
+// test can have a Go process and a Python or Node.js process contend for
+// one lock. Every
 // request is a POST with a JSON body (peerRequest) and answers JSON.
 type peer struct {
 	url    string
 	log    *slog.Logger
-	s      *stack
+	s      *Stack
 	tokens *tokenservice.Client
 	shared *redis.Client // the shared Redis, for the critical-section probe
 
@@ -54,7 +54,7 @@ type clientKey struct {
 	prefix  string
 }
 
-func startPeer(t *testing.T, s *stack) *peer {
+func startPeer(t *testing.T, s *Stack) *peer {
 	t.Helper()
 	p := &peer{
 		log:     testutil.Logger(t).With("component", "go-peer"),
@@ -66,11 +66,14 @@ func startPeer(t *testing.T, s *stack) *peer {
 	}
 	mux := http.NewServeMux()
 	for path, h := range map[string]func(context.Context, peerRequest) (any, error){
-		"/try":     p.try,
-		"/acquire": p.acquire,
-		"/release": p.release,
-		"/write":   p.write,
-		"/contend": p.contend,
+		"/try":           p.try,
+		"/acquire":       p.acquire,
+		"/release":       p.release,
+		"/write":         p.write,
+		"/contend":       p.contend,
+		"/cluster/state": p.clusterState,
+		"/cluster/cut":   p.cut,
+		"/cluster/heal":  p.heal,
 	} {
 		mux.HandleFunc("POST "+path, func(w http.ResponseWriter, r *http.Request) {
 			var req peerRequest
@@ -121,13 +124,7 @@ func (p *peer) client(req peerRequest) (*lockclient.Client, error) {
 	if c := p.clients[k]; c != nil {
 		return c, nil
 	}
-	addrs := []string{p.s.redisAddr}
-	if req.Redlock {
-		addrs = nil
-		for _, r := range p.s.redlock {
-			addrs = append(addrs, r.Addr())
-		}
-	}
+	addrs := p.addrs(req.Redlock)
 	c, err := lockclient.Dial(addrs, p.tokens, lockclient.WithTTL(k.ttl), lockclient.WithKeyPrefix(k.prefix),
 		lockclient.WithNodeTimeout(time.Second), lockclient.WithRetry(lockclient.FixedRetry(5*time.Millisecond)),
 		lockclient.WithLogger(p.log))
@@ -136,6 +133,19 @@ func (p *peer) client(req peerRequest) (*lockclient.Client, error) {
 	}
 	p.clients[k] = c
 	return c, nil
+}
+
+// addrs are the Redis nodes of a lock: the shared Redis, or the Redlock
+// masters.
+func (p *peer) addrs(redlock bool) []string {
+	if !redlock {
+		return []string{p.s.redisAddr}
+	}
+	var addrs []string
+	for _, r := range p.s.redlock {
+		addrs = append(addrs, r.Addr())
+	}
+	return addrs
 }
 
 type lockInfo struct {
@@ -150,13 +160,7 @@ func (p *peer) info(ctx context.Context, req peerRequest, l *lockclient.Lock) (l
 		prefix = *req.Prefix
 	}
 	key := prefix + req.Resource
-	addrs := []string{p.s.redisAddr}
-	if req.Redlock {
-		addrs = nil
-		for _, r := range p.s.redlock {
-			addrs = append(addrs, r.Addr())
-		}
-	}
+	addrs := p.addrs(req.Redlock)
 	info := lockInfo{Token: l.Token(), Key: key}
 	for _, a := range addrs {
 		rc := redis.NewClient(&redis.Options{Addr: a})
@@ -178,25 +182,22 @@ func (p *peer) keep(resource string, l *lockclient.Lock) {
 
 // try: one attempt (TryAcquire); the lock is kept for /release and /write.
 func (p *peer) try(ctx context.Context, req peerRequest) (any, error) {
-	c, err := p.client(req)
-	if err != nil {
-		return nil, err
-	}
-	l, err := c.TryAcquire(ctx, req.Resource)
-	if err != nil {
-		return nil, err
-	}
-	p.keep(req.Resource, l)
-	return p.info(ctx, req, l)
+	return p.take(ctx, req, (*lockclient.Client).TryAcquire)
 }
 
 // acquire: Acquire, retrying while another client holds the lock.
 func (p *peer) acquire(ctx context.Context, req peerRequest) (any, error) {
+	return p.take(ctx, req, (*lockclient.Client).Acquire)
+}
+
+// take takes the lock with how, keeps it, and answers its token and the
+// key's value on every node.
+func (p *peer) take(ctx context.Context, req peerRequest, how func(*lockclient.Client, context.Context, string) (*lockclient.Lock, error)) (any, error) {
 	c, err := p.client(req)
 	if err != nil {
 		return nil, err
 	}
-	l, err := c.Acquire(ctx, req.Resource)
+	l, err := how(c, ctx, req.Resource)
 	if err != nil {
 		return nil, err
 	}
@@ -287,7 +288,36 @@ func (p *peer) contend(ctx context.Context, req peerRequest) (any, error) {
 		if err := l.Release(ctx); err != nil {
 			return nil, err
 		}
-		time.Sleep(5 * time.Millisecond) // work between holds, as the Node.js side does
+		time.Sleep(5 * time.Millisecond) // work between holds, as the client's side does
 	}
 	return map[string]any{"tokens": tokens, "overlaps": overlaps}, nil
+}
+
+// clusterState answers each token node's state ("Leader", "Follower", ...)
+// and API URL.
+func (p *peer) clusterState(ctx context.Context, req peerRequest) (any, error) {
+	type node struct {
+		URL   string `json:"url"`
+		State string `json:"state"`
+	}
+	var out []node
+	for i := range p.s.cluster.Len() {
+		n := node{URL: p.s.cluster.APIURL(i), State: "Down"}
+		if srv := p.s.cluster.Node(i); srv != nil {
+			n.State = srv.LocalStatus().State
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// cut partitions node i from the other nodes (its API stays reachable).
+func (p *peer) cut(ctx context.Context, req peerRequest) (any, error) {
+	p.s.cluster.Cut(req.Node)
+	return map[string]bool{"cut": true}, nil
+}
+
+func (p *peer) heal(ctx context.Context, req peerRequest) (any, error) {
+	p.s.cluster.Heal(req.Node)
+	return map[string]bool{"healed": true}, nil
 }

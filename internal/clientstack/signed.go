@@ -1,4 +1,4 @@
-package node_test
+package clientstack
 
 import (
 	"context"
@@ -35,14 +35,14 @@ type signed struct {
 // startSigned starts the signing token service and prepares the database:
 // schema fencegate, a table "ledger" whose row with id X belongs to resource
 // "ledger:X", and the signing keys.
-func startSigned(t *testing.T) *signed {
+func startSigned(t *testing.T, name string) *signed {
 	t.Helper()
 	secret := make([]byte, 32)
 	if _, err := rand.Read(secret); err != nil {
 		t.Fatal(err)
 	}
 	s := &signed{keyFile: filepath.Join(t.TempDir(), "signing-keys")}
-	if err := os.WriteFile(s.keyFile, []byte("# the Node.js tests' signing key\nnodetest1 "+hex.EncodeToString(secret)+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(s.keyFile, []byte("# the "+name+" tests' signing key\n"+name+"test1 "+hex.EncodeToString(secret)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	keys, err := tokensign.LoadKeys(s.keyFile)
@@ -83,7 +83,8 @@ func startSigned(t *testing.T) *signed {
 	return s
 }
 
-// env is what the signed-token tests read (see test/proof.test.js).
+// env is what the signed-token tests read (clients/python/tests/test_proof.py,
+// clients/node/test/proof.test.js).
 func (s *signed) env() []string {
 	return []string{
 		"FENCEGATE_TEST_SIGNED_TOKEN_SERVERS=" + s.cluster.APIURL(0),
