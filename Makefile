@@ -2,7 +2,7 @@
 GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: help build demo dev services-servers test test-short services vet fuzz bench bench-tokens bench-proxy bench-locks faults
+.PHONY: help build demo dev services-servers test test-short services vet fuzz bench bench-tokens bench-proxy bench-locks bench-node faults
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -41,6 +41,9 @@ bench-proxy: services ## pgbench direct vs PgBouncer vs fencegate proxy
 
 bench-locks: services ## lockclient vs bsm/redislock and go-redsync/redsync
 	$(GO) run ./internal/bench/locks
+
+bench-node: services ## Node.js client vs npm redlock, and its fenced cycle direct and through the gate
+	FENCEGATE_NODE_BENCH=1 $(GO) test -count=1 -run '^TestNodeBench$$' -v -timeout 30m ./clients/node/
 
 faults: services ## fault campaign (RUNS=N)
 	$(GO) run ./cmd/fencegate faults --runs $(or $(RUNS),5)
