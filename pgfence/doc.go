@@ -7,7 +7,8 @@
 // exactly its resource, in exactly its transaction. A transaction runs
 // fencegate.FenceSQL (SELECT fencegate.fence(resource, token)) first; the
 // fence check-and-advances the resource's mark (equal tokens accepted, a
-// lower one refused with FG001), keeps the mark's row lock to the end of the
+// lower one refused with FG001, and so is any token at or below the
+// database's floor, below which marks are pruned), keeps the mark's row lock to the end of the
 // transaction and records that this top-level transaction, on this running
 // server, holds it. Every write to a row of a protected table (INSERT, the
 // old and the new row of an UPDATE, DELETE, MERGE, COPY FROM; directly, or
@@ -27,6 +28,7 @@
 //	Install, Inspect          fencegate schema install|upgrade|status
 //	Protect, Unprotect        fencegate protect|unprotect
 //	Marks, SetMark, Audit     fencegate marks show|set
+//	Prune, Floor, Stats       fencegate marks prune|stats: raise the floor, delete the marks below it
 //	PrivilegeQuery            the gate's startup check of a session's role
 //	HealthQuery               one catalog query listing every problem with its repair
 //	RequireSigned, AllowUnsigned, SigningStatus

@@ -14,7 +14,9 @@ package pgfence
 // row-level check their new partitions clone);
 // there is no other function (an overload, an addition); the marks and the
 // audit belong to the owner role, have the expected columns, no trigger, rule
-// or row security, and grant nothing beyond SELECT; the signing keys belong
+// or row security, and grant nothing beyond SELECT; the floor sequence is
+// there, unaltered (a permanent bigint sequence from 0 up, by 1, without
+// cycling), and grants nothing to anyone; the signing keys belong
 // to the owner role and grant nothing to anyone (a SELECT would let a role
 // forge proofs); nothing else lives in the schema; every table of every protected hierarchy computes the root's
 // resource expression and carries every check, enabled; a protected table is
@@ -128,6 +130,13 @@ UNION ALL
 	SELECT pg_catalog.format('table fencegate.%s is missing: run "fencegate schema upgrade --db DSN"', x.name)
 	FROM fg, (VALUES ('marks'), ('audit'), ('signing_keys')) x(name)
 	WHERE NOT EXISTS (SELECT 1 FROM rels r WHERE r.name OPERATOR(pg_catalog.=) x.name AND r.relkind OPERATOR(pg_catalog.=) 'r')
+UNION ALL
+	SELECT 'sequence fencegate.floor is missing or altered (it must be a permanent bigint sequence from 0 up, by 1, without cycling): run "fencegate schema upgrade --db DSN"'
+	FROM fg WHERE NOT EXISTS (
+		SELECT 1 FROM rels r JOIN pg_catalog.pg_sequence q ON q.seqrelid OPERATOR(pg_catalog.=) r.oid JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) r.oid
+		WHERE r.name OPERATOR(pg_catalog.=) 'floor' AND r.relkind OPERATOR(pg_catalog.=) 'S' AND c.relpersistence OPERATOR(pg_catalog.=) 'p'
+		  AND q.seqtypid OPERATOR(pg_catalog.=) 'pg_catalog.int8'::pg_catalog.regtype AND q.seqincrement OPERATOR(pg_catalog.=) 1
+		  AND q.seqmin OPERATOR(pg_catalog.=) 0 AND q.seqmax OPERATOR(pg_catalog.=) 9223372036854775807 AND NOT q.seqcycle)
 UNION ALL
 	SELECT pg_catalog.format('view fencegate.protected is missing: run "fencegate schema upgrade --db DSN"')
 	FROM fg WHERE NOT EXISTS (SELECT 1 FROM rels r WHERE r.name OPERATOR(pg_catalog.=) 'protected' AND r.relkind OPERATOR(pg_catalog.=) 'v')

@@ -5,10 +5,10 @@ package pgfence
 // application roles may execute it, whether it belongs to the DDL guard, its
 // pinned settings and the md5 of its body. TestHealthFunctions regenerates
 // it from the embedded SQL and fails when it is out of step.
-const healthFunctions = `	('schema_version', '', false, false, false, '{"search_path=pg_catalog, pg_temp"}', 'bbc7d0855b5e80354c6cbf365d22a1b5'),
-	('fence', 'resource text, token bigint', true, true, false, '{"search_path=pg_catalog, pg_temp",lock_timeout=5s}', '902d9741a0d5e19c1ca6af7bede104f1'),
-	('fence', 'resource text, token bigint, proof text', true, true, false, '{"search_path=pg_catalog, pg_temp",lock_timeout=5s}', '71fd66e643d74e8166709b70c19b2298'),
-	('fence_many', 'resources text[], token bigint', true, true, false, '{"search_path=pg_catalog, pg_temp",lock_timeout=5s}', 'f482ebd0b929021db9d31644ee26124d'),
+const healthFunctions = `	('schema_version', '', false, false, false, '{"search_path=pg_catalog, pg_temp"}', 'b0c42047143799a866af538d49f18973'),
+	('fence', 'resource text, token bigint', true, true, false, '{"search_path=pg_catalog, pg_temp",lock_timeout=5s}', '409136278f0fae2ad9d9b8f040dc184e'),
+	('fence', 'resource text, token bigint, proof text', true, true, false, '{"search_path=pg_catalog, pg_temp",lock_timeout=5s}', '44b2bd2a4c0e37bdbc7e29eb3ccd0cd1'),
+	('fence_many', 'resources text[], token bigint', true, true, false, '{"search_path=pg_catalog, pg_temp",lock_timeout=5s}', '179d5e0beafab46f559d6509b96575e7'),
 	('check_insert', '', false, false, false, '{"search_path=pg_catalog, pg_temp"}', 'aedd51d69d6aa1b1918855994aff0c23'),
 	('check_update', '', false, false, false, '{"search_path=pg_catalog, pg_temp"}', '75c5a200693d1d6fba2b73b06a43e8b7'),
 	('check_delete', '', false, false, false, '{"search_path=pg_catalog, pg_temp"}', '950eb5c2f7cea4ac1f4ea18cc7019b9d'),
@@ -20,6 +20,8 @@ const healthFunctions = `	('schema_version', '', false, false, false, '{"search_
 	('protect', 'tbl regclass, resource text', false, false, false, '{"search_path=pg_catalog, pg_temp"}', 'ee6dd4a0f000e87444b79e2ca9c53899'),
 	('unprotect', 'tbl regclass', false, false, false, '{"search_path=pg_catalog, pg_temp"}', 'cbaf82bdef9110557e3113820cfb4fee'),
 	('set_mark', 'resource text, token bigint, reason text', true, false, false, '{"search_path=pg_catalog, pg_temp"}', '6926ab9121062ec5840b934392d90da2'),
+	('prune_batch', 'floor bigint, after text, batch integer', false, false, false, '{"search_path=pg_catalog, pg_temp",lock_timeout=5s}', 'a56e8f8133e34280e0ff61174db47625'),
+	('prune', 'floor bigint', false, false, false, '{"search_path=pg_catalog, pg_temp"}', '7743b9425f2c3f2b57926e23b5dead7e'),
 	('guard_ddl', '', false, false, true, '{"search_path=pg_catalog, pg_temp"}', '83f4762ad7883d491dee60b448c9ec36'),
 	('guard_drop', '', false, false, true, '{"search_path=pg_catalog, pg_temp"}', 'bbceeb1d3b5b2db6c6343ef90a6ea3ed')
 `
@@ -63,6 +65,7 @@ const inventoryExpected = `	('column', 'fencegate.audit', 'at', 'timestamp with 
 	('default', 'fencegate.signing_keys', 'added_at', 'now()'),
 	('relation', '', 'audit', 'table'),
 	('relation', '', 'audit_id_seq', 'sequence'),
+	('relation', '', 'floor', 'sequence'),
 	('relation', '', 'marks', 'table'),
 	('relation', '', 'protected', 'view'),
 	('relation', '', 'signing_keys', 'table')

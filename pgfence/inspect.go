@@ -19,6 +19,7 @@ type Status struct {
 	AppRoles     []string // roles granted EXECUTE on fencegate.fence
 	GuardDDL     bool     // the DDL guard's event triggers exist
 	Marks        int64    // number of marks (-1 when the connected role may not read them)
+	Floor        int64    // the floor (fencegate.floor): every fence with a token at or below it is refused; -1 when missing or the connected role may not read it
 	FenceTimeout string   // the database's fencegate.fence_timeout, "" when unset (the fence then waits 5s)
 	Warnings     []string // weaker than it should be, though not broken
 }
@@ -55,7 +56,7 @@ func Inspect(ctx context.Context, conn *pgx.Conn) (*Status, error) {
 }
 
 func inspect(ctx context.Context, conn pgx.Tx) (*Status, error) {
-	st := &Status{Marks: -1}
+	st := &Status{Marks: -1, Floor: -1}
 	var owner, versionBody *string
 	var hasV1, hasMarks bool
 	err := conn.QueryRow(ctx, `SELECT n.nspowner::regrole::text,
@@ -140,6 +141,15 @@ func inspect(ctx context.Context, conn pgx.Tx) (*Status, error) {
 	if canRead {
 		if err := conn.QueryRow(ctx, "SELECT count(*) FROM fencegate.marks").Scan(&st.Marks); err != nil {
 			return nil, fmt.Errorf("inspect fencegate schema: count marks: %w", classify(err))
+		}
+	}
+	if err := conn.QueryRow(ctx, `SELECT c.oid IS NOT NULL AND c.relkind = 'S' AND has_sequence_privilege(c.oid, 'SELECT')
+		FROM (SELECT 1) one LEFT JOIN pg_class c ON c.relnamespace = 'fencegate'::regnamespace AND c.relname = 'floor'`).Scan(&canRead); err != nil {
+		return nil, fmt.Errorf("inspect fencegate schema: %w", classify(err))
+	}
+	if canRead {
+		if err := conn.QueryRow(ctx, "SELECT last_value FROM fencegate.floor").Scan(&st.Floor); err != nil {
+			return nil, fmt.Errorf("inspect fencegate schema: read the floor: %w", classify(err))
 		}
 	}
 	return st, nil

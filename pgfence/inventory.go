@@ -339,24 +339,26 @@ func refuseUnexpectedRelations(ctx context.Context, tx pgx.Tx) error {
 // plantedTablesSQL finds the tables of schema fencegate that a later version
 // creates and that are already there although fencegate did not create
 // them: a version before the table's own (version 1 had only the marks,
-// version 2 added the audit, version 3 the signing keys), an owner or a
+// version 2 added the audit, version 3 the signing keys, version 5 the
+// floor sequence, whose value a planted one would carry over), an owner or a
 // schema owner that can log in or is a superuser (fencegate creates its
 // tables as the owner role, which can do neither; version 1's schema
-// belonged to the application role), or not a plain table. sql/schema.sql
+// belonged to the application role), or not of its kind (a plain table; the
+// floor a sequence, which holds no data to keep). sql/schema.sql
 // creates them with CREATE TABLE IF NOT EXISTS, which would keep such a
 // table as it is: its columns, its data (keys the application chose), the
 // code attached to it. Size and children are read from the catalogs: no
 // query runs on the table itself (its policies are the application's code).
 const plantedTablesSQL = `SELECT c.oid::pg_catalog.regclass::pg_catalog.text,
 	CASE WHEN c.relkind OPERATOR(pg_catalog.=) 'v' THEN 'VIEW' WHEN c.relkind OPERATOR(pg_catalog.=) 'm' THEN 'MATERIALIZED VIEW' WHEN c.relkind OPERATOR(pg_catalog.=) 'f' THEN 'FOREIGN TABLE' WHEN c.relkind OPERATOR(pg_catalog.=) 'S' THEN 'SEQUENCE' ELSE 'TABLE' END,
-	pg_catalog.pg_relation_size(c.oid) OPERATOR(pg_catalog.>) 0 OR (c.reltoastrelid OPERATOR(pg_catalog.<>) 0 AND pg_catalog.pg_relation_size(c.reltoastrelid) OPERATOR(pg_catalog.>) 0) OR EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i WHERE i.inhparent OPERATOR(pg_catalog.=) c.oid),
+	c.relkind OPERATOR(pg_catalog.<>) 'S' AND (pg_catalog.pg_relation_size(c.oid) OPERATOR(pg_catalog.>) 0 OR (c.reltoastrelid OPERATOR(pg_catalog.<>) 0 AND pg_catalog.pg_relation_size(c.reltoastrelid) OPERATOR(pg_catalog.>) 0) OR EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i WHERE i.inhparent OPERATOR(pg_catalog.=) c.oid)),
 	ro.rolname::pg_catalog.text
-	FROM (VALUES ('audit', 2), ('signing_keys', 3)) x(name, since)
+	FROM (VALUES ('audit', 2, 'r'), ('signing_keys', 3, 'r'), ('floor', 5, 'S')) x(name, since, kind)
 	JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) 'fencegate'
 	JOIN pg_catalog.pg_roles so ON so.oid OPERATOR(pg_catalog.=) n.nspowner
 	JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid AND c.relname OPERATOR(pg_catalog.=) x.name
 	JOIN pg_catalog.pg_roles ro ON ro.oid OPERATOR(pg_catalog.=) c.relowner
-	WHERE x.since OPERATOR(pg_catalog.>) $1 OR ro.rolcanlogin OR ro.rolsuper OR so.rolcanlogin OR so.rolsuper OR c.relkind OPERATOR(pg_catalog.<>) 'r'
+	WHERE x.since OPERATOR(pg_catalog.>) $1 OR ro.rolcanlogin OR ro.rolsuper OR so.rolcanlogin OR so.rolsuper OR c.relkind::pg_catalog.text OPERATOR(pg_catalog.<>) x.kind
 	ORDER BY 1`
 
 // dropPlantedTables drops, in tx and before sql/schema.sql runs, every table

@@ -147,6 +147,7 @@ var unplantable = map[string]bool{
 	"array_lower": true, "array_upper": true, "array_ndims": true, "array_dims": true, "array_fill": true,
 	"unnest": true, "generate_subscripts": true, "trim_array": true, "array_in": true, "array_out": true,
 	"max": true, "min": true, "row_number": true, "rank": true, "first_value": true, "last_value": true,
+	"pg_advisory_xact_lock": true, // returns void, a pseudo-type
 }
 
 // plantedLogSQL creates what every planted object calls: a WARNING and a
@@ -378,6 +379,12 @@ func adminWorkload(t *testing.T, db *pgfencetest.DB, a, b *pgx.Conn) (err error)
 	step("audit", err)
 	_, err = pgfence.Audit(ctx, a, "order:1")
 	step("audit of a resource", err)
+	_, err = pgfence.Prune(ctx, a, 3, pgfence.PruneOptions{})
+	step("prune", err)
+	_, err = pgfence.Stats(ctx, a)
+	step("marks stats", err)
+	_, err = pgfence.Floor(ctx, a)
+	step("floor", err)
 	// Alter the schema, then repair it (the upgrade command, the proxy's repair).
 	for _, q := range []string{
 		`CREATE OR REPLACE FUNCTION fencegate.fence(resource text, token bigint) RETURNS bigint

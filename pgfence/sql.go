@@ -9,8 +9,9 @@ import (
 // installs. Version 1 is the schema the proxy used to install by itself
 // (marks owned by the application role, no protected tables); version 3
 // added signed tokens (fencegate.signing_keys and the fence with a proof);
-// version 4 checks UPDATEs of tables that hold rows row by row.
-const SchemaVersion = 4
+// version 4 checks UPDATEs of tables that hold rows row by row; version 5
+// added the floor (fencegate.floor) and the prune of marks below it.
+const SchemaVersion = 5
 
 // DefaultOwnerRole is the role that owns schema fencegate when
 // InstallOptions.OwnerRole is empty.
@@ -62,6 +63,8 @@ var functions = []*function{
 	{name: "protect", args: "tbl regclass, resource text", result: "void", file: "schema"},
 	{name: "unprotect", args: "tbl regclass", result: "void", file: "schema"},
 	{name: "set_mark", args: "resource text, token bigint, reason text", result: "bigint", definer: true, file: "schema"},
+	{name: "prune_batch", args: "floor bigint, after text, batch integer", result: "TABLE(deleted bigint, last_resource text)", file: "schema"},
+	{name: "prune", args: "floor bigint", result: "bigint", file: "schema"},
 	{name: "guard_ddl", args: "", result: "event_trigger", guard: true, file: "guard"},
 	{name: "guard_drop", args: "", result: "event_trigger", guard: true, file: "guard"},
 }

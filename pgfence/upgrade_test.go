@@ -141,10 +141,11 @@ func TestUpgradeFromV1(t *testing.T) {
 func TestUpgradeNewer(t *testing.T) {
 	db := pgfencetest.New(t)
 	admin := db.Admin(t)
-	db.Exec(t, "CREATE OR REPLACE FUNCTION fencegate.schema_version() RETURNS integer LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fg$SELECT 5$fg$")
+	newer := itoa(int64(pgfence.SchemaVersion + 1))
+	db.Exec(t, "CREATE OR REPLACE FUNCTION fencegate.schema_version() RETURNS integer LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fg$SELECT "+newer+"$fg$")
 	_, err := pgfence.Install(context.Background(), admin, pgfence.InstallOptions{OwnerRole: db.Owner})
-	if err == nil || !strings.Contains(err.Error(), "version 5") {
-		t.Fatalf("Install over version 5: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "version "+newer) {
+		t.Fatalf("Install over version %s: %v", newer, err)
 	}
 }
 

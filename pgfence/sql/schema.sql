@@ -1,10 +1,10 @@
--- fencegate schema, version 4: the marks, the fence and the checks of
--- protected tables. Install.go runs this file as the owner role (SET LOCAL
--- ROLE), inside the install transaction, after it has made sure the schema
--- exists and belongs to that role. Every statement is idempotent: the file
--- runs on a fresh schema, on a version 1, 2 or 3 schema (whose marks it
--- keeps) and on a version 4 schema that was altered (it puts every function
--- back).
+-- fencegate schema, version 5: the marks, the floor, the fence and the
+-- checks of protected tables. Install.go runs this file as the owner role
+-- (SET LOCAL ROLE), inside the install transaction, after it has made sure
+-- the schema exists and belongs to that role. Every statement is
+-- idempotent: the file runs on a fresh schema, on a version 1, 2, 3 or 4
+-- schema (whose marks it keeps; the floor starts at 0) and on a version 5
+-- schema that was altered (it puts every function back).
 --
 -- Rules every function below keeps (pgfence/DESIGN.md argues why):
 --   * search_path is pinned to pg_catalog, pg_temp by a SET clause;
@@ -70,11 +70,31 @@ CREATE TABLE IF NOT EXISTS fencegate.signing_keys (
 );
 COMMENT ON TABLE fencegate.signing_keys IS 'fencegate: keys that verify token proofs; while it has rows, fences need signed tokens';
 
+-- floor is the mark of every resource that has none (version 5): a fence
+-- with a token at or below it is refused. fencegate.prune raises it and then
+-- deletes the marks at or below it. It is a sequence because a sequence is
+-- read outside MVCC: SELECT last_value sees the latest setval whatever the
+-- reading transaction's snapshot (pgfence/DESIGN.md, "Pruning marks").
+CREATE SEQUENCE IF NOT EXISTS fencegate.floor AS bigint MINVALUE 0 START 0;
+DO $do$
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_sequence s
+	               WHERE s.seqrelid = 'fencegate.floor'::pg_catalog.regclass AND s.seqtypid = 'pg_catalog.int8'::pg_catalog.regtype
+	                 AND s.seqincrement = 1 AND s.seqmin = 0 AND s.seqmax = 9223372036854775807 AND NOT s.seqcycle) THEN
+		ALTER SEQUENCE fencegate.floor AS bigint INCREMENT 1 MINVALUE 0 MAXVALUE 9223372036854775807 NO CYCLE;
+	END IF;
+	IF (SELECT c.relpersistence FROM pg_catalog.pg_class c WHERE c.oid = 'fencegate.floor'::pg_catalog.regclass) <> 'p' THEN
+		ALTER SEQUENCE fencegate.floor SET LOGGED;
+	END IF;
+END
+$do$;
+COMMENT ON SEQUENCE fencegate.floor IS 'fencegate: the floor: last_value is the mark of every resource without one; only fencegate.prune moves it, upward';
+
 -- schema_version names the version this file installs.
 CREATE OR REPLACE FUNCTION fencegate.schema_version() RETURNS integer
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
-AS $fg$SELECT 4$fg$;
+AS $fg$SELECT 5$fg$;
 
 -- fence check-and-advances the mark of one resource and records that this
 -- top-level transaction holds it. It runs as the owner role, which alone may
@@ -87,6 +107,7 @@ AS $fg$
 #variable_conflict use_column
 DECLARE
 	cur  bigint;
+	flr  bigint;
 	wait text := current_setting('fencegate.fence_timeout', true);
 	chk  record;
 BEGIN
@@ -141,6 +162,15 @@ BEGIN
 			USING ERRCODE = 'FG001',
 			HINT = 'A newer lock holder has written this resource; this holder lost its lock and must not write.';
 	END IF;
+	-- The floor is read after the upsert, which holds the mark's row lock:
+	-- a prune raises the floor before it deletes a mark, and never deletes
+	-- a locked one (pgfence/DESIGN.md, "Pruning marks").
+	SELECT f.last_value INTO flr FROM fencegate.floor f;
+	IF fence.token <= flr THEN
+		RAISE EXCEPTION 'fencegate: stale token % for resource %: marks at or below % were pruned (floor %)', fence.token, quote_literal(fence.resource), flr, flr
+			USING ERRCODE = 'FG001',
+			HINT = 'Tokens at or below the floor are refused for every resource; this holder''s token is older than the marks that were pruned, so it must not write.';
+	END IF;
 	RETURN cur;
 END
 $fg$;
@@ -158,6 +188,7 @@ AS $fg$
 #variable_conflict use_column
 DECLARE
 	cur  bigint;
+	flr  bigint;
 	wait text := current_setting('fencegate.fence_timeout', true);
 	chk  record;
 BEGIN
@@ -240,6 +271,15 @@ BEGIN
 			USING ERRCODE = 'FG001',
 			HINT = 'A newer lock holder has written this resource; this holder lost its lock and must not write.';
 	END IF;
+	-- The floor is read after the upsert, which holds the mark's row lock:
+	-- a prune raises the floor before it deletes a mark, and never deletes
+	-- a locked one (pgfence/DESIGN.md, "Pruning marks").
+	SELECT f.last_value INTO flr FROM fencegate.floor f;
+	IF fence.token <= flr THEN
+		RAISE EXCEPTION 'fencegate: stale token % for resource %: marks at or below % were pruned (floor %)', fence.token, quote_literal(fence.resource), flr, flr
+			USING ERRCODE = 'FG001',
+			HINT = 'Tokens at or below the floor are refused for every resource; this holder''s token is older than the marks that were pruned, so it must not write.';
+	END IF;
 	RETURN cur;
 END
 $fg$;
@@ -258,6 +298,7 @@ DECLARE
 	done  bigint;
 	bad   text;
 	cur   bigint;
+	flr   bigint;
 	wait  text := current_setting('fencegate.fence_timeout', true);
 BEGIN
 	IF fence_many.token IS NULL OR fence_many.token < 0 THEN
@@ -313,6 +354,14 @@ BEGIN
 		RAISE EXCEPTION 'fencegate: stale token % for resource %: current token is % (fence_many of % resources)', fence_many.token, quote_literal(bad), cur, want
 			USING ERRCODE = 'FG001',
 			HINT = 'A newer lock holder has written this resource; this holder lost its lock and must not write.';
+	END IF;
+	-- After the upsert, as in fence.
+	SELECT f.last_value INTO flr FROM fencegate.floor f;
+	IF fence_many.token <= flr THEN
+		SELECT min(r COLLATE "C") INTO bad FROM unnest(fence_many.resources) r;
+		RAISE EXCEPTION 'fencegate: stale token % for resource %: marks at or below % were pruned (floor %) (fence_many of % resources)', fence_many.token, quote_literal(bad), flr, flr, want
+			USING ERRCODE = 'FG001',
+			HINT = 'Tokens at or below the floor are refused for every resource; this holder''s token is older than the marks that were pruned, so it must not write.';
 	END IF;
 	RETURN fence_many.token;
 END
@@ -868,6 +917,73 @@ BEGIN
 	RETURN old;
 END
 $fg$;
+
+-- prune_batch raises the floor to floor (it never lowers it), then deletes
+-- at most batch marks (NULL: all) at or below the floor, in resource order
+-- from the first resource after after (NULL: from the start), skipping marks
+-- that a running transaction holds locked (a fence in progress: it reads
+-- the floor after its upsert), and the audit rows of the resources it
+-- deleted whose tokens are all at or below the floor. Prunes raise the
+-- floor one at a time, under a transaction advisory lock keyed by the
+-- floor's oid; the floor goes up before any mark is deleted. It returns how
+-- many marks it deleted and the last resource deleted (NULL when none: the
+-- walk is over). It runs as the caller, who needs the owner role's rights:
+-- no application role may execute it (pgfence/DESIGN.md, "Pruning marks").
+CREATE OR REPLACE FUNCTION fencegate.prune_batch(floor bigint, after text, batch integer) RETURNS TABLE(deleted bigint, last_resource text)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET lock_timeout = '5s'
+AS $fg$
+#variable_conflict use_column
+DECLARE
+	cur  bigint;
+	gone text[];
+BEGIN
+	IF prune_batch.floor IS NULL OR prune_batch.floor < 0 THEN
+		RAISE EXCEPTION 'fencegate: prune needs a non-negative floor, got %', coalesce(prune_batch.floor::text, 'NULL')
+			USING ERRCODE = 'FG003',
+			HINT = 'Pass the token at or below which marks go: every resource without a mark then refuses tokens at or below it.';
+	END IF;
+	IF prune_batch.batch IS NOT NULL AND prune_batch.batch < 1 THEN
+		RAISE EXCEPTION 'fencegate: prune needs a batch of at least 1 mark, got %', prune_batch.batch
+			USING ERRCODE = 'FG003';
+	END IF;
+	PERFORM pg_advisory_xact_lock('fencegate.floor'::regclass::oid::bigint);
+	SELECT f.last_value INTO cur FROM fencegate.floor f;
+	IF prune_batch.floor > cur THEN
+		PERFORM setval('fencegate.floor'::regclass, prune_batch.floor, true);
+		cur := prune_batch.floor;
+	END IF;
+	WITH victims AS (
+		SELECT m.resource FROM fencegate.marks m
+		WHERE m.resource > coalesce(prune_batch.after, '') AND m.token <= cur
+		ORDER BY m.resource
+		LIMIT prune_batch.batch
+		FOR UPDATE SKIP LOCKED),
+	d AS (
+		DELETE FROM fencegate.marks m USING victims v
+		WHERE m.resource = v.resource AND m.token <= cur
+		RETURNING m.resource)
+	SELECT array_agg(d.resource ORDER BY d.resource) INTO gone FROM d;
+	IF gone IS NULL THEN
+		RETURN QUERY SELECT 0::bigint, NULL::text;
+		RETURN;
+	END IF;
+	DELETE FROM fencegate.audit a
+	WHERE a.resource = ANY (gone) AND a.new_token <= cur AND coalesce(a.old_token, 0) <= cur;
+	RETURN QUERY SELECT cardinality(gone)::bigint, gone[cardinality(gone)];
+END
+$fg$;
+
+-- prune is prune_batch in one call and one transaction: it raises the floor
+-- and deletes every mark at or below it that no running transaction holds
+-- locked, and returns how many it deleted. A fence on a resource whose mark
+-- it deletes waits until the call commits; "fencegate marks prune" deletes
+-- in batches of its own transactions instead.
+CREATE OR REPLACE FUNCTION fencegate.prune(floor bigint) RETURNS bigint
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fg$SELECT p.deleted FROM fencegate.prune_batch(prune.floor, NULL, NULL) p$fg$;
 
 -- protected lists every protected table: the table protect was called on
 -- (root) and each of its partitions and children, with the resource
