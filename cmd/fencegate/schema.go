@@ -27,12 +27,14 @@ import (
 //	fencegate marks show [RESOURCE...] --db DSN
 //	fencegate marks set RESOURCE TOKEN --db DSN [--reason TEXT]
 //	fencegate marks holders --db DSN
+//	fencegate marks prune --db DSN --floor N
+//	fencegate marks stats --db DSN
 
 func init() {
 	register(&command{name: "schema", summary: "install, upgrade or check schema fencegate in a database", run: runSchema})
 	register(&command{name: "protect", summary: "make PostgreSQL refuse unfenced writes to a table", run: runProtect})
 	register(&command{name: "unprotect", summary: "remove a table's protection", run: runUnprotect})
-	register(&command{name: "marks", summary: "show or set resources' high-water marks (audited)", run: runMarks})
+	register(&command{name: "marks", summary: "show or set resources' high-water marks (audited), or prune them under a floor", run: runMarks})
 }
 
 const dbFlagHelp = "the database to act on, as a libpq DSN or URL (default $DATABASE_URL)"
@@ -165,6 +167,9 @@ func runSchemaStatus(ctx context.Context, args []string, stdout, stderr io.Write
 		fmt.Fprintf(stdout, "application roles: %s\n", listOrNone(st.AppRoles))
 		if st.Marks >= 0 {
 			fmt.Fprintf(stdout, "marks:             %d\n", st.Marks)
+		}
+		if st.Floor >= 0 {
+			fmt.Fprintf(stdout, "floor:             %d (every fence with a token at or below it is refused)\n", st.Floor)
 		}
 		timeout := st.FenceTimeout
 		if timeout == "" {
@@ -310,6 +315,8 @@ func runMarks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(stderr, "Usage: fencegate marks show [RESOURCE...] --db DSN")
 		fmt.Fprintln(stderr, "       fencegate marks set RESOURCE TOKEN --db DSN [--reason TEXT]")
 		fmt.Fprintln(stderr, "       fencegate marks holders --db DSN")
+		fmt.Fprintln(stderr, "       fencegate marks prune --db DSN --floor N")
+		fmt.Fprintln(stderr, "       fencegate marks stats --db DSN")
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "  show     print resources' marks (all of them when none is named)")
 		fmt.Fprintln(stderr, "  set      set a mark to any token, lower included; recorded in fencegate.audit")
@@ -317,19 +324,26 @@ func runMarks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(stderr, "           database (held until COMMIT PREPARED or ROLLBACK PREPARED) and sessions")
 		fmt.Fprintln(stderr, "           in a transaction that took a fence; other roles' sessions need a superuser")
 		fmt.Fprintln(stderr, "           or pg_read_all_stats")
+		fmt.Fprintln(stderr, "  prune    raise the floor to N (never lower it) and delete the marks at or below it, in")
+		fmt.Fprintln(stderr, "           batches; from then on every fence with a token at or below the floor is refused")
+		fmt.Fprintln(stderr, "  stats    print the number of marks, their size on disk, the floor and the oldest mark")
 	}
 	if len(args) == 0 {
 		usage()
-		return usagef("missing subcommand; use show, set or holders")
+		return usagef("missing subcommand; use show, set or holders (marks), prune or stats (the floor)")
 	}
 	switch args[0] {
+	case "prune":
+		return runMarksPrune(ctx, args[1:], stdout, stderr)
+	case "stats":
+		return runMarksStats(ctx, args[1:], stdout, stderr)
 	case "show", "set", "holders":
 	case "-h", "--help", "help":
 		usage()
 		return flag.ErrHelp
 	default:
 		usage()
-		return usagef("unknown subcommand %q; use show, set or holders", args[0])
+		return usagef("unknown subcommand %q; use show, set or holders (marks), prune or stats (the floor)", args[0])
 	}
 	sub := args[0]
 	for _, a := range args[1:] {
