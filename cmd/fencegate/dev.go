@@ -20,8 +20,8 @@ func init() {
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
 	dataDir := fs.String("data-dir", devstack.DefaultDataDir, "directory for the token nodes' data and any PostgreSQL/Redis the stack starts (default "+devstack.DefaultDataDir+")")
-	reset := fs.Bool("reset", false, "remove the data directory before starting, for a fresh stack; the new token cluster is raised above the highest mark of the database, so old marks keep working (default false)")
-	clean := fs.Bool("clean", false, "remove the data directory when the stack stops (default false)")
+	reset := fs.Bool("reset", false, "empty the data directory before starting, for a fresh stack (its pgpass, the application role's password, is kept); the new token cluster is raised above the highest mark of the database, so old marks keep working (default false)")
+	clean := fs.Bool("clean", false, "remove the data directory when the stack stops; the application role stays on the server and the next start needs another --app-role unless it is dropped (default false)")
 	pg := fs.String("postgres", "", "PostgreSQL DSN of a superuser, to set the database up and for the proxy's --admin-upstream (default: DATABASE_URL or the PG* variables, else 127.0.0.1:5432 when it answers, else a throwaway server started from the PostgreSQL binaries)")
 	rd := fs.String("redis", "", "Redis host:port or redis:// URL (default: REDIS_URL, else 127.0.0.1:6379 when it answers, else a throwaway redis-server)")
 	database := fs.String("database", devstack.DefaultDatabase, "database set up for applications: created when missing, schema fencegate installed or upgraded, tables orders and charges protected (default "+devstack.DefaultDatabase+")")
@@ -42,10 +42,15 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return usagef("--token-api and --token-raft each take three HOST:PORT addresses, comma-separated")
 	}
 	if *reset {
-		if err := devstack.RemoveDataDir(*dataDir); err != nil {
+		kept, err := devstack.ResetDataDir(*dataDir)
+		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "removed %s\n", *dataDir)
+		if kept {
+			fmt.Fprintf(stdout, "emptied %s (kept pgpass: the application role's password)\n", *dataDir)
+		} else {
+			fmt.Fprintf(stdout, "removed %s\n", *dataDir)
+		}
 	}
 	level := slog.LevelWarn
 	if *verbose {
@@ -74,12 +79,15 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fmt.Fprintln(stdout, "Applications connect as the application role, through the proxy:")
 	fmt.Fprintf(stdout, "  psql '%s'\n", st.ProxyDSN())
 	fmt.Fprintln(stdout, "    BEGIN; SELECT fencegate.fence('order:42', T); UPDATE orders SET state = 'paid' WHERE id = 42; COMMIT;")
-	fmt.Fprintln(stdout, "    (T from 'fencegate token next order:42' below; without the fence PostgreSQL refuses the UPDATE with FG002,")
+	// The commands below name this binary as the user can run it: after
+	// 'make dev' it is ./bin/fencegate, which is not on PATH.
+	self := devstack.SelfCommand()
+	fmt.Fprintf(stdout, "    (T from '%s token next order:42' below; without the fence PostgreSQL refuses the UPDATE with FG002,\n", self)
 	fmt.Fprintln(stdout, "    and a fence with a token below T afterwards with FG001)")
 	fmt.Fprintln(stdout, "Try it:")
-	fmt.Fprintf(stdout, "  fencegate token next order:42 --servers %s\n", strings.Join(st.Tokens.URLs, ","))
+	fmt.Fprintf(stdout, "  %s token next order:42 --servers %s\n", self, strings.Join(st.Tokens.URLs, ","))
 	extra := exampleFlags(st, *proxyListen, api)
-	fmt.Fprintf(stdout, "  fencegate demo lost-updates%s\n", extra)
+	fmt.Fprintf(stdout, "  %s demo lost-updates%s\n", self, extra)
 	fmt.Fprintf(stdout, "  go run ./examples/fenced-transfer%s\n", extra)
 	fmt.Fprintf(stdout, "  go run ./examples/paused-holder%s\n", extra)
 	fmt.Fprintln(stdout)

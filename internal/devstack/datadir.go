@@ -58,3 +58,34 @@ func RemoveDataDir(dir string) error {
 	}
 	return nil
 }
+
+// ResetDataDir empties a data directory made by PrepareDataDir but keeps
+// its pgpass file: the application role a stack created stays on the
+// PostgreSQL server, and its password is known only there. kept says
+// whether there was one to keep.
+func ResetDataDir(dir string) (kept bool, err error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return false, err
+	}
+	var pgpass []byte
+	if _, err := os.Stat(filepath.Join(abs, markerFile)); err == nil {
+		pgpass, err = os.ReadFile(filepath.Join(abs, "pgpass"))
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return false, fmt.Errorf("read %s: %w", filepath.Join(abs, "pgpass"), err)
+		}
+	}
+	if err := RemoveDataDir(abs); err != nil {
+		return false, err
+	}
+	if pgpass == nil {
+		return false, nil
+	}
+	if _, err := PrepareDataDir(abs); err != nil {
+		return false, err
+	}
+	if err := os.WriteFile(filepath.Join(abs, "pgpass"), pgpass, 0o600); err != nil {
+		return false, fmt.Errorf("keep %s: %w", filepath.Join(abs, "pgpass"), err)
+	}
+	return true, nil
+}

@@ -21,8 +21,8 @@ const (
 	DefaultAppRole  = "fencegate_app"
 )
 
-// roleComment marks an application role the dev stack created, whose
-// password it may therefore reset when it lost it.
+// roleComment marks an application role the dev stack created: its
+// password is in the pgpass file of the data directory that created it.
 const roleComment = "application role created by fencegate dev"
 
 // DemoTablesSQL creates the dev stack's demo tables when missing: order 42
@@ -66,11 +66,23 @@ func (s *Stack) setupDatabase(ctx context.Context, cfg *StackConfig) error {
 		return fmt.Errorf("connect to %s: %w", cfg.Database, err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if err := s.passfile(ctx, conn); err != nil {
+	if err := s.passfile(ctx, conn, cfg); err != nil {
 		return err
+	}
+	// Order 42 goes in before the tables are protected: a protected table
+	// refuses unfenced writes from everybody, and a fence needs a token,
+	// which a fresh stack must not use up (its first token is 1).
+	var fresh bool
+	if err := conn.QueryRow(ctx, "SELECT to_regclass('orders') IS NULL").Scan(&fresh); err != nil {
+		return fmt.Errorf("look up table orders: %w", err)
 	}
 	if _, err := conn.Exec(ctx, DemoTablesSQL); err != nil {
 		return fmt.Errorf("create the demo tables: %w", err)
+	}
+	if fresh {
+		if _, err := conn.Exec(ctx, orderSQL); err != nil {
+			return fmt.Errorf("insert order 42: %w", err)
+		}
 	}
 	if err := s.DB.ProtectTable(ctx, conn, "orders", OrdersResource); err != nil {
 		return err
@@ -78,9 +90,9 @@ func (s *Stack) setupDatabase(ctx context.Context, cfg *StackConfig) error {
 	if err := s.DB.ProtectTable(ctx, conn, "charges", ChargesResource); err != nil {
 		return err
 	}
-	// Order 42 is inserted as the administrator, under a fence at the
-	// resource's current mark: the table refuses unfenced writes from
-	// everybody, and a fence never lowers a mark.
+	// An existing table that lost order 42: inserted as the administrator,
+	// under a fence at the resource's current mark (never lower), or at
+	// token 1 when it has none.
 	var have bool
 	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM orders WHERE id = 42)").Scan(&have); err != nil || have {
 		return err
@@ -90,20 +102,26 @@ func (s *Stack) setupDatabase(ctx context.Context, cfg *StackConfig) error {
 		return err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
-	if _, err := tx.Exec(ctx, "SELECT fencegate.fence('order:42', coalesce((SELECT token FROM fencegate.marks WHERE resource = 'order:42'), 0))"); err != nil {
+	if _, err := tx.Exec(ctx, "SELECT fencegate.fence('order:42', coalesce((SELECT token FROM fencegate.marks WHERE resource = 'order:42'), 1))"); err != nil {
 		return fmt.Errorf("fence order 42: %w", err)
 	}
-	if _, err := tx.Exec(ctx, "INSERT INTO orders VALUES (42, 'Alice', 4999, 'unpaid')"); err != nil {
+	if _, err := tx.Exec(ctx, orderSQL); err != nil {
 		return fmt.Errorf("insert order 42: %w", err)
 	}
 	return tx.Commit(ctx)
 }
 
+// orderSQL inserts the demo's order 42, unpaid.
+const orderSQL = "INSERT INTO orders VALUES (42, 'Alice', 4999, 'unpaid')"
+
 // passfile makes sure the application role's password, when the stack
-// knows or may set it, is in DataDir/pgpass (mode 0600), and sets
-// s.Passfile. A role the stack did not create keeps its password, which
-// the stack does not know: s.Passfile stays empty.
-func (s *Stack) passfile(ctx context.Context, conn *pgx.Conn) error {
+// knows it, is in DataDir/pgpass (mode 0600), and sets s.Passfile. The
+// stack never changes the password of a role that exists: another data
+// directory's stack may connect with it. A role the stack did not create
+// is used as it is, without a passfile; a role some "fencegate dev"
+// created whose password this data directory does not hold is refused,
+// with what to do instead.
+func (s *Stack) passfile(ctx context.Context, conn *pgx.Conn, cfg *StackConfig) error {
 	path := filepath.Join(s.DataDir, "pgpass")
 	pw := s.DB.AppPassword
 	if pw == "" {
@@ -119,15 +137,11 @@ func (s *Stack) passfile(ctx context.Context, conn *pgx.Conn) error {
 		if comment == nil || *comment != roleComment {
 			return nil
 		}
-		pw = pgdb.RandomHex(16)
-		if _, err := conn.Exec(ctx, "ALTER ROLE "+pgx.Identifier{s.DB.App}.Sanitize()+" PASSWORD '"+pw+"'"); err != nil {
-			return fmt.Errorf("set the password of role %s: %w", s.DB.App, err)
-		}
-		s.DB.AppPassword = pw
-	} else {
-		if _, err := conn.Exec(ctx, "COMMENT ON ROLE "+pgx.Identifier{s.DB.App}.Sanitize()+" IS '"+roleComment+"'"); err != nil {
-			return fmt.Errorf("comment on role %s: %w", s.DB.App, err)
-		}
+		return fmt.Errorf("role %s was created by fencegate dev with another data directory and %s does not hold its password, which dev leaves alone: pass %s NAME for a role of this data directory, %s of the stack that created it, or drop the role (see docs/dev.md)",
+			s.DB.App, path, cfg.flag("app-role"), cfg.flag("data-dir"))
+	}
+	if _, err := conn.Exec(ctx, "COMMENT ON ROLE "+pgx.Identifier{s.DB.App}.Sanitize()+" IS '"+roleComment+"'"); err != nil {
+		return fmt.Errorf("comment on role %s: %w", s.DB.App, err)
 	}
 	line := "*:*:*:" + s.DB.App + ":" + pw + "\n"
 	if err := os.WriteFile(path, []byte(line), 0o600); err != nil {

@@ -45,8 +45,9 @@ type StackConfig struct {
 	TokenAPI, TokenRaft []string
 	// Flags names the command-line flag that sets each address, for error
 	// messages; keys are "proxy", "token-api", "token-raft", "data-dir",
-	// "postgres", "redis". The defaults are "--proxy-listen", "--token-api",
-	// "--token-raft", "--data-dir", "--postgres", "--redis".
+	// "postgres", "redis", "app-role". The defaults are "--proxy-listen",
+	// "--token-api", "--token-raft", "--data-dir", "--postgres", "--redis",
+	// "--app-role".
 	Flags map[string]string
 	// Logger gets the stack's progress. The default is slog.Default().
 	Logger *slog.Logger
@@ -98,7 +99,7 @@ func (c *StackConfig) flag(key string) string {
 		return f
 	}
 	return map[string]string{"proxy": "--proxy-listen", "token-api": "--token-api", "token-raft": "--token-raft",
-		"data-dir": "--data-dir", "postgres": "--postgres", "redis": "--redis"}[key]
+		"data-dir": "--data-dir", "postgres": "--postgres", "redis": "--redis", "app-role": "--app-role"}[key]
 }
 
 // Start brings the stack up: it checks every port first, then finds or
