@@ -252,9 +252,13 @@ func (c *Client) retry(ctx context.Context, what string, attempt func(ctx contex
 	}
 	last := map[string]error{}
 	var order []string
-	follows := 0     // leader hints followed without a pause since the last sleep
-	nothingRuns := 0 // full rounds in which every node refused the connection
-	roundAllAbsent := true
+	follows := 0 // leader hints followed without a pause since the last sleep
+	// Rounds in a row in which every node answered hopelessly (refused the
+	// connection, does not exist, or is not a token service), and when the
+	// first of them ended.
+	hopelessRounds := 0
+	var hopelessSince time.Time
+	roundHopeless := true
 	for n := 0; ; n++ {
 		srv := c.pick()
 		leader, err := attempt(ctx, srv)
@@ -296,25 +300,27 @@ func (c *Client) retry(ctx context.Context, what string, attempt func(ctx contex
 				continue
 			}
 		}
-		if !nothingListens(err) {
-			roundAllAbsent = false
+		if !hopeless(err) {
+			roundHopeless = false
 		}
 		c.rotate(srv)
 		if k := c.numServers(); (n+1)%k == 0 {
-			// A whole round in which no node even accepted a connection,
-			// twice in a row: nothing runs at these URLs, and waiting for the
-			// caller's deadline would only hide that.
-			if roundAllAbsent {
-				nothingRuns++
-				if nothingRuns >= 2 {
-					return fmt.Errorf("%s: %w at %s (every node refused the connection or does not exist): "+
-						"start the token service (fencegate dev, or fencegate token serve on each node) or check the server URLs",
-						what, ErrNotRunning, strings.Join(order, ", "))
+			// Two whole rounds in a row in which no node even accepted a
+			// connection, or what accepted it is no token service: waiting
+			// for the caller's deadline would only hide that. Connections
+			// closed without an answer must go on for eofGrace, since a
+			// node at its connection cap closes them too.
+			if roundHopeless {
+				if hopelessRounds++; hopelessRounds == 1 {
+					hopelessSince = time.Now()
+				}
+				if hopelessRounds >= 2 && (!onlyEOF(last) || time.Since(hopelessSince) >= eofGrace) {
+					return giveUp(what, order, last)
 				}
 			} else {
-				nothingRuns = 0
+				hopelessRounds = 0
 			}
-			roundAllAbsent = true
+			roundHopeless = true
 			follows = 0
 			round := (n + 1) / k
 			if !c.sleep(ctx, round) {
@@ -357,6 +363,11 @@ func (c *Client) try(ctx context.Context, srv, method, path string, body []byte,
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
+		if ctx.Err() == nil {
+			if b := transportBadAnswer(err); b != nil {
+				return leaderHint{}, b
+			}
+		}
 		return leaderHint{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	defer resp.Body.Close()
@@ -368,6 +379,11 @@ func (c *Client) try(ctx context.Context, srv, method, path string, body []byte,
 		return leaderHint{}, fmt.Errorf("%w: read answer: %w", ErrUnavailable, err)
 	}
 	if resp.StatusCode != http.StatusOK {
+		if !isAPIError(data) {
+			if b := answerBadAnswer(resp.StatusCode, resp.Header, data); b != nil {
+				return leaderHint{}, b
+			}
+		}
 		return leaderHint{}, decodeError(resp.StatusCode, data)
 	}
 	leader := leaderHint{ID: resp.Header.Get(leaderIDHeader), URL: resp.Header.Get(leaderHeader)}
@@ -375,7 +391,12 @@ func (c *Client) try(ctx context.Context, srv, method, path string, body []byte,
 		return leader, nil
 	}
 	if err := json.Unmarshal(data, out); err != nil {
-		return leaderHint{}, fmt.Errorf("%w: decode answer %.200q: %v", ErrInternal, data, err)
+		b := answerBadAnswer(resp.StatusCode, resp.Header, data)
+		b.err = err
+		return leaderHint{}, b
+	}
+	if !plausible(out) {
+		return leaderHint{}, &badAnswer{what: "answered HTTP 200 JSON without a token", fix: fixURL}
 	}
 	return leader, nil
 }

@@ -45,3 +45,28 @@ func decodeError(status int, body []byte) error {
 	}
 	return &APIError{Status: status, Code: e.Code, Message: e.Error, LeaderAPI: e.LeaderAPI, LeaderID: e.LeaderID}
 }
+
+// isAPIError reports whether body is the token API's error form: JSON with
+// a "code".
+func isAPIError(body []byte) bool {
+	var e errorResponse
+	return json.Unmarshal(body, &e) == nil && e.Code != ""
+}
+
+// plausible reports whether a decoded 200 answer can come from the token
+// API: a token answer holds tokens above 0. Another JSON API's answer
+// decodes into zeros.
+func plausible(out any) bool {
+	switch v := out.(type) {
+	case *tokenResponse:
+		return v.Token > 0
+	case *batchResponse:
+		for _, t := range v.Tokens {
+			if t.Token <= 0 {
+				return false
+			}
+		}
+		return len(v.Tokens) > 0
+	}
+	return true
+}

@@ -112,7 +112,9 @@ export class LockClient {
 
   // acquire takes the lock on resource, retrying after a random delay while
   // another client holds it, for at most timeoutMs (the client's
-  // acquireTimeoutMs when not given; Infinity waits without bound). It
+  // acquireTimeoutMs when not given; Infinity waits without bound). The
+  // token is part of that time: once granted, minting it takes at most
+  // tokenMaxWaitMs, never past timeoutMs nor past the grant's validity. It
   // resolves only after the lock was granted on a majority, a fencing token
   // was minted, and the lock was confirmed still held and extended.
   async acquire(resource, { timeoutMs } = {}) {
@@ -123,7 +125,7 @@ export class LockClient {
     for (let attempt = 1; ; attempt++) {
       let last;
       try {
-        return await this._tryAcquire(resource);
+        return await this._tryAcquire(resource, deadline);
       } catch (e) {
         if (!(e instanceof NotAcquiredError)) throw e;
         last = e;
@@ -147,7 +149,7 @@ export class LockClient {
     return this._tryAcquire(resource);
   }
 
-  async _tryAcquire(resource) {
+  async _tryAcquire(resource, deadline = Infinity) {
     if (this.closed) throw new TypeError('fencegate: the LockClient is closed');
     const key = this.keyPrefix + resource;
     const value = randomBytes(16).toString('hex');
@@ -156,7 +158,10 @@ export class LockClient {
     let token;
     let proof;
     try {
-      ({ token, proof } = await this._nextToken(resource));
+      // A token after the grant's validity or the caller's deadline is of
+      // no use: the wait for it ends at the earlier of the two.
+      const wait = Math.min(this.tokenMaxWaitMs, validUntil - now(), deadline - now());
+      ({ token, proof } = await this._nextToken(resource, Math.max(wait, 1)));
     } catch (e) {
       await this._cleanup(key, value, taken);
       throw e;
@@ -180,13 +185,13 @@ export class LockClient {
     return new Lock(this, resource, key, value, token, proof || null, ext.validUntil);
   }
 
-  async _nextToken(resource) {
+  async _nextToken(resource, timeoutMs) {
     const src = this._tokens;
     if (typeof src.next === 'function') {
-      const t = await src.next(resource, { timeoutMs: this.tokenMaxWaitMs });
+      const t = await src.next(resource, { timeoutMs });
       return { token: t.token, proof: t.proof ?? null };
     }
-    return { token: await src.nextToken(resource, { timeoutMs: this.tokenMaxWaitMs }), proof: null };
+    return { token: await src.nextToken(resource, { timeoutMs }), proof: null };
   }
 
   // _grant runs one round of SET NX PX on every node; success on a majority

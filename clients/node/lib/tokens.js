@@ -18,6 +18,19 @@ export const LEADER_ID_HEADER = 'x-fencegate-leader-id';
 // gives up at once.
 const DEAD_ENDS = new Set(['refused', 'unknown_host', 'bad_answer']);
 
+// How long every node must keep closing connections without an HTTP answer
+// before the call believes that no token service listens there: PostgreSQL
+// and Redis do that to an HTTP request, but so does a token node at its
+// connection cap, for a moment.
+const EOF_GRACE_MS = 1000;
+
+// What to do about a node that is not the token API.
+const FIX_URL = "check the server URLs: each must be a token node's API address, e.g. http://127.0.0.1:7101";
+const FIX_CA = "give the client the cluster's CA: tls: { ca: 'ca.pem' }";
+const FIX_HTTPS = 'that port speaks TLS: write https:// and give tls.ca';
+const FIX_PLAIN = 'write http://, or the port where the node serves TLS';
+const EOF_REASON = 'closed the connection without an HTTP answer (PostgreSQL, Redis or another server listens there, or a token node at its connection cap)';
+
 // A proof's text form: KEYID.HEX.
 const PROOF_RE = /^[A-Za-z0-9_-]{1,64}\.[0-9a-f]{64}$/;
 
@@ -108,12 +121,14 @@ function isLoopback(host) {
 
 // An answer of one node to one request.
 class Attempt extends Error {
-  constructor(kind, message, { retryable, leaderApi = '', leaderId = '' }) {
+  constructor(kind, message, { retryable, leaderApi = '', leaderId = '', fix = '', eof = false }) {
     super(message);
     this.kind = kind;
     this.retryable = retryable;
     this.leaderApi = leaderApi;
     this.leaderId = leaderId;
+    this.fix = fix; // what to do, for an answer that is not the token API
+    this.eof = eof; // the connection closed without an HTTP answer
   }
 }
 
@@ -221,6 +236,7 @@ export class TokenClient {
     const last = new Map();
     let roundKinds = new Map();
     let rounds = 0;
+    let deadSince = null; // when the first of the rounds of dead ends in a row ended
     let n = 0;
     let hops = 0;
     for (;;) {
@@ -252,7 +268,12 @@ export class TokenClient {
         const k = this.servers.length;
         if (n % k === 0) {
           if (roundKinds.size >= k && [...roundKinds.values()].every((x) => DEAD_ENDS.has(x))) {
-            throw this.error(what, a, last, { deadEnd: true });
+            deadSince ??= now();
+            const answers = [...last.values()];
+            const eofOnly = answers.some((x) => x.eof) && answers.every((x) => x.kind !== 'bad_answer' || x.eof);
+            if (!eofOnly || now() - deadSince >= EOF_GRACE_MS) throw this.error(what, a, last, { deadEnd: true });
+          } else {
+            deadSince = null;
           }
           roundKinds = new Map();
           rounds++;
@@ -292,8 +313,14 @@ export class TokenClient {
     if (a.kind === 'bad_request') {
       return new TokenRequestError(`fencegate: ${what}: the token service refused the request: ${a.message}`, { kind: a.kind, nodeErrors });
     }
-    if (a.kind === 'auth') return new TokenAuthError(`fencegate: ${what}: authentication failed: ${detail}`, { kind: a.kind, nodeErrors });
-    if (deadEnd) return new TokenUnavailableError(`fencegate: ${what}: no node serves the token API: ${detail}`, { kind: a.kind, nodeErrors });
+    const fixes = [];
+    for (const e of last.values()) {
+      const f = e.fix || (DEAD_ENDS.has(e.kind) ? FIX_URL : '');
+      if (f && !fixes.includes(f)) fixes.push(f);
+    }
+    const todo = fixes.length ? `; ${fixes.join('; ')}` : '';
+    if (a.kind === 'auth') return new TokenAuthError(`fencegate: ${what}: authentication failed: ${detail}${todo}`, { kind: a.kind, nodeErrors });
+    if (deadEnd) return new TokenUnavailableError(`fencegate: ${what}: no node serves the token API: ${detail}${todo}`, { kind: a.kind, nodeErrors });
     if (timedOut) {
       return new TokenUnavailableError(`fencegate: ${what}: no token within the call's time; the nodes answered: ${detail}`, {
         kind: 'timeout',
@@ -358,22 +385,23 @@ export class TokenClient {
             size += d.length;
             if (size <= 1 << 20) chunks.push(d);
           });
-          res.on('error', (e) => fail(classify(e)));
+          res.on('error', (e) => fail(classify(e, req.reusedSocket)));
           res.on('end', () => {
             if (settled) return;
             settled = true;
             clearTimeout(timer);
             const data = Buffer.concat(chunks).toString('utf8');
+            const ctype = String(res.headers['content-type'] || '').split(';')[0].trim();
             const leader = [String(res.headers[LEADER_HEADER] || ''), String(res.headers[LEADER_ID_HEADER] || '')];
             if (res.statusCode === 200) {
               try {
                 resolve({ out: parseJSON(data), leader });
               } catch {
-                reject(new Attempt('bad_answer', `HTTP 200 with a body that is not JSON: ${JSON.stringify(data.slice(0, 200))}`, { retryable: true }));
+                reject(new Attempt('bad_answer', `HTTP 200 ${ctype || 'answer'} that is not the token API's JSON`, { retryable: true, fix: FIX_URL }));
               }
               return;
             }
-            reject(decodeError(res.statusCode, data));
+            reject(decodeError(res.statusCode, data, ctype));
           });
         },
       );
@@ -383,7 +411,7 @@ export class TokenClient {
       }, timeout);
       req.on('error', (e) => {
         clearTimeout(timer);
-        fail(classify(e));
+        fail(classify(e, req.reusedSocket));
       });
       req.end(body ?? undefined);
     });
@@ -409,7 +437,9 @@ export class TokenClient {
 }
 
 // classify names what went wrong with one request, in distinct words.
-function classify(e) {
+// reused says whether the request went out on a kept-alive connection,
+// which the server may have closed meanwhile: no sign of what listens.
+function classify(e, reused = false) {
   const code = String((e && e.code) || '');
   const msg = String((e && e.message) || e);
   const tlsTrust = [
@@ -422,22 +452,25 @@ function classify(e) {
     'ERR_TLS_CERT_ALTNAME_INVALID',
     'CERT_SIGNATURE_FAILURE',
   ];
-  if (tlsTrust.includes(code)) return new Attempt('auth', `TLS: the server's certificate is not trusted (${code})`, { retryable: false });
+  if (tlsTrust.includes(code)) return new Attempt('auth', `TLS: the server's certificate is not trusted (${code})`, { retryable: false, fix: FIX_CA });
   if (/ALERT|HANDSHAKE/i.test(code) && /CERTIFICATE|HANDSHAKE/i.test(code + msg)) {
     return new Attempt('auth', `TLS handshake failed (${code}); check tls.cert/tls.key and tls.ca`, { retryable: false });
   }
   if (code === 'ERR_SSL_WRONG_VERSION_NUMBER' || /wrong version number|packet length too long/i.test(msg)) {
-    return new Attempt('bad_answer', 'TLS: the node does not speak TLS; use http://', { retryable: true });
+    return new Attempt('bad_answer', 'TLS: the node does not speak TLS', { retryable: true, fix: FIX_PLAIN });
   }
   if (code === 'ECONNREFUSED') return new Attempt('refused', 'connection refused (nothing listens there)', { retryable: true });
   if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return new Attempt('unknown_host', `unknown host (${code})`, { retryable: true });
-  if (code.startsWith('HPE_')) return new Attempt('bad_answer', `not an HTTP answer (${code})`, { retryable: true });
+  if (code.startsWith('HPE_')) return new Attempt('bad_answer', `not an HTTP answer (${code})`, { retryable: true, fix: FIX_URL });
+  if (code === 'ECONNRESET' && !reused) return new Attempt('bad_answer', EOF_REASON, { retryable: true, fix: FIX_URL, eof: true });
   if (code === 'ETIMEDOUT') return new Attempt('unreachable', 'no answer within the attempt timeout', { retryable: true });
   return new Attempt('unreachable', `${code || 'error'}: ${msg.split('\n')[0]}`, { retryable: true });
 }
 
-// decodeError reads an error answer: {"error": "...", "code": "...", "leader_api": "..."}.
-function decodeError(status, data) {
+// decodeError reads an error answer: {"error": "...", "code": "...",
+// "leader_api": "..."}. Anything else is described by its status and type,
+// never by its body (an HTML page does not belong in an error message).
+function decodeError(status, data, ctype = '') {
   let doc = null;
   try {
     doc = JSON.parse(data);
@@ -447,11 +480,18 @@ function decodeError(status, data) {
   const obj = doc !== null && typeof doc === 'object' && !Array.isArray(doc) ? doc : null;
   const code = obj && typeof obj.code === 'string' ? obj.code : '';
   const msg = obj && typeof obj.error === 'string' ? obj.error : '';
-  if (status === 401 || status === 403) return new Attempt('auth', `HTTP ${status}: ${msg || 'credentials refused'}`, { retryable: false });
   if (!code) {
-    if ([502, 503, 504].includes(status)) return new Attempt('unavailable', `HTTP ${status}: ${JSON.stringify(data.slice(0, 200))}`, { retryable: true });
-    return new Attempt('bad_answer', `HTTP ${status} that is not the token API: ${JSON.stringify(data.slice(0, 200))}`, { retryable: true });
+    const answered = `HTTP ${status} ${ctype}`.trimEnd();
+    // A proxy in front of a node that restarts: try again.
+    if ([502, 503, 504].includes(status)) return new Attempt('unavailable', `${answered}, not the token API's JSON`, { retryable: true });
+    if (status === 400 && data.includes('HTTPS server')) {
+      return new Attempt('bad_answer', `${answered} (a plain-HTTP request to a TLS port)`, { retryable: true, fix: FIX_HTTPS });
+    }
+    if (status === 401 || status === 403) return new Attempt('auth', `${answered}: credentials refused`, { retryable: false });
+    const more = status === 404 ? ' (not a token node, or one too old for this request)' : '';
+    return new Attempt('bad_answer', `${answered}, not the token API's JSON${more}`, { retryable: true, fix: FIX_URL });
   }
+  if (status === 401 || status === 403) return new Attempt('auth', `HTTP ${status}: ${msg || 'credentials refused'}`, { retryable: false });
   const text = msg.trim() || `HTTP ${status}`;
   if (code === 'bad_request') return new Attempt('bad_request', text, { retryable: false });
   if (['unauthenticated', 'unauthorized', 'forbidden', 'permission_denied'].includes(code)) return new Attempt('auth', text, { retryable: false });

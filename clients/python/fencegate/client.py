@@ -225,8 +225,10 @@ class LockClient:
         """Take the lock on resource, retrying after a random delay (see
         ``retry``) while another client holds it, for at most ``timeout``
         seconds (the client's acquire_timeout when None; math.inf waits
-        without bound). Once granted, minting the token takes at most
-        token_max_wait more.
+        without bound). The token is part of that time: once granted, minting
+        it takes at most token_max_wait, never past the timeout nor past
+        the grant's validity, so the whole call ends within timeout (plus
+        the few Redis round trips that release the lock on failure).
 
         It returns the lock only after the lock was granted on a majority, a
         fencing token was minted, and the lock was confirmed still held and
@@ -244,7 +246,7 @@ class LockClient:
         while True:
             attempt += 1
             try:
-                return self._try_acquire(resource)
+                return self._try_acquire(resource, deadline)
             except NotAcquiredError as e:
                 last = e
             left = deadline - time.monotonic()
@@ -264,14 +266,17 @@ class LockClient:
         _check_resource(resource)
         return self._try_acquire(resource)
 
-    def _try_acquire(self, resource: str) -> Lock:
+    def _try_acquire(self, resource: str, deadline: float = math.inf) -> Lock:
         key = self.key_prefix + resource
         value = secrets.token_hex(16)
         valid_until, taken = self._grant(resource, key, value)
         if self._tokens is None:
             return Lock(self, resource, key, value, None, valid_until)
         try:
-            token, proof = self._next_token(resource)
+            # A token after the grant's validity or the caller's deadline
+            # is of no use: the wait for it ends at the earlier of the two.
+            wait = min(self._token_max_wait, valid_until - time.monotonic(), deadline - time.monotonic())
+            token, proof = self._next_token(resource, max(wait, 0.001))
         except BaseException:
             self._cleanup(key, value, taken)
             raise
@@ -299,13 +304,12 @@ class LockClient:
             )
         return Lock(self, resource, key, value, token, valid_until, proof=proof)
 
-    def _next_token(self, resource: str) -> tuple[object, object]:
+    def _next_token(self, resource: str, timeout: float) -> tuple[object, object]:
         """A token and its proof (None when the source cannot say) from the
-        token source. The lock is granted: the token has its own bound,
-        whatever is left of the time allowed for waiting on other holders."""
+        token source, within timeout seconds."""
         signed = getattr(self._tokens, "next_signed", None)
         if signed is not None:
-            out = signed(resource, timeout=self._token_max_wait)
+            out = signed(resource, timeout=timeout)
             if not (isinstance(out, tuple) and len(out) == 2):
                 raise TokenServiceError(
                     f"fencegate: the token source's next_signed returned {out!r} for {resource!r}; "
@@ -313,7 +317,7 @@ class LockClient:
                     kind="bad_answer",
                 )
             return out[0], out[1]
-        return self._tokens.next_token(resource, timeout=self._token_max_wait), None  # type: ignore[union-attr]
+        return self._tokens.next_token(resource, timeout=timeout), None  # type: ignore[union-attr]
 
     # --- the Redlock steps ---------------------------------------------------
 

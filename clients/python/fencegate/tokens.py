@@ -51,6 +51,18 @@ LEADER_ID_HEADER = "X-Fencegate-Leader-Id"
 # gives up at once instead of retrying until its time runs out.
 _DEAD_ENDS = {"refused", "unknown_host", "bad_answer"}
 
+# How long every node must keep closing connections without an HTTP answer
+# before the call believes that no token service listens there: PostgreSQL
+# and Redis do that to an HTTP request, but so does a token node at its
+# connection cap, for a moment.
+_EOF_GRACE = 1.0
+
+# What to do about a node that is not the token API.
+_FIX_URL = "check the server URLs: each must be a token node's API address, e.g. http://127.0.0.1:7101"
+_FIX_CA = "give the client the cluster's CA: tls_ca='ca.pem'"
+_FIX_HTTPS = "that port speaks TLS: write https:// and give tls_ca"
+_FIX_PLAIN = "write http://, or the port where the node serves TLS"
+
 
 #: A proof's text form: KEYID.HEX (docs/protocol.md, "Proofs").
 _PROOF_RE = re.compile(r"[A-Za-z0-9_-]{1,64}\.[0-9a-f]{64}")
@@ -76,12 +88,24 @@ class Token:
 class _Attempt(Exception):
     """What one node answered to one request."""
 
-    def __init__(self, kind: str, message: str, *, retryable: bool, leader_api: str = "", leader_id: str = ""):
+    def __init__(
+        self,
+        kind: str,
+        message: str,
+        *,
+        retryable: bool,
+        leader_api: str = "",
+        leader_id: str = "",
+        fix: str = "",
+        eof: bool = False,
+    ):
         super().__init__(message)
         self.kind = kind
         self.retryable = retryable
         self.leader_api = leader_api
         self.leader_id = leader_id
+        self.fix = fix  # what to do, for an answer that is not the token API
+        self.eof = eof  # the connection closed without an HTTP answer
 
 
 def normalize_url(s: str, default_scheme: str = "http") -> str:
@@ -281,6 +305,7 @@ class TokenClient:
         last: dict[str, _Attempt] = {}
         round_kinds: dict[str, str] = {}
         rounds = 0
+        dead_since: float | None = None  # when the first of the rounds of dead ends in a row ended
         n = 0
         hops = 0  # leader redirects followed in a row
         while True:
@@ -311,7 +336,15 @@ class TokenClient:
                 if n % k == 0:
                     # A whole round of nodes answered.
                     if round_kinds and set(round_kinds.values()) <= _DEAD_ENDS and len(round_kinds) >= k:
-                        raise self._error(what, a, last, dead_end=True)
+                        now = time.monotonic()
+                        dead_since = now if dead_since is None else dead_since
+                        eof_only = all(e.eof for e in last.values() if e.kind == "bad_answer") and any(
+                            e.eof for e in last.values()
+                        )
+                        if not eof_only or now - dead_since >= _EOF_GRACE:
+                            raise self._error(what, a, last, dead_end=True)
+                    else:
+                        dead_since = None
                     round_kinds = {}
                     rounds += 1
                     if not self._sleep(rounds, deadline):
@@ -352,11 +385,17 @@ class TokenClient:
         detail = "; ".join(f"{u}: {m}" for u, m in answers.items())
         if a.kind == "bad_request":
             return TokenRequestError(f"fencegate: {what}: the token service refused the request: {a}", kind=a.kind, node_errors=answers)
+        fixes: list[str] = []
+        for e in last.values():
+            f = e.fix or (_FIX_URL if e.kind in _DEAD_ENDS else "")
+            if f and f not in fixes:
+                fixes.append(f)
+        todo = "; " + "; ".join(fixes) if fixes else ""
         if a.kind == "auth":
-            return TokenAuthError(f"fencegate: {what}: authentication failed: {detail}", kind=a.kind, node_errors=answers)
+            return TokenAuthError(f"fencegate: {what}: authentication failed: {detail}{todo}", kind=a.kind, node_errors=answers)
         if dead_end:
             return TokenUnavailableError(
-                f"fencegate: {what}: no node serves the token API: {detail}", kind=a.kind, node_errors=answers
+                f"fencegate: {what}: no node serves the token API: {detail}{todo}", kind=a.kind, node_errors=answers
             )
         if timed_out:
             return TokenUnavailableError(
@@ -386,9 +425,16 @@ class TokenClient:
             try:
                 conn.request(method, path, body=body, headers=headers)
                 resp = conn.getresponse()
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
                 if not reused:
-                    raise
+                    raise _Attempt(
+                        "bad_answer",
+                        "closed the connection without an HTTP answer (PostgreSQL, Redis or another server listens "
+                        "there, or a token node at its connection cap)",
+                        retryable=True,
+                        fix=_FIX_URL,
+                        eof=True,
+                    ) from e
                 # A kept-alive connection the server closed meanwhile: one
                 # fresh connection, as any HTTP client does.
                 conn.close()
@@ -397,6 +443,7 @@ class TokenClient:
                 resp = conn.getresponse()
             self._check_pinned(srv, conn)
             data = resp.read(1 << 20)
+            ctype = (resp.getheader("Content-Type") or "").split(";")[0].strip()
             leader = (resp.getheader(LEADER_HEADER) or "", resp.getheader(LEADER_ID_HEADER) or "")
             status = resp.status
             # Reuse the connection only when the answer was read whole.
@@ -415,8 +462,10 @@ class TokenClient:
             try:
                 return json.loads(data), leader
             except ValueError:
-                raise _Attempt("bad_answer", f"HTTP 200 with a body that is not JSON: {data[:200]!r}", retryable=True)
-        raise _decode_error(status, data)
+                raise _Attempt(
+                    "bad_answer", f"HTTP 200 {ctype or 'answer'} that is not the token API's JSON", retryable=True, fix=_FIX_URL
+                ) from None
+        raise _decode_error(status, data, ctype)
 
     def _check_pinned(self, srv: str, conn: http.client.HTTPConnection) -> None:
         """Refuse an answer from a followed URL that does not come from the
@@ -490,13 +539,24 @@ def _classify_exception(e: BaseException) -> _Attempt:
     if isinstance(e, _Attempt):
         return e
     if isinstance(e, (ssl.SSLCertVerificationError,)):
-        return _Attempt("auth", f"TLS: the server's certificate is not trusted ({e.verify_message})", retryable=False)
+        return _Attempt(
+            "auth", f"TLS: the server's certificate is not trusted ({e.verify_message})", retryable=False, fix=_FIX_CA
+        )
+    if isinstance(e, (ssl.SSLEOFError, ssl.SSLZeroReturnError)):
+        return _Attempt(
+            "bad_answer",
+            "closed the connection during the TLS handshake (PostgreSQL, Redis or another server listens there, or "
+            "a token node at its connection cap)",
+            retryable=True,
+            fix=_FIX_URL,
+            eof=True,
+        )
     if isinstance(e, ssl.SSLError):
         reason = getattr(e, "reason", None) or str(e)
         if "CERTIFICATE" in str(reason).upper() or "HANDSHAKE" in str(reason).upper():
             return _Attempt("auth", f"TLS handshake failed ({reason}); check tls_cert/tls_key and tls_ca", retryable=False)
         if "WRONG_VERSION_NUMBER" in str(reason).upper() or "RECORD_LAYER" in str(reason).upper():
-            return _Attempt("bad_answer", f"TLS: the node does not speak TLS ({reason}); use http://", retryable=True)
+            return _Attempt("bad_answer", f"TLS: the node does not speak TLS ({reason})", retryable=True, fix=_FIX_PLAIN)
         return _Attempt("unreachable", f"TLS error ({reason})", retryable=True)
     if isinstance(e, ConnectionRefusedError) or (isinstance(e, OSError) and e.errno == errno.ECONNREFUSED):
         return _Attempt("refused", "connection refused (nothing listens there)", retryable=True)
@@ -511,20 +571,29 @@ def _classify_exception(e: BaseException) -> _Attempt:
     return _Attempt("internal", f"{type(e).__name__}: {e}", retryable=True)
 
 
-def _decode_error(status: int, data: bytes) -> _Attempt:
-    """An error answer: JSON {"error": "...", "code": "...", "leader_api": "..."}."""
+def _decode_error(status: int, data: bytes, ctype: str = "") -> _Attempt:
+    """An error answer: JSON {"error": "...", "code": "...", "leader_api": "..."}.
+    Anything else is described by its status and type, never by its body
+    (an HTML page does not belong in an error message)."""
     try:
         doc = json.loads(data)
     except ValueError:
         doc = None
     code = doc.get("code") if isinstance(doc, dict) else None
     msg = doc.get("error") if isinstance(doc, dict) else None
+    if not isinstance(code, str) or not code:
+        answered = f"HTTP {status} {ctype}".rstrip()
+        if status in (502, 503, 504):
+            # A proxy in front of a node that restarts: try again.
+            return _Attempt("unavailable", f"{answered}, not the token API's JSON", retryable=True)
+        if status == 400 and b"HTTPS server" in data:
+            return _Attempt("bad_answer", f"{answered} (a plain-HTTP request to a TLS port)", retryable=True, fix=_FIX_HTTPS)
+        if status in (401, 403):
+            return _Attempt("auth", f"{answered}: credentials refused", retryable=False)
+        more = " (not a token node, or one too old for this request)" if status == 404 else ""
+        return _Attempt("bad_answer", f"{answered}, not the token API's JSON{more}", retryable=True, fix=_FIX_URL)
     if status in (401, 403):
         return _Attempt("auth", f"HTTP {status}: {msg or 'credentials refused'}", retryable=False)
-    if not isinstance(code, str) or not code:
-        if status in (502, 503, 504):
-            return _Attempt("unavailable", f"HTTP {status}: {data[:200]!r}", retryable=True)
-        return _Attempt("bad_answer", f"HTTP {status} that is not the token API: {data[:200]!r}", retryable=True)
     text = f"{msg or ''}".strip() or f"HTTP {status}"
     if code == "bad_request":
         return _Attempt("bad_request", text, retryable=False)
