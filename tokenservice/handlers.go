@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 
@@ -183,8 +182,13 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 }
 
 func decodeBody(r *http.Request, v any) error {
-	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
+	// MaxBytesReader, not LimitReader: a body cut at the limit must read as
+	// too large, not as JSON that ends early.
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxBody))
 	if err := dec.Decode(v); err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return fmt.Errorf("%w: body is larger than the limit of %d bytes (%d KiB); a request is small JSON such as {\"resource\":\"orders/42\"}", ErrBadRequest, maxBody, maxBody>>10)
+		}
 		return fmt.Errorf("%w: body is not the expected JSON (e.g. {\"resource\":\"orders/42\"}): %v", ErrBadRequest, err)
 	}
 	return nil
