@@ -16,7 +16,8 @@ import (
 type metrics struct {
 	reg        *prometheus.Registry
 	handler    http.Handler
-	minted     prometheus.Counter
+	reserved   prometheus.Counter
+	minted     prometheus.Counter // deprecated alias of reserved
 	entries    prometheus.Counter
 	batch      prometheus.Histogram
 	commit     prometheus.Histogram
@@ -33,8 +34,16 @@ var tokenBuckets = prometheus.ExponentialBuckets(1, 2, 21)
 func newMetrics(s *Server) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
+		reserved: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fencegate_token_reserved_total",
+			Help: "Tokens by which entries this node committed as leader advanced the counter: whole reserved ranges on the read-index path, batches on the commit path. Tokens handed out are fencegate_token_handed_out_total.",
+		}),
+		// The old name of reserved: it never counted tokens handed out.
+		// It stays, with the same value, so that dashboards and alerts keep
+		// working while they move to the new name.
 		minted: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fencegate_token_minted_total", Help: "Tokens allocated by entries this node committed as leader.",
+			Name: "fencegate_token_minted_total",
+			Help: "Deprecated: use fencegate_token_reserved_total (same value) for the counter's advance, or fencegate_token_handed_out_total for tokens handed out; this name will be removed.",
 		}),
 		entries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fencegate_token_entries_total", Help: "Allocation entries this node committed as leader.",
@@ -86,7 +95,7 @@ func newMetrics(s *Server) *metrics {
 			return 0
 		})
 	}
-	m.reg.MustRegister(m.minted, m.entries, m.batch, m.commit, m.handedOut, m.fwdCalls, m.fwdBatch, m.refusals, m.promotions,
+	m.reg.MustRegister(m.reserved, m.minted, m.entries, m.batch, m.commit, m.handedOut, m.fwdCalls, m.fwdBatch, m.refusals, m.promotions,
 		raftGauge("fencegate_token_raft_last_index", "Raft's last log index on this node.", func(st raftstore.Status) float64 { return float64(st.LastIndex) }),
 		raftGauge("fencegate_token_raft_commit_index", "Raft's commit index on this node.", func(st raftstore.Status) float64 { return float64(st.CommitIndex) }),
 		raftGauge("fencegate_token_raft_applied_index", "Raft's applied index on this node.", func(st raftstore.Status) float64 { return float64(st.AppliedIndex) }),
@@ -139,6 +148,7 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 // committed records an allocation entry this node committed as leader.
 func (m *metrics) committed(tokens int, took time.Duration) {
 	m.entries.Inc()
+	m.reserved.Add(float64(tokens))
 	m.minted.Add(float64(tokens))
 	m.batch.Observe(float64(tokens))
 	m.commit.Observe(took.Seconds())

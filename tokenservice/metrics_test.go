@@ -64,7 +64,7 @@ func TestMetrics(t *testing.T) {
 		series string
 		min    float64
 	}{
-		{lm, "fencegate_token_minted_total", 30},
+		{lm, "fencegate_token_reserved_total", 30},
 		{lm, "fencegate_token_entries_total", 1},
 		{lm, "fencegate_token_entry_tokens_count", 1},
 		{lm, "fencegate_token_commit_seconds_count", 1},
@@ -85,9 +85,14 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("%s = %v (present %v), want at least %v", tc.series, got, ok, tc.min)
 		}
 	}
-	if fm["fencegate_token_raft_leader"] != 0 || fm["fencegate_token_minted_total"] != 0 {
-		t.Errorf("follower reports leading or minting: %v %v", fm["fencegate_token_raft_leader"], fm["fencegate_token_minted_total"])
+	if fm["fencegate_token_raft_leader"] != 0 || fm["fencegate_token_reserved_total"] != 0 {
+		t.Errorf("follower reports leading or reserving: %v %v", fm["fencegate_token_raft_leader"], fm["fencegate_token_reserved_total"])
 	}
+	// On the commit path every committed token is handed out.
+	if lm["fencegate_token_reserved_total"] != 30 {
+		t.Errorf("fencegate_token_reserved_total = %v on the commit path; want the 30 tokens handed out", lm["fencegate_token_reserved_total"])
+	}
+	checkDeprecatedMinted(t, c.APIURL(leader), lm)
 }
 
 // The batch limit holds on the follower's way to the leader while its
@@ -147,5 +152,28 @@ func TestFollowerForwardsWithinBatchLimit(t *testing.T) {
 	cfgs[0].MaxBatch = 1<<20 + 1
 	if _, err := tokenservice.Start(context.Background(), cfgs[0]); err == nil || !regexp.MustCompile(`batch limit \d+ is above 1048576`).MatchString(err.Error()) {
 		t.Fatalf("MaxBatch above the forwarding limit: %v", err)
+	}
+}
+
+// checkDeprecatedMinted checks that fencegate_token_minted_total, the old
+// name of fencegate_token_reserved_total, is still served with the same
+// value, so that dashboards keep working, and that its help says it is
+// deprecated and what to use instead.
+func checkDeprecatedMinted(t *testing.T, url string, m map[string]float64) {
+	t.Helper()
+	if old, ok := m["fencegate_token_minted_total"]; !ok || old != m["fencegate_token_reserved_total"] {
+		t.Errorf("fencegate_token_minted_total = %v (present %v); want the value of fencegate_token_reserved_total, %v",
+			old, ok, m["fencegate_token_reserved_total"])
+	}
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	help := regexp.MustCompile(`(?m)^# HELP fencegate_token_minted_total (.*)$`).FindSubmatch(b)
+	if help == nil || !strings.HasPrefix(string(help[1]), "Deprecated: use fencegate_token_reserved_total") ||
+		!strings.Contains(string(help[1]), "fencegate_token_handed_out_total") {
+		t.Errorf("help of fencegate_token_minted_total = %q; want it deprecated, naming the reserved and handed-out metrics", help)
 	}
 }

@@ -38,13 +38,20 @@ func TestReadIndexStatusAndMetrics(t *testing.T) {
 		"fencegate_token_reservations_total":  1,
 		"fencegate_token_reserved_left":       1,
 		"fencegate_token_round_seconds_total": 0,
-		"fencegate_token_minted_total":        30,
+		"fencegate_token_reserved_total":      30,
 		"fencegate_token_handed_out_total":    10,
 	} {
 		if got, ok := lm[series]; !ok || got < min {
 			t.Errorf("%s = %v (present %v), want at least %v", series, got, ok, min)
 		}
 	}
+	// The leader reserves whole ranges: the counter advanced further than
+	// the 30 tokens handed out, by the range still left.
+	if lm["fencegate_token_reserved_total"] < 30+lm["fencegate_token_reserved_left"] {
+		t.Errorf("fencegate_token_reserved_total = %v; want at least the 30 tokens handed out plus the %v left in the range",
+			lm["fencegate_token_reserved_total"], lm["fencegate_token_reserved_left"])
+	}
+	checkDeprecatedMinted(t, c.APIURL(leader), lm)
 	if got, ok := lm["fencegate_token_round_failures_total"]; !ok || got != 0 {
 		t.Errorf("fencegate_token_round_failures_total = %v (present %v), want 0", got, ok)
 	}
