@@ -9,10 +9,10 @@
 // and retries.
 //
 // The program first does the administrator's part with the -postgres DSN
-// (install schema fencegate, create and protect the table, create an
-// application role for the run with the grants it needs), then connects
-// through the proxy as that role; it drops the table and the role at the
-// end.
+// (create a database of the run's own on that server, install schema
+// fencegate in it, create and protect the table, create an application
+// role for the run with the grants it needs), then connects through the
+// proxy as that role; it drops the database and its roles at the end.
 //
 // Run it against "fencegate dev":
 //
@@ -38,7 +38,7 @@ import (
 
 type config struct {
 	Direct, DB, Redis string
-	Owner             string // owner role of schema fencegate if it is installed now (default pgfence's)
+	Owner             string // owner role of schema fencegate (default: a role of the run's own)
 	Tokens            []string
 	Workers           int
 	Transfers         int // per worker
@@ -48,8 +48,8 @@ type config struct {
 
 func main() {
 	var c config
-	flag.StringVar(&c.DB, "db", "postgres://127.0.0.1:6432/postgres?sslmode=disable", "PostgreSQL DSN through the fencegate proxy; its user is replaced by the application role the program creates")
-	flag.StringVar(&c.Direct, "postgres", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "the same PostgreSQL, direct, as an administrator: installs schema fencegate, creates and protects the accounts, creates the application role")
+	flag.StringVar(&c.DB, "db", "postgres://127.0.0.1:6432/postgres?sslmode=disable", "PostgreSQL DSN through the fencegate proxy; its user and database are replaced by the application role and the database the program creates")
+	flag.StringVar(&c.Direct, "postgres", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "the same PostgreSQL server, direct, as an administrator: creates a database of the run's own (dropped at the end) with schema fencegate, the accounts protected, and the application role")
 	flag.StringVar(&c.Redis, "redis", "127.0.0.1:6379", "Redis host:port")
 	tokens := flag.String("tokens", "http://127.0.0.1:7101,http://127.0.0.1:7102,http://127.0.0.1:7103", "token service URLs")
 	flag.IntVar(&c.Workers, "workers", 4, "concurrent workers")
@@ -102,7 +102,7 @@ func run(ctx context.Context, c config) (*result, error) {
 	// The administrator's part: the whole table is one resource, the one
 	// the workers lock.
 	app, err := appdb.Setup(ctx, c.Direct, []appdb.Table{{Name: table, Create: fill.String(), Resource: "'" + resource + "'"}},
-		appdb.Options{OwnerRole: c.Owner, RolePrefix: "fg_transfer_"})
+		appdb.Options{OwnerRole: c.Owner, RolePrefix: "fg_transfer_", OwnDatabase: true})
 	if err != nil {
 		return nil, err
 	}
@@ -111,9 +111,9 @@ func run(ctx context.Context, c config) (*result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("-db: %w", err)
 	}
-	setup, err := pgx.Connect(ctx, c.Direct)
+	setup, err := pgx.Connect(ctx, app.AdminDSN)
 	if err != nil {
-		return nil, fmt.Errorf("connect %s: %w (is fencegate dev running?)", c.Direct, err)
+		return nil, fmt.Errorf("connect to database %s as the administrator: %w (is fencegate dev running?)", app.Database, err)
 	}
 	defer setup.Close(context.Background())
 

@@ -8,10 +8,12 @@
 // front of it, not the enforcer.
 //
 // The program first does the administrator's part with the -postgres DSN:
-// it installs schema fencegate, creates the account's table and protects it
-// (the table is one resource, the one both clients lock), and creates an
-// application role for the run; both clients connect through the proxy as
-// that role. Table and role are dropped at the end.
+// on that server it creates a database of its own, installs schema
+// fencegate there (owned by a NOLOGIN role of its own), creates the
+// account's table and protects it (the table is one resource, the one both
+// clients lock), and creates an application role for the run; both clients
+// connect through the proxy as that role, to that database. The database
+// and the roles are dropped at the end: the server is left as it was.
 //
 // Run it against "fencegate dev":
 //
@@ -34,8 +36,8 @@ import (
 )
 
 func main() {
-	dsn := flag.String("db", "postgres://127.0.0.1:6432/postgres?sslmode=disable", "PostgreSQL DSN through the fencegate proxy; its user is replaced by the application role the program creates")
-	direct := flag.String("postgres", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "the same PostgreSQL, direct, as an administrator: installs schema fencegate, creates and protects the example's table, creates the application role")
+	dsn := flag.String("db", "postgres://127.0.0.1:6432/postgres?sslmode=disable", "PostgreSQL DSN through the fencegate proxy; its user and database are replaced by the application role and the database the program creates")
+	direct := flag.String("postgres", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "the same PostgreSQL server, direct, as an administrator: creates a database of the run's own (dropped at the end) with schema fencegate, the example's table protected, and the application role")
 	redisAddr := flag.String("redis", "127.0.0.1:6379", "Redis host:port")
 	tokens := flag.String("tokens", "http://127.0.0.1:7101,http://127.0.0.1:7102,http://127.0.0.1:7103", "token service URLs")
 	ttl := flag.Duration("ttl", 500*time.Millisecond, "lock TTL")
@@ -74,8 +76,9 @@ func run(ctx context.Context, direct, dsn, redisAddr string, tokenURLs []string,
 	return nil
 }
 
-// scenario plays the two clients. owner names the owner role of schema
-// fencegate if it is installed now (empty: pgfence's default).
+// scenario plays the two clients, in a database of its own on the server
+// of direct. owner names the owner role of schema fencegate (empty: a role
+// of the run's own, dropped at the end).
 func scenario(ctx context.Context, direct, dsn, redisAddr string, tokenURLs []string, ttl time.Duration, owner string) (*outcome, error) {
 	// The administrator's part: the table holds one account, and the whole
 	// table is the resource both clients lock.
@@ -83,7 +86,7 @@ func scenario(ctx context.Context, direct, dsn, redisAddr string, tokenURLs []st
 	resource := "account:" + table
 	app, err := appdb.Setup(ctx, direct, []appdb.Table{{Name: table,
 		Create:   "CREATE TABLE " + table + " (id int PRIMARY KEY, balance bigint NOT NULL); INSERT INTO " + table + " VALUES (1, 100)",
-		Resource: "'" + resource + "'"}}, appdb.Options{OwnerRole: owner, RolePrefix: "fg_paused_"})
+		Resource: "'" + resource + "'"}}, appdb.Options{OwnerRole: owner, RolePrefix: "fg_paused_", OwnDatabase: true})
 	if err != nil {
 		return nil, err
 	}
@@ -92,9 +95,9 @@ func scenario(ctx context.Context, direct, dsn, redisAddr string, tokenURLs []st
 	if err != nil {
 		return nil, fmt.Errorf("-db: %w", err)
 	}
-	setup, err := pgx.Connect(ctx, direct)
+	setup, err := pgx.Connect(ctx, app.AdminDSN)
 	if err != nil {
-		return nil, fmt.Errorf("connect %s: %w (is fencegate dev running?)", direct, err)
+		return nil, fmt.Errorf("connect to database %s as the administrator: %w (is fencegate dev running?)", app.Database, err)
 	}
 	defer setup.Close(context.Background())
 

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/fencegate/fencegate/internal/pgdb"
@@ -49,15 +50,29 @@ type Options struct {
 	// RolePrefix starts the name of the application role (default
 	// "fg_example_").
 	RolePrefix string
+	// OwnDatabase makes Setup create a database of the run's own on the
+	// server of the administrator's DSN (its name is RolePrefix followed by
+	// random hex) and do everything there, with an owner role of the run's
+	// own unless OwnerRole names one; Close then drops the database and
+	// that owner role, so the run leaves nothing on the server.
+	OwnDatabase bool
 }
 
 // App is what Setup made: an application role and its tables.
 type App struct {
 	// Role and Password are the application role's credentials.
 	Role, Password string
+	// Database is the database the run uses: its own with
+	// Options.OwnDatabase, else the administrator DSN's.
+	Database string
+	// AdminDSN is the administrator's DSN of Database.
+	AdminDSN string
 
-	adminDSN string
-	tables   []Table
+	serverDSN string // the administrator's DSN given to Setup
+	ownDB     bool   // Database was created by Setup
+	ownOwner  string // an owner role Setup created, dropped by Close
+	adminDSN  string
+	tables    []Table
 }
 
 // Setup installs (or upgrades) schema fencegate in the database of
@@ -68,18 +83,38 @@ func Setup(ctx context.Context, adminDSN string, tables []Table, opts Options) (
 	if opts.RolePrefix == "" {
 		opts.RolePrefix = "fg_example_"
 	}
-	a := &App{adminDSN: adminDSN, Role: pgdb.RandomName(opts.RolePrefix), Password: pgdb.RandomHex(16)}
-	admin, err := pgx.Connect(ctx, adminDSN)
+	a := &App{serverDSN: adminDSN, adminDSN: adminDSN, Role: pgdb.RandomName(opts.RolePrefix), Password: pgdb.RandomHex(16)}
+	if u, err := url.Parse(adminDSN); err == nil {
+		a.Database = strings.TrimPrefix(u.Path, "/")
+	}
+	if opts.OwnDatabase {
+		name := pgdb.RandomName(opts.RolePrefix)
+		dsn, err := pgdb.Create(ctx, adminDSN, name)
+		if err != nil {
+			return nil, fmt.Errorf("%w (is fencegate dev running? the -postgres DSN must be an administrator's)", err)
+		}
+		a.Database, a.adminDSN, a.ownDB = name, dsn, true
+		if opts.OwnerRole == "" {
+			opts.OwnerRole = name + "_owner"
+			a.ownOwner = opts.OwnerRole
+		}
+	}
+	a.AdminDSN = a.adminDSN
+	admin, err := pgx.Connect(ctx, a.adminDSN)
 	if err != nil {
+		if a.ownDB {
+			_ = a.Close()
+		}
 		return nil, fmt.Errorf("connect as the administrator: %w (is fencegate dev running?)", err)
 	}
 	defer admin.Close(context.Background())
-	if _, err := admin.Exec(ctx, fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", a.Role, a.Password)); err != nil {
-		return nil, fmt.Errorf("create the application role: %w (the -postgres DSN must be an administrator's)", err)
-	}
 	fail := func(err error) (*App, error) {
+		admin.Close(context.Background())
 		_ = a.Close()
 		return nil, err
+	}
+	if _, err := admin.Exec(ctx, fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", a.Role, a.Password)); err != nil {
+		return fail(fmt.Errorf("create the application role: %w (the -postgres DSN must be an administrator's)", err))
 	}
 	if _, err := pgfence.Install(ctx, admin, pgfence.InstallOptions{OwnerRole: opts.OwnerRole, Grant: []string{a.Role}}); err != nil {
 		return fail(fmt.Errorf("install schema fencegate: %w", err))
@@ -102,19 +137,28 @@ func Setup(ctx context.Context, adminDSN string, tables []Table, opts Options) (
 }
 
 // DSN returns dsn (a URL: the fencegate proxy's, or PostgreSQL's) with the
-// application role's credentials as its user and password.
+// application role's credentials as its user and password, and, with
+// Options.OwnDatabase, the run's database as its database.
 func (a *App) DSN(dsn string) (string, error) {
 	u, err := url.Parse(dsn)
 	if err != nil || u.Host == "" {
 		return "", errors.New("a DSN does not parse as a URL: want postgres://host:port/database")
 	}
 	u.User = url.UserPassword(a.Role, a.Password)
+	if a.ownDB {
+		u.Path = "/" + a.Database
+	}
 	return u.String(), nil
 }
 
 // Close drops the tables (unprotected first) and the application role. The
 // schema and its marks stay: they belong to the database, not to one run.
+// With Options.OwnDatabase it drops the run's database instead, then the
+// application role and the owner role it created.
 func (a *App) Close() error {
+	if a.ownDB {
+		return a.dropOwn()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	admin, err := pgx.Connect(ctx, a.adminDSN)
@@ -141,6 +185,31 @@ func (a *App) Close() error {
 	}
 	if _, err := admin.Exec(ctx, "DROP ROLE IF EXISTS "+a.Role); err != nil {
 		errs = append(errs, fmt.Errorf("drop role %s: %w", a.Role, err))
+	}
+	return errors.Join(errs...)
+}
+
+// dropOwn drops the run's own database, then its roles, which own nothing
+// once the database is gone.
+func (a *App) dropOwn() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := pgdb.Drop(ctx, a.serverDSN, a.Database); err != nil {
+		return err
+	}
+	admin, err := pgx.Connect(ctx, a.serverDSN)
+	if err != nil {
+		return fmt.Errorf("drop the example's roles: %w", err)
+	}
+	defer admin.Close(context.Background())
+	var errs []error
+	for _, r := range []string{a.Role, a.ownOwner} {
+		if r == "" {
+			continue
+		}
+		if _, err := admin.Exec(ctx, "DROP ROLE IF EXISTS "+pgx.Identifier{r}.Sanitize()); err != nil {
+			errs = append(errs, fmt.Errorf("drop role %s: %w", r, err))
+		}
 	}
 	return errors.Join(errs...)
 }
