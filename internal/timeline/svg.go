@@ -6,7 +6,6 @@ import (
 	"html"
 	"io"
 	"math"
-	"sort"
 	"time"
 )
 
@@ -20,7 +19,7 @@ const (
 	svgAxisH     = 34
 	svgPanelGap  = 18
 	svgLegendH   = 56
-	maxMarkLabel = 12 // lanes with more labelled marks than this draw them unlabelled
+	maxMarkLabel = 12 // lanes with more marks than this draw them smaller and unlabelled
 )
 
 // Colours of the picture.
@@ -73,13 +72,14 @@ func WriteSVG(w io.Writer, title string, ts ...*Timeline) error {
 		}
 		y += svgTitleH
 		top := y
+		labels := layout(lanes, top, x)
 		for li, l := range lanes {
 			ly := y + li*svgLaneH
 			if li%2 == 0 {
 				p(`<rect x="%d" y="%d" width="%d" height="%d" fill="#f6f7f9"/>`+"\n", svgLeft, ly, svgWidth-svgLeft-svgRight, svgLaneH)
 			}
 			p(`<text x="%d" y="%d" font-size="13" text-anchor="end">%s</text>`+"\n", svgLeft-10, ly+svgLaneH/2+4, esc(l.Name))
-			drawLane(p, l, ly, x)
+			drawLane(p, l, li, ly, x, labels)
 		}
 		y += len(lanes) * svgLaneH
 		drawAxis(p, top, y, span, x)
@@ -90,7 +90,7 @@ func WriteSVG(w io.Writer, title string, ts ...*Timeline) error {
 	return bw.Flush()
 }
 
-func drawLane(p func(string, ...any), l Lane, ly int, x func(time.Duration) float64) {
+func drawLane(p func(string, ...any), l Lane, li int, ly int, x func(time.Duration) float64, labels []placed) {
 	for _, s := range l.Spans {
 		x0, x1 := x(s.Start), x(s.End)
 		w := math.Max(x1-x0, 1.5)
@@ -111,34 +111,28 @@ func drawLane(p func(string, ...any), l Lane, ly int, x func(time.Duration) floa
 		w := math.Max(x1-x0, 1.5)
 		p(`<rect x="%.1f" y="%d" width="%.1f" height="26" fill="url(#hatch)" fill-opacity="0.8" stroke="%s" stroke-width="1"><title>%s</title></rect>`+"\n",
 			x0, ly+11, w, colPause, esc(tip(s.Kind.String(), s.Label)))
-		if s.Label != "" && w > float64(len(s.Label))*6+6 {
-			p(`<text x="%.1f" y="%d" font-size="11" font-weight="bold" fill="#8b1a1a" text-anchor="middle" %s>%s</text>`+"\n", x0+w/2, ly+27, halo, esc(s.Label))
-		}
 	}
-	// Token labels go on top of everything, at the start of their hold.
-	for _, s := range l.Spans {
-		if s.Kind != Hold || s.Label == "" {
+	// Pause and token labels go over the bars, where layout put them.
+	for _, pl := range labels {
+		if pl.lane != li {
 			continue
 		}
-		x0, x1 := x(s.Start), x(s.End)
-		if x1-x0 > float64(len(s.Label))*6.5+6 {
-			p(`<text x="%.1f" y="%d" font-size="11" font-weight="bold" fill="#17324d" %s>%s</text>`+"\n", x0+4, ly+27, halo, esc(s.Label))
+		switch pl.kind {
+		case pauseLabel:
+			p(`<text x="%.1f" y="%.0f" font-size="11" font-weight="bold" fill="#8b1a1a" text-anchor="middle" %s>%s</text>`+"\n", roundPx(pl.x), pl.y, halo, esc(pl.text))
+		case tokenLabel:
+			p(`<text x="%.1f" y="%.0f" font-size="11" font-weight="bold" fill="#17324d" %s>%s</text>`+"\n", roundPx(pl.x), pl.y, halo, esc(pl.text))
 		}
 	}
-	labelled := 0
-	for _, m := range l.Marks {
-		if m.Label != "" {
-			labelled++
-		}
-	}
+	crowded := len(l.Marks) > maxMarkLabel
 	for _, m := range l.Marks {
 		mx := x(m.At)
-		cy := float64(ly) + 23
+		cy := markY(ly)
 		t := esc(tip(m.Kind.String(), m.Label))
 		switch m.Kind {
 		case Accepted:
 			r := 5.0
-			if len(l.Marks) > maxMarkLabel {
+			if crowded {
 				r = 3
 			}
 			p(`<circle cx="%.1f" cy="%.1f" r="%.1f" fill="%s" stroke="white" stroke-width="1"><title>%s</title></circle>`+"\n", mx, cy, r, colAccepted, t)
@@ -156,67 +150,11 @@ func drawLane(p func(string, ...any), l Lane, ly int, x func(time.Duration) floa
 				mx, cy-5, mx+5, cy, mx, cy+5, mx-5, cy, colNote, t)
 		}
 	}
-	if labelled > maxMarkLabel {
-		return
-	}
-	for _, pl := range placeMarkLabels(l, x) {
-		ty := ly + 10
-		if pl.row == 1 {
-			ty = ly + svgLaneH - 2
-		}
-		p(`<text x="%.1f" y="%d" font-size="10" fill="#222" text-anchor="%s" %s>%s</text>`+"\n", pl.mx, ty, pl.anchor, halo, esc(pl.text))
-	}
-}
-
-// markLabelWidth estimates the width in pixels of a mark label drawn at
-// font-size 10 (Helvetica averages a little over half the font size).
-func markLabelWidth(label string) float64 { return float64(len([]rune(label)))*5.6 + 4 }
-
-// placedLabel is a mark label and where drawLane put it.
-type placedLabel struct {
-	x0, x1 float64 // horizontal extent
-	row    int     // 0 above the lane's marks, 1 below
-	anchor string
-	mx     float64
-	text   string
-}
-
-// placeMarkLabels lays out the labels of a lane's marks in two rows, above
-// and below the marks, left to right: each goes into the first row where it
-// does not overlap the label before it, and a label that fits in neither is
-// left out of the picture (its mark keeps it as a tooltip). No two labels
-// drawn overlap.
-func placeMarkLabels(l Lane, x func(time.Duration) float64) []placedLabel {
-	type cand struct {
-		mx    float64
-		label string
-	}
-	var cs []cand
-	for _, m := range l.Marks {
-		if m.Label != "" {
-			cs = append(cs, cand{x(m.At), m.Label})
+	for _, pl := range labels {
+		if pl.lane == li && pl.kind == markLabel {
+			p(`<text x="%.1f" y="%.0f" font-size="10" fill="#222" text-anchor="%s" %s>%s</text>`+"\n", roundPx(pl.x), pl.y, pl.anchor, halo, esc(pl.text))
 		}
 	}
-	sort.SliceStable(cs, func(i, j int) bool { return cs[i].mx < cs[j].mx })
-	end := [2]float64{math.Inf(-1), math.Inf(-1)}
-	var out []placedLabel
-	for _, c := range cs {
-		w := markLabelWidth(c.label)
-		anchor, x0 := "middle", c.mx-w/2
-		if c.mx+w/2 > svgWidth-svgRight+10 {
-			anchor, x0 = "end", c.mx-w
-		} else if x0 < svgLeft-10 {
-			anchor, x0 = "start", c.mx
-		}
-		for row := range 2 {
-			if x0 >= end[row]+4 {
-				end[row] = x0 + w
-				out = append(out, placedLabel{x0: x0, x1: x0 + w, row: row, anchor: anchor, mx: c.mx, text: c.label})
-				break
-			}
-		}
-	}
-	return out
 }
 
 func drawAxis(p func(string, ...any), top, bottom int, span time.Duration, x func(time.Duration) float64) {
