@@ -13,6 +13,13 @@
 #   scripts/services.sh servers   PostgreSQL and Redis only (make demo, make dev):
 #                                 when both already answer, nothing is
 #                                 installed and root is not needed
+#   scripts/services.sh check     say what the default mode would install,
+#                                 and change nothing
+#
+# It says what it installs and why (which program is missing), and what it
+# starts or changes; a package whose programs are already here is never
+# installed. FENCEGATE_PYTHON names the interpreter whose modules count
+# (default /usr/bin/python3, the one the Python client's tests run).
 set -euo pipefail
 
 log() { echo "services: $*" >&2; }
@@ -20,8 +27,8 @@ die() { echo "services: $*" >&2; exit 1; }
 
 mode=${1:-all}
 case "$mode" in
-all | servers) ;;
-*) die "unknown mode $mode; use 'servers' or no argument" ;;
+all | servers | check) ;;
+*) die "unknown mode $mode; use 'servers', 'check' or no argument" ;;
 esac
 
 # answers HOST PORT: true when something accepts TCP connections there.
@@ -32,40 +39,82 @@ if [[ $mode == servers ]] && answers 127.0.0.1 5432 && answers 127.0.0.1 6379; t
 	exit 0
 fi
 
-need_pkgs=()
-have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+# A Debian package is wanted only when what it provides is missing: a
+# machine may carry the servers and tools outside Debian's packages (built
+# from source, another package manager, pip), and nothing it already has is
+# installed again. present PKG says whether PKG's programs (or Python
+# module, or library) are here, whoever installed them.
+python=${FENCEGATE_PYTHON:-/usr/bin/python3}
+present() {
+	case "$1" in
+	postgresql) command -v pg_ctlcluster >/dev/null || ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 ;;
+	postgresql-client) command -v psql >/dev/null && command -v pgbench >/dev/null && command -v pg_isready >/dev/null ;;
+	redis-server) command -v redis-server >/dev/null ;;
+	redis-tools) command -v redis-cli >/dev/null ;;
+	pgbouncer) command -v pgbouncer >/dev/null ;;
+	etcd-server) command -v etcd >/dev/null ;;
+	etcd-client) command -v etcdctl >/dev/null ;;
+	python3-psycopg2) "$python" -c 'import psycopg2' >/dev/null 2>&1 ;;
+	python3-redis) "$python" -c 'import redis' >/dev/null 2>&1 ;;
+	faketime) command -v faketime >/dev/null ;;
+	libfaketime) compgen -G '/usr/lib/*/faketime/libfaketime.so.1' >/dev/null || [[ -e /usr/lib/faketime/libfaketime.so.1 ]] ;;
+	iproute2) command -v ip >/dev/null ;;
+	nftables) command -v nft >/dev/null ;;
+	# The Node.js client needs node 18 or later and npm (Debian 12 ships 18).
+	nodejs) command -v node >/dev/null ;;
+	npm) command -v npm >/dev/null ;;
+	*) dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed" ;;
+	esac
+}
+# what PKG: what the package provides, for the message.
+what() {
+	case "$1" in
+	postgresql) echo "PostgreSQL server" ;;
+	postgresql-client) echo "psql, pgbench, pg_isready" ;;
+	redis-server) echo "redis-server" ;;
+	redis-tools) echo "redis-cli" ;;
+	etcd-server) echo "etcd" ;;
+	etcd-client) echo "etcdctl" ;;
+	python3-psycopg2) echo "psycopg2 for $python" ;;
+	python3-redis) echo "redis for $python" ;;
+	libfaketime) echo "libfaketime.so.1" ;;
+	iproute2) echo "ip" ;;
+	nftables) echo "nft" ;;
+	nodejs) echo "node" ;;
+	*) echo "$1" ;;
+	esac
+}
 wanted=(postgresql postgresql-client redis-server redis-tools)
-if [[ $mode == all ]]; then
+if [[ $mode != servers ]]; then
 	wanted+=(pgbouncer etcd-server etcd-client python3-psycopg2 python3-redis faketime libfaketime iproute2 nftables nodejs npm)
 fi
+missing=()
+reasons=()
 for p in "${wanted[@]}"; do
-	have_pkg "$p" || need_pkgs+=("$p")
-done
-# A machine may carry the servers outside Debian's packages; only ask for
-# packages whose programs are really missing.
-filtered=()
-for p in "${need_pkgs[@]}"; do
-	case "$p" in
-	postgresql) command -v pg_ctlcluster >/dev/null || ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || filtered+=("$p") ;;
-	postgresql-client) command -v psql >/dev/null && command -v pgbench >/dev/null || filtered+=("$p") ;;
-	redis-server) command -v redis-server >/dev/null || filtered+=("$p") ;;
-	redis-tools) command -v redis-cli >/dev/null || filtered+=("$p") ;;
-	iproute2) command -v ip >/dev/null || filtered+=("$p") ;;
-	nftables) command -v nft >/dev/null || filtered+=("$p") ;;
-	# The Node.js client needs node 18 or later and npm (Debian 12 ships 18).
-	nodejs) command -v node >/dev/null || filtered+=("$p") ;;
-	npm) command -v npm >/dev/null || filtered+=("$p") ;;
-	*) filtered+=("$p") ;;
-	esac
-done
-if ((${#filtered[@]})); then
-	if [[ $(id -u) -ne 0 ]]; then
-		die "missing packages: ${filtered[*]}; install them (apt-get install ${filtered[*]}) or run this script as root"
+	if ! present "$p"; then
+		missing+=("$p")
+		reasons+=("$p ($(what "$p") missing)")
 	fi
-	log "installing ${filtered[*]}"
+done
+if [[ $mode == check ]]; then
+	if ((${#missing[@]})); then
+		log "would install: ${reasons[*]}"
+	else
+		log "every package needed is present; nothing to install"
+	fi
+	exit 0
+fi
+if ((${#missing[@]})); then
+	if [[ $(id -u) -ne 0 ]]; then
+		die "missing: ${reasons[*]}; install them (apt-get install ${missing[*]}) or run this script as root"
+	fi
+	log "installing ${reasons[*]}: apt-get update, then apt-get install ${missing[*]}"
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq >/dev/null
-	apt-get install -y -qq "${filtered[@]}" >/dev/null || die "apt-get install ${filtered[*]} failed"
+	apt-get install -y -qq "${missing[@]}" >/dev/null || die "apt-get install ${missing[*]} failed"
+	log "installed ${missing[*]}"
+else
+	log "every package needed is present; installing nothing"
 fi
 
 # PostgreSQL on 127.0.0.1:5432.
@@ -79,6 +128,7 @@ if ! pg_isready -q -h 127.0.0.1 -p 5432; then
 	hba=/etc/postgresql/$ver/main/pg_hba.conf
 	if ! grep -q "fencegate-tests" "$hba"; then
 		# Local TCP trust for the tests' postgres user, as on a dev machine.
+		log "adding local TCP trust to $hba (lines marked fencegate-tests)"
 		sed -i '1i host all all 127.0.0.1/32 trust # fencegate-tests\nhost all all ::1/128 trust # fencegate-tests' "$hba"
 	fi
 	log "starting PostgreSQL $ver"
