@@ -9,18 +9,25 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/pgfence"
+	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/jackc/pgx/v5"
 )
 
 // runMarksPrune is 'fencegate marks prune --db DSN --floor N': it raises
 // the database's floor to N and deletes the marks at or below it
 // (pgfence.Prune, in batches of their own transactions), printing how many
-// went, the floor before and after and the time taken.
+// went, the floor before and after and the time taken. With --older-than
+// DURATION --servers URLS in place of --floor, the floor is the token
+// service's counter as it was at least DURATION ago (GET /v1/floor).
 func runMarksPrune(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("fencegate marks prune", flag.ContinueOnError)
 	db := fs.String("db", "", dbFlagHelp)
 	floorArg := fs.String("floor", "", "the new floor: marks at or below it are deleted, and every fence with a token at or below it is refused from then on (required)")
 	batch := fs.Int("batch", pgfence.DefaultPruneBatch, "marks deleted per transaction; a fence on a resource being pruned waits for one batch at most")
+	olderThan := fs.String("older-than", "", "instead of --floor: prune to the token service's counter as it was at least this long ago, a `DURATION` (720h) or a number of days (30d); holders older than that are refused from then on, so pick well above the longest a lock is ever held (needs --servers)")
+	servers := fs.String("servers", "", "with --older-than: comma-separated API URLs of the token service's nodes")
+	timeout := fs.Duration("timeout", 10*time.Second, "with --older-than: give up asking the token service after this long")
+	tokenTLS := addTokenTLSFlags(fs)
 	pos, err := parseInterspersed(fs, args, stderr)
 	if err != nil {
 		return err
@@ -28,15 +35,48 @@ func runMarksPrune(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if len(pos) > 0 {
 		return usagef("unexpected argument %q: fencegate marks prune --db DSN --floor N", pos[0])
 	}
-	if *floorArg == "" {
-		return usagef("missing --floor N: the token at or below which marks are deleted (e.g. --floor 1000000)")
-	}
-	floor, err := strconv.ParseInt(*floorArg, 10, 64)
-	if err != nil || floor < 0 {
-		return usagef("--floor %q is not a non-negative integer token", *floorArg)
-	}
 	if *batch < 1 {
 		return usagef("--batch %d must be at least 1", *batch)
+	}
+	var floor int64
+	switch {
+	case *floorArg != "" && *olderThan != "":
+		return usagef("give --floor N or --older-than DURATION, not both")
+	case *olderThan != "":
+		if *servers == "" {
+			return usagef("--older-than needs --servers: the token service says what its counter was then")
+		}
+		age, err := tokenservice.ParseAge(*olderThan)
+		if err != nil {
+			return usagef("--older-than %q is not a duration of 0 or more; give e.g. 720h or 30d", *olderThan)
+		}
+		c, err := newClient(*servers, *timeout, tokenTLS)
+		if err != nil {
+			return err
+		}
+		tctx, cancel := context.WithTimeout(ctx, *timeout)
+		a, err := c.FloorAt(tctx, age)
+		cancel()
+		c.Close()
+		if err != nil {
+			return fmt.Errorf("ask the token service for its counter %s ago: %w", *olderThan, err)
+		}
+		if a.Floor <= 0 {
+			fmt.Fprintf(stdout, "no token is %s old yet (the token service keeps checkpoints from its first entries on): nothing to prune\n", *olderThan)
+			return nil
+		}
+		fmt.Fprintf(stdout, "token service: the counter was %d at %s, at least %s ago\n", a.Floor, a.At.UTC().Format(time.RFC3339), *olderThan)
+		floor = a.Floor
+	case *floorArg != "":
+		if *servers != "" {
+			return usagef("--servers is used only with --older-than")
+		}
+		floor, err = strconv.ParseInt(*floorArg, 10, 64)
+		if err != nil || floor < 0 {
+			return usagef("--floor %q is not a non-negative integer token", *floorArg)
+		}
+	default:
+		return usagef("missing --floor N or --older-than DURATION: the token at or below which marks are deleted (e.g. --floor 1000000), or how old a holder must be to be pruned (e.g. --older-than 30d --servers URLS)")
 	}
 	conn, name, err := connectDB(ctx, *db)
 	if err != nil {

@@ -3,10 +3,18 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/pgfence/pgfencetest"
+	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // TestMarksPrune: 'fencegate marks prune' deletes the marks at or below
@@ -68,6 +76,87 @@ func TestMarksPrune(t *testing.T) {
 	} {
 		if code, _, errOut := cmd(c.args...); code != 2 || !strings.Contains(errOut, c.err) {
 			t.Errorf("%s: exit %d, stderr %q; want 2 and %q", strings.Join(c.args, " "), code, errOut, c.err)
+		}
+	}
+}
+
+// marks prune --older-than D --servers URLS prunes to the floor a real
+// token cluster gives for D: the marks of tokens taken before it go, a
+// holder of such a token is refused (FG001), a later one is kept; with
+// nothing that old it says so and prunes nothing; the flags' misuses are
+// usage errors.
+func TestMarksPruneOlderThan(t *testing.T) {
+	defer raftstore.SetCheckpointIntervalForTest(50 * time.Millisecond)()
+	c := tokenservicetest.StartCluster(t, 3, tokenservicetest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.ReserveSize = 2 }))
+	servers := strings.Join(c.APIURLs(), ",")
+	cl := c.Client(t)
+	db := pgfencetest.New(t)
+	ctx := context.Background()
+	cmd := func(args ...string) (int, string, string) {
+		var stdout, stderr bytes.Buffer
+		code := run(ctx, args, &stdout, &stderr)
+		return code, stdout.String(), stderr.String()
+	}
+	code, out, errOut := cmd("marks", "prune", "--db", db.DSN, "--older-than", "1h", "--servers", servers)
+	if code != 0 || !strings.Contains(out, "no token is 1h old yet") {
+		t.Fatalf("prune --older-than 1h on a new cluster: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	fenceWith := func(resource string, token int64) error {
+		conn, err := pgx.Connect(ctx, db.AppDSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			var got int64
+			return tx.QueryRow(ctx, fencegate.FenceSQL, resource, token).Scan(&got)
+		})
+	}
+	old, err := cl.NextToken(ctx, "order:old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fenceWith("order:old", old); err != nil {
+		t.Fatal(err)
+	}
+	for range 6 { // entries that move the counter, and so checkpoints
+		if _, err := cl.NextToken(ctx, "order:x"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(80 * time.Millisecond)
+	}
+	time.Sleep(400 * time.Millisecond)
+	recent, err := cl.NextToken(ctx, "order:new")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fenceWith("order:new", recent); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = cmd("marks", "prune", "--db", db.DSN, "--older-than", "300ms", "--servers", servers)
+	if code != 0 || !strings.Contains(out, "token service: the counter was ") || !strings.Contains(out, "deleted 1 marks") {
+		t.Fatalf("prune --older-than 300ms: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	var pe *pgconn.PgError
+	if err := fenceWith("order:old", old); !errors.As(err, &pe) || pe.Code != fencegate.CodeStaleToken {
+		t.Fatalf("the pruned holder's fence with %d: %v, want FG001", old, err)
+	}
+	if err := fenceWith("order:new", recent); err != nil {
+		t.Fatalf("the recent holder's fence with %d: %v, want accepted", recent, err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--older-than", "1h"}, "--older-than needs --servers"},
+		{[]string{"--older-than", "soon", "--servers", servers}, "--older-than \"soon\" is not a duration"},
+		{[]string{"--older-than", "1h", "--floor", "5", "--servers", servers}, "not both"},
+		{[]string{"--floor", "5", "--servers", servers}, "--servers is used only with --older-than"},
+		{[]string{}, "missing --floor N or --older-than DURATION"},
+	} {
+		code, out, errOut := cmd(append([]string{"marks", "prune", "--db", db.DSN}, tc.args...)...)
+		if code != 2 || out != "" || !strings.Contains(errOut, tc.want) {
+			t.Errorf("marks prune %v: exit %d, stdout %q, stderr %q; want exit 2 saying %q", tc.args, code, out, errOut, tc.want)
 		}
 	}
 }

@@ -12,6 +12,23 @@ import (
 // the same four names and meanings on serve, next, status and the others.
 type tlsFlags struct {
 	ca, cert, key, creds string
+	prefix               string // of the flag names: "" for the token subcommands, "token-" elsewhere
+}
+
+// name returns the flag called name, as the user typed it.
+func (f *tlsFlags) name(name string) string { return "--" + f.prefix + name }
+
+// addTokenTLSFlags adds the client half of the TLS and credential flags,
+// each name prefixed with "token-" (--token-tls-ca, --token-tls-cert,
+// --token-tls-key, --token-credentials-file), to a command that has TLS
+// flags of its own and talks to the token service on the side.
+func addTokenTLSFlags(fs *flag.FlagSet) *tlsFlags {
+	f := &tlsFlags{prefix: "token-"}
+	fs.StringVar(&f.ca, "token-tls-ca", "", "PEM `FILE` of the token cluster's CA; turns TLS to the token service on (default empty: plain HTTP, for loopback only)")
+	fs.StringVar(&f.cert, "token-tls-cert", "", "PEM client certificate `FILE` for the token service (OU=client or admin) (default empty)")
+	fs.StringVar(&f.key, "token-tls-key", "", "PEM private key `FILE` of --token-tls-cert (default empty)")
+	fs.StringVar(&f.creds, "token-credentials-file", "", "bearer credential `FILE` for the token service: its NAME SECRET line (default empty: none)")
+	return f
 }
 
 // addTLSFlags adds --tls-ca, --tls-cert, --tls-key and --credentials-file
@@ -58,10 +75,10 @@ func (f *tlsFlags) node() (*tokenservice.NodeTLS, *tokenservice.Credentials, err
 func (f *tlsFlags) clientOptions() ([]tokenclient.ClientOption, error) {
 	var opts []tokenclient.ClientOption
 	if (f.cert == "") != (f.key == "") {
-		return nil, usagef("--tls-cert and --tls-key go together")
+		return nil, usagef("%s and %s go together", f.name("tls-cert"), f.name("tls-key"))
 	}
 	if f.cert != "" && f.ca == "" {
-		return nil, usagef("--tls-cert needs --tls-ca, the cluster CA that verifies the nodes")
+		return nil, usagef("%s needs %s, the cluster CA that verifies the nodes", f.name("tls-cert"), f.name("tls-ca"))
 	}
 	if f.ca != "" {
 		cfg, err := tokenclient.LoadClientTLS(f.ca, f.cert, f.key)
