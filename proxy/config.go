@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -65,6 +66,23 @@ type Config struct {
 	// log in as it, else uses pgfence.DefaultOwnerRole ("fencegate_owner").
 	// Used only with AdminUpstream.
 	SchemaOwnerRole string
+	// PruneOlderThan, when positive, has the proxy prune the marks of the
+	// databases it serves every PruneInterval: it asks PruneFloor for the
+	// token service's counter as it was at least PruneOlderThan ago and
+	// prunes, through the admin connection (AdminUpstream, required), each
+	// database holding schema fencegate that the admin connection names or
+	// that a session was admitted to (pgfence.Prune). A holder whose token
+	// is older than that is then refused with FG001, as a stale one: pick
+	// an age well above the longest a lock is ever held. Safety does not
+	// rest on the clock: a floor too high only refuses holders. The
+	// default (zero) never prunes.
+	PruneOlderThan time.Duration
+	// PruneInterval is how often the scheduled prune runs; the default is
+	// DefaultPruneInterval (1h). The first runs one interval after Start.
+	PruneInterval time.Duration
+	// PruneFloor returns the token service's floor for an age, e.g.
+	// (*tokenclient.Client).Floor. Required with PruneOlderThan.
+	PruneFloor func(ctx context.Context, age time.Duration) (int64, error)
 	// HealthUpstream, when set, is a connection string (URL or key=value)
 	// naming a role, its password if it needs one, and a database that
 	// the proxy logs in to every HealthInterval to check the upstream for
@@ -144,6 +162,9 @@ func DefaultConfig() Config {
 // (negative: check at every session).
 func (c *Config) setDefaults() {
 	d := DefaultConfig()
+	if c.PruneInterval == 0 {
+		c.PruneInterval = DefaultPruneInterval
+	}
 	if c.Listen == "" {
 		c.Listen = d.Listen
 	}
@@ -193,6 +214,16 @@ func (c *Config) check() (upstream, error) {
 		if _, err := newKeeper(c.AdminUpstream, c.SchemaOwnerRole, nil, nil); err != nil {
 			return upstream{}, err
 		}
+	}
+	switch {
+	case c.PruneOlderThan < 0:
+		return upstream{}, fmt.Errorf("proxy: PruneOlderThan %v is negative", c.PruneOlderThan)
+	case c.PruneOlderThan > 0 && c.AdminUpstream == "":
+		return upstream{}, fmt.Errorf("proxy: PruneOlderThan needs AdminUpstream: only the schema's owner or an administrator may prune marks")
+	case c.PruneOlderThan > 0 && c.PruneFloor == nil:
+		return upstream{}, fmt.Errorf("proxy: PruneOlderThan needs PruneFloor: the token service says which floor is that old")
+	case c.PruneInterval < 0:
+		return upstream{}, fmt.Errorf("proxy: PruneInterval %v is negative", c.PruneInterval)
 	}
 	return up, nil
 }

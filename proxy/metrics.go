@@ -40,6 +40,13 @@ type Metrics struct {
 	// UpstreamHealthy is 1 when the last upstream check of the health
 	// endpoint passed, else 0 (see Proxy.Health).
 	UpstreamHealthy prometheus.Gauge
+	// Prunes counts scheduled prunes (Config.PruneOlderThan), by database
+	// and result (ok or error).
+	Prunes *prometheus.CounterVec
+	// MarksPruned counts the marks scheduled prunes deleted, by database.
+	MarksPruned *prometheus.CounterVec
+	// PruneFloor is the floor each database was pruned to last.
+	PruneFloor *prometheus.GaugeVec
 
 	mu     sync.Mutex
 	tables map[string]struct{} // table labels in use
@@ -57,6 +64,15 @@ func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "fencegate_proxy_sessions_refused_total",
 			Help: "Sessions refused at startup by the gate, by reason (privileged_role, schema, check_failed).",
 		}, []string{"reason"}),
+		Prunes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencegate_proxy_prunes_total", Help: "Scheduled prunes of the marks (--prune-older-than), by database and result (ok, error).",
+		}, []string{"database", "result"}),
+		MarksPruned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencegate_proxy_marks_pruned_total", Help: "Marks deleted by scheduled prunes, by database.",
+		}, []string{"database"}),
+		PruneFloor: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fencegate_proxy_prune_floor", Help: "The floor each database was last pruned to: fences with a token at or below it fail with FG001.",
+		}, []string{"database"}),
 		SchemaRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencegate_proxy_schema_repairs_total",
 			Help: "Installs and repairs of the fencegate schema through the admin connection, by database.",
@@ -96,7 +112,7 @@ func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.Connections, m.ConnectionsTotal, m.SessionsRefused, m.SchemaRepairs,
+	for _, c := range []prometheus.Collector{m.Connections, m.ConnectionsTotal, m.SessionsRefused, m.SchemaRepairs, m.Prunes, m.MarksPruned, m.PruneFloor,
 		m.FencesAccepted, m.Rejections, m.ProtocolErrors, m.FenceSeconds, m.GateSeconds, m.UpstreamHealthy} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError

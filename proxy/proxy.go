@@ -35,7 +35,7 @@ type Proxy struct {
 	sessions map[*session]struct{}
 	keys     map[uint32][]*session // upstream process ID -> its sessions (see cancel.go)
 	wg       sync.WaitGroup        // sessions and the accept loop
-	healthWG sync.WaitGroup        // the upstream check loop
+	healthWG sync.WaitGroup        // the upstream check loop and the prune loop
 	done     chan struct{}         // closed by Close
 
 	soundAt    sync.Map // database -> when a check that found its schema sound began
@@ -92,11 +92,18 @@ func (p *Proxy) Start() error {
 	p.ln = ln
 	p.wg.Add(1)
 	p.healthWG.Add(1)
+	prune := p.cfg.PruneOlderThan > 0 && p.keeper != nil
+	if prune {
+		p.healthWG.Add(1)
+	}
 	p.mu.Unlock()
 	go p.acceptLoop(ln)
 	hctx, hcancel := context.WithCancel(context.Background())
 	go func() { <-p.done; hcancel() }()
 	go func() { defer p.healthWG.Done(); p.checker.loop(hctx, p.cfg.HealthInterval) }()
+	if prune {
+		go func() { defer p.healthWG.Done(); p.pruneLoop(hctx) }()
+	}
 	admin := "none"
 	if p.keeper != nil {
 		admin = p.keeper.describe()
@@ -104,7 +111,8 @@ func (p *Proxy) Start() error {
 	p.log.Info("proxy listening", "addr", ln.Addr().String(), "upstream", p.up.addr,
 		"upstream_sslmode", p.up.sslmode, "client_tls", p.cfg.ClientTLS != nil,
 		"allow_privileged_roles", p.cfg.AllowPrivilegedRoles, "admin_upstream", admin,
-		"health_upstream", p.checker.describe(), "health_interval", p.cfg.HealthInterval.String())
+		"health_upstream", p.checker.describe(), "health_interval", p.cfg.HealthInterval.String(),
+		"prune_older_than", p.cfg.PruneOlderThan.String(), "prune_interval", p.cfg.PruneInterval.String())
 	if p.up.userInfo {
 		p.log.Warn("the user and password in the upstream address are not used: each client authenticates as itself")
 	}

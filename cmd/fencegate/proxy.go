@@ -52,6 +52,10 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	drain := fs.Duration("drain-timeout", 10*time.Second, "on SIGINT/SIGTERM, how long open sessions may finish their transaction before they are closed")
 	drainDelay := fs.Duration("drain-delay", 0, "on SIGINT/SIGTERM, how long /readyz answers 503 while the proxy still accepts and serves sessions, before it stops accepting and drains: time for load balancers to stop sending clients (a second signal ends the wait)")
 	fs.IntVar(&cfg.MaxMessageSize, "max-message-size", cfg.MaxMessageSize, "largest frontend message accepted, in bytes")
+	fs.DurationVar(&cfg.PruneOlderThan, "prune-older-than", 0, "prune the marks of the databases the proxy serves down to the token service's counter as it was this long ago (e.g. 720h), every --prune-interval, through --admin-upstream (required) and the token service at --token-servers: a holder older than that is then refused with FG001, so pick an age well above the longest a lock is ever held (default 0: never prune)")
+	fs.DurationVar(&cfg.PruneInterval, "prune-interval", proxy.DefaultPruneInterval, "how often --prune-older-than prunes")
+	tokenServers := fs.String("token-servers", "", "comma-separated API URLs of the token service's nodes, asked for the floor of --prune-older-than (default empty: needed only with --prune-older-than)")
+	tokenTLS := addTokenTLSFlags(fs)
 	fs.DurationVar(&cfg.IdleInTransactionTimeout, "idle-in-transaction-timeout", 0, "close a session that stays idle in a transaction longer than this: PostgreSQL rolls the transaction back and releases its fences, the client gets SQLSTATE 25P03; unlike the server's own setting, no session can turn it off (default 0: off)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
@@ -88,6 +92,28 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("load --tls-cert/--tls-key: %w", err)
 		}
 		cfg.ClientTLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	if cfg.PruneOlderThan < 0 {
+		return usagef("--prune-older-than %v is negative; give the age of the oldest holder to keep, e.g. 720h", cfg.PruneOlderThan)
+	}
+	if cfg.PruneInterval <= 0 {
+		return usagef("--prune-interval %v is not positive; e.g. 1h", cfg.PruneInterval)
+	}
+	if cfg.PruneOlderThan > 0 {
+		if cfg.AdminUpstream == "" {
+			return usagef("--prune-older-than needs --admin-upstream: only the schema's owner or an administrator may prune marks")
+		}
+		if *tokenServers == "" {
+			return usagef("--prune-older-than needs --token-servers: the token service says which floor is that old")
+		}
+		tc, err := newClient(*tokenServers, 30*time.Second, tokenTLS)
+		if err != nil {
+			return err
+		}
+		defer tc.Close()
+		cfg.PruneFloor = tc.Floor
+	} else if *tokenServers != "" {
+		return usagef("--token-servers is used only with --prune-older-than")
 	}
 	p, err := proxy.New(cfg)
 	if err != nil {

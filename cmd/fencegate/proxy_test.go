@@ -51,6 +51,12 @@ func TestProxyCommandLine(t *testing.T) {
 		{[]string{"proxy", "--help"}, 0, "health-upstream"},
 		{[]string{"proxy", "--help"}, 0, "idle-in-transaction-timeout"},
 		{[]string{"proxy", "--idle-in-transaction-timeout", "soon"}, 2, "invalid value"},
+		{[]string{"proxy", "--help"}, 0, "prune-older-than"},
+		{[]string{"proxy", "--prune-older-than", "720h"}, 2, "--prune-older-than needs --admin-upstream"},
+		{[]string{"proxy", "--prune-older-than", "720h", "--admin-upstream", "postgres://postgres@127.0.0.1:5432/postgres"}, 2, "--prune-older-than needs --token-servers"},
+		{[]string{"proxy", "--token-servers", "http://127.0.0.1:1"}, 2, "--token-servers is used only with --prune-older-than"},
+		{[]string{"proxy", "--prune-older-than", "720h", "--admin-upstream", "postgres://postgres@127.0.0.1:5432/postgres", "--token-servers", "http://127.0.0.1:1", "--token-tls-cert", "c.pem"}, 2, "--token-tls-cert and --token-tls-key go together"},
+		{[]string{"proxy", "--prune-older-than", "-1h", "--admin-upstream", "postgres://postgres@127.0.0.1:5432/postgres", "--token-servers", "http://127.0.0.1:1"}, 2, "negative"},
 	} {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), tc.args, &out, &errb)
