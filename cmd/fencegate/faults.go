@@ -29,6 +29,7 @@ func runFaults(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	redlock := fs.Bool("redlock", false, "lock with Redlock on five Redis masters instead of one Redis (default false)")
 	faultList := fs.String("faults", "all", "comma-separated faults to draw from, or all: "+strings.Join(faults.AllFaults, ","))
 	scenario := fs.String("scenario", "", "a named scenario ("+strings.Join(faults.ScenarioNames(), ", ")+") or a fault list, injected once, in order, instead of a random schedule (default empty: random)")
+	pruneEvery := fs.Duration("prune-every", 0, "also prune the marks about this often during each run, beside the faults, to a floor drawn from the clients' latest tokens (default 0: only when prune-marks is drawn)")
 	clients := fs.Int("clients", 4, "workload client processes per run")
 	ttl := fs.Duration("ttl", time.Second, "lock TTL")
 	pg := fs.String("postgres", faults.DefaultPostgresDSN, "DSN of a superuser of the PostgreSQL server runs create their databases and roles on (each run drops its own)")
@@ -39,8 +40,8 @@ func runFaults(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q; faults takes only flags (or the client subcommand)", fs.Arg(0))
 	}
-	if *runs <= 0 || *duration <= 0 || *clients < 2 || *ttl <= 0 {
-		return usagef("--runs and --duration must be positive, --clients at least 2, --ttl positive")
+	if *runs <= 0 || *duration <= 0 || *clients < 2 || *ttl <= 0 || *pruneEvery < 0 {
+		return usagef("--runs and --duration must be positive, --clients at least 2, --ttl positive, --prune-every not negative")
 	}
 	list, err := faults.ParseFaults(*faultList)
 	if err != nil {
@@ -58,7 +59,7 @@ func runFaults(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	sum, err := faults.Run(ctx, faults.Config{
 		Runs: *runs, Seed: *seed, Duration: *duration, ReportDir: *reportDir, Redlock: *redlock,
-		Faults: list, Scenario: scen, Clients: *clients, TTL: *ttl, PostgreSQL: *pg,
+		Faults: list, Scenario: scen, PruneEvery: *pruneEvery, Clients: *clients, TTL: *ttl, PostgreSQL: *pg,
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 		Out:    stdout,
 	})

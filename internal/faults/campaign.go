@@ -42,6 +42,10 @@ type Config struct {
 	// Scenario, when set, replaces the random schedule: these faults are
 	// injected in order, once each, and the run ends after the last.
 	Scenario []string
+	// PruneEvery, when positive, prunes the run's marks about this often
+	// (FaultPruneMarks) beside the faults, for the whole of the nemesis's
+	// time. The default (zero) prunes only when prune-marks is drawn.
+	PruneEvery time.Duration
 	// Clients is the number of workload client processes. The default is 4.
 	Clients int
 	// TTL is the lock's TTL. The default is 1s.
@@ -289,11 +293,22 @@ func runOne(ctx context.Context, cfg Config, index int, seed int64, shim string,
 	if len(cfg.Scenario) > 0 {
 		cancel()
 		nctx, cancel = context.WithCancel(ctx)
+	}
+	pruneErr := make(chan error, 1)
+	if cfg.PruneEvery > 0 {
+		go func() { pruneErr <- nem.RunPrunes(nctx, cfg.PruneEvery, seed) }()
+	} else {
+		pruneErr <- nil
+	}
+	if len(cfg.Scenario) > 0 {
 		err = nem.RunList(nctx, cfg.Scenario)
 	} else {
 		err = nem.RunRandom(nctx, cfg.Faults)
 	}
 	cancel()
+	if perr := <-pruneErr; err == nil {
+		err = perr
+	}
 	if err != nil {
 		return rep, fmt.Errorf("nemesis: %w", err)
 	}

@@ -94,6 +94,7 @@ func Check(evs []Event, db DBState) Result {
 	checkData(&r, db, calls, oks, unknown)
 	checkNoTrace(&r, db, rejected)
 	checkStale(&r, db)
+	checkFloor(&r, evs, calls, oks)
 	checkAfterWipes(&r, evs)
 	r.DoubleHolds = countDoubleHolds(evs)
 	if r.DoubleHolds == 0 {
@@ -161,6 +162,42 @@ func checkStale(r *Result, db DBState) {
 		}
 		if row.Token > max {
 			max, maxRow = row.Token, row
+		}
+	}
+}
+
+// checkFloor requires every transaction called after a prune of the marks
+// ended (FaultPruneMarks, the floor in the event's Value) and committed to
+// carry a token above that floor: once the floor is raised, no holder at
+// or below it may write, whether its resource still has a mark or not.
+func checkFloor(r *Result, evs []Event, calls, oks map[opKey]Event) {
+	type prune struct {
+		at    int64
+		floor int64
+	}
+	var prunes []prune
+	for _, e := range evs {
+		if e.Kind == KindFaultEnd && e.Fault == FaultPruneMarks && e.Value > 0 {
+			prunes = append(prunes, prune{e.Time, e.Value})
+		}
+	}
+	if len(prunes) == 0 {
+		return
+	}
+	for k, ok := range oks {
+		call, found := calls[k]
+		if !found {
+			continue
+		}
+		var floor int64
+		for _, p := range prunes {
+			if p.at < call.Time && p.floor > floor {
+				floor = p.floor
+			}
+		}
+		if ok.Token <= floor {
+			r.StaleAccepted++
+			r.failf("floor: %s/%d committed token %d, called after the marks were pruned to floor %d", k.client, k.op, ok.Token, floor)
 		}
 	}
 }

@@ -71,6 +71,20 @@ func TestCheck(t *testing.T) {
 			Event{Time: 115, Client: "c4", Kind: KindTokenCall, Op: 2},
 			Event{Time: 128, Client: "c4", Kind: KindTokenOK, Op: 2, Token: 8},
 		)), good, ""},
+		// c2's write (token 2) was called at 40; a prune to floor 2 that
+		// ended at 35 must have refused it, one that ended at 45 raced it.
+		{"write at the floor called after the prune", sortByTime(append(paused(),
+			Event{Time: 33, Client: "nemesis", Kind: KindFaultStart, Fault: FaultPruneMarks, Value: 2},
+			Event{Time: 35, Client: "nemesis", Kind: KindFaultEnd, Fault: FaultPruneMarks, Value: 2},
+		)), good, "floor: c2/1 committed token 2, called after the marks were pruned to floor 2"},
+		{"write called before the prune ended", sortByTime(append(paused(),
+			Event{Time: 38, Client: "nemesis", Kind: KindFaultStart, Fault: FaultPruneMarks, Value: 2},
+			Event{Time: 45, Client: "nemesis", Kind: KindFaultEnd, Fault: FaultPruneMarks, Value: 2},
+		)), good, ""},
+		{"write above the floor", sortByTime(append(paused(),
+			Event{Time: 33, Client: "nemesis", Kind: KindFaultStart, Fault: FaultPruneMarks, Value: 1},
+			Event{Time: 35, Client: "nemesis", Kind: KindFaultEnd, Fault: FaultPruneMarks, Value: 1},
+		)), good, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/fencegate/fencegate/internal/poll"
 	"github.com/fencegate/fencegate/internal/proc"
+	"github.com/fencegate/fencegate/pgfence"
+	"github.com/jackc/pgx/v5"
 )
 
 // Fault names, as the --faults flag takes them.
@@ -30,6 +32,7 @@ const (
 	FaultSlowDisk          = "slow-disk"           // throttle the Raft leader's disk writes: every fsync stalls
 	FaultWipeNode          = "wipe-node"           // kill -9 a token node, delete its data dir, restart it as before (it must refuse), replace it
 	FaultReplaceNode       = "replace-node"        // stop a token node, empty its data dir, replace it through membership
+	FaultPruneMarks        = "prune-marks"         // prune the marks to a floor drawn from the clients' tokens, up to the newest holder's
 )
 
 // AllFaults lists every fault the nemesis can inject, in a stable order.
@@ -38,7 +41,7 @@ var AllFaults = []string{
 	FaultKillToken, FaultKillTokenMajority, FaultKillTokenAll,
 	FaultKillRedis, FaultKillProxy,
 	FaultPartitionLeader, FaultPartitionRing, FaultClockRedis, FaultSlowDisk,
-	FaultWipeNode, FaultReplaceNode,
+	FaultWipeNode, FaultReplaceNode, FaultPruneMarks,
 }
 
 // causesDoubleHold names the faults that can by themselves make two clients
@@ -77,6 +80,7 @@ type ClientProc struct {
 	writeAt  time.Time
 	acquired int
 	commits  int
+	token    int64 // of the client's latest grant
 }
 
 // Observe records the client's latest event.
@@ -87,6 +91,7 @@ func (c *ClientProc) Observe(e Event) {
 	case KindAcquireOK:
 		c.acquired++
 		c.writeAt = time.Now().Add(time.Duration(e.Work))
+		c.token = e.Token
 	case KindTxnOK:
 		c.commits++
 	}
@@ -242,6 +247,8 @@ func (n *Nemesis) Inject(ctx context.Context, fault string) error {
 		err = n.wipeNode(ctx)
 	case FaultReplaceNode:
 		err = n.replaceNode(ctx)
+	case FaultPruneMarks:
+		err = n.pruneMarks(ctx, n.rng)
 	default:
 		return fmt.Errorf("%w %q", ErrUnknownFault, fault)
 	}
@@ -489,6 +496,67 @@ func (n *Nemesis) slowDisk(ctx context.Context) error {
 	return n.window(ctx, FaultSlowDisk, l.ID, fmt.Sprintf("%d writes/s", slowDiskIOPS),
 		func() error { return n.stack.Disk.Slow(pid) }, hold,
 		func() error { return n.stack.Disk.Restore(pid) })
+}
+
+// pruneMarks prunes the run's marks (pgfence.Prune, as the administrator)
+// to a floor drawn from the tokens the clients were last granted: half the
+// time the newest, else any of them, so that a prune races fences of
+// stale and current holders alike, and often refuses the newest holder
+// itself. The floor travels in the fault-start event (Value), for
+// checkFloor.
+func (n *Nemesis) pruneMarks(ctx context.Context, rng *rand.Rand) error {
+	var toks []int64
+	for _, c := range n.clients {
+		c.mu.Lock()
+		if c.token > 0 {
+			toks = append(toks, c.token)
+		}
+		c.mu.Unlock()
+	}
+	if len(toks) == 0 || n.stack.DB == nil {
+		return nil
+	}
+	sort.Slice(toks, func(i, j int) bool { return toks[i] < toks[j] })
+	// Half the prunes take the newest grant: the mark (the newest commit)
+	// is then usually at or below the floor and deleted, in a race with
+	// the fences of every holder, the newest one's included.
+	floor := toks[len(toks)-1]
+	if rng.IntN(2) == 0 {
+		floor = toks[rng.IntN(len(toks))]
+	}
+	var detail string
+	n.countMu.Lock()
+	n.counts[FaultPruneMarks]++
+	n.countMu.Unlock()
+	_ = n.rec.Record(Event{Client: "nemesis", Kind: KindFaultStart, Fault: FaultPruneMarks, Target: n.stack.DBName, Value: floor,
+		Detail: fmt.Sprintf("floor %d of granted tokens %d..%d", floor, toks[0], toks[len(toks)-1])})
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(pctx, n.stack.DB.AdminDSN)
+	if err == nil {
+		var res pgfence.PruneResult
+		res, err = pgfence.Prune(pctx, conn, floor, pgfence.PruneOptions{Batch: 1 + rng.IntN(4)})
+		detail = fmt.Sprintf("floor %d: %d marks deleted, %d left locked, %v", res.FloorAfter, res.Deleted, res.Left, res.Took.Round(time.Millisecond))
+		_ = conn.Close(pctx)
+	}
+	n.log.Info("fault", "fault", FaultPruneMarks, "target", n.stack.DBName, "detail", detail, "err", err)
+	_ = n.rec.Record(Event{Client: "nemesis", Kind: KindFaultEnd, Fault: FaultPruneMarks, Target: n.stack.DBName, Value: floor, Detail: detail})
+	return err
+}
+
+// RunPrunes prunes the marks (as FaultPruneMarks does) every 0.5 to 1.5
+// times every until ctx ends, beside the faults RunRandom or RunList
+// inject, with random choices of its own drawn from seed.
+func (n *Nemesis) RunPrunes(ctx context.Context, every time.Duration, seed int64) error {
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x7072756e65))
+	for {
+		if !sleepCtx(ctx, every/2+time.Duration(rng.Int64N(int64(every)))) {
+			return nil
+		}
+		if err := n.pruneMarks(ctx, rng); err != nil && ctx.Err() == nil {
+			return fmt.Errorf("prune-marks: %w", err)
+		}
+	}
 }
 
 // sleepCtx sleeps d or until ctx ends; it reports whether the full time passed.

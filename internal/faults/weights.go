@@ -4,9 +4,11 @@ package faults
 // counts as that many draws (1 when not listed). pause-leader is the case
 // the token service's confirmation round exists for (a leader stopped with
 // its reserved range in memory, resumed as a stale leader while a new
-// leader hands out larger tokens), so it is drawn three times as often.
+// leader hands out larger tokens), so it is drawn three times as often;
+// prune-marks, quick and harmless to the run's progress, twice.
 var faultWeights = map[string]int{
 	FaultPauseLeader: 3,
+	FaultPruneMarks:  2,
 }
 
 // weighted returns faults with each repeated as often as its weight says,
