@@ -104,10 +104,12 @@ func bootClockChild() int {
 	var mono, boot unix.Timespec
 	c := newBootClock()
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &mono)
+	// start is read before the lease clock: the timer is due 50ms after
+	// that reading, so at least 50ms after start whatever runs between.
+	start := time.Now()
 	now := c.now()
 	_ = unix.ClockGettime(unix.CLOCK_BOOTTIME, &boot)
 	fired := make(chan time.Duration, 1)
-	start := time.Now()
 	c.afterFunc(now+50*time.Millisecond, func() { fired <- time.Since(start) })
 	select {
 	case d := <-fired:
