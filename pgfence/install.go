@@ -46,6 +46,7 @@ type Report struct {
 	OwnerRole   string   // the role that owns schema fencegate now
 	Actions     []string // each change made, one line each; empty when there was nothing to do
 	AppRoles    []string // roles that may take fences (EXECUTE on fencegate.fence)
+	Granted     []string // application roles this install granted (each also one line of Actions)
 	Marks       int64    // marks in the database after the install (all kept)
 	Tables      int      // tables of protected hierarchies whose checks were verified
 	GuardDDL    bool     // the DDL guard is installed
@@ -634,6 +635,7 @@ func (in *installer) privileges(ctx context.Context) error {
 		}
 		if !has {
 			in.did("granted %s USAGE on schema fencegate, EXECUTE on fence and fence_many, SELECT on marks", role)
+			in.rep.Granted = append(in.rep.Granted, role)
 		}
 		if super {
 			in.rep.Warnings = append(in.rep.Warnings, fmt.Sprintf("role %s is a superuser: fences taken by it work, but it can switch every check off; applications should use ordinary roles", role))

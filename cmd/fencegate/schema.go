@@ -115,6 +115,8 @@ func runSchemaInstall(ctx context.Context, sub string, args []string, stdout, st
 		fmt.Fprintf(stdout, "installed schema fencegate version %d in %s\n", rep.ToVersion, name)
 	case rep.FromVersion != rep.ToVersion:
 		fmt.Fprintf(stdout, "upgraded schema fencegate from version %d to %d in %s\n", rep.FromVersion, rep.ToVersion, name)
+	case len(rep.Actions) == len(rep.Granted):
+		fmt.Fprintf(stdout, "schema fencegate version %d in %s is up to date; granted %s what taking fences needs\n", rep.ToVersion, name, strings.Join(rep.Granted, ", "))
 	default:
 		fmt.Fprintf(stdout, "repaired schema fencegate version %d in %s\n", rep.ToVersion, name)
 	}

@@ -20,6 +20,7 @@ func TestSchemaCommands(t *testing.T) {
 	db := pgfencetest.New(t, pgfencetest.Options{NoInstall: true})
 	db.Exec(t, "CREATE TABLE orders (id int PRIMARY KEY, state text); INSERT INTO orders VALUES (1, 'new'), (2, 'new')")
 	other := testutil.PostgresDB(t) // a database without the schema
+	app2 := pgfencetest.Role(t, db.DSN, "fg_app2_", "LOGIN")
 	unreachable := "postgres://postgres@127.0.0.1:" + itoaPort(testutil.FreePort(t)) + "/x?sslmode=disable&connect_timeout=5"
 	for _, c := range []struct {
 		args []string
@@ -34,6 +35,7 @@ func TestSchemaCommands(t *testing.T) {
 		{[]string{"schema", "install", "--db", db.DSN, "--owner", db.Owner, "--grant", db.App}, 0,
 			[]string{fmt.Sprintf("installed schema fencegate version %d", pgfence.SchemaVersion), "created schema fencegate owned by " + db.Owner, "application roles: " + db.App}, ""},
 		{[]string{"schema", "install", "--db", db.DSN, "--owner", db.Owner}, 0, []string{"is up to date; nothing changed"}, ""},
+		{[]string{"schema", "install", "--db", db.DSN, "--owner", db.Owner, "--grant", app2}, 0, []string{"is up to date; granted " + app2 + " what taking fences needs"}, ""},
 		{[]string{"schema", "upgrade", "--db", db.DSN, "--owner", db.Owner}, 0, []string{"is up to date"}, ""},
 		{[]string{"protect", "orders", "--db", db.DSN}, 2, nil, "missing --resource"},
 		{[]string{"protect", "--resource", "'order:' || id", "--db", db.DSN}, 2, nil, "want exactly one TABLE"},
