@@ -94,6 +94,10 @@ func Prune(ctx context.Context, db Querier, floor int64, opts PruneOptions) (Pru
 			var last *string
 			if err := db.QueryRow(ctx, "SELECT p.deleted, p.last_resource FROM fencegate.prune_batch($1::pg_catalog.int8, $2::pg_catalog.text, $3::pg_catalog.int4) p",
 				floor, after, batch).Scan(&n, &last); err != nil {
+				if pgCode(err) == "55P03" {
+					return res, fmt.Errorf("%w: prune marks at or below %d: %s; nothing of this batch was done and the floor is as it was: %w",
+						ErrLocked, floor, pruneLockHolders(ctx, db), err)
+				}
 				return res, fmt.Errorf("prune marks at or below %d: %w", floor, classify(err))
 			}
 			if n == 0 || last == nil {
@@ -121,6 +125,32 @@ func Prune(ctx context.Context, db Querier, floor int64, opts PruneOptions) (Pru
 	}
 	res.Took = time.Since(start)
 	return res, nil
+}
+
+// pruneLockHoldersSQL lists the sessions holding the lock that serializes
+// prunes: the advisory lock keyed on fencegate.floor's OID, which any role
+// can take (it delays prunes, it decides nothing).
+const pruneLockHoldersSQL = `SELECT pg_catalog.string_agg(pg_catalog.format('pid %s (user %s, application_name %L, state %s, transaction started %s)',
+	a.pid, coalesce(a.usename::pg_catalog.text, 'unknown'), coalesce(a.application_name, ''), coalesce(a.state, 'unknown'),
+	coalesce(pg_catalog.to_char(a.xact_start, 'YYYY-MM-DD"T"HH24:MI:SSOF'), 'unknown')), '; ')
+	FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_stat_activity a ON a.pid OPERATOR(pg_catalog.=) l.pid
+	WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory' AND l.granted AND l.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()
+	  AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+	  AND l.classid OPERATOR(pg_catalog.=) 0::pg_catalog.oid AND l.objsubid OPERATOR(pg_catalog.=) 1
+	  AND l.objid OPERATOR(pg_catalog.=) 'fencegate.floor'::pg_catalog.regclass::pg_catalog.oid`
+
+// pruneLockHolders names the sessions holding the prune lock, for the
+// error of a prune that gave up waiting for it.
+func pruneLockHolders(ctx context.Context, db Querier) string {
+	var who *string
+	if err := db.QueryRow(ctx, pruneLockHoldersSQL).Scan(&who); err != nil {
+		return "the sessions holding the prune lock could not be listed: " + err.Error()
+	}
+	if who == nil {
+		return "it waited for a lock and gave up; no session holds the prune lock any more: try again"
+	}
+	return "another session holds the prune lock (the advisory lock on fencegate.floor's OID): " + *who +
+		"; end that session (pg_terminate_backend) if it is not a prune"
 }
 
 // Floor returns the floor of the database: every fence with a token at or

@@ -359,3 +359,43 @@ func TestPruneSigned(t *testing.T) {
 		t.Fatalf("signing status after the prune: %+v, %v", sg, err)
 	}
 }
+
+// Any role can take the advisory lock that serializes prunes (it delays
+// prunes and decides nothing): a prune that gives up waiting for it fails
+// with ErrLocked naming the session that holds it, and nothing of it was
+// done: the floor and the marks are as they were.
+func TestPruneNamesWhoHoldsItsLock(t *testing.T) {
+	ctx := context.Background()
+	f := newFixtureVia(t, direct)
+	if err := fenceAs(f.app, fencegate.FenceSQL, "order:1", int64(10)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.app.Exec(ctx, "SET application_name = 'the-blocker'"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.app.Exec(ctx, "SELECT pg_advisory_lock('fencegate.floor'::regclass::oid::bigint)"); err != nil {
+		t.Fatalf("the application role takes the prune lock: %v", err)
+	}
+	before := f.marksSnapshot(t)
+	_, err := pgfence.Prune(ctx, f.admin, 50, pgfence.PruneOptions{})
+	if !errors.Is(err, pgfence.ErrLocked) {
+		t.Fatalf("Prune while another session holds its lock: %v; want ErrLocked", err)
+	}
+	for _, w := range []string{"another session holds the prune lock", f.db.App, "the-blocker", "the floor is as it was"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not say %q", err, w)
+		}
+	}
+	if fl, err := pgfence.Floor(ctx, f.admin); err != nil || fl != 0 {
+		t.Fatalf("floor after the prune gave up: %d, %v; want 0", fl, err)
+	}
+	if got := f.marksSnapshot(t); got != before {
+		t.Fatalf("marks changed by a prune that gave up:\n before %s\n after  %s", before, got)
+	}
+	if _, err := f.app.Exec(ctx, "SELECT pg_advisory_unlock_all()"); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := pgfence.Prune(ctx, f.admin, 50, pgfence.PruneOptions{}); err != nil || res.Deleted != 1 {
+		t.Fatalf("Prune once the lock is free: %+v, %v; want 1 mark deleted", res, err)
+	}
+}
