@@ -69,9 +69,10 @@ type Config struct {
 	// PruneOlderThan, when positive, has the proxy prune the marks of the
 	// databases it serves every PruneInterval: it asks PruneFloor for the
 	// token service's counter as it was at least PruneOlderThan ago and
-	// prunes, through the admin connection (AdminUpstream, required), each
-	// database holding schema fencegate that the admin connection names or
-	// that a session was admitted to (pgfence.Prune). A holder whose token
+	// prunes, through the admin connection (AdminUpstream, required), the
+	// database that connection names (pgfence.Prune): only that one, since
+	// another database the proxy serves may take its tokens from another
+	// token service, whose counter is not this one's. A holder whose token
 	// is older than that is then refused with FG001, as a stale one: pick
 	// an age well above the longest a lock is ever held. Safety does not
 	// rest on the clock: a floor too high only refuses holders. The

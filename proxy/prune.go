@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/fencegate/fencegate/pgfence"
@@ -33,9 +32,8 @@ func (p *Proxy) pruneLoop(ctx context.Context) {
 }
 
 // PruneNow runs one scheduled prune at once (Config.PruneOlderThan): it
-// asks Config.PruneFloor for the floor and prunes every database the
-// admin connection names or a session was admitted to that holds schema
-// fencegate. It returns the floor and the first error; each database's
+// asks Config.PruneFloor for the floor and prunes the database the admin
+// connection names, when it holds schema fencegate. It returns the floor and the first error; each database's
 // outcome is logged and counted. Without PruneOlderThan it does nothing.
 func (p *Proxy) PruneNow(ctx context.Context) (int64, error) {
 	if p.cfg.PruneOlderThan <= 0 || p.keeper == nil || p.cfg.PruneFloor == nil {
@@ -76,22 +74,16 @@ func (p *Proxy) PruneNow(ctx context.Context) (int64, error) {
 	return floor, first
 }
 
-// pruneDatabases returns the database the admin connection names and
-// every database a session was admitted to, in name order.
+// pruneDatabases returns the database the admin connection names: the
+// one database whose token service Config.PruneFloor is known to be. Other
+// databases the proxy serves may take their tokens from another token
+// service, whose counter is not this one's: pruned to this floor, every
+// holder of theirs could be refused.
 func (p *Proxy) pruneDatabases() []string {
-	set := map[string]bool{p.keeper.cfg.Database: true}
-	p.soundAt.Range(func(k, _ any) bool {
-		set[k.(string)] = true
-		return true
-	})
-	dbs := make([]string, 0, len(set))
-	for db := range set {
-		if db != "" {
-			dbs = append(dbs, db)
-		}
+	if p.keeper.cfg.Database == "" {
+		return nil
 	}
-	sort.Strings(dbs)
-	return dbs
+	return []string{p.keeper.cfg.Database}
 }
 
 // prune prunes database db to floor through the admin connection, under

@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"errors"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -68,9 +69,22 @@ func TestProxyPrunesOnSchedule(t *testing.T) {
 			t.Fatalf("fence %s %d: %s", m.res, m.tok, code)
 		}
 	}
+	// Another fenced database on the server, reached through the same
+	// proxy: it may take its tokens from another token service, so the
+	// proxy never prunes it.
+	other := pgfencetest.New(t)
+	ou, _ := url.Parse(other.AppDSN)
+	pu, _ := url.Parse(proxied)
+	ou.Host = pu.Host
+	if code := fenceVia(t, ou.String(), "order:old", 10); code != "" {
+		t.Fatalf("fence in the other database through the proxy: %s", code)
+	}
 	got, err := p.PruneNow(context.Background())
 	if err != nil || got != 50 {
 		t.Fatalf("PruneNow = %d, %v; want floor 50", got, err)
+	}
+	if code := fenceVia(t, ou.String(), "order:old", 10); code != "" {
+		t.Fatalf("the other database, after the proxy pruned its own: %s; want its mark and floor untouched", code)
 	}
 	var left []string
 	rows, err := connect(t, db.DSN).Query(context.Background(), "SELECT resource FROM fencegate.marks ORDER BY resource")
