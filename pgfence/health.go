@@ -70,15 +70,12 @@ tree AS (
 		SELECT tr.root, i.inhrelid FROM tr JOIN pg_catalog.pg_inherits i ON i.inhparent OPERATOR(pg_catalog.=) tr.relid
 		JOIN pg_catalog.pg_class k ON k.oid OPERATOR(pg_catalog.=) i.inhrelid AND k.relpersistence OPERATOR(pg_catalog.<>) 't')
 	SELECT tr.root, tr.relid, c.relkind, c.relispartition,
-	       (SELECT pg_catalog.pg_get_expr(d.adbin, d.adrelid) FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_attrdef d ON d.adrelid OPERATOR(pg_catalog.=) a.attrelid AND d.adnum OPERATOR(pg_catalog.=) a.attnum
+	       (SELECT d.adbin FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_attrdef d ON d.adrelid OPERATOR(pg_catalog.=) a.attrelid AND d.adnum OPERATOR(pg_catalog.=) a.attnum
 	        WHERE a.attrelid OPERATOR(pg_catalog.=) tr.relid AND a.attname OPERATOR(pg_catalog.=) 'fencegate_resource' AND NOT a.attisdropped AND a.attgenerated OPERATOR(pg_catalog.=) 's'
-	          AND a.attcollation OPERATOR(pg_catalog.=) 'pg_catalog."C"'::pg_catalog.regcollation) AS expr
+	          AND a.attcollation OPERATOR(pg_catalog.=) 'pg_catalog."C"'::pg_catalog.regcollation) AS bin
 	FROM tr JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) tr.relid),
 trees AS (
-	SELECT t.*, r.expr AS root_expr,
-	       pg_catalog.format('run: fencegate protect %s --resource %s --db DSN',
-	              ` + shq + `t.root::pg_catalog.regclass::pg_catalog.text` + shqEnd + `,
-	              ` + shq + `coalesce(r.expr, 'EXPR')` + shqEnd + `) AS fix,
+	SELECT t.*, r.bin AS root_bin,
 	       EXISTS (SELECT 1 FROM pg_catalog.pg_trigger g WHERE g.tgrelid OPERATOR(pg_catalog.=) t.relid AND g.tgname OPERATOR(pg_catalog.=) 'fencegate_row' AND g.tgenabled OPERATOR(pg_catalog.=) 'A'
 	               AND g.tgfoid OPERATOR(pg_catalog.=) (SELECT h.oid FROM have h WHERE h.name OPERATOR(pg_catalog.=) 'check_row')) AS row_checked
 	FROM tree t JOIN tree r ON r.relid OPERATOR(pg_catalog.=) t.root AND r.root OPERATOR(pg_catalog.=) t.root),
@@ -176,8 +173,10 @@ UNION ALL
 		  AND pg_catalog.format_type(a.atttypid, a.atttypmod) OPERATOR(pg_catalog.=) x.typ
 		  AND (NOT x.bytewise OR a.attcollation OPERATOR(pg_catalog.=) 'pg_catalog."C"'::pg_catalog.regcollation))
 UNION ALL
-	SELECT pg_catalog.format('protected table %s computes no resource, or not the same one as %s: %s', t.relid::pg_catalog.regclass, t.root::pg_catalog.regclass, t.fix)
-	FROM trees t WHERE t.expr IS NULL OR NOT coalesce(t.expr OPERATOR(pg_catalog.=) t.root_expr, t.root_expr IS NULL)
+	SELECT pg_catalog.format('protected table %s computes no resource, or not the same one as %s: %s', t.relid::pg_catalog.regclass, t.root::pg_catalog.regclass, ` + protectFixSQL + `)
+	FROM trees t WHERE t.bin IS NULL OR (t.root_bin IS NOT NULL AND CASE
+	      WHEN t.bin::pg_catalog.text OPERATOR(pg_catalog.=) t.root_bin::pg_catalog.text THEN false
+	      ELSE pg_catalog.pg_get_expr(t.bin, t.relid) IS DISTINCT FROM pg_catalog.pg_get_expr(t.root_bin, t.root) END)
 UNION ALL
 	SELECT pg_catalog.format('protected table %s is a partition or child of %s, which is not protected, so writes through %s are not checked: run: fencegate unprotect %s --db DSN; then: fencegate protect %s --resource EXPR --db DSN',
 	       r.relid::pg_catalog.regclass, i.inhparent::pg_catalog.regclass, i.inhparent::pg_catalog.regclass,
@@ -187,7 +186,7 @@ UNION ALL
 UNION ALL
 	SELECT pg_catalog.format('%s %s has no working fencegate check (%s missing, disabled or changed): %s',
 	       CASE WHEN t.relispartition THEN 'partition' WHEN t.relid OPERATOR(pg_catalog.=) t.root THEN 'protected table' ELSE 'child table' END,
-	       t.relid::pg_catalog.regclass, s.name, t.fix)
+	       t.relid::pg_catalog.regclass, s.name, ` + protectFixSQL + `)
 	FROM trees t JOIN stmt s ON s.kind IS NULL OR s.kind OPERATOR(pg_catalog.=) t.relkind::pg_catalog.text
 	WHERE NOT (t.relispartition AND t.row_checked)
 	  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger g WHERE g.tgrelid OPERATOR(pg_catalog.=) t.relid AND g.tgname OPERATOR(pg_catalog.=) s.name AND g.tgenabled OPERATOR(pg_catalog.=) 'A'
@@ -195,7 +194,7 @@ UNION ALL
 UNION ALL
 	SELECT pg_catalog.format('%s %s has no working fencegate check (%s missing, disabled or changed): %s',
 	       CASE WHEN t.relispartition THEN 'partition' WHEN t.relid OPERATOR(pg_catalog.=) t.root THEN 'protected table' ELSE 'child table' END,
-	       t.relid::pg_catalog.regclass, x.name, t.fix)
+	       t.relid::pg_catalog.regclass, x.name, ` + protectFixSQL + `)
 	FROM trees t CROSS JOIN (VALUES ('fencegate_replica'), ('fencegate_row')) x(name)
 	WHERE (x.name OPERATOR(pg_catalog.=) 'fencegate_replica' OR t.relkind OPERATOR(pg_catalog.=) 'p')
 	  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger g WHERE g.tgrelid OPERATOR(pg_catalog.=) t.relid AND g.tgname OPERATOR(pg_catalog.=) x.name
@@ -232,6 +231,16 @@ const protectedRootsByIdentitySQL = `SELECT t.tgrelid AS relid FROM pg_catalog.p
 // catalogs (NULL when it is missing).
 const checkInsertOIDSQL = `(SELECT p.oid FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) p.pronamespace
 	WHERE n.nspname OPERATOR(pg_catalog.=) 'fencegate' AND p.proname OPERATOR(pg_catalog.=) 'check_insert' AND p.pronargs OPERATOR(pg_catalog.=) 0)`
+
+// protectFixSQL is the repair a problem of a protected table's checks
+// names, over a row t of trees: the protect command with the root's
+// resource expression. It deparses that expression (pg_get_expr opens the
+// table, waiting behind any ACCESS EXCLUSIVE lock on it), so it is only in
+// the SELECTs that report a problem, never computed for a sound table: an
+// application role that locks its protected table cannot stall the gate.
+const protectFixSQL = `pg_catalog.format('run: fencegate protect %s --resource %s --db DSN',
+	` + shq + `t.root::pg_catalog.regclass::pg_catalog.text` + shqEnd + `,
+	` + shq + `coalesce(CASE WHEN t.root_bin IS NOT NULL THEN pg_catalog.pg_get_expr(t.root_bin, t.root) END, 'EXPR')` + shqEnd + `)`
 
 // shq and shqEnd, around a text expression, quote its value as one word
 // for a POSIX shell, as the command line's shellQuote does: in single
