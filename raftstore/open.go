@@ -530,11 +530,17 @@ func listedAsNonvoter(conf Configuration, id, raftAddr string) bool {
 	return false
 }
 
-// contacts are the API addresses a joining node asks.
+// contacts are the API addresses a joining node asks: those it joins
+// through (Config.Join), or, given none, its peers. Never both: the peers
+// are the founding list, which may name a member removed since, whose
+// certificate still verifies and who would answer as its own leader.
 func (p *Pending) contacts() []Server {
 	var out []Server
 	for _, api := range p.cfg.Join {
 		out = append(out, Server{APIAddr: api})
+	}
+	if len(out) > 0 {
+		return out
 	}
 	for _, v := range p.others() {
 		if !slices.ContainsFunc(out, func(o Server) bool { return o.APIAddr == v.APIAddr }) {

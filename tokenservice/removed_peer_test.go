@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -497,6 +498,64 @@ func TestJoiningNodeAdmitsOnlyTheLeader(t *testing.T) {
 	after := mint(t, c.ClientFor(t, []string{c.APIURL(joiner)}, app...), 5)
 	if after[0] <= before[len(before)-1] {
 		t.Fatalf("token %d through the joined %s, not above %d", after[0], c.ID(joiner), before[len(before)-1])
+	}
+}
+
+// A joining node asks only the members it joins through (--join) who
+// leads, never the peers of its --peers list, which is the founding list
+// and may name a member removed since. A review played such a removed
+// member with its still-valid certificate: while the --join contact did
+// not answer, the joining node fell back to --peers, asked the impostor,
+// believed its answer naming itself leader, admitted its AppendEntries
+// and InstallSnapshot, and after members add the cluster's counter went
+// back to 0.
+func TestJoiningNodeAsksOnlyItsJoinContacts(t *testing.T) {
+	ca := newCA(t, "cluster")
+	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, nil))
+	app := pkitest.ClientTLS(t, ca, "app", tokenservice.RoleClient)
+	mint(t, c.Client(t, app...), 5)
+	removed := (c.Leader(t) + 2) % 3
+	removedAPI := strings.TrimPrefix(c.APIURL(removed), "https://")
+	removedRaft := c.Node(removed).RaftAddr()
+	c.Remove(t, removed)
+	// The node to replace is the other follower: never remove the leader
+	// here, so the survivor is a one-node cluster that leads at once.
+	joiner := 3 - c.Leader(t) - removed
+	c.Remove(t, joiner)
+	leader := c.Leader(t)
+
+	// The removed member's certificate answers at its old API address
+	// that it leads a configuration listing the joining node.
+	leaf := issuePeer(t, ca, c.ID(removed), pki.Options{})
+	ln, err := tls.Listen("tcp", removedAPI, &tls.Config{Certificates: []tls.Certificate{leaf.TLSCertificate()}, MinVersion: tls.VersionTLS12})
+	if err != nil {
+		t.Fatalf("listen at the removed member's API address: %v", err)
+	}
+	var asked atomic.Int32
+	impostor := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"cluster_id":"forged","leader_id":%q,"members":[{"id":%q,"raft_addr":%q,"api_addr":%q,"suffrage":"Voter"},{"id":%q,"raft_addr":%q,"api_addr":"x:1","suffrage":"Voter"}]}`,
+			c.ID(removed), c.ID(removed), removedRaft, removedAPI, c.ID(joiner), c.Node(joiner).RaftAddr())
+	})}
+	go impostor.Serve(ln)
+	t.Cleanup(func() { impostor.Close() })
+
+	c.StartJoinVia(t, joiner, []string{c.APIURL(leader)})
+	c.Kill(leader) // the --join contact stops answering
+	time.Sleep(1200 * time.Millisecond)
+	tr := raftAttacker(t, ca, leaf)
+	st := c.Node(joiner).LocalStatus()
+	for _, a := range raftAttacks[:2] { // InstallSnapshot, AppendEntries
+		if err := a.send(tr, c.ID(joiner), c.Node(joiner).RaftAddr(), c.ID(removed), removedRaft, st.Term, 1<<20); err == nil {
+			t.Errorf("%s from removed %s to joining %s while its --join contact is down: answered; want the connection closed", a.name, c.ID(removed), c.ID(joiner))
+		}
+	}
+	if got := c.Node(joiner).LocalStatus(); got.Term != st.Term || got.LastToken != 0 {
+		t.Errorf("joining %s moved to term %d, counter %d; want term %d, counter 0", c.ID(joiner), got.Term, got.LastToken, st.Term)
+	}
+	if n := asked.Load(); n != 0 {
+		t.Errorf("the joining node asked the removed member's address %d times; it is not among its --join contacts", n)
 	}
 }
 

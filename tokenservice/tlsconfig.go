@@ -287,13 +287,20 @@ func (s *Server) joinLeader() ([]raftstore.Server, error) {
 	return nil, fmt.Errorf("the committed configuration names leader %q, which is not among its members", conf.LeaderID)
 }
 
-// committedConfiguration asks the members this node joins through (and
-// its peers) for the leader's committed configuration.
+// committedConfiguration asks the members this node joins through
+// (Config.Join) for the leader's committed configuration; a node given no
+// Join asks its peers. Never both: --peers keeps the founding list, which
+// may name a member removed since, and a removed member's certificate
+// still verifies; answering for itself as leader, it would be believed
+// (the answer counts only from the certificate of the leader it names). A
+// Join contact that is a current member names only the current leader.
 func (s *Server) committedConfiguration() (raftstore.Configuration, error) {
 	contacts := slices.Clone(s.cfg.Join)
-	for _, p := range s.cfg.Peers {
-		if p.ID != s.cfg.ID && !slices.Contains(contacts, p.APIAddr) {
-			contacts = append(contacts, p.APIAddr)
+	if len(contacts) == 0 {
+		for _, p := range s.cfg.Peers {
+			if p.ID != s.cfg.ID && !slices.Contains(contacts, p.APIAddr) {
+				contacts = append(contacts, p.APIAddr)
+			}
 		}
 	}
 	var errs []error

@@ -19,6 +19,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -656,13 +657,18 @@ func (c *Cluster) Replace(t testing.TB, i int) {
 // until promoted); AddMember adds it.
 func (c *Cluster) StartJoin(t testing.TB, i int) {
 	t.Helper()
+	c.StartJoinVia(t, i, c.others(i))
+}
+
+// StartJoinVia is StartJoin joining through the API URLs join only.
+func (c *Cluster) StartJoinVia(t testing.TB, i int, join []string) {
+	t.Helper()
 	c.Kill(i)
 	if err := os.RemoveAll(c.nodes[i].dir); err != nil {
 		t.Fatal(err)
 	}
-	others := c.others(i)
 	c.mu.Lock()
-	c.nodes[i].join = others
+	c.nodes[i].join = slices.Clone(join)
 	c.mu.Unlock()
 	if err := c.StartErr(i); err != nil {
 		t.Fatalf("start %s to join: %v", c.nodes[i].id, err)
