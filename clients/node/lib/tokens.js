@@ -36,6 +36,45 @@ const PROOF_RE = /^[A-Za-z0-9_-]{1,64}\.[0-9a-f]{64}$/;
 
 const now = () => performance.now();
 
+// The most resources one batch request names (the service takes 4096).
+const MAX_BATCH = 256;
+
+// How long after its limit a call's own timer refuses it, when the request
+// it waits for has not given up by itself.
+const TIMER_SLACK_MS = 25;
+
+// readToken checks one answer item (the single form's answer, or an item
+// of the batch form's tokens) for resource and returns the token; outer
+// holds the Raft entry's term, index and leader.
+function readToken(resource, item, outer) {
+  const short = () => JSON.stringify(item, (_, v) => (typeof v === 'bigint' ? v.toString() : v)).slice(0, 200);
+  if (item === null || typeof item !== 'object' || Array.isArray(item)) {
+    throw new TokenServiceError(`fencegate: token for ${JSON.stringify(resource)}: the answer is not a JSON object`, { kind: 'bad_answer' });
+  }
+  if (item.resource !== undefined && item.resource !== resource) {
+    throw new TokenServiceError(`fencegate: token for ${JSON.stringify(resource)}: the answer is for another resource: ${short()}`, { kind: 'bad_answer' });
+  }
+  const tok = item.token;
+  if (typeof tok !== 'bigint' || tok <= 0n || tok >= 1n << 63n) {
+    throw new TokenServiceError(`fencegate: token for ${JSON.stringify(resource)}: the answer holds no token > 0: ${short()}`, { kind: 'bad_answer' });
+  }
+  const proof = item.proof;
+  if (proof !== undefined && proof !== null && !(typeof proof === 'string' && (proof === '' || PROOF_RE.test(proof)))) {
+    throw new TokenServiceError(
+      `fencegate: token for ${JSON.stringify(resource)}: the answer's proof is not of the form KEYID.HEX: ${JSON.stringify(String(proof).slice(0, 80))}`,
+      { kind: 'bad_answer' },
+    );
+  }
+  return {
+    resource,
+    token: tok,
+    proof: proof || null,
+    term: typeof outer.term === 'bigint' ? Number(outer.term) : 0,
+    index: typeof outer.index === 'bigint' ? Number(outer.index) : 0,
+    leader: typeof outer.leader === 'string' ? outer.leader : '',
+  };
+}
+
 // checkResource applies the resource-name rule every fencegate client
 // shares, before anything is sent: a string, not empty nor only spaces,
 // valid UTF-8 (no lone surrogate), no NUL, at most 1024 bytes as UTF-8.
@@ -186,6 +225,8 @@ export class TokenClient {
     this.pinned = new Map(); // followed https URL -> the leader ID it was followed for
     this.httpsOnly = urls.every((u) => u.startsWith('https://'));
     this.preferred = 0;
+    this.waiting = []; // calls of next() not yet sent
+    this.sending = false;
     this.httpAgent = new http.Agent({ keepAlive: true, maxSockets: 64 });
     this.httpsAgent = new https.Agent({ keepAlive: true, maxSockets: 64, ...this.tlsOptions });
   }
@@ -198,36 +239,90 @@ export class TokenClient {
   // next returns a new fencing token for resource (a BigInt), greater than
   // every token any node returned before the call started, with its proof
   // (null when the service does not sign) and the Raft entry that minted it.
+  //
+  // Calls made while another request is in flight wait for it and then go
+  // together in one batch request (POST /v1/tokens {"resources": [...]}),
+  // as the Go client coalesces them: a batch is sent after every one of its
+  // calls started, so each token is still greater than every token returned
+  // before its call. A call alone is sent alone, in the single form. Each
+  // call keeps its own time limit (timeoutMs, else the client's maxWaitMs).
   async next(resource, { timeoutMs } = {}) {
     checkResource(resource);
+    return new Promise((resolve, reject) => {
+      const limit = Math.max(timeoutMs ?? this.maxWaitMs, 0);
+      const w = { resource, deadline: now() + limit, settled: false, timer: null };
+      const settle = (f) => (v) => {
+        if (w.settled) return;
+        w.settled = true;
+        clearTimeout(w.timer);
+        f(v);
+      };
+      w.resolve = settle(resolve);
+      w.reject = settle(reject);
+      // A backstop for a call that waits behind another request, or in a
+      // batch for longer than its own limit; a request of its own gives up
+      // at the limit by itself, naming what each node answered.
+      w.timer = setTimeout(
+        () => w.reject(new TokenUnavailableError(`fencegate: token for ${JSON.stringify(resource)}: no token within the call's time`, { kind: 'timeout', nodeErrors: {} })),
+        limit + TIMER_SLACK_MS,
+      );
+      w.timer.unref?.();
+      this.waiting.push(w);
+      if (!this.sending) this.drain();
+    });
+  }
+
+  // drain sends the waiting calls, one request at a time, until none waits.
+  async drain() {
+    this.sending = true;
+    try {
+      while (this.waiting.length) {
+        const batch = this.waiting.splice(0, MAX_BATCH).filter((w) => !w.settled);
+        if (batch.length === 0) continue;
+        if (batch.length === 1) {
+          const w = batch[0];
+          try {
+            w.resolve(await this.nextOne(w.resource, Math.max(w.deadline - now(), 0)));
+          } catch (e) {
+            w.reject(e);
+          }
+          continue;
+        }
+        await this.nextBatch(batch);
+      }
+    } finally {
+      this.sending = false;
+    }
+  }
+
+  // nextOne asks for one token in the single form.
+  async nextOne(resource, timeoutMs) {
     const body = JSON.stringify({ resource });
     const out = await this.call('POST', '/v1/tokens', body, `token for ${JSON.stringify(resource)}`, timeoutMs);
-    const short = () => JSON.stringify(out, (_, v) => (typeof v === 'bigint' ? v.toString() : v)).slice(0, 200);
     if (out === null || typeof out !== 'object' || Array.isArray(out)) {
       throw new TokenServiceError(`fencegate: token for ${JSON.stringify(resource)}: the answer is not a JSON object`, { kind: 'bad_answer' });
     }
-    if (out.resource !== undefined && out.resource !== resource) {
-      throw new TokenServiceError(`fencegate: token for ${JSON.stringify(resource)}: the answer is for another resource: ${short()}`, { kind: 'bad_answer' });
+    return readToken(resource, out, out);
+  }
+
+  // nextBatch asks for a token for each waiting call in one request, for
+  // as long as the latest of their time limits; a call whose own limit
+  // passes first is refused then by its timer (its token, if it comes, is
+  // unused, which is harmless: tokens are not dense).
+  async nextBatch(batch) {
+    const latest = Math.max(...batch.map((w) => w.deadline));
+    try {
+      const body = JSON.stringify({ resources: batch.map((w) => w.resource) });
+      const out = await this.call('POST', '/v1/tokens', body, `tokens for ${batch.length} resources`, Math.max(latest - now(), 0));
+      const items = out && typeof out === 'object' && !Array.isArray(out) ? out.tokens : undefined;
+      if (!Array.isArray(items) || items.length !== batch.length) {
+        throw new TokenServiceError(`fencegate: tokens for ${batch.length} resources: the answer does not hold ${batch.length} tokens`, { kind: 'bad_answer' });
+      }
+      const got = batch.map((w, i) => readToken(w.resource, items[i], out));
+      batch.forEach((w, i) => w.resolve(got[i]));
+    } catch (e) {
+      for (const w of batch) w.reject(e);
     }
-    const tok = out.token;
-    if (typeof tok !== 'bigint' || tok <= 0n || tok >= 1n << 63n) {
-      throw new TokenServiceError(`fencegate: token for ${JSON.stringify(resource)}: the answer holds no token > 0: ${short()}`, { kind: 'bad_answer' });
-    }
-    const proof = out.proof;
-    if (proof !== undefined && proof !== null && !(typeof proof === 'string' && (proof === '' || PROOF_RE.test(proof)))) {
-      throw new TokenServiceError(
-        `fencegate: token for ${JSON.stringify(resource)}: the answer's proof is not of the form KEYID.HEX: ${JSON.stringify(String(proof).slice(0, 80))}`,
-        { kind: 'bad_answer' },
-      );
-    }
-    return {
-      resource,
-      token: tok,
-      proof: proof || null,
-      term: typeof out.term === 'bigint' ? Number(out.term) : 0,
-      index: typeof out.index === 'bigint' ? Number(out.index) : 0,
-      leader: typeof out.leader === 'string' ? out.leader : '',
-    };
   }
 
   async call(method, path, body, what, timeoutMs) {

@@ -107,3 +107,85 @@ test('TLS with a client certificate and a bearer credential', async (t) => {
   // Credentials never go in clear text off the loopback.
   assert.throws(() => new LockClient({ redisUrls: [redisURL()], tokenServers: ['http://192.0.2.1:7101'], credentialsFile: creds }), /clear text/);
 });
+
+test('calls made while a request is in flight go together in one batch, each token its own and above those before', async (t) => {
+  const c = new TokenClient(tokenServers());
+  t.after(() => c.close());
+  const before = (await c.next(unique('before'))).token;
+  const names = Array.from({ length: 64 }, (_, i) => unique(`batch${i}`));
+  const got = await Promise.all(names.map((n) => c.next(n)));
+  const seen = new Set();
+  got.forEach((tok, i) => {
+    assert.equal(tok.resource, names[i]);
+    assert.ok(tok.token > before, `token ${tok.token} of call ${i} is not above ${before}, taken before it`);
+    assert.ok(!seen.has(tok.token), `token ${tok.token} handed out twice`);
+    seen.add(tok.token);
+  });
+});
+
+test('a batch is one request; a call whose own time runs out is refused alone', async (t) => {
+  const bodies = [];
+  let next = 100;
+  const srv = http.createServer((req, res) => {
+    let data = '';
+    req.on('data', (d) => (data += d));
+    req.on('end', () => {
+      bodies.push(JSON.parse(data));
+      const b = JSON.parse(data);
+      setTimeout(() => {
+        res.writeHead(200, { 'Content-Type': 'application/json' });
+        if (b.resources) {
+          res.end(JSON.stringify({ tokens: b.resources.map((r) => ({ resource: r, token: next++ })), term: 2, index: 7, leader: 'n1' }));
+        } else {
+          res.end(JSON.stringify({ resource: b.resource, token: next++, term: 2, index: 7, leader: 'n1' }));
+        }
+      }, 300);
+    });
+  });
+  await new Promise((r) => srv.listen(0, '127.0.0.1', r));
+  t.after(() => srv.close());
+  const c = new TokenClient([`http://127.0.0.1:${srv.address().port}`]);
+  t.after(() => c.close());
+  const first = c.next('first'); // sent alone, in the single form
+  const names = Array.from({ length: 20 }, (_, i) => `r${i}`);
+  const batch = names.map((n) => c.next(n)); // wait for the first, then go together
+  const hurried = c.next('hurried', { timeoutMs: 100 });
+  const started = Date.now();
+  await assert.rejects(hurried, (e) => e instanceof TokenUnavailableError && e.kind === 'timeout' && /"hurried"/.test(e.message));
+  assert.ok(Date.now() - started < 290, 'the hurried call waited for the others');
+  assert.equal((await first).token, 100n);
+  const toks = await Promise.all(batch);
+  assert.deepEqual(
+    toks.map((x) => x.resource),
+    names,
+  );
+  assert.deepEqual(
+    toks.map((x) => x.token),
+    names.map((_, i) => BigInt(101 + i)),
+  );
+  assert.equal(bodies.length, 2, `requests: ${JSON.stringify(bodies)}`);
+  assert.deepEqual(bodies[0], { resource: 'first' });
+  assert.deepEqual(bodies[1], { resources: names }); // the hurried call gave up before the batch left
+});
+
+test('a batch answer that does not hold a token per call refuses every call', async (t) => {
+  let n = 0;
+  const srv = http.createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      n++;
+      setTimeout(() => {
+        res.writeHead(200, { 'Content-Type': 'application/json' });
+        res.end(n === 1 ? '{"resource":"a","token":5}' : '{"tokens":[{"resource":"b","token":6}]}');
+      }, 100);
+    });
+  });
+  await new Promise((r) => srv.listen(0, '127.0.0.1', r));
+  t.after(() => srv.close());
+  const c = new TokenClient([`http://127.0.0.1:${srv.address().port}`]);
+  t.after(() => c.close());
+  const a = c.next('a');
+  const rest = [c.next('b'), c.next('c')];
+  assert.equal((await a).token, 5n);
+  for (const p of rest) await assert.rejects(p, (e) => e.kind === 'bad_answer' && /does not hold 2 tokens/.test(e.message));
+});
