@@ -346,7 +346,8 @@ func (p *Pending) Start(ctx context.Context) (_ *Store, err error) {
 		s.gate = newVoteGate(trans)
 		rt = s.gate
 	}
-	s.raft, err = raft.NewRaft(rc, s.fsm, p.logs, p.bolt, p.snaps, rt)
+	s.stable = &closingStable{StableStore: p.bolt}
+	s.raft, err = raft.NewRaft(rc, s.fsm, p.logs, s.stable, p.snaps, rt)
 	if err != nil {
 		return nil, fmt.Errorf("start raft: %w", err)
 	}

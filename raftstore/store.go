@@ -330,6 +330,7 @@ type Store struct {
 	raft   *raft.Raft
 	fsm    *fsm
 	bolt   *raftboltdb.BoltStore
+	stable *closingStable // bolt as Raft's stable store, closed before bolt
 	trans  *raft.NetworkTransport
 	gate   *voteGate // nil unless the node joined and is not yet promoted
 	notify chan bool
@@ -350,6 +351,14 @@ type Store struct {
 	wg        sync.WaitGroup
 }
 
+// closeStable waits for Raft's calls in the stable store (see
+// closingStable) before bolt closes.
+func (s *Store) closeStable() {
+	if s.stable != nil {
+		s.stable.close()
+	}
+}
+
 // closeResources releases what Open acquired, in reverse order.
 func (s *Store) closeResources() error {
 	var errs []error
@@ -361,6 +370,7 @@ func (s *Store) closeResources() error {
 		errs = append(errs, s.gate.Close())
 	}
 	errs = append(errs, s.trans.Close())
+	s.closeStable()
 	errs = append(errs, s.bolt.Close())
 	return errors.Join(errs...)
 }
@@ -396,6 +406,7 @@ func (s *Store) Kill() {
 		if s.gate != nil {
 			errs = append(errs, s.gate.Close())
 		}
+		s.closeStable()
 		errs = append(errs, s.bolt.Close())
 		s.closeErr = errors.Join(errs...)
 		s.wg.Wait()

@@ -1,0 +1,64 @@
+package raftstore
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// slowStable is a stable store whose SetUint64 takes a while.
+type slowStable struct {
+	raft.StableStore
+	mu     sync.Mutex
+	closed bool
+}
+
+func (s *slowStable) SetUint64(key []byte, val uint64) error {
+	time.Sleep(100 * time.Millisecond)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		panic("a write reached the closed store") // what bolt's error makes Raft do
+	}
+	return nil
+}
+
+// close waits for a write already running in the store, and a write that
+// comes after close never reaches the store nor returns: a stopped node
+// neither answers a heartbeat nor crashes on it.
+func TestClosingStableWaitsThenHolds(t *testing.T) {
+	inner := &slowStable{}
+	c := &closingStable{StableStore: inner}
+	running := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		close(running)
+		done <- c.SetUint64([]byte("CurrentTerm"), 2)
+	}()
+	<-running
+	time.Sleep(10 * time.Millisecond) // the write is inside the store
+	c.close()
+	inner.mu.Lock()
+	inner.closed = true // what Store.Kill does next: bolt.Close
+	inner.mu.Unlock()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the running write: %v", err)
+		}
+	default:
+		t.Fatal("close returned before the running write ended")
+	}
+	late := make(chan struct{})
+	go func() {
+		_ = c.SetUint64([]byte("CurrentTerm"), 3)
+		close(late)
+	}()
+	select {
+	case <-late:
+		t.Fatal("a write after close returned")
+	case <-time.After(300 * time.Millisecond):
+	}
+}
