@@ -43,7 +43,7 @@ bench-locks: services ## lockclient vs bsm/redislock and go-redsync/redsync
 	$(GO) run ./internal/bench/locks
 
 bench-node: services ## Node.js client vs npm redlock, and its fenced cycle direct and through the gate
-	FENCEGATE_NODE_BENCH=1 $(GO) test -count=1 -run '^TestNodeBench$$' -v -timeout 30m ./clients/node/
+	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkNodeVsRedlock$$' -benchtime 1x -v -timeout 30m ./clients/node/
 
 faults: services ## fault campaign (RUNS=N)
 	$(GO) run ./cmd/fencegate faults --runs $(or $(RUNS),5)

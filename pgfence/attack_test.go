@@ -357,7 +357,7 @@ func script(conn *pgx.Conn, stmts ...string) error {
 	return nil
 }
 
-func mustExec(t *testing.T, conn *pgx.Conn, sql string, args ...any) {
+func mustExec(t testing.TB, conn *pgx.Conn, sql string, args ...any) {
 	t.Helper()
 	mode := []any{}
 	if len(args) == 0 {

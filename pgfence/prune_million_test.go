@@ -22,19 +22,21 @@ type timed struct {
 	bulk bool // on a resource whose mark the prune deletes
 }
 
-// TestPruneMillion measures a prune of one million marks to zero while
+// BenchmarkPruneMillion measures, once, a prune of one million marks to zero while
 // fences run beside it: four goroutines fence with fresh tokens (above the
 // floor), half on new resources and half on resources whose mark is being
 // pruned, and one fences stale tokens (at or below the floor) on pruned
 // resources, all of which must be refused. It reports the prune's time, each
 // fence's duration during the prune (max, p99) and the marks' size before,
-// after the prune and after VACUUM. It runs only with
-// FENCEGATE_PRUNE_MILLION=1 (about 20 seconds); FENCEGATE_PRUNE_BATCH sets
-// the batch size (default pgfence.DefaultPruneBatch).
-func TestPruneMillion(t *testing.T) {
-	if os.Getenv("FENCEGATE_PRUNE_MILLION") == "" {
-		t.Skip("set FENCEGATE_PRUNE_MILLION=1 to prune a million marks beside running fences")
-	}
+// after the prune and after VACUUM (about 20 seconds). Being a benchmark,
+// it runs only when asked:
+//
+//	go test -run '^$' -bench '^BenchmarkPruneMillion$' -benchtime 1x -v ./pgfence/
+//
+// FENCEGATE_PRUNE_BATCH sets the batch size (default
+// pgfence.DefaultPruneBatch).
+func BenchmarkPruneMillion(b *testing.B) {
+	t := b
 	const n = 1_000_000
 	ctx := context.Background()
 	db := pgfencetest.New(t)

@@ -110,7 +110,7 @@ func runnerFlags(major, minor int) []string {
 // checkNode fails the test, saying what to install, when node or npm is
 // missing or node is older than 18; it returns node's major and minor
 // version.
-func checkNode(t *testing.T) (major, minor int) {
+func checkNode(t testing.TB) (major, minor int) {
 	t.Helper()
 	for _, bin := range []string{"node", "npm"} {
 		if _, err := exec.LookPath(bin); err != nil {
@@ -135,7 +135,7 @@ func checkNode(t *testing.T) (major, minor int) {
 
 // installModules runs npm ci when node_modules is missing or older than
 // package-lock.json.
-func installModules(t *testing.T) {
+func installModules(t testing.TB) {
 	t.Helper()
 	lock, err := os.Stat("package-lock.json")
 	if err != nil {

@@ -53,7 +53,7 @@ var tables = []struct{ create, name, resource string }{
 // role's grants, create the tables (owned by the administrator, not by the
 // application role), protect each with its resource expression, and grant
 // the application role SELECT, INSERT, UPDATE and DELETE on them.
-func Database(t *testing.T) (app, appDirect, admin string) {
+func Database(t testing.TB) (app, appDirect, admin string) {
 	t.Helper()
 	d := pgfencetest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
