@@ -49,7 +49,7 @@ func startSigned(t *testing.T, name string) *signed {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.cluster = tokenservicetest.StartCluster(t, 1, tokenservicetest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.SigningKeys = keys }))
+	s.cluster = tokenservicetest.StartCluster(t, 1, tokenservicetest.WithLogger(quiet(t)), tokenservicetest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.SigningKeys = keys }))
 	tokens := s.cluster.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -79,7 +79,7 @@ func startSigned(t *testing.T, name string) *signed {
 	if _, err := pgfence.RequireSigned(ctx, conn, s.clusterID, keys); err != nil {
 		t.Fatalf("require signed tokens: %v", err)
 	}
-	s.app, s.admin = proxytest.Start(t, d.AppDSN), d.DSN
+	s.app, s.admin = proxytest.Start(t, d.AppDSN, quietProxy(t)), d.DSN
 	return s
 }
 

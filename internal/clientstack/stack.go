@@ -24,6 +24,7 @@ import (
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/pgfence"
 	"github.com/fencegate/fencegate/pgfence/pgfencetest"
+	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/proxy/proxytest"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 	"github.com/redis/go-redis/v9"
@@ -70,7 +71,7 @@ func Database(t testing.TB) (app, appDirect, admin string) {
 			t.Fatalf("grant %s: %v", tb.name, err)
 		}
 	}
-	return proxytest.Start(t, d.AppDSN), d.AppDSN, d.DSN
+	return proxytest.Start(t, d.AppDSN, quietProxy(t)), d.AppDSN, d.DSN
 }
 
 // Stack is everything a client's tests talk to, started by the Go test
@@ -102,7 +103,7 @@ func Start(t *testing.T, name string) *Stack {
 	for range 3 {
 		s.redlock = append(s.redlock, testutil.StartRedis(t))
 	}
-	s.cluster = tokenservicetest.StartCluster(t, 3)
+	s.cluster = tokenservicetest.StartCluster(t, 3, tokenservicetest.WithLogger(quiet(t)))
 	s.app, s.appDirect, s.admin = Database(t)
 	s.certs = newCerts(t, name)
 	s.startTLSFront(t)
@@ -169,7 +170,7 @@ func (s *Stack) startTLSFront(t *testing.T) {
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 		MinVersion:   tls.VersionTLS12,
 	}
-	s.tlsFront.Config.ErrorLog = slog.NewLogLogger(testutil.Logger(t).With("component", "tls-front").Handler(), slog.LevelInfo)
+	s.tlsFront.Config.ErrorLog = slog.NewLogLogger(quiet(t).With("component", "tls-front").Handler(), slog.LevelInfo)
 	s.tlsFront.StartTLS()
 	t.Cleanup(s.tlsFront.Close)
 }
@@ -201,4 +202,13 @@ func (s *Stack) Env() []string {
 		"FENCEGATE_TEST_REDIS_TLS_URL=" + s.tlsRedis,
 		"FENCEGATE_TEST_REDIS_TLS_CA=" + s.certs.CA,
 	}, s.signed.env()...)
+}
+
+// quiet is the servers' logger: warnings and errors only, so that a failed
+// client suite's log shows the suite's own lines rather than every Raft
+// election and every refusal the tests provoke on purpose.
+func quiet(t testing.TB) *slog.Logger { return testutil.LoggerAt(t, slog.LevelWarn) }
+
+func quietProxy(t testing.TB) proxytest.Option {
+	return proxytest.WithConfig(func(c *proxy.Config) { c.Logger = quiet(t).With("component", "proxy") })
 }

@@ -1,10 +1,9 @@
 // examples/transfer.mjs runs against the stack as a user would run it.
 
-import test from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { Stack, env, redisURL, tokenServers } from './support.js';
+import { Stack, env, redisURL, test, tokenServers } from './support.js';
 
 const script = fileURLToPath(new URL('../examples/transfer.mjs', import.meta.url));
 

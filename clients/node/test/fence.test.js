@@ -3,7 +3,6 @@
 // SQLSTATE has its error; 40001, 40P01 and FG004 are retried; a COMMIT whose
 // answer never came is reported as unknown.
 
-import test from 'node:test';
 import assert from 'node:assert/strict';
 import {
   BadProofError,
@@ -20,7 +19,7 @@ import {
   UnfencedWriteError,
   transaction,
 } from '../index.js';
-import { Stack, commitCutter, env, unique, waitUntil } from './support.js';
+import { Stack, commitCutter, env, test, unique, waitUntil } from './support.js';
 
 const raise = (code) => `DO $$ BEGIN RAISE EXCEPTION 'fencegate: raised by the test' USING ERRCODE = '${code}', HINT = 'the hint'; END $$`;
 

@@ -4,12 +4,11 @@
 // acquire({ timeoutMs }) bounds the whole call, token included, against a
 // token server that accepts connections and never answers.
 
-import test from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import net from 'node:net';
 import { TokenAuthError, TokenClient, TokenUnavailableError } from '../index.js';
-import { Stack, env, keyPrefix, unique } from './support.js';
+import { Stack, env, keyPrefix, test, unique } from './support.js';
 
 async function giveUp(t, url, limitMs, want, ErrorClass = TokenUnavailableError, opts = {}) {
   const c = new TokenClient([url], opts);

@@ -2,10 +2,9 @@
 // driven over HTTP) and this client must see each other's grants, never
 // hold one lock together, and fence each other's stale writes.
 
-import test from 'node:test';
 import assert from 'node:assert/strict';
 import { NotAcquiredError, StaleTokenError } from '../index.js';
-import { Stack, env, keyPrefix, peer, redlockURLs, unique, waitUntil } from './support.js';
+import { Stack, env, keyPrefix, peer, redlockURLs, test, unique, waitUntil } from './support.js';
 
 const go = (path, body) => peer(path, { prefix: keyPrefix(), ...body });
 

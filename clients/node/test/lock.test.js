@@ -3,7 +3,6 @@
 // refresh, efficiency mode, the resource-name rule and secrets kept out of
 // errors.
 
-import test from 'node:test';
 import assert from 'node:assert/strict';
 import { writeFileSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -18,7 +17,7 @@ import {
   TokenServiceError,
   TokenClient,
 } from '../index.js';
-import { Stack, closedPort, env, keyPrefix, redisURL, tokenServers, unique, waitUntil } from './support.js';
+import { Stack, closedPort, env, keyPrefix, redisURL, test, tokenServers, unique, waitUntil } from './support.js';
 
 test('a lock is a key with a random value, the TTL and a bigint token', async (t) => {
   const s = new Stack(t);

@@ -5,12 +5,11 @@
 // PostgreSQL refuses its write (StaleTokenError); the account is charged
 // once.
 
-import test from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { Stack, keyPrefix, unique, waitUntil } from './support.js';
+import { Stack, keyPrefix, test, unique, waitUntil } from './support.js';
 
 const holder = fileURLToPath(new URL('./holder.js', import.meta.url));
 

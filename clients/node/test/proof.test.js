@@ -3,12 +3,11 @@
 // write, refuses a forged proof (BadProofError, FG008) and a fence without
 // proof (FenceMisuseError, FG003), and advances nothing when it refuses.
 
-import test from 'node:test';
 import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { BadProofError, FenceMisuseError, TokenClient } from '../index.js';
-import { Stack, env, unique } from './support.js';
+import { Stack, env, test, unique } from './support.js';
 
 // expectedProof is the proof as docs/protocol.md ("Proofs") defines it,
 // computed from the key file the token service and the database were given.

@@ -2,10 +2,9 @@
 // master after a failed round, dead and slow masters, and masters that
 // forget the key caught by the fence.
 
-import test from 'node:test';
 import assert from 'node:assert/strict';
 import { LockLostError, NotAcquiredError, StaleTokenError } from '../index.js';
-import { Stack, closedPort, redlockURLs, unique } from './support.js';
+import { Stack, closedPort, redlockURLs, test, unique } from './support.js';
 
 const PREFIX = 'nodetest:redlock:';
 

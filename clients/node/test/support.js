@@ -7,10 +7,22 @@
 // variable that is missing (never skips).
 
 import net from 'node:net';
+import nodeTest from 'node:test';
 import { randomBytes } from 'node:crypto';
 import Redis from 'ioredis';
 import pg from 'pg';
 import { LockClient, fixedRetry } from '../index.js';
+
+// TEST_TIMEOUT_MS bounds each test (the Go test that runs the suite sets
+// it): a test that hangs fails under its own name, and the rest of its file
+// still runs.
+export const TEST_TIMEOUT_MS = Number(process.env.FENCEGATE_NODE_TEST_TIMEOUT_MS) || 60000;
+
+// test is node:test's test with the time limit above.
+export function test(name, opts, fn) {
+  if (typeof opts === 'function') [opts, fn] = [{}, opts];
+  return nodeTest(name, { timeout: TEST_TIMEOUT_MS, ...opts }, fn);
+}
 
 export function env(name) {
   const v = process.env[name];

@@ -1,12 +1,11 @@
 // The token service: tokens as bigints without precision loss, TLS with a
 // client certificate and a bearer credential, failures in distinct words.
 
-import test from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { readFileSync } from 'node:fs';
 import { LockClient, TokenAuthError, TokenClient, TokenRequestError, TokenUnavailableError } from '../index.js';
-import { Stack, closedPort, env, keyPrefix, redisURL, tokenServers, unique } from './support.js';
+import { Stack, closedPort, env, keyPrefix, redisURL, test, tokenServers, unique } from './support.js';
 
 // serve answers every request with status and body.
 async function serve(t, status, body) {
