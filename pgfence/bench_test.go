@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/pgfence/internal/fencebench"
+	"github.com/fencegate/fencegate/internal/fencebench"
 	"github.com/fencegate/fencegate/pgfence/pgfencetest"
 	"github.com/jackc/pgx/v5"
 )
@@ -15,7 +15,7 @@ import (
 // Besides ns/op they report backend-µs/op: the CPU time the serving
 // PostgreSQL backend spent per operation, which moves far less than time on
 // a shared machine. For the two side by side with medians over several
-// runs: go run ./pgfence/internal/fencebench/cmd.
+// runs: cd bench && go run ./fencebench.
 
 func benchConn(b *testing.B) *pgx.Conn {
 	b.Helper()

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate"
-	"github.com/fencegate/fencegate/pgfence/internal/fencebench"
+	"github.com/fencegate/fencegate/internal/fencebench"
 	"github.com/fencegate/fencegate/pgfence/pgfencetest"
 	"github.com/jackc/pgx/v5"
 )

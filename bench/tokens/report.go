@@ -5,7 +5,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/bench"
+	"github.com/fencegate/fencegate/bench"
 )
 
 // report collects the runs of every system at every concurrency.

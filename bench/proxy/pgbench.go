@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/bench"
+	"github.com/fencegate/fencegate/bench"
 )
 
 // pgbenchStats is what one pgbench run reports, and the CPU time it cost.

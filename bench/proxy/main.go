@@ -2,7 +2,7 @@
 // straight to PostgreSQL, through PgBouncer (session pooling) and through
 // "fencegate proxy", side by side in one run.
 //
-//	go run ./internal/bench/proxy [--runs 3] [--duration 5s] [--concurrency 1,8] [--json] [--keep]
+//	go run ./proxy [--runs 3] [--duration 5s] [--concurrency 1,8] [--json] [--keep]
 //
 // Workloads: read-only pgbench (-S) in the simple and the extended query
 // protocol, and a fenced write (see fencedScript) on a table fencegate
@@ -27,7 +27,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/fencegate/fencegate/internal/bench"
+	"github.com/fencegate/fencegate/bench"
 	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/internal/proc"
 )

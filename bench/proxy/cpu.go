@@ -10,7 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/bench"
+	"github.com/fencegate/fencegate/bench"
+	"github.com/fencegate/fencegate/internal/cputime"
 )
 
 // measuredRun is runPgbench with the CPU time the run cost: that of the
@@ -21,16 +22,16 @@ import (
 // Throughput on a shared VM follows the neighbours; CPU per transaction
 // does not, so it is the figure to compare across runs and machines.
 func measuredRun(ctx context.Context, bin string, t pgbenchTarget, c int, d time.Duration, args []string) (pgbenchStats, error) {
-	mid0, midErr := bench.ProcessCPU(t.pid)
+	mid0, midErr := cputime.ProcessCPU(t.pid)
 	sw0, swErr := middleSwitches(t.pid)
-	m0, machErr := bench.ReadMachineCPU()
+	m0, machErr := cputime.ReadMachineCPU()
 	st, err := runPgbench(ctx, bin, t, c, d, args)
 	if err != nil {
 		return st, err
 	}
-	mid1, midErr1 := bench.ProcessCPU(t.pid)
+	mid1, midErr1 := cputime.ProcessCPU(t.pid)
 	sw1, swErr1 := middleSwitches(t.pid)
-	m1, machErr1 := bench.ReadMachineCPU()
+	m1, machErr1 := cputime.ReadMachineCPU()
 	if st.Transactions <= 0 {
 		return st, nil
 	}

@@ -2,7 +2,7 @@
 // token cluster with a three-node etcd cluster (a token being the revision
 // of a Put), both started on loopback as real processes with fsync on.
 //
-//	go run ./internal/bench/tokens [--runs 3] [--duration 5s] [--concurrency 1,64] [--json] [--keep]
+//	go run ./tokens [--runs 3] [--duration 5s] [--concurrency 1,64] [--json] [--keep]
 //
 // fencegate runs the read-index path (tokens from a reserved range, one
 // confirmation round per batch); fencegate-commit the commit path
@@ -32,7 +32,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/bench"
+	"github.com/fencegate/fencegate/bench"
+	"github.com/fencegate/fencegate/internal/cputime"
 	"github.com/fencegate/fencegate/internal/proc"
 )
 
@@ -207,11 +208,11 @@ func measure(ctx context.Context, s system, c int, f bench.Flags) (runResult, er
 	fErr := errors.New("not measured")
 	if s.followerPids != nil {
 		if fpids, fErr = s.followerPids(ctx); fErr == nil {
-			fcpu0, fErr = bench.ProcessCPU(fpids...)
+			fcpu0, fErr = cputime.ProcessCPU(fpids...)
 		}
 	}
-	cpu0, cpuErr := bench.ProcessCPU(s.pids()...)
-	mach0, machErr := bench.ReadMachineCPU()
+	cpu0, cpuErr := cputime.ProcessCPU(s.pids()...)
+	mach0, machErr := cputime.ReadMachineCPU()
 	start := time.Now()
 	res, err := bench.RunClosed(ctx, c, f.Duration, op)
 	took := time.Since(start)
@@ -222,8 +223,8 @@ func measure(ctx context.Context, s system, c int, f bench.Flags) (runResult, er
 		return runResult{}, err
 	}
 	out := runResult{Result: res}
-	cpu1, err1 := bench.ProcessCPU(s.pids()...)
-	mach1, err2 := bench.ReadMachineCPU()
+	cpu1, err1 := cputime.ProcessCPU(s.pids()...)
+	mach1, err2 := cputime.ReadMachineCPU()
 	if cpuErr == nil && err1 == nil && res.Ops > 0 {
 		out.CPUPerOp = (cpu1 - cpu0) / time.Duration(res.Ops)
 	}
@@ -231,7 +232,7 @@ func measure(ctx context.Context, s system, c int, f bench.Flags) (runResult, er
 		out.Steal = mach1.Sub(mach0).StealShare()
 	}
 	if fErr == nil && res.Ops > 0 {
-		if fcpu1, err := bench.ProcessCPU(fpids...); err == nil {
+		if fcpu1, err := cputime.ProcessCPU(fpids...); err == nil {
 			out.FollowerCPUPerOp = (fcpu1 - fcpu0) / time.Duration(res.Ops)
 		}
 	}

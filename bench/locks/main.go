@@ -5,7 +5,7 @@
 // token, confirm, release). Each worker locks its own resource, so the
 // figures measure the cost of a cycle, not contention.
 //
-//	go run ./internal/bench/locks [-runs 3] [-duration 3s] [-c 1,64]
+//	go run ./locks [-runs 3] [-duration 3s] [-c 1,64]
 package main
 
 import (
@@ -20,7 +20,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/bench"
+	"github.com/fencegate/fencegate/bench"
 	"github.com/fencegate/fencegate/internal/devstack"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/redis/go-redis/v9"

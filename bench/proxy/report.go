@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/bench"
+	"github.com/fencegate/fencegate/bench"
 )
 
 // report collects the pgbench runs of every workload, system and

@@ -7,11 +7,18 @@
 // starts run under an internal/proc Group, which puts every child in its
 // own process group and stops them all on exit, error or Ctrl-C.
 //
-// The commands themselves live in the subpackages:
+// The commands themselves live in the subpackages, run from this directory:
 //
-//	go run ./internal/bench/tokens   fencegate token cluster vs a 3-node etcd cluster
-//	go run ./internal/bench/proxy    pgbench direct vs PgBouncer vs the fencegate proxy
-//	go run ./internal/bench/locks    lockclient vs bsm/redislock and go-redsync/redsync
+//	go run ./tokens      fencegate token cluster vs a 3-node etcd cluster
+//	go run ./proxy       pgbench direct vs PgBouncer vs the fencegate proxy
+//	go run ./locks       lockclient vs bsm/redislock and go-redsync/redsync
+//	go run ./fencebench  a protected table vs its unprotected twin
+//
+// This directory is a Go module of its own, so that the systems the
+// commands compare fencegate with (etcd and its gRPC stack, bsm/redislock,
+// go-redsync/redsync) stay out of the module graph of fencegate's users. It
+// builds against the fencegate module in the parent directory (a replace
+// directive), whose internal packages it may import.
 //
 // DESIGN.md explains how the commands give every side the same treatment.
 //

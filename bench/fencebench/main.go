@@ -4,7 +4,7 @@
 // PostgreSQL backend spent per operation (which moves far less than time on
 // a shared machine).
 //
-//	go run ./pgfence/internal/fencebench/cmd [--db DSN] [--runs 5] [--writes 2000] [--rows 100000]
+//	go run ./fencebench [--db DSN] [--runs 5] [--writes 2000] [--rows 100000]
 //
 // It creates a throwaway database and owner role on the server of --db
 // (PostgreSQL on this host, a superuser DSN) and drops them when it ends.
@@ -24,9 +24,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/bench"
+	"github.com/fencegate/fencegate/bench"
+	"github.com/fencegate/fencegate/internal/cputime"
+	"github.com/fencegate/fencegate/internal/fencebench"
 	"github.com/fencegate/fencegate/pgfence"
-	"github.com/fencegate/fencegate/pgfence/internal/fencebench"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -147,7 +148,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 
 	load0, _ := os.ReadFile("/proc/loadavg")
-	mach0, merr := bench.ReadMachineCPU()
+	mach0, merr := cputime.ReadMachineCPU()
 	start := time.Now()
 	fmt.Fprintf(out, "PostgreSQL %s, synchronous_commit=%s, %d runs; load average at start: %s", version, sc, *runs, string(load0))
 	t := bench.NewTable("workload", "unprotected", "protected", "ratio", "backend CPU/op unprot.", "backend CPU/op prot.", "CPU ratio")
@@ -213,7 +214,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	load1, _ := os.ReadFile("/proc/loadavg")
 	fmt.Fprintf(out, "load average at end: %s", string(load1))
 	if merr == nil {
-		if mach1, err := bench.ReadMachineCPU(); err == nil {
+		if mach1, err := cputime.ReadMachineCPU(); err == nil {
 			d := mach1.Sub(mach0)
 			fmt.Fprintf(out, "machine CPU busy over the run: %.0f%% of %v x CPUs; hypervisor steal %.1f%%\n",
 				100*float64(d.Busy)/float64(time.Since(start))/float64(cpus()), time.Since(start).Round(time.Second), 100*d.StealShare())

@@ -5,7 +5,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/bench"
+	"github.com/fencegate/fencegate/bench"
 )
 
 func ExampleTable() {

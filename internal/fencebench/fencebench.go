@@ -3,7 +3,8 @@
 // columns, the same generated resource column, no checks), timed and, since
 // the machine is shared, with the CPU time the serving PostgreSQL backend
 // spent per operation, read from /proc (PostgreSQL must run on this host).
-// The Go benchmarks of package pgfence and the fencebench command use it.
+// The Go benchmarks of package pgfence and the fencebench command of the
+// bench module use it.
 package fencebench
 
 import (
@@ -14,7 +15,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate"
-	"github.com/fencegate/fencegate/internal/bench"
+	"github.com/fencegate/fencegate/internal/cputime"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -164,7 +165,7 @@ func BackendCPU(ctx context.Context, conn *pgx.Conn) (time.Duration, error) {
 	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
 		return 0, err
 	}
-	d, err := bench.ProcessCPU(pid)
+	d, err := cputime.ProcessCPU(pid)
 	if err != nil {
 		return 0, fmt.Errorf("%w (the backend's CPU time is read from /proc: is PostgreSQL on this host?)", err)
 	}

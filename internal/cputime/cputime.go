@@ -1,4 +1,10 @@
-package bench
+// Package cputime reads CPU time from /proc, for benchmarks. On a shared
+// VM, throughput moves by tens of percent from run to run with what the
+// neighbours do; the CPU a process spends per operation barely moves, so a
+// benchmark that reports both can tell a slower program from a slower
+// machine. Linux only: elsewhere the readers return an error and a
+// benchmark leaves the figures out.
+package cputime
 
 import (
 	"fmt"
@@ -7,12 +13,6 @@ import (
 	"strings"
 	"time"
 )
-
-// CPU time, read from /proc. On a shared VM, throughput moves by tens of
-// percent from run to run with what the neighbours do; the CPU a process
-// spends per operation barely moves, so a benchmark that reports both can
-// tell a slower program from a slower machine. Linux only: elsewhere the
-// readers return an error and a benchmark leaves the figures out.
 
 // clockTick is the unit of /proc's CPU times: USER_HZ, which Linux fixes at
 // 100 for user space whatever the kernel's own tick rate.
