@@ -2,7 +2,7 @@
 GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: help build demo dev services-servers test test-short services vet fuzz bench bench-tokens bench-proxy bench-locks bench-node faults
+.PHONY: help build demo dev services-servers test test-short services vet fuzz bench bench-tokens bench-proxy bench-locks bench-tables bench-node test-bench faults
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -22,9 +22,10 @@ demo: services-servers ## replay the paused-holder scenario with the whole stack
 dev: services-servers build ## run the whole stack (3 token nodes, proxy) until Ctrl-C
 	exec bin/fencegate dev
 
-vet:
+vet: ## gofmt and go vet both modules: fencegate and bench/
 	gofmt -l . | (! grep .) || (echo "gofmt needed on the files above"; exit 1)
 	$(GO) vet ./...
+	cd bench && $(GO) vet ./...
 
 test: services vet ## run every test against real PostgreSQL, Redis and Raft nodes, then each fuzz target briefly
 	$(GO) test -race -count=1 -timeout 25m ./...
@@ -33,14 +34,22 @@ test: services vet ## run every test against real PostgreSQL, Redis and Raft nod
 fuzz: ## run each fuzz target for FUZZTIME (default 10s; a count like 100000x also works)
 	@bash scripts/fuzz.sh $(or $(FUZZTIME),10s)
 
+# The comparative benchmarks are the Go module in bench/, apart so that
+# what they compare with stays out of fencegate's own requirements.
 bench-tokens: services ## fencegate token cluster vs a 3-node etcd cluster
-	$(GO) run ./internal/bench/tokens
+	cd bench && $(GO) run ./tokens
 
 bench-proxy: services ## pgbench direct vs PgBouncer vs fencegate proxy
-	$(GO) run ./internal/bench/proxy
+	cd bench && $(GO) run ./proxy
 
 bench-locks: services ## lockclient vs bsm/redislock and go-redsync/redsync
-	$(GO) run ./internal/bench/locks
+	cd bench && $(GO) run ./locks
+
+bench-tables: services ## a protected table vs its unprotected twin (pgfence)
+	cd bench && $(GO) run ./fencebench
+
+test-bench: ## unit tests of the bench module
+	cd bench && $(GO) test -count=1 ./...
 
 bench-node: services ## Node.js client vs npm redlock, and its fenced cycle direct and through the gate
 	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkNodeVsRedlock$$' -benchtime 1x -v -timeout 30m ./clients/node/

@@ -10,20 +10,20 @@ import (
 	"strings"
 )
 
-// BuildFencegate builds ./cmd/fencegate of the module the benchmark runs in
-// into dir/bin. It returns the binary and a description of the source it was
-// built from (commit and Go version).
+// BuildFencegate builds cmd/fencegate of the fencegate module (the parent
+// of the bench module, through its replace directive) into dir/bin, in that
+// module, with its own requirements. It returns the binary and a
+// description of the source it was built from (commit and Go version).
 func BuildFencegate(ctx context.Context, dir string) (bin, version string, err error) {
 	goBin, err := LookPath("go", "golang-go")
 	if err != nil {
 		return "", "", err
 	}
-	out, err := Command(ctx, goBin, "env", "GOMOD").Output()
-	gomod := strings.TrimSpace(string(out))
-	if err != nil || gomod == "" || gomod == os.DevNull {
-		return "", "", errors.New("run this command inside the fencegate module (go env GOMOD found no go.mod), or pass --fencegate-bin")
+	out, err := Command(ctx, goBin, "list", "-m", "-f", "{{.Dir}}", "github.com/fencegate/fencegate").Output()
+	root := strings.TrimSpace(string(out))
+	if err != nil || root == "" {
+		return "", "", errors.New("run this command inside the bench module (go list -m found no fencegate module), or pass --fencegate-bin")
 	}
-	root := filepath.Dir(gomod)
 	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
 		return "", "", fmt.Errorf("build fencegate: %w", err)
 	}

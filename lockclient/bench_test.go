@@ -21,8 +21,8 @@ import (
 // BenchmarkAcquireRelease measures one TryAcquire+Release cycle, each
 // goroutine on its own resource, on the shared Redis (single) and on five
 // redis-server masters (redlock5), without a token and with tokens from an
-// in-process 3-node token cluster (the full cycle). See internal/bench/locks
-// for the side-by-side comparison with bsm/redislock and redsync.
+// in-process 3-node token cluster (the full cycle). See bench/locks (its
+// own module) for the side-by-side comparison with bsm/redislock and redsync.
 func BenchmarkAcquireRelease(b *testing.B) {
 	for _, mode := range []string{"single", "redlock5", "single+token", "redlock5+token"} {
 		b.Run(mode, func(b *testing.B) {
