@@ -42,7 +42,7 @@ func (f *Flags) Register(fs *flag.FlagSet, conc []int) {
 	fs.Var(&f.Concurrency, "concurrency", "comma-separated `LIST` of client counts")
 	fs.BoolVar(&f.JSON, "json", false, "print the results as JSON on stdout instead of a table (default false)")
 	fs.BoolVar(&f.Keep, "keep", false, "keep the temporary directories (data, logs, configs) for debugging (default false)")
-	fs.StringVar(&f.FencegateBin, "fencegate-bin", "", "fencegate binary to run (default: build ./cmd/fencegate into the temporary directory)")
+	fs.StringVar(&f.FencegateBin, "fencegate-bin", "", "fencegate binary to run (default: build the fencegate module's cmd/fencegate into the temporary directory)")
 }
 
 // ParseSystems splits the comma-separated --systems value list and checks
