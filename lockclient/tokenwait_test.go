@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenclient"
 )
 
@@ -70,7 +71,7 @@ func TestTokenWaitBounded(t *testing.T) {
 			[]Option{WithTTL(300 * time.Millisecond), WithTokenTimeout(time.Second)},
 			[]string{"none within 1s (the token timeout)"}, context.DeadlineExceeded, 2},
 		{"token service down", context.Background(), down, []Option{WithTokenTimeout(300 * time.Millisecond)},
-			nil, tokenclient.ErrUnavailable, 0},
+			nil, tokenapi.ErrUnavailable, 0},
 		{"caller cancels", cancelled, cancelSource{cancel}, nil, nil, context.Canceled, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/tokenwire"
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/hashicorp/raft"
 )
 
@@ -242,7 +242,7 @@ func (ri *ReadIndex) drop(term uint64) {
 
 // RangeStatus is the range a leader hands tokens out of, as GET
 // /v1/status reports it.
-type RangeStatus = tokenwire.ReservedRange
+type RangeStatus = tokenapi.ReservedRange
 
 // ReadIndexStats are counters for status and metrics.
 type ReadIndexStats struct {

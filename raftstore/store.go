@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/tokenwire"
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 )
@@ -95,7 +95,7 @@ func fieldErr(err error, fields ...string) error { return &FieldError{Fields: fi
 // Server is one voter of the cluster: its Raft ID and address, and the
 // address of its token API (kept in the replicated state so every node can
 // forward to the leader).
-type Server = tokenwire.Server
+type Server = tokenapi.Server
 
 // Defaults of Config (see DefaultConfig) and of the Batcher and ReadIndex
 // settings the token service exposes beside it. Each is defined here only.
@@ -529,12 +529,12 @@ func (s *Store) Snapshot() error {
 // Member is one server of the Raft configuration as Status and
 // Configuration report it. The store leaves CaughtUp, AppliedIndex and
 // Problem zero: the token service's member list fills them.
-type Member = tokenwire.Member
+type Member = tokenapi.Member
 
 // StatusFields are the fields of a node's view that the token service's
 // GET /v1/status returns; tokenclient names the same type. It is exported
 // under this name so that callers can build a Status.
-type StatusFields = tokenwire.StatusFields
+type StatusFields = tokenapi.StatusFields
 
 // Status is this node's local view of the cluster: the fields the token
 // service's GET /v1/status returns, and the log's bounds.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/tlsfiles"
+	"github.com/fencegate/fencegate/tokenapi"
 )
 
 // Client talks to a token service cluster. It sends each request to the
@@ -205,7 +206,7 @@ func (c *Client) NextToken(ctx context.Context, resource string) (int64, error) 
 // Next returns a new fencing token for resource, greater than every token
 // any node returned before this call started.
 func (c *Client) Next(ctx context.Context, resource string) (Token, error) {
-	if err := ValidateResource(resource); err != nil {
+	if err := tokenapi.ValidateResource(resource); err != nil {
 		return Token{}, err
 	}
 	what := fmt.Sprintf("next token for %q", resource)
@@ -218,8 +219,8 @@ func (c *Client) Next(ctx context.Context, resource string) (Token, error) {
 		})
 		return tok, err
 	}
-	body, _ := json.Marshal(tokenRequest{Resource: resource})
-	var resp tokenResponse
+	body, _ := json.Marshal(tokenapi.TokenRequest{Resource: resource})
+	var resp tokenapi.TokenResponse
 	err := c.do(ctx, http.MethodPost, "/v1/tokens", body, &resp, what)
 	if err != nil {
 		return Token{}, err
@@ -228,8 +229,8 @@ func (c *Client) Next(ctx context.Context, resource string) (Token, error) {
 }
 
 // Status returns the cluster status as seen by the first node that answers.
-func (c *Client) Status(ctx context.Context) (Status, error) {
-	var st Status
+func (c *Client) Status(ctx context.Context) (tokenapi.Status, error) {
+	var st tokenapi.Status
 	err := c.do(ctx, http.MethodGet, "/v1/status", nil, &st, "read status")
 	return st, err
 }
@@ -280,12 +281,12 @@ func (c *Client) retry(ctx context.Context, what string, attempt func(ctx contex
 		if !seen || ctx.Err() == nil {
 			last[srv] = err
 		}
-		var ae *APIError
+		var ae *tokenapi.APIError
 		if errors.As(err, &ae) && !ae.Retryable() {
 			return fmt.Errorf("tokenservice: %s: %w", what, err)
 		}
 		if c.ctx.Err() != nil {
-			return fmt.Errorf("tokenservice: %s: %w: the client was closed", what, ErrUnavailable)
+			return fmt.Errorf("tokenservice: %s: %w: the client was closed", what, tokenapi.ErrUnavailable)
 		}
 		if ctx.Err() != nil {
 			break
@@ -293,7 +294,7 @@ func (c *Client) retry(ctx context.Context, what string, attempt func(ctx contex
 		// Two nodes that each name the other as leader (a stale view during
 		// an election) must not send the client back and forth without a
 		// pause: follow at most one hint per node, then back off.
-		if ae != nil && ae.LeaderAPI != "" && ae.LeaderAPI != srv && ae.Code == CodeNotLeader && follows < c.numServers() {
+		if ae != nil && ae.LeaderAPI != "" && ae.LeaderAPI != srv && ae.Code == tokenapi.CodeNotLeader && follows < c.numServers() {
 			if u, ok := c.follow(leaderHint{ID: ae.LeaderID, URL: ae.LeaderAPI}); ok {
 				follows++
 				c.prefer(u)
@@ -368,7 +369,7 @@ func (c *Client) try(ctx context.Context, srv, method, path string, body []byte,
 				return leaderHint{}, b
 			}
 		}
-		return leaderHint{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return leaderHint{}, fmt.Errorf("%w: %w", tokenapi.ErrUnavailable, err)
 	}
 	defer resp.Body.Close()
 	if err := c.checkPinned(srv, resp); err != nil {
@@ -376,7 +377,7 @@ func (c *Client) try(ctx context.Context, srv, method, path string, body []byte,
 	}
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return leaderHint{}, fmt.Errorf("%w: read answer: %w", ErrUnavailable, err)
+		return leaderHint{}, fmt.Errorf("%w: read answer: %w", tokenapi.ErrUnavailable, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		if !isAPIError(data) {
@@ -386,7 +387,7 @@ func (c *Client) try(ctx context.Context, srv, method, path string, body []byte,
 		}
 		return leaderHint{}, decodeError(resp.StatusCode, data)
 	}
-	leader := leaderHint{ID: resp.Header.Get(leaderIDHeader), URL: resp.Header.Get(leaderHeader)}
+	leader := leaderHint{ID: resp.Header.Get(tokenapi.LeaderIDHeader), URL: resp.Header.Get(tokenapi.LeaderHeader)}
 	if out == nil {
 		return leader, nil
 	}
@@ -469,7 +470,7 @@ func (c *Client) credentialSafe(url string) error {
 	if c.cred == nil || strings.HasPrefix(url, "https://") || tlsfiles.IsLoopback(url) {
 		return nil
 	}
-	return &APIError{Status: 0, Code: CodeBadRequest, Message: fmt.Sprintf("%v: %s; use https:// addresses and the cluster CA", errCredentialInClear, url)}
+	return &tokenapi.APIError{Status: 0, Code: tokenapi.CodeBadRequest, Message: fmt.Sprintf("%v: %s; use https:// addresses and the cluster CA", errCredentialInClear, url)}
 }
 
 // leaderHint is the leader a node named in its answer.
@@ -519,10 +520,10 @@ func (c *Client) checkPinned(srv string, resp *http.Response) error {
 		return nil
 	}
 	if resp.TLS == nil || len(resp.TLS.PeerCertificates) == 0 {
-		return fmt.Errorf("%w: %s, followed as leader %s, answered without TLS; refused", ErrUnavailable, srv, want)
+		return fmt.Errorf("%w: %s, followed as leader %s, answered without TLS; refused", tokenapi.ErrUnavailable, srv, want)
 	}
 	if got := resp.TLS.PeerCertificates[0].Subject.CommonName; got != want {
-		return fmt.Errorf("%w: %s, followed as leader %s, answered as %q; refused", ErrUnavailable, srv, want, got)
+		return fmt.Errorf("%w: %s, followed as leader %s, answered as %q; refused", tokenapi.ErrUnavailable, srv, want, got)
 	}
 	return nil
 }

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+
+	"github.com/fencegate/fencegate/tokenapi"
 )
 
 // Members returns the committed member list from the leader, with whether
 // each member has caught up.
-func (c *Client) Members(ctx context.Context) (Members, error) {
-	var ms Members
+func (c *Client) Members(ctx context.Context) (tokenapi.Members, error) {
+	var ms tokenapi.Members
 	err := c.do(ctx, http.MethodGet, "/v1/members", nil, &ms, "list members")
 	return ms, err
 }
@@ -18,17 +20,17 @@ func (c *Client) Members(ctx context.Context) (Members, error) {
 // AddMember adds a member as a non-voter; the leader promotes it to voter
 // once it has caught up (watch Members). The node must already run at
 // apiAddr (started with an empty data directory and Config.Join): the
-// leader refuses, with ErrRefused, a node that does not answer there, an
+// leader refuses, with tokenapi.ErrRefused, a node that does not answer there, an
 // id or an address that belongs to another member, and an id that is
 // still a voter. Adding the same non-voter again does nothing.
-func (c *Client) AddMember(ctx context.Context, id, raftAddr, apiAddr string) (Member, error) {
-	body, _ := json.Marshal(memberRequest{ID: id, RaftAddr: raftAddr, APIAddr: apiAddr})
-	var m Member
+func (c *Client) AddMember(ctx context.Context, id, raftAddr, apiAddr string) (tokenapi.Member, error) {
+	body, _ := json.Marshal(tokenapi.MemberRequest{ID: id, RaftAddr: raftAddr, APIAddr: apiAddr})
+	var m tokenapi.Member
 	err := c.do(ctx, http.MethodPost, "/v1/members", body, &m, "add member "+id)
 	return m, err
 }
 
-// RemoveMember removes a member. The leader refuses, with ErrRefused, to
+// RemoveMember removes a member. The leader refuses, with tokenapi.ErrRefused, to
 // remove a voter when fewer of the remaining voters answer than a quorum
 // of them needs. Removing a node that is not a member succeeds.
 func (c *Client) RemoveMember(ctx context.Context, id string) error {
@@ -36,17 +38,17 @@ func (c *Client) RemoveMember(ctx context.Context, id string) error {
 }
 
 // Snapshot returns the cluster id and counter, read on the leader.
-func (c *Client) Snapshot(ctx context.Context) (Snapshot, error) {
-	var sn Snapshot
+func (c *Client) Snapshot(ctx context.Context) (tokenapi.Snapshot, error) {
+	var sn tokenapi.Snapshot
 	err := c.do(ctx, http.MethodGet, "/v1/snapshot", nil, &sn, "take snapshot")
 	return sn, err
 }
 
 // RaiseCounter raises the counter to at least v through a committed entry,
 // never lowering it, and says what it did. It is what a restore does.
-func (c *Client) RaiseCounter(ctx context.Context, v int64) (Restored, error) {
-	body, _ := json.Marshal(restoreRequest{AtLeast: v})
-	var r Restored
+func (c *Client) RaiseCounter(ctx context.Context, v int64) (tokenapi.Restored, error) {
+	body, _ := json.Marshal(tokenapi.RestoreRequest{AtLeast: v})
+	var r tokenapi.Restored
 	err := c.do(ctx, http.MethodPost, "/v1/restore", body, &r, "raise counter")
 	return r, err
 }

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/fencegate/fencegate/tokenapi"
 )
 
 // nothingListens reports whether err says that no process accepts
@@ -33,7 +35,7 @@ func nothingListens(err error) bool {
 // unreachable one, a TLS or credential problem, or a node that answered
 // something the client could not use.
 func failureKind(err error) string {
-	var ae *APIError
+	var ae *tokenapi.APIError
 	var bad *badAnswer
 	var certErr *tls.CertificateVerificationError
 	var unknownAuth x509.UnknownAuthorityError
@@ -50,13 +52,13 @@ func failureKind(err error) string {
 		return "(bad answer)"
 	case errors.As(err, &ae):
 		switch ae.Code {
-		case CodeUnauthenticated, CodeForbidden:
+		case tokenapi.CodeUnauthenticated, tokenapi.CodeForbidden:
 			return "(authentication failed)"
-		case CodeNoQuorum, CodeNotLeader:
+		case tokenapi.CodeNoQuorum, tokenapi.CodeNotLeader:
 			return "(answered: no leader)"
 		}
 		return "(answered " + ae.Code + ")"
-	case errors.Is(err, ErrInternal):
+	case errors.Is(err, tokenapi.ErrInternal):
 		return "(bad answer)"
 	case nothingListens(err):
 		return "(refused: nothing listens)"
@@ -72,10 +74,10 @@ func failureKind(err error) string {
 // but not as a fencegate token service: a web page, another protocol
 // (PostgreSQL, Redis), plain HTTP where TLS was expected or the other way
 // round, or a certificate the client does not trust. It wraps
-// ErrUnavailable. The client returns it within about a second, once every
+// tokenapi.ErrUnavailable. The client returns it within about a second, once every
 // node answered so, instead of retrying until its deadline: retrying cannot
 // help, the address or the TLS settings must change.
-var ErrNotTokenService = fmt.Errorf("%w: not a fencegate token service", ErrUnavailable)
+var ErrNotTokenService = fmt.Errorf("%w: not a fencegate token service", tokenapi.ErrUnavailable)
 
 // badAnswer is a node's answer that shows it is not a token service the
 // client can use: what it answered, and what to do.

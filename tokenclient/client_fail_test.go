@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fencegate/fencegate/tokenapi"
 )
 
 // closedNodeURLs returns n distinct URLs of loopback ports where nothing
@@ -41,8 +43,8 @@ func TestClientGivesUpWhenNothingRuns(t *testing.T) {
 	defer c.Close()
 	for _, ctx := range []context.Context{context.Background(), failDeadline(t, time.Minute)} {
 		_, err := c.Next(ctx, "order:1")
-		if !errors.Is(err, ErrNotRunning) || !errors.Is(err, ErrUnavailable) {
-			t.Fatalf("Next with every node down: %v, want ErrNotRunning (and ErrUnavailable)", err)
+		if !errors.Is(err, ErrNotRunning) || !errors.Is(err, tokenapi.ErrUnavailable) {
+			t.Fatalf("Next with every node down: %v, want ErrNotRunning (and tokenapi.ErrUnavailable)", err)
 		}
 		if ctx.Err() != nil {
 			t.Fatalf("Next waited for the caller's deadline: %v", err)
@@ -79,7 +81,7 @@ func TestClientKeepsTryingWhileANodeAnswers(t *testing.T) {
 	if err == nil || errors.Is(err, ErrNotRunning) {
 		t.Fatalf("Next: %v, want a failure at the deadline, not ErrNotRunning", err)
 	}
-	if !errors.Is(err, ErrNoQuorum) {
+	if !errors.Is(err, tokenapi.ErrNoQuorum) {
 		t.Errorf("error %q does not carry the answering node's no_quorum", err)
 	}
 	for _, want := range []string{"(refused: nothing listens)", "(answered: no leader)"} {
@@ -161,10 +163,10 @@ func TestCloseWaitsForSenders(t *testing.T) {
 	if left != 0 {
 		t.Errorf("%d senders still registered after Close", left)
 	}
-	if err := <-done; !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "closed") {
-		t.Errorf("Next across Close: %v, want ErrUnavailable saying the client was closed", err)
+	if err := <-done; !errors.Is(err, tokenapi.ErrUnavailable) || !strings.Contains(err.Error(), "closed") {
+		t.Errorf("Next across Close: %v, want tokenapi.ErrUnavailable saying the client was closed", err)
 	}
-	if _, err := c.Next(context.Background(), "order:2"); !errors.Is(err, ErrUnavailable) {
-		t.Errorf("Next after Close: %v, want ErrUnavailable", err)
+	if _, err := c.Next(context.Background(), "order:2"); !errors.Is(err, tokenapi.ErrUnavailable) {
+		t.Errorf("Next after Close: %v, want tokenapi.ErrUnavailable", err)
 	}
 }

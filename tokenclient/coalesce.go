@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/fencegate/fencegate/tokenapi"
 )
 
 // Limits of one coalesced request: resources named and body bytes (the
@@ -38,7 +40,7 @@ func (c *Client) tryCoalesced(ctx context.Context, srv, resource string) (Token,
 	c.queueMu.Lock()
 	if c.ctx.Err() != nil {
 		c.queueMu.Unlock()
-		return Token{}, leaderHint{}, fmt.Errorf("%w: the client is closed", ErrUnavailable)
+		return Token{}, leaderHint{}, fmt.Errorf("%w: the client is closed", tokenapi.ErrUnavailable)
 	}
 	c.queued[srv] = append(c.queued[srv], p)
 	start := !c.sending[srv]
@@ -62,10 +64,10 @@ func (c *Client) tryCoalesced(ctx context.Context, srv, resource string) (Token,
 	case <-ctx.Done():
 		// A request that carries p may still mint a token; nobody sees it.
 		p.gone.Store(true)
-		return Token{}, leaderHint{}, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+		return Token{}, leaderHint{}, fmt.Errorf("%w: %w", tokenapi.ErrUnavailable, ctx.Err())
 	case <-timer.C:
 		p.gone.Store(true)
-		return Token{}, leaderHint{}, fmt.Errorf("%w: no answer from %s within the attempt timeout %v", ErrUnavailable, srv, c.attemptTimeout)
+		return Token{}, leaderHint{}, fmt.Errorf("%w: no answer from %s within the attempt timeout %v", tokenapi.ErrUnavailable, srv, c.attemptTimeout)
 	}
 }
 
@@ -114,8 +116,8 @@ func (c *Client) sendBatch(srv string, batch []*pendingToken) {
 	ctx := c.ctx
 	if len(batch) == 1 {
 		p := batch[0]
-		body, _ := json.Marshal(tokenRequest{Resource: p.resource})
-		var resp tokenResponse
+		body, _ := json.Marshal(tokenapi.TokenRequest{Resource: p.resource})
+		var resp tokenapi.TokenResponse
 		leader, err := c.try(ctx, srv, http.MethodPost, "/v1/tokens", body, &resp)
 		p.res <- pendingResult{
 			tok:    Token{Resource: resp.Resource, Value: resp.Token, Proof: resp.Proof, Term: resp.Term, Index: resp.Index, Leader: resp.Leader},
@@ -123,15 +125,15 @@ func (c *Client) sendBatch(srv string, batch []*pendingToken) {
 		}
 		return
 	}
-	req := tokenRequest{Resources: make([]string, len(batch))}
+	req := tokenapi.TokenRequest{Resources: make([]string, len(batch))}
 	for i, p := range batch {
 		req.Resources[i] = p.resource
 	}
 	body, _ := json.Marshal(req)
-	var resp batchResponse
+	var resp tokenapi.BatchResponse
 	leader, err := c.try(ctx, srv, http.MethodPost, "/v1/tokens", body, &resp)
 	if err == nil && len(resp.Tokens) != len(batch) {
-		err = fmt.Errorf("%w: asked for %d tokens, got %d", ErrInternal, len(batch), len(resp.Tokens))
+		err = fmt.Errorf("%w: asked for %d tokens, got %d", tokenapi.ErrInternal, len(batch), len(resp.Tokens))
 	}
 	for i, p := range batch {
 		if err != nil {

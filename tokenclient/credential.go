@@ -11,28 +11,9 @@ import (
 	"os"
 	"regexp"
 	"strings"
+
+	"github.com/fencegate/fencegate/tokenapi"
 )
-
-// Role is what an identity may do. A route needs one of a set of roles
-// (see tokenservice.Routes); an identity holds one or more.
-type Role string
-
-// The roles.
-const (
-	// RolePeer is a node of the cluster: Raft, forwarding token requests
-	// to the leader, internal allocation, the questions an empty node asks
-	// before it founds or joins, and publishing its own API address. Only
-	// certificates give it.
-	RolePeer Role = "peer"
-	// RoleClient mints tokens and reads status and the member list.
-	RoleClient Role = "client"
-	// RoleAdmin changes membership, takes snapshots and restores, and
-	// reads status and the member list.
-	RoleAdmin Role = "admin"
-)
-
-// Roles lists every role.
-var Roles = []Role{RolePeer, RoleClient, RoleAdmin}
 
 // credName is the form of a credential's name; tokenservice checks the
 // same form on its side.
@@ -53,7 +34,7 @@ type ClientCredential struct {
 // NewClientCredential makes a credential for name with a random 256-bit secret.
 func NewClientCredential(name string) (ClientCredential, error) {
 	if !credName.MatchString(name) {
-		return ClientCredential{}, fmt.Errorf("%w: name %q: use letters, digits, '.', '_' or '-' (at most 64)", ErrBadCredentials, name)
+		return ClientCredential{}, fmt.Errorf("%w: name %q: use letters, digits, '.', '_' or '-' (at most 64)", tokenapi.ErrBadCredentials, name)
 	}
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
@@ -71,7 +52,7 @@ func LoadClientCredential(path string) (ClientCredential, error) {
 		if errors.As(err, &pe) {
 			err = pe.Err
 		}
-		return ClientCredential{}, fmt.Errorf("%w: cannot read %s: %v", ErrBadCredentials, path, err)
+		return ClientCredential{}, fmt.Errorf("%w: cannot read %s: %v", tokenapi.ErrBadCredentials, path, err)
 	}
 	var cred ClientCredential
 	for n, line := range strings.Split(string(b), "\n") {
@@ -80,7 +61,7 @@ func LoadClientCredential(path string) (ClientCredential, error) {
 			continue
 		}
 		bad := func(format string, a ...any) error {
-			return fmt.Errorf("%w: %s line %d: %s", ErrBadCredentials, path, n+1, fmt.Sprintf(format, a...))
+			return fmt.Errorf("%w: %s line %d: %s", tokenapi.ErrBadCredentials, path, n+1, fmt.Sprintf(format, a...))
 		}
 		if cred.Name != "" {
 			return ClientCredential{}, bad("a client's file holds one credential; this is a second one")
@@ -99,7 +80,7 @@ func LoadClientCredential(path string) (ClientCredential, error) {
 		cred = ClientCredential{Name: f[0], Secret: f[1]}
 	}
 	if cred.Name == "" {
-		return ClientCredential{}, fmt.Errorf("%w: %s holds no credential; want one line NAME SECRET", ErrBadCredentials, path)
+		return ClientCredential{}, fmt.Errorf("%w: %s holds no credential; want one line NAME SECRET", tokenapi.ErrBadCredentials, path)
 	}
 	return cred, nil
 }
@@ -109,7 +90,7 @@ func (c ClientCredential) FileLine() string { return c.Name + " " + c.Secret }
 
 // ServerLine is the line of a node's credentials file for this credential
 // with the given roles: "NAME ROLES sha256:HEX".
-func (c ClientCredential) ServerLine(roles ...Role) string {
+func (c ClientCredential) ServerLine(roles ...tokenapi.Role) string {
 	sum := sha256.Sum256([]byte(c.Secret))
 	rs := make([]string, len(roles))
 	for i, r := range roles {

@@ -24,3 +24,18 @@ func TestNoServerDependencies(t *testing.T) {
 		}
 	}
 }
+
+// TestAPIStandardLibraryOnly fails when package tokenapi, which every
+// program speaking the API imports, imports anything beyond the standard
+// library.
+func TestAPIStandardLibraryOnly(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "github.com/fencegate/fencegate/tokenapi").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps: %v\n%s", err, out)
+	}
+	for _, d := range strings.Fields(string(out)) {
+		if d != "github.com/fencegate/fencegate/tokenapi" {
+			t.Errorf("tokenapi depends on %s; keep it to the standard library", d)
+		}
+	}
+}

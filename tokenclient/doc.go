@@ -15,8 +15,10 @@
 // began) holds per call. WithTLS (LoadClientTLS) and WithCredential
 // (LoadClientCredential) give it the cluster CA and an identity. Errors
 // name what each node answered and satisfy errors.Is with the sentinels of
-// this package and with context.Canceled or context.DeadlineExceeded when
-// the context ended.
+// package tokenapi (ErrNoQuorum, ErrRefused...) and of this package, and
+// with context.Canceled or context.DeadlineExceeded when the context ended.
+// The answers (Status, Members, Snapshot...) are tokenapi's types, the JSON
+// forms the server writes.
 //
 // The service's HTTP/JSON API, its guarantee and its security are described
 // in package tokenservice.

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	"github.com/fencegate/fencegate/tokenapi"
 )
 
 // FloorAnswer is the answer of GET /v1/floor: the counter as it was at
@@ -18,13 +20,6 @@ type FloorAnswer struct {
 	At     time.Time
 	Age    time.Duration
 	NodeID string
-}
-
-type floorResponse struct {
-	Floor  int64  `json:"floor"`
-	At     string `json:"at,omitempty"`
-	Age    string `json:"age"`
-	NodeID string `json:"node_id"`
 }
 
 // Floor returns the counter as it was at least age ago (0 when the cluster
@@ -41,9 +36,9 @@ func (c *Client) Floor(ctx context.Context, age time.Duration) (int64, error) {
 // and the node that answered.
 func (c *Client) FloorAt(ctx context.Context, age time.Duration) (FloorAnswer, error) {
 	if age < 0 {
-		return FloorAnswer{}, fmt.Errorf("%w: floor age %v is negative; give 0 or more", ErrBadRequest, age)
+		return FloorAnswer{}, fmt.Errorf("%w: floor age %v is negative; give 0 or more", tokenapi.ErrBadRequest, age)
 	}
-	var resp floorResponse
+	var resp tokenapi.FloorResponse
 	what := fmt.Sprintf("read the floor %v ago", age)
 	if err := c.do(ctx, http.MethodGet, "/v1/floor?age="+url.QueryEscape(age.String()), nil, &resp, what); err != nil {
 		return FloorAnswer{}, err
@@ -52,12 +47,12 @@ func (c *Client) FloorAt(ctx context.Context, age time.Duration) (FloorAnswer, e
 	if resp.At != "" {
 		at, err := time.Parse(time.RFC3339Nano, resp.At)
 		if err != nil {
-			return FloorAnswer{}, fmt.Errorf("tokenservice: %s: %w: node %s answered a checkpoint time %q that is not RFC 3339", what, ErrInternal, resp.NodeID, resp.At)
+			return FloorAnswer{}, fmt.Errorf("tokenservice: %s: %w: node %s answered a checkpoint time %q that is not RFC 3339", what, tokenapi.ErrInternal, resp.NodeID, resp.At)
 		}
 		a.At = at
 	}
 	if a.Floor < 0 {
-		return FloorAnswer{}, fmt.Errorf("tokenservice: %s: %w: node %s answered a negative floor %d", what, ErrInternal, resp.NodeID, a.Floor)
+		return FloorAnswer{}, fmt.Errorf("tokenservice: %s: %w: node %s answered a negative floor %d", what, tokenapi.ErrInternal, resp.NodeID, a.Floor)
 	}
 	return a, nil
 }

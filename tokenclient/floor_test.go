@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenclient"
 )
 
@@ -52,10 +53,10 @@ func TestClientFloor(t *testing.T) {
 		t.Fatalf("Floor(30d) = %d, %v; want 0", f, err)
 	}
 	n := calls.Load()
-	if _, err := c.Floor(ctx, -time.Minute); !errors.Is(err, tokenclient.ErrBadRequest) || calls.Load() != n {
-		t.Fatalf("Floor(-1m) = %v after %d calls; want ErrBadRequest without a call", err, calls.Load()-n)
+	if _, err := c.Floor(ctx, -time.Minute); !errors.Is(err, tokenapi.ErrBadRequest) || calls.Load() != n {
+		t.Fatalf("Floor(-1m) = %v after %d calls; want tokenapi.ErrBadRequest without a call", err, calls.Load()-n)
 	}
-	if _, err := c.Floor(ctx, time.Second); !errors.Is(err, tokenclient.ErrBadRequest) || calls.Load() != n+1 {
-		t.Fatalf("Floor answered 400: %v after %d calls; want ErrBadRequest, asked once", err, calls.Load()-n)
+	if _, err := c.Floor(ctx, time.Second); !errors.Is(err, tokenapi.ErrBadRequest) || calls.Load() != n+1 {
+		t.Fatalf("Floor answered 400: %v after %d calls; want tokenapi.ErrBadRequest, asked once", err, calls.Load()-n)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/tokenapi"
 )
 
 // giveUpWithin calls Next under a context without deadline (so the
@@ -31,8 +32,8 @@ func giveUpWithin(t *testing.T, limit time.Duration, urls []string, want ...stri
 	start := time.Now()
 	_, err = c.Next(context.Background(), "order:42")
 	took := time.Since(start)
-	if !errors.Is(err, ErrNotTokenService) || !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("Next against %v: %v; want ErrNotTokenService (and ErrUnavailable)", urls, err)
+	if !errors.Is(err, ErrNotTokenService) || !errors.Is(err, tokenapi.ErrUnavailable) {
+		t.Fatalf("Next against %v: %v; want ErrNotTokenService (and tokenapi.ErrUnavailable)", urls, err)
 	}
 	if took > limit {
 		t.Errorf("Next against %v gave up after %v; want within %v", urls, took, limit)

@@ -10,20 +10,22 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/fencegate/fencegate/tokenapi"
 )
 
 // One rule for resource names: not UTF-8, NUL, U+FFFD or more than
-// MaxResource bytes is refused, and the client refuses before any network
+// tokenapi.MaxResource bytes is refused, and the client refuses before any network
 // write.
 func TestValidateResourceRule(t *testing.T) {
-	for _, bad := range []string{"", " ", "a\x00b", "a\xffb", "a\uFFFDb", strings.Repeat("x", MaxResource+1)} {
-		if err := ValidateResource(bad); !errors.Is(err, ErrBadRequest) {
-			t.Errorf("ValidateResource(%q) = %v; want ErrBadRequest", bad, err)
+	for _, bad := range []string{"", " ", "a\x00b", "a\xffb", "a\uFFFDb", strings.Repeat("x", tokenapi.MaxResource+1)} {
+		if err := tokenapi.ValidateResource(bad); !errors.Is(err, tokenapi.ErrBadRequest) {
+			t.Errorf("tokenapi.ValidateResource(%q) = %v; want tokenapi.ErrBadRequest", bad, err)
 		}
 	}
-	for _, good := range []string{"orders/42", strings.Repeat("ü", MaxResource/2), strings.Repeat("x", MaxResource), "a\tb"} {
-		if err := ValidateResource(good); err != nil {
-			t.Errorf("ValidateResource(%q) = %v", good, err)
+	for _, good := range []string{"orders/42", strings.Repeat("ü", tokenapi.MaxResource/2), strings.Repeat("x", tokenapi.MaxResource), "a\tb"} {
+		if err := tokenapi.ValidateResource(good); err != nil {
+			t.Errorf("tokenapi.ValidateResource(%q) = %v", good, err)
 		}
 	}
 	var hits atomic.Int32
@@ -35,8 +37,8 @@ func TestValidateResourceRule(t *testing.T) {
 	}
 	defer c.Close()
 	for _, bad := range []string{"a\x00b", "a\xffb"} {
-		if _, err := c.Next(context.Background(), bad); !errors.Is(err, ErrBadResource) {
-			t.Errorf("Next(%q) = %v; want ErrBadResource", bad, err)
+		if _, err := c.Next(context.Background(), bad); !errors.Is(err, tokenapi.ErrBadResource) {
+			t.Errorf("Next(%q) = %v; want tokenapi.ErrBadResource", bad, err)
 		}
 	}
 	if hits.Load() != 0 {

@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/fencegate/fencegate/internal/tlsfiles"
+	"github.com/fencegate/fencegate/tokenapi"
 )
 
 // ErrPlainURL is returned by NewClient for a server given as an http:// URL
@@ -38,10 +39,10 @@ func (c *Client) usesTLS() bool {
 // Every file is checked now, as tokenservice.LoadNodeTLS does.
 func LoadClientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
 	if caFile == "" {
-		return nil, fmt.Errorf("%w: no CA file: the client needs the cluster CA to verify the nodes", ErrBadTLS)
+		return nil, fmt.Errorf("%w: no CA file: the client needs the cluster CA to verify the nodes", tokenapi.ErrBadTLS)
 	}
 	if (certFile == "") != (keyFile == "") {
-		return nil, fmt.Errorf("%w: give both a certificate and its key, or neither", ErrBadTLS)
+		return nil, fmt.Errorf("%w: give both a certificate and its key, or neither", tokenapi.ErrBadTLS)
 	}
 	pool, err := tlsfiles.LoadCA(caFile)
 	if err != nil {
@@ -56,8 +57,8 @@ func LoadClientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
 		if err := tlsfiles.VerifyLeaf(pair.Leaf, pool, certFile, caFile); err != nil {
 			return nil, err
 		}
-		if len(RolesOf(pair.Leaf)) == 0 {
-			return nil, fmt.Errorf("%w: certificate %s names no role (its OU must be client, admin or peer); issue one with a role", ErrBadTLS, certFile)
+		if len(tokenapi.RolesOf(pair.Leaf)) == 0 {
+			return nil, fmt.Errorf("%w: certificate %s names no role (its OU must be client, admin or peer); issue one with a role", tokenapi.ErrBadTLS, certFile)
 		}
 		certs = []tls.Certificate{pair}
 	}
@@ -87,19 +88,8 @@ func RequirePeerRole(cs tls.ConnectionState) error {
 		return errors.New("tokenservice: the other side presented no certificate")
 	}
 	leaf := cs.PeerCertificates[0]
-	if !slices.Contains(RolesOf(leaf), RolePeer) {
-		return fmt.Errorf("tokenservice: certificate of %q has roles %v, not peer: it is not a node of this cluster", leaf.Subject.CommonName, RolesOf(leaf))
+	if !slices.Contains(tokenapi.RolesOf(leaf), tokenapi.RolePeer) {
+		return fmt.Errorf("tokenservice: certificate of %q has roles %v, not peer: it is not a node of this cluster", leaf.Subject.CommonName, tokenapi.RolesOf(leaf))
 	}
 	return nil
-}
-
-// rolesOf reads the roles of a certificate from its subject's OUs.
-func RolesOf(c *x509.Certificate) []Role {
-	var out []Role
-	for _, ou := range c.Subject.OrganizationalUnit {
-		if r := Role(ou); slices.Contains(Roles, r) && !slices.Contains(out, r) {
-			out = append(out, r)
-		}
-	}
-	return out
 }

@@ -8,13 +8,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/fencegate/fencegate/internal/tokenwire"
-)
-
-// The headers a node names the leader in.
-const (
-	leaderHeader   = tokenwire.LeaderHeader
-	leaderIDHeader = tokenwire.LeaderIDHeader
+	"github.com/fencegate/fencegate/tokenapi"
 )
 
 // NormalizeURL turns "host:port" or "http://host:port[/]" into "http://host:port".
@@ -33,23 +27,23 @@ func NormalizeURL(s string) (string, error) {
 	return u.Scheme + "://" + u.Host, nil
 }
 
-// decodeError turns a node's error answer into an *APIError.
+// decodeError turns a node's error answer into an *tokenapi.APIError.
 func decodeError(status int, body []byte) error {
-	var e errorResponse
+	var e tokenapi.ErrorResponse
 	if err := json.Unmarshal(body, &e); err != nil || e.Code == "" {
-		code := CodeInternal
+		code := tokenapi.CodeInternal
 		if status == http.StatusServiceUnavailable || status == http.StatusBadGateway || status == http.StatusGatewayTimeout {
-			code = CodeUnavailable
+			code = tokenapi.CodeUnavailable
 		}
-		return &APIError{Status: status, Code: code, Message: fmt.Sprintf("%v: HTTP %d: %.200s", codeSentinel(code), status, body)}
+		return &tokenapi.APIError{Status: status, Code: code, Message: fmt.Sprintf("%v: HTTP %d: %.200s", tokenapi.CodeErr(code), status, body)}
 	}
-	return &APIError{Status: status, Code: e.Code, Message: e.Error, LeaderAPI: e.LeaderAPI, LeaderID: e.LeaderID}
+	return &tokenapi.APIError{Status: status, Code: e.Code, Message: e.Error, LeaderAPI: e.LeaderAPI, LeaderID: e.LeaderID}
 }
 
 // isAPIError reports whether body is the token API's error form: JSON with
 // a "code".
 func isAPIError(body []byte) bool {
-	var e errorResponse
+	var e tokenapi.ErrorResponse
 	return json.Unmarshal(body, &e) == nil && e.Code != ""
 }
 
@@ -58,9 +52,9 @@ func isAPIError(body []byte) bool {
 // decodes into zeros.
 func plausible(out any) bool {
 	switch v := out.(type) {
-	case *tokenResponse:
+	case *tokenapi.TokenResponse:
 		return v.Token > 0
-	case *batchResponse:
+	case *tokenapi.BatchResponse:
 		for _, t := range v.Tokens {
 			if t.Token <= 0 {
 				return false

@@ -16,7 +16,7 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/internal/pki"
-	"github.com/fencegate/fencegate/tokenclient"
+	"github.com/fencegate/fencegate/tokenapi"
 )
 
 // Identity is who sent a request, established by a client certificate
@@ -24,13 +24,13 @@ import (
 // credential from the node's credentials file.
 type Identity struct {
 	Name  string
-	Roles []Role
+	Roles []tokenapi.Role
 	// Method is "certificate" or "bearer" (or both, joined by "+").
 	Method string
 }
 
 // Has reports whether the identity holds role r.
-func (id Identity) Has(r Role) bool { return slices.Contains(id.Roles, r) }
+func (id Identity) Has(r tokenapi.Role) bool { return slices.Contains(id.Roles, r) }
 
 type identityKey struct{}
 
@@ -49,7 +49,7 @@ type Credentials struct {
 
 type credential struct {
 	hash  [sha256.Size]byte
-	roles []Role
+	roles []tokenapi.Role
 }
 
 var credName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
@@ -73,7 +73,7 @@ func LoadCredentials(path string) (*Credentials, error) {
 		if errors.As(err, &pe) {
 			err = pe.Err
 		}
-		return nil, fmt.Errorf("%w: cannot read %s: %v", ErrBadCredentials, path, err)
+		return nil, fmt.Errorf("%w: cannot read %s: %v", tokenapi.ErrBadCredentials, path, err)
 	}
 	defer f.Close()
 	return ParseCredentials(f, path)
@@ -90,7 +90,7 @@ func ParseCredentials(r io.Reader, name string) (*Credentials, error) {
 			continue
 		}
 		bad := func(format string, a ...any) error {
-			return fmt.Errorf("%w: %s line %d: %s", ErrBadCredentials, name, n, fmt.Sprintf(format, a...))
+			return fmt.Errorf("%w: %s line %d: %s", tokenapi.ErrBadCredentials, name, n, fmt.Sprintf(format, a...))
 		}
 		f := strings.Fields(line)
 		if len(f) == 2 && len(f[1]) >= minSecret {
@@ -107,12 +107,12 @@ func ParseCredentials(r io.Reader, name string) (*Credentials, error) {
 		}
 		var cr credential
 		for _, r := range strings.Split(f[1], ",") {
-			switch Role(r) {
-			case RoleClient, RoleAdmin:
-				if !slices.Contains(cr.roles, Role(r)) {
-					cr.roles = append(cr.roles, Role(r))
+			switch tokenapi.Role(r) {
+			case tokenapi.RoleClient, tokenapi.RoleAdmin:
+				if !slices.Contains(cr.roles, tokenapi.Role(r)) {
+					cr.roles = append(cr.roles, tokenapi.Role(r))
 				}
-			case RolePeer:
+			case tokenapi.RolePeer:
 				return nil, bad("role peer is given only by certificates (nodes identify each other by certificate); use client or admin")
 			default:
 				return nil, bad("unknown role %q; use client, admin or client,admin", r)
@@ -127,7 +127,7 @@ func ParseCredentials(r io.Reader, name string) (*Credentials, error) {
 		c.byName[f[0]] = cr
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%w: read %s: %v", ErrBadCredentials, name, err)
+		return nil, fmt.Errorf("%w: read %s: %v", tokenapi.ErrBadCredentials, name, err)
 	}
 	return c, nil
 }
@@ -169,7 +169,7 @@ func (a *authenticator) identify(r *http.Request) (Identity, string, bool) {
 	var methods []string
 	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
 		leaf := r.TLS.VerifiedChains[0][0]
-		id.Name, id.Roles = leaf.Subject.CommonName, tokenclient.RolesOf(leaf)
+		id.Name, id.Roles = leaf.Subject.CommonName, tokenapi.RolesOf(leaf)
 		methods = append(methods, "certificate")
 	}
 	if h := r.Header.Get("Authorization"); h != "" {
@@ -223,18 +223,18 @@ func (s *Server) require(rt Route, h http.HandlerFunc) http.HandlerFunc {
 			s.log.Info("refused request", "status", http.StatusUnauthorized, "method", r.Method, "path", r.URL.Path, "from", r.RemoteAddr, "reason", why)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="fencegate"`)
 			s.writeError(w, fmt.Errorf("%w: %s %s needs %s: %s; present a certificate signed by the cluster CA or a bearer credential",
-				ErrUnauthenticated, rt.Method, rt.Path, needs, why))
+				tokenapi.ErrUnauthenticated, rt.Method, rt.Path, needs, why))
 			return
 		}
 		if why := s.peerStanding(r, rt, id); why != "" {
 			// The certificate's peer role does not count here; another
 			// role the identity holds still may.
-			id.Roles = slices.DeleteFunc(slices.Clone(id.Roles), func(x Role) bool { return x == RolePeer })
+			id.Roles = slices.DeleteFunc(slices.Clone(id.Roles), func(x tokenapi.Role) bool { return x == tokenapi.RolePeer })
 			if !slices.ContainsFunc(rt.Roles, id.Has) {
 				s.log.Info("refused request", "status", http.StatusForbidden, "method", r.Method, "path", r.URL.Path, "from", r.RemoteAddr,
 					"identity", id.Name, "reason", why)
 				s.writeError(w, fmt.Errorf("%w: %s %s needs %s; the peer certificate of %q does not count: %s",
-					ErrForbidden, rt.Method, rt.Path, needs, id.Name, why))
+					tokenapi.ErrForbidden, rt.Method, rt.Path, needs, id.Name, why))
 				return
 			}
 		}
@@ -242,7 +242,7 @@ func (s *Server) require(rt Route, h http.HandlerFunc) http.HandlerFunc {
 			s.log.Info("refused request", "status", http.StatusForbidden, "method", r.Method, "path", r.URL.Path, "from", r.RemoteAddr,
 				"identity", id.Name, "roles", id.Roles, "needs", needs)
 			s.writeError(w, fmt.Errorf("%w: %s %s needs %s; %q (%s) has %s",
-				ErrForbidden, rt.Method, rt.Path, needs, id.Name, id.Method, rolesText(id.Roles)))
+				tokenapi.ErrForbidden, rt.Method, rt.Path, needs, id.Name, id.Method, rolesText(id.Roles)))
 			return
 		}
 		if rt.Self {
@@ -251,14 +251,14 @@ func (s *Server) require(rt Route, h http.HandlerFunc) http.HandlerFunc {
 				s.log.Info("refused request", "status", http.StatusForbidden, "method", r.Method, "path", r.URL.Path, "from", r.RemoteAddr,
 					"identity", id.Name, "reason", "not the member itself")
 				s.writeError(w, fmt.Errorf("%w: %s %s may be called only by member %q itself, with its peer certificate (CN=%s); %q (%s) is not it",
-					ErrForbidden, rt.Method, rt.Path, want, want, id.Name, id.Method))
+					tokenapi.ErrForbidden, rt.Method, rt.Path, want, want, id.Name, id.Method))
 				return
 			}
 		}
 		if rt.Member {
 			st := s.Store()
 			if st == nil {
-				s.writeError(w, fmt.Errorf("%w: node %s has not started Raft yet: %s", ErrUnavailable, s.cfg.ID, s.startingReason()))
+				s.writeError(w, fmt.Errorf("%w: node %s has not started Raft yet: %s", tokenapi.ErrUnavailable, s.cfg.ID, s.startingReason()))
 				return
 			}
 			if !st.IsMember(id.Name) {
@@ -266,7 +266,7 @@ func (s *Server) require(rt Route, h http.HandlerFunc) http.HandlerFunc {
 				// is no revocation): only a current member may call.
 				s.log.Info("refused request", "status", http.StatusForbidden, "method", r.Method, "path", r.URL.Path, "from", r.RemoteAddr,
 					"identity", id.Name, "reason", "not a member")
-				s.writeError(w, fmt.Errorf("%w: %s %s needs %s held by a current member of the cluster; %q is not one", ErrForbidden, rt.Method, rt.Path, needs, id.Name))
+				s.writeError(w, fmt.Errorf("%w: %s %s needs %s held by a current member of the cluster; %q is not one", tokenapi.ErrForbidden, rt.Method, rt.Path, needs, id.Name))
 				return
 			}
 		}
@@ -289,7 +289,7 @@ var beforeMembership = []string{"/v1/internal/state", "/v1/internal/configuratio
 // before it is a member. A peer certificate outlives its node's membership
 // (there is no revocation): a removed node is a stranger.
 func (s *Server) peerStanding(r *http.Request, rt Route, id Identity) string {
-	if !id.Has(RolePeer) || !slices.Contains(rt.Roles, RolePeer) || r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || s.cfg.TLS == nil {
+	if !id.Has(tokenapi.RolePeer) || !slices.Contains(rt.Roles, tokenapi.RolePeer) || r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || s.cfg.TLS == nil {
 		return ""
 	}
 	leaf := r.TLS.VerifiedChains[0][0]
@@ -309,7 +309,7 @@ func (s *Server) peerStanding(r *http.Request, rt Route, id Identity) string {
 	return ""
 }
 
-func rolesText(rs []Role) string {
+func rolesText(rs []tokenapi.Role) string {
 	if len(rs) == 0 {
 		return "no role"
 	}

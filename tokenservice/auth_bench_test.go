@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/internal/pki"
+	"github.com/fencegate/fencegate/tokenapi"
+	"github.com/fencegate/fencegate/tokenclient"
 )
 
 // BenchmarkIdentify measures what authentication adds to each request:
@@ -17,13 +19,13 @@ import (
 // 1,000 credentials.
 func BenchmarkIdentify(b *testing.B) {
 	var lines []string
-	var cred ClientCredential
+	var cred tokenclient.ClientCredential
 	for i := range 1000 {
-		c, err := NewClientCredential(fmt.Sprintf("app%d", i))
+		c, err := tokenclient.NewClientCredential(fmt.Sprintf("app%d", i))
 		if err != nil {
 			b.Fatal(err)
 		}
-		lines = append(lines, c.ServerLine(RoleClient))
+		lines = append(lines, c.ServerLine(tokenapi.RoleClient))
 		cred = c
 	}
 	creds, err := ParseCredentials(strings.NewReader(strings.Join(lines, "\n")), "bench")
@@ -35,7 +37,7 @@ func BenchmarkIdentify(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	leaf, err := ca.Issue("app", []string{string(RoleClient)}, nil, pki.Options{})
+	leaf, err := ca.Issue("app", []string{string(tokenapi.RoleClient)}, nil, pki.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -16,6 +16,8 @@ import (
 
 	"github.com/fencegate/fencegate/internal/pki"
 	"github.com/fencegate/fencegate/internal/pkitest"
+	"github.com/fencegate/fencegate/tokenapi"
+	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
@@ -24,7 +26,7 @@ import (
 // or none) and an Authorization header (or none).
 type caller struct {
 	name  string
-	roles []tokenservice.Role // what the node should grant; nil: no identity
+	roles []tokenapi.Role // what the node should grant; nil: no identity
 	tls   *tls.Config
 	auth  string
 	// cn is the certificate's name, when it is the one a Self route's path
@@ -35,7 +37,7 @@ type caller struct {
 	refusedAtHandshake bool
 }
 
-func issueTLS(t *testing.T, ca, trust *pki.CA, name string, o pki.Options, roles ...tokenservice.Role) *tls.Config {
+func issueTLS(t *testing.T, ca, trust *pki.CA, name string, o pki.Options, roles ...tokenapi.Role) *tls.Config {
 	t.Helper()
 	rs := make([]string, len(roles))
 	for i, r := range roles {
@@ -45,7 +47,7 @@ func issueTLS(t *testing.T, ca, trust *pki.CA, name string, o pki.Options, roles
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tokenservice.ClientTLSConfig(trust.Pool(), leaf.TLSCertificate())
+	return tokenclient.ClientTLSConfig(trust.Pool(), leaf.TLSCertificate())
 }
 
 // Must show: every endpoint refuses unauthenticated and wrong-role
@@ -54,61 +56,61 @@ func issueTLS(t *testing.T, ca, trust *pki.CA, name string, o pki.Options, roles
 // the route needs), the right role neither.
 func TestEveryRouteRefusesWithoutItsRole(t *testing.T) {
 	ca, other := newCA(t, "cluster"), newCA(t, "other")
-	creds, bearer := credentials(t, map[string][]tokenservice.Role{
-		"app": {tokenservice.RoleClient}, "ops": {tokenservice.RoleAdmin}, "both": {tokenservice.RoleClient, tokenservice.RoleAdmin},
+	creds, bearer := credentials(t, map[string][]tokenapi.Role{
+		"app": {tokenapi.RoleClient}, "ops": {tokenapi.RoleAdmin}, "both": {tokenapi.RoleClient, tokenapi.RoleAdmin},
 	})
 	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, creds))
-	anon := tokenservice.ClientTLSConfig(ca.Pool())
+	anon := tokenclient.ClientTLSConfig(ca.Pool())
 	expired := pki.Options{NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-24 * time.Hour)}
 	wrongSecret := bearer["app"]
 	wrongSecret.Secret = strings.Repeat("A", len(wrongSecret.Secret))
 	callers := []caller{
 		{name: "nothing", tls: anon},
-		{name: "client cert", roles: []tokenservice.Role{tokenservice.RoleClient}, tls: issueTLS(t, ca, ca, "app", pki.Options{}, tokenservice.RoleClient)},
-		{name: "admin cert", roles: []tokenservice.Role{tokenservice.RoleAdmin}, tls: issueTLS(t, ca, ca, "ops", pki.Options{}, tokenservice.RoleAdmin)},
-		{name: "peer cert", roles: []tokenservice.Role{tokenservice.RolePeer}, tls: issueTLS(t, ca, ca, "n2", pki.Options{}, tokenservice.RolePeer), member: true},
+		{name: "client cert", roles: []tokenapi.Role{tokenapi.RoleClient}, tls: issueTLS(t, ca, ca, "app", pki.Options{}, tokenapi.RoleClient)},
+		{name: "admin cert", roles: []tokenapi.Role{tokenapi.RoleAdmin}, tls: issueTLS(t, ca, ca, "ops", pki.Options{}, tokenapi.RoleAdmin)},
+		{name: "peer cert", roles: []tokenapi.Role{tokenapi.RolePeer}, tls: issueTLS(t, ca, ca, "n2", pki.Options{}, tokenapi.RolePeer), member: true},
 		// A peer certificate named like the path's {id}, of a node that
 		// is not a member: its peer role counts only on the questions a
 		// node asks before it is a member (state, configuration).
-		{name: "peer cert named like the path", roles: []tokenservice.Role{tokenservice.RolePeer}, tls: issueTLS(t, ca, ca, "no-such-member", pki.Options{}, tokenservice.RolePeer), cn: "no-such-member"},
-		{name: "cert without role", roles: []tokenservice.Role{}, tls: issueTLS(t, ca, ca, "nobody", pki.Options{})},
-		{name: "bearer client", roles: []tokenservice.Role{tokenservice.RoleClient}, tls: anon, auth: "Bearer app:" + bearer["app"].Secret},
-		{name: "bearer admin", roles: []tokenservice.Role{tokenservice.RoleAdmin}, tls: anon, auth: "Bearer ops:" + bearer["ops"].Secret},
-		{name: "bearer client+admin", roles: []tokenservice.Role{tokenservice.RoleClient, tokenservice.RoleAdmin}, tls: anon, auth: "Bearer both:" + bearer["both"].Secret},
+		{name: "peer cert named like the path", roles: []tokenapi.Role{tokenapi.RolePeer}, tls: issueTLS(t, ca, ca, "no-such-member", pki.Options{}, tokenapi.RolePeer), cn: "no-such-member"},
+		{name: "cert without role", roles: []tokenapi.Role{}, tls: issueTLS(t, ca, ca, "nobody", pki.Options{})},
+		{name: "bearer client", roles: []tokenapi.Role{tokenapi.RoleClient}, tls: anon, auth: "Bearer app:" + bearer["app"].Secret},
+		{name: "bearer admin", roles: []tokenapi.Role{tokenapi.RoleAdmin}, tls: anon, auth: "Bearer ops:" + bearer["ops"].Secret},
+		{name: "bearer client+admin", roles: []tokenapi.Role{tokenapi.RoleClient, tokenapi.RoleAdmin}, tls: anon, auth: "Bearer both:" + bearer["both"].Secret},
 		{name: "bearer wrong secret", tls: anon, auth: "Bearer app:" + wrongSecret.Secret},
 		{name: "bearer unknown name", tls: anon, auth: "Bearer eve:" + bearer["app"].Secret},
 		{name: "bearer malformed", tls: anon, auth: "Bearer " + bearer["app"].Secret},
 		{name: "basic auth", tls: anon, auth: "Basic YXBwOmFwcA=="},
-		{name: "client cert with a wrong bearer", tls: issueTLS(t, ca, ca, "app", pki.Options{}, tokenservice.RoleClient), auth: "Bearer app:" + wrongSecret.Secret},
+		{name: "client cert with a wrong bearer", tls: issueTLS(t, ca, ca, "app", pki.Options{}, tokenapi.RoleClient), auth: "Bearer app:" + wrongSecret.Secret},
 		// Go's TLS client leaves out a certificate the server's CA list
 		// does not name: the node sees no identity.
-		{name: "admin cert of another CA", tls: issueTLS(t, other, ca, "ops", pki.Options{}, tokenservice.RoleAdmin)},
+		{name: "admin cert of another CA", tls: issueTLS(t, other, ca, "ops", pki.Options{}, tokenapi.RoleAdmin)},
 		// An attacker's client sends it anyway: the handshake fails.
-		{name: "admin cert of another CA, forced", tls: forceCert(issueTLS(t, other, ca, "ops", pki.Options{}, tokenservice.RoleAdmin)), refusedAtHandshake: true},
-		{name: "expired admin cert", tls: forceCert(issueTLS(t, ca, ca, "ops", expired, tokenservice.RoleAdmin)), refusedAtHandshake: true},
+		{name: "admin cert of another CA, forced", tls: forceCert(issueTLS(t, other, ca, "ops", pki.Options{}, tokenapi.RoleAdmin)), refusedAtHandshake: true},
+		{name: "expired admin cert", tls: forceCert(issueTLS(t, ca, ca, "ops", expired, tokenapi.RoleAdmin)), refusedAtHandshake: true},
 	}
 	routes := tokenservice.Routes()
 	// The contract: who may call what. Minting is for clients; allocation,
 	// the founding questions and a member's own address for nodes;
 	// membership, snapshot and restore for admins; reading for clients and
 	// admins; metrics and probes for any identity.
-	want := map[string][]tokenservice.Role{
-		"POST /v1/tokens":                {tokenservice.RoleClient},
-		"POST /v1/internal/allocate":     {tokenservice.RolePeer},
-		"GET /v1/internal/state":         {tokenservice.RolePeer},
-		"GET /v1/internal/view":          {tokenservice.RolePeer},
-		"GET /v1/internal/configuration": {tokenservice.RolePeer},
-		"PUT /v1/members/{id}/api-addr":  {tokenservice.RolePeer},
-		"GET /v1/status":                 {tokenservice.RoleClient, tokenservice.RoleAdmin},
-		"GET /v1/floor":                  {tokenservice.RoleClient, tokenservice.RoleAdmin},
-		"GET /v1/members":                {tokenservice.RoleClient, tokenservice.RoleAdmin},
-		"POST /v1/members":               {tokenservice.RoleAdmin},
-		"DELETE /v1/members/{id}":        {tokenservice.RoleAdmin},
-		"GET /v1/snapshot":               {tokenservice.RoleAdmin},
-		"POST /v1/restore":               {tokenservice.RoleAdmin},
-		"GET /metrics":                   tokenservice.Roles,
-		"GET /healthz":                   tokenservice.Roles,
-		"GET /readyz":                    tokenservice.Roles,
+	want := map[string][]tokenapi.Role{
+		"POST /v1/tokens":                {tokenapi.RoleClient},
+		"POST /v1/internal/allocate":     {tokenapi.RolePeer},
+		"GET /v1/internal/state":         {tokenapi.RolePeer},
+		"GET /v1/internal/view":          {tokenapi.RolePeer},
+		"GET /v1/internal/configuration": {tokenapi.RolePeer},
+		"PUT /v1/members/{id}/api-addr":  {tokenapi.RolePeer},
+		"GET /v1/status":                 {tokenapi.RoleClient, tokenapi.RoleAdmin},
+		"GET /v1/floor":                  {tokenapi.RoleClient, tokenapi.RoleAdmin},
+		"GET /v1/members":                {tokenapi.RoleClient, tokenapi.RoleAdmin},
+		"POST /v1/members":               {tokenapi.RoleAdmin},
+		"DELETE /v1/members/{id}":        {tokenapi.RoleAdmin},
+		"GET /v1/snapshot":               {tokenapi.RoleAdmin},
+		"POST /v1/restore":               {tokenapi.RoleAdmin},
+		"GET /metrics":                   tokenapi.Roles,
+		"GET /healthz":                   tokenapi.Roles,
+		"GET /readyz":                    tokenapi.Roles,
 	}
 	wantSelf := map[string]bool{"PUT /v1/members/{id}/api-addr": true}
 	wantMember := map[string]bool{"POST /v1/internal/allocate": true}
@@ -128,7 +130,7 @@ func TestEveryRouteRefusesWithoutItsRole(t *testing.T) {
 		if rt.Self != wantSelf[key] || rt.Member != wantMember[key] {
 			t.Errorf("%s: Self %v, Member %v; want %v, %v", key, rt.Self, rt.Member, wantSelf[key], wantMember[key])
 		}
-		if slices.Contains(rt.Roles, tokenservice.RoleClient) && strings.Contains(rt.Path, "members") && rt.Method != http.MethodGet {
+		if slices.Contains(rt.Roles, tokenapi.RoleClient) && strings.Contains(rt.Path, "members") && rt.Method != http.MethodGet {
 			t.Errorf("%s: a client may change membership", key)
 		}
 		if rt.Doc == "" {
@@ -165,24 +167,24 @@ func TestEveryRouteRefusesWithoutItsRole(t *testing.T) {
 				resp.Body.Close()
 				var e struct{ Error, Code string }
 				_ = json.Unmarshal(body, &e)
-				allowed := slices.ContainsFunc(rt.Roles, func(r tokenservice.Role) bool { return slices.Contains(cl.roles, r) })
+				allowed := slices.ContainsFunc(rt.Roles, func(r tokenapi.Role) bool { return slices.Contains(cl.roles, r) })
 				if rt.Self && cl.cn != "no-such-member" {
 					allowed = false // only the member the path names
 				}
 				if rt.Member && !cl.member {
 					allowed = false // only a current member
 				}
-				if slices.Equal(cl.roles, []tokenservice.Role{tokenservice.RolePeer}) && !cl.member &&
+				if slices.Equal(cl.roles, []tokenapi.Role{tokenapi.RolePeer}) && !cl.member &&
 					rt.Path != "/v1/internal/state" && rt.Path != "/v1/internal/configuration" {
 					allowed = false // a non-member's certificate is not a peer's
 				}
 				switch {
 				case cl.roles == nil:
-					if resp.StatusCode != http.StatusUnauthorized || e.Code != tokenservice.CodeUnauthenticated {
+					if resp.StatusCode != http.StatusUnauthorized || e.Code != tokenapi.CodeUnauthenticated {
 						t.Fatalf("got %s %s; want 401 unauthenticated", resp.Status, body)
 					}
 				case !allowed:
-					if resp.StatusCode != http.StatusForbidden || e.Code != tokenservice.CodeForbidden {
+					if resp.StatusCode != http.StatusForbidden || e.Code != tokenapi.CodeForbidden {
 						t.Fatalf("got %s %s; want 403 forbidden", resp.Status, body)
 					}
 				default:
@@ -212,7 +214,7 @@ func TestEveryRouteRefusesWithoutItsRole(t *testing.T) {
 	}
 	// A peer certificate of a node that is not (or no longer) a member may
 	// not allocate: certificates outlive membership.
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: issueTLS(t, ca, ca, "n9", pki.Options{}, tokenservice.RolePeer)}, Timeout: 10 * time.Second}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: issueTLS(t, ca, ca, "n9", pki.Options{}, tokenapi.RolePeer)}, Timeout: 10 * time.Second}
 	defer hc.CloseIdleConnections()
 	resp, err := hc.Post(target+"/v1/internal/allocate", "application/json", strings.NewReader(`{"count":1}`))
 	if err != nil {
@@ -233,11 +235,11 @@ func TestEveryRouteRefusesWithoutItsRole(t *testing.T) {
 
 // sameMember reports whether a and b are the same member at the same
 // addresses with the same vote, whatever each knows of the leader.
-func sameMember(a, b tokenservice.Member) bool {
+func sameMember(a, b tokenapi.Member) bool {
 	return a.ID == b.ID && a.RaftAddr == b.RaftAddr && a.APIAddr == b.APIAddr && a.Suffrage == b.Suffrage
 }
 
-func sameRoles(a, b []tokenservice.Role) bool {
+func sameRoles(a, b []tokenapi.Role) bool {
 	a, b = slices.Clone(a), slices.Clone(b)
 	slices.Sort(a)
 	slices.Sort(b)
@@ -273,7 +275,7 @@ func benignBody(rt tokenservice.Route) []byte {
 // Bad lines of a node's credentials file are refused with their line
 // number; a client's file likewise; a credential never shows its secret.
 func TestCredentialsFiles(t *testing.T) {
-	good, err := tokenservice.NewClientCredential("app")
+	good, err := tokenclient.NewClientCredential("app")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,18 +286,18 @@ func TestCredentialsFiles(t *testing.T) {
 	}{
 		{"too few fields", "# comment\n\napp client\n", 3, "NAME ROLES sha256:HEX"},
 		{"unknown role", good.ServerLine("superuser"), 1, "unknown role"},
-		{"peer role", good.ServerLine(tokenservice.RolePeer), 1, "only by certificates"},
+		{"peer role", good.ServerLine(tokenapi.RolePeer), 1, "only by certificates"},
 		{"bad hash", "app client sha256:1234\n", 1, "64 hex digits"},
 		{"no hash prefix", "app client " + strings.Repeat("ab", 32) + "\n", 1, "sha256:"},
-		{"duplicate name", good.ServerLine(tokenservice.RoleClient) + "\n" + good.ServerLine(tokenservice.RoleAdmin), 2, "twice"},
+		{"duplicate name", good.ServerLine(tokenapi.RoleClient) + "\n" + good.ServerLine(tokenapi.RoleAdmin), 2, "twice"},
 		{"bad name", "a/b client sha256:" + strings.Repeat("ab", 32), 1, "name"},
 		{"a client's secret line", "# ok\n" + good.FileLine(), 2, "client's NAME SECRET line"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := tokenservice.ParseCredentials(strings.NewReader(tc.file), "creds.txt")
-			if !errors.Is(err, tokenservice.ErrBadCredentials) {
-				t.Fatalf("err = %v; want ErrBadCredentials", err)
+			if !errors.Is(err, tokenapi.ErrBadCredentials) {
+				t.Fatalf("err = %v; want tokenapi.ErrBadCredentials", err)
 			}
 			if want := fmt.Sprintf("creds.txt line %d:", tc.line); !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %q; want %q and %q", err, want, tc.want)
@@ -305,7 +307,7 @@ func TestCredentialsFiles(t *testing.T) {
 			}
 		})
 	}
-	creds, err := tokenservice.ParseCredentials(strings.NewReader("# node file\n"+good.ServerLine(tokenservice.RoleClient, tokenservice.RoleAdmin)+"\n"), "ok")
+	creds, err := tokenservice.ParseCredentials(strings.NewReader("# node file\n"+good.ServerLine(tokenapi.RoleClient, tokenapi.RoleAdmin)+"\n"), "ok")
 	if err != nil || creds.Len() != 1 {
 		t.Fatalf("ParseCredentials of a good file: %v, %d credentials", err, creds.Len())
 	}
@@ -318,7 +320,7 @@ func TestCredentialsFiles(t *testing.T) {
 		}
 		return p
 	}
-	got, err := tokenservice.LoadClientCredential(write("client", "# app's credential\n"+good.FileLine()+"\n"))
+	got, err := tokenclient.LoadClientCredential(write("client", "# app's credential\n"+good.FileLine()+"\n"))
 	if err != nil || got != good {
 		t.Fatalf("LoadClientCredential = %v, %v; want %v", got, err, good)
 	}
@@ -326,17 +328,17 @@ func TestCredentialsFiles(t *testing.T) {
 		file string
 		want string
 	}{
-		"node line":    {good.ServerLine(tokenservice.RoleClient), "line 1: this is a node's line"},
+		"node line":    {good.ServerLine(tokenapi.RoleClient), "line 1: this is a node's line"},
 		"short secret": {"\napp tooshort", "line 2: the secret is too short"},
 		"two lines":    {good.FileLine() + "\n" + good.FileLine(), "line 2: a client's file holds one credential"},
 		"empty":        {"# nothing\n", "holds no credential"},
 	} {
-		_, err := tokenservice.LoadClientCredential(write(name, tc.file))
-		if !errors.Is(err, tokenservice.ErrBadCredentials) || !strings.Contains(err.Error(), tc.want) {
+		_, err := tokenclient.LoadClientCredential(write(name, tc.file))
+		if !errors.Is(err, tokenapi.ErrBadCredentials) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v; want %q", name, err, tc.want)
 		}
 	}
-	if _, err := tokenservice.LoadClientCredential(dir + "/missing"); err == nil || !strings.Contains(err.Error(), dir+"/missing") {
+	if _, err := tokenclient.LoadClientCredential(dir + "/missing"); err == nil || !strings.Contains(err.Error(), dir+"/missing") {
 		t.Errorf("missing file: err = %v; want the path named", err)
 	}
 

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/fencegate/fencegate/tokenapi"
 )
 
 // handleSnapshot reads the cluster id and the counter on the leader after
@@ -15,8 +17,8 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, Snapshot{
-		Format: SnapshotFormat, ClusterID: b.ClusterID, Counter: b.Counter, Index: b.Index, Term: b.Term,
+	writeJSON(w, http.StatusOK, tokenapi.Snapshot{
+		Format: tokenapi.SnapshotFormat, ClusterID: b.ClusterID, Counter: b.Counter, Index: b.Index, Term: b.Term,
 		Time: time.Now().UTC(), Leader: s.cfg.ID,
 	})
 }
@@ -24,13 +26,13 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 // handleRestore commits an entry that raises the counter to at least the
 // value asked; it never lowers it. Only the leader answers.
 func (s *Server) handleRestore(w http.ResponseWriter, r *http.Request) {
-	var req restoreRequest
+	var req tokenapi.RestoreRequest
 	if err := decodeBody(r, &req); err != nil {
 		s.writeError(w, err)
 		return
 	}
 	if req.AtLeast < 0 {
-		s.writeError(w, fmt.Errorf("%w: at_least %d is negative", ErrBadRequest, req.AtLeast))
+		s.writeError(w, fmt.Errorf("%w: at_least %d is negative", tokenapi.ErrBadRequest, req.AtLeast))
 		return
 	}
 	res, err := s.Store().RaiseCounter(r.Context(), req.AtLeast)
@@ -39,5 +41,5 @@ func (s *Server) handleRestore(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("counter raised by restore", "at_least", req.AtLeast, "before", res.Before, "after", res.After, "index", res.Index)
-	writeJSON(w, http.StatusOK, Restored{AtLeast: req.AtLeast, Before: res.Before, After: res.After, Index: res.Index, Term: res.Term})
+	writeJSON(w, http.StatusOK, tokenapi.Restored{AtLeast: req.AtLeast, Before: res.Before, After: res.After, Index: res.Index, Term: res.Term})
 }

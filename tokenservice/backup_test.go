@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
@@ -27,12 +27,12 @@ func TestSnapshotRestore(t *testing.T) {
 		t.Fatalf("snapshot: exit %d: %s", code, stderr)
 	}
 	t.Log(strings.TrimSpace(out))
-	var sn tokenservice.Snapshot
+	var sn tokenapi.Snapshot
 	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := json.Unmarshal(b, &sn); err != nil || sn.Format != tokenservice.SnapshotFormat || sn.Counter < 100 || sn.ClusterID == "" || sn.Time.IsZero() {
+	if err := json.Unmarshal(b, &sn); err != nil || sn.Format != tokenapi.SnapshotFormat || sn.Counter < 100 || sn.ClusterID == "" || sn.Time.IsZero() {
 		t.Fatalf("snapshot file %s: %v", b, err)
 	}
 	// After the snapshot the old cluster hands out more, then is lost.
@@ -102,7 +102,7 @@ func TestSnapshotRestoreBadInput(t *testing.T) {
 	}
 	notJSON := write("notjson", "counter=5\n")
 	otherFormat := write("other.json", `{"format":"etcd-snapshot","cluster_id":"c","counter":5}`)
-	huge := write("huge.json", `{"format":"`+tokenservice.SnapshotFormat+`","cluster_id":"c","counter":9223372036854775000}`)
+	huge := write("huge.json", `{"format":"`+tokenapi.SnapshotFormat+`","cluster_id":"c","counter":9223372036854775000}`)
 	cases := []struct {
 		name string
 		args []string

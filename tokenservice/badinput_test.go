@@ -16,6 +16,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
@@ -195,8 +196,8 @@ func TestHTTPBadRequests(t *testing.T) {
 		t.Fatalf("bad requests minted tokens: last token %d", got)
 	}
 	cl := c.Client(t)
-	if _, err := cl.Next(context.Background(), ""); !errors.Is(err, tokenservice.ErrEmptyResource) || !errors.Is(err, tokenservice.ErrBadRequest) {
-		t.Fatalf("Next(\"\") = %v, want ErrEmptyResource", err)
+	if _, err := cl.Next(context.Background(), ""); !errors.Is(err, tokenapi.ErrEmptyResource) || !errors.Is(err, tokenapi.ErrBadRequest) {
+		t.Fatalf("Next(\"\") = %v, want tokenapi.ErrEmptyResource", err)
 	}
 }
 
@@ -248,7 +249,7 @@ func TestNoQuorum(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(300*time.Millisecond, cancel)
 	_, err = c.ClientFor(t, []string{c.APIURL(alone)}).Next(ctx, "r")
-	if !errors.Is(err, context.Canceled) || !(errors.Is(err, tokenservice.ErrNoQuorum) || errors.Is(err, tokenservice.ErrUnavailable)) {
+	if !errors.Is(err, context.Canceled) || !(errors.Is(err, tokenapi.ErrNoQuorum) || errors.Is(err, tokenapi.ErrUnavailable)) {
 		t.Fatalf("cancelled Next = %v; want context.Canceled and what the node answered", err)
 	}
 	// (On the read-index path the counter is the top of the last
@@ -283,7 +284,7 @@ func TestCLINextAndStatus(t *testing.T) {
 	// reservation the tokens came from: its view catches up.
 	testutil.WaitFor(t, 10*time.Second, "status --json to show the leader, 3 members and a token", func() error {
 		code, out, stderr := runCLI(t, "token", "status", "--servers", servers, "--json")
-		var st tokenservice.Status
+		var st tokenapi.Status
 		if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil {
 			return fmt.Errorf("status --json = exit %d, %v; stdout %q stderr %s", code, err, out, stderr)
 		}

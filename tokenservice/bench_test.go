@@ -12,7 +12,8 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/pkitest"
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenapi"
+	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
@@ -25,15 +26,15 @@ func BenchmarkNext(b *testing.B) { benchNext(b, nil, nil) }
 // Raft and between nodes, and a client certificate.
 func BenchmarkNextTLS(b *testing.B) {
 	ca := newCA(b, "bench")
-	benchNext(b, []tokenservicetest.Option{pkitest.WithTLS(ca, nil)}, pkitest.ClientTLS(b, ca, "bench", tokenservice.RoleClient))
+	benchNext(b, []tokenservicetest.Option{pkitest.WithTLS(ca, nil)}, pkitest.ClientTLS(b, ca, "bench", tokenapi.RoleClient))
 }
 
-func benchNext(b *testing.B, opts []tokenservicetest.Option, clientOpts []tokenservice.ClientOption) {
+func benchNext(b *testing.B, opts []tokenservicetest.Option, clientOpts []tokenclient.ClientOption) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	c := tokenservicetest.StartCluster(b, 3, append(opts, tokenservicetest.WithLogger(quiet))...)
 	// Each client knows all nodes, starting with a different one, and
 	// follows the leader (the default).
-	var clients []*tokenservice.Client
+	var clients []*tokenclient.Client
 	for i := range 3 {
 		urls := c.APIURLs()
 		clients = append(clients, c.ClientFor(b, append(urls[i:], urls[:i]...), clientOpts...))

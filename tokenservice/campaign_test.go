@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenclient"
 )
 
 // campaignFaults are the faults of the token campaign, pause-leader three
@@ -69,13 +69,13 @@ func TestTokenFaultCampaign(t *testing.T) {
 // operations checked.
 func campaignRun(t *testing.T, seed uint64) (map[string]int, int) {
 	procs, urls := startProcCluster(t, 3)
-	var clients []*tokenservice.Client
+	var clients []*tokenclient.Client
 	for _, us := range append([][]string{urls}, [][]string{{urls[0]}, {urls[1]}, {urls[2]}}...) {
-		opts := []tokenservice.ClientOption{tokenservice.WithMaxWait(2 * time.Second), tokenservice.WithAttemptTimeout(time.Second)}
+		opts := []tokenclient.ClientOption{tokenclient.WithMaxWait(2 * time.Second), tokenclient.WithAttemptTimeout(time.Second)}
 		if len(us) == 1 {
-			opts = append(opts, tokenservice.WithFollowLeader(false))
+			opts = append(opts, tokenclient.WithFollowLeader(false))
 		}
-		cl, err := tokenservice.NewClient(us, opts...)
+		cl, err := tokenclient.NewClient(us, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}

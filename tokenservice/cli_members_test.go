@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
@@ -86,7 +87,7 @@ func TestCLIMembers(t *testing.T) {
 		t.Fatalf("members add: exit %d:\n%s%s", code, out, stderr)
 	}
 	code, out, _ = runCLI(t, "token", "members", "list", "--servers", servers, "--json")
-	var ms tokenservice.Members
+	var ms tokenapi.Members
 	if err := json.Unmarshal([]byte(out), &ms); code != 0 || err != nil || len(ms.Members) != 4 || ms.ClusterID == "" {
 		t.Fatalf("members list --json: exit %d, %v:\n%s", code, err, out)
 	}

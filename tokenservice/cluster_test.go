@@ -8,7 +8,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/history"
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
@@ -17,10 +17,10 @@ import (
 // returned got a larger token.
 func TestConcurrentTokensDistinctAndOrdered(t *testing.T) {
 	c := tokenservicetest.StartCluster(t, 3)
-	var clients []*tokenservice.Client
+	var clients []*tokenclient.Client
 	for _, u := range c.APIURLs() {
 		// Pinned to its node, so followers forward to the leader.
-		clients = append(clients, c.ClientFor(t, []string{u}, tokenservice.WithFollowLeader(false)))
+		clients = append(clients, c.ClientFor(t, []string{u}, tokenclient.WithFollowLeader(false)))
 	}
 	const total, workers = 10000, 64
 	ops := runCallers(t, clients, total, workers)
@@ -99,7 +99,7 @@ func TestMinorityCutOffCannotMint(t *testing.T) {
 			}
 			toks := mint(t, c.ClientFor(t, majority), 10)
 			// The cut-off node answers a clear retryable error and mints nothing.
-			lone := c.ClientFor(t, []string{c.APIURL(victim)}, tokenservice.WithMaxWait(500*time.Millisecond))
+			lone := c.ClientFor(t, []string{c.APIURL(victim)}, tokenclient.WithMaxWait(500*time.Millisecond))
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_, err := lone.Next(ctx, "orders/42")
 			cancel()
@@ -131,12 +131,12 @@ func TestMinorityCutOffCannotMint(t *testing.T) {
 // off are linearizable under the porcupine model.
 func TestLinearizableUnderFaults(t *testing.T) {
 	c := tokenservicetest.StartCluster(t, 3)
-	var clients []*tokenservice.Client
+	var clients []*tokenclient.Client
 	for i := range 3 {
 		urls := c.APIURLs()
 		// Each client lists all nodes, starting from a different one.
 		urls = append(urls[i:], urls[:i]...)
-		clients = append(clients, c.ClientFor(t, urls, tokenservice.WithMaxWait(20*time.Second)))
+		clients = append(clients, c.ClientFor(t, urls, tokenclient.WithMaxWait(20*time.Second)))
 	}
 	l := startLoad(clients, 8)
 	l.waitProgress(t, 50, "before faults")

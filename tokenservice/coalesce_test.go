@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
@@ -32,11 +33,11 @@ func TestCoalescingDistinctOrderedFewerRequests(t *testing.T) {
 	leader := c.Leader(t)
 	follower := (leader + 1) % 3
 	var viaAll, viaFollower countingTransport
-	clAll := c.Client(t, tokenservice.WithHTTPClient(&http.Client{Transport: &viaAll}))
-	clFollower := c.ClientFor(t, []string{c.APIURL(follower)}, tokenservice.WithFollowLeader(false),
-		tokenservice.WithHTTPClient(&http.Client{Transport: &viaFollower}))
+	clAll := c.Client(t, tokenclient.WithHTTPClient(&http.Client{Transport: &viaAll}))
+	clFollower := c.ClientFor(t, []string{c.APIURL(follower)}, tokenclient.WithFollowLeader(false),
+		tokenclient.WithHTTPClient(&http.Client{Transport: &viaFollower}))
 	const total, workers = 4000, 64
-	ops := runCallers(t, []*tokenservice.Client{clAll, clFollower}, total, workers)
+	ops := runCallers(t, []*tokenclient.Client{clAll, clFollower}, total, workers)
 	checkHistory(t, ops)
 	nAll, nFollower := viaAll.n.Load(), viaFollower.n.Load()
 	t.Logf("%d calls in %d HTTP requests (%d via all nodes, %d via follower %s)", total, nAll+nFollower, nAll, nFollower, c.ID(follower))
@@ -49,9 +50,9 @@ func TestCoalescingDistinctOrderedFewerRequests(t *testing.T) {
 func TestCoalescingOff(t *testing.T) {
 	c := tokenservicetest.StartCluster(t, 3)
 	var ct countingTransport
-	cl := c.Client(t, tokenservice.WithCoalescing(false), tokenservice.WithHTTPClient(&http.Client{Transport: &ct}))
+	cl := c.Client(t, tokenclient.WithCoalescing(false), tokenclient.WithHTTPClient(&http.Client{Transport: &ct}))
 	const total = 400
-	ops := runCallers(t, []*tokenservice.Client{cl}, total, 16)
+	ops := runCallers(t, []*tokenclient.Client{cl}, total, 16)
 	checkHistory(t, ops)
 	if n := ct.n.Load(); n < total {
 		t.Fatalf("%d HTTP requests for %d calls with coalescing off", n, total)

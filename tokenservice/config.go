@@ -2,13 +2,14 @@ package tokenservice
 
 import (
 	"fmt"
-	"github.com/fencegate/fencegate/tokensign"
 	"log/slog"
 	"net"
 	"strings"
 	"time"
 
 	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenclient"
+	"github.com/fencegate/fencegate/tokensign"
 )
 
 // Peer is one voter of a new cluster: "ID=RAFTADDR=APIADDR" on the command
@@ -34,7 +35,7 @@ func ParsePeers(s string) ([]Peer, error) {
 		if _, _, err := net.SplitHostPort(parts[1]); err != nil {
 			return nil, fmt.Errorf("%w: raft address %q of %s is not HOST:PORT", ErrBadPeers, parts[1], parts[0])
 		}
-		api, err := NormalizeURL(parts[2])
+		api, err := tokenclient.NormalizeURL(parts[2])
 		if err != nil {
 			return nil, fmt.Errorf("%w: api address of %s: %v", ErrBadPeers, parts[0], err)
 		}

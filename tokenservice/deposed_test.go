@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/tokenapi"
+	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
@@ -46,7 +48,7 @@ func TestDeposedLeaderOverAPIHandsOutNothing(t *testing.T) {
 		}
 		c.Restart(l)
 	}
-	first := mint(t, c.ClientFor(t, []string{c.APIURL(old)}, tokenservice.WithFollowLeader(false)), 5)
+	first := mint(t, c.ClientFor(t, []string{c.APIURL(old)}, tokenclient.WithFollowLeader(false)), 5)
 	st := c.Node(old).LocalStatus()
 	term := st.Term
 	if st.ReadIndex == nil || st.ReadIndex.Range == nil {
@@ -64,7 +66,7 @@ func TestDeposedLeaderOverAPIHandsOutNothing(t *testing.T) {
 		}
 		return errors.New("not yet")
 	})
-	after := mint(t, c.ClientFor(t, []string{c.APIURL(next)}, tokenservice.WithFollowLeader(false)), 5)
+	after := mint(t, c.ClientFor(t, []string{c.APIURL(next)}, tokenclient.WithFollowLeader(false)), 5)
 	st = c.Node(old).LocalStatus()
 	if st.State != "Leader" || st.Term != term || st.ReadIndex.Range == nil || st.ReadIndex.Range.Next >= after[0] {
 		t.Fatalf("%s: state %s term %d range %+v; the scenario needs it leading term %d with a range below %d",
@@ -94,7 +96,7 @@ func TestDeposedLeaderOverAPIHandsOutNothing(t *testing.T) {
 			t.Fatalf("deposed %s handed out %d (request %d) after %s handed out %d", c.ID(old), body.Token, i, c.ID(next), after[len(after)-1])
 		}
 		if i == 0 {
-			if body.Code != tokenservice.CodeNoQuorum {
+			if body.Code != tokenapi.CodeNoQuorum {
 				t.Fatalf("deposed %s answered %d %+v; want no_quorum", c.ID(old), resp.StatusCode, body)
 			}
 			if !strings.Contains(body.Error, "could not confirm") || !strings.Contains(body.Error, "no token was handed out") {

@@ -1,8 +1,8 @@
 // Package tokenservice serves fencing tokens from a three-node (or larger)
 // Raft group built on package raftstore. Its Go client is package
-// tokenclient, which imports neither Raft nor bbolt; the client names here
-// (Client, NewClient, the With options, the errors) are aliases of
-// tokenclient's, kept so that existing callers build.
+// tokenclient, which imports neither Raft nor bbolt. The JSON forms of the
+// requests and answers below, the error codes and errors, and the roles are
+// defined in package tokenapi, which server and client share.
 //
 // # Guarantee
 //
@@ -92,7 +92,8 @@
 // An identity comes from a client certificate of the cluster CA (each OU of
 // its subject a role, the CN its name; a node's CN is its ID) or from a
 // bearer credential ("Authorization: Bearer NAME:SECRET") listed, as a
-// SHA-256 hash, in the node's credentials file (LoadCredentials). Roles:
+// SHA-256 hash, in the node's credentials file (LoadCredentials). Roles
+// (tokenapi.Role):
 // peer (Raft and the calls between nodes; certificates only), client
 // (tokens, status, member list) and admin (membership, snapshot, restore,
 // status, member list); any role reads /metrics, /healthz and /readyz;
@@ -102,7 +103,7 @@
 //
 // # Client
 //
-// See package tokenclient.
+// See package tokenclient, and package tokenapi for the wire forms.
 //
 // # Testing
 //

@@ -4,35 +4,29 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/fencegate/fencegate/tokenclient"
+	"github.com/fencegate/fencegate/tokenapi"
 )
 
-// Errors of the server side only; the errors a client sees are defined in
-// tokenclient (see client_compat.go).
+// Errors of the server side only; the errors the service answers with are
+// defined in package tokenapi, which the client shares.
 var (
 	// ErrBadPeers is returned by ParsePeers for a malformed peers list.
 	ErrBadPeers = errors.New("tokenservice: bad peers")
 	// ErrBadConfig is returned by Start for an invalid Config.
 	ErrBadConfig = errors.New("tokenservice: bad configuration")
-	// ErrExhausted is tokenclient.ErrExhausted, like the errors of
-	// client_compat.go: the counter cannot hand out the tokens asked.
-	ErrExhausted = tokenclient.ErrExhausted
 )
-
-// CodeExhausted is tokenclient.CodeExhausted (HTTP 409).
-const CodeExhausted = tokenclient.CodeExhausted
 
 func codeStatus(code string) int {
 	switch code {
-	case CodeBadRequest:
+	case tokenapi.CodeBadRequest:
 		return http.StatusBadRequest
-	case CodeRefused, CodeExhausted:
+	case tokenapi.CodeRefused, tokenapi.CodeExhausted:
 		return http.StatusConflict
-	case CodeNotLeader, CodeNoQuorum, CodeUnavailable:
+	case tokenapi.CodeNotLeader, tokenapi.CodeNoQuorum, tokenapi.CodeUnavailable:
 		return http.StatusServiceUnavailable
-	case CodeUnauthenticated:
+	case tokenapi.CodeUnauthenticated:
 		return http.StatusUnauthorized
-	case CodeForbidden:
+	case tokenapi.CodeForbidden:
 		return http.StatusForbidden
 	default:
 		return http.StatusInternalServerError

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice"
 )
 
@@ -47,7 +48,7 @@ func Example() {
 	}
 	defer srv.Close()
 
-	client, err := tokenservice.NewClient([]string{srv.APIURL()})
+	client, err := tokenclient.NewClient([]string{srv.APIURL()})
 	if err != nil {
 		panic(err)
 	}

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenclient"
-	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
@@ -52,26 +52,26 @@ func TestCounterExhausted(t *testing.T) {
 
 	leader := c.Leader(t)
 	follower := (leader + 1) % 3
-	viaLeader := c.ClientFor(t, []string{c.APIURL(leader)}, tokenservice.WithFollowLeader(false))
-	viaFollower := c.ClientFor(t, []string{c.APIURL(follower)}, tokenservice.WithFollowLeader(false))
+	viaLeader := c.ClientFor(t, []string{c.APIURL(leader)}, tokenclient.WithFollowLeader(false))
+	viaFollower := c.ClientFor(t, []string{c.APIURL(follower)}, tokenclient.WithFollowLeader(false))
 	toks := append(mint(t, viaLeader, 10), mint(t, viaFollower, 10)...)
 	for i, tok := range toks {
 		if want := int64(math.MaxInt64 - 19 + i); tok != want {
 			t.Fatalf("token #%d = %d, want %d (every token up to the largest)", i, tok, want)
 		}
 	}
-	for name, cl := range map[string]*tokenservice.Client{"leader": viaLeader, "follower": viaFollower} {
+	for name, cl := range map[string]*tokenclient.Client{"leader": viaLeader, "follower": viaFollower} {
 		for range 2 {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			tok, err := cl.NextToken(ctx, "orders/42")
 			cancel()
-			var ae *tokenclient.APIError
-			if !errors.Is(err, tokenclient.ErrExhausted) || !errors.As(err, &ae) {
-				t.Fatalf("through the %s after the largest token: NextToken = %d, %v; want ErrExhausted", name, tok, err)
+			var ae *tokenapi.APIError
+			if !errors.Is(err, tokenapi.ErrExhausted) || !errors.As(err, &ae) {
+				t.Fatalf("through the %s after the largest token: NextToken = %d, %v; want tokenapi.ErrExhausted", name, tok, err)
 			}
-			if ae.Status != http.StatusConflict || ae.Code != tokenclient.CodeExhausted || ae.Retryable() {
+			if ae.Status != http.StatusConflict || ae.Code != tokenapi.CodeExhausted || ae.Retryable() {
 				t.Fatalf("through the %s: status %d, code %q, retryable %v; want 409, %q, not retryable",
-					name, ae.Status, ae.Code, ae.Retryable(), tokenclient.CodeExhausted)
+					name, ae.Status, ae.Code, ae.Retryable(), tokenapi.CodeExhausted)
 			}
 			t.Logf("through the %s: %v", name, err)
 		}

@@ -6,25 +6,15 @@ import (
 	"strconv"
 	"strings"
 	"time"
-)
 
-// floorResponse answers GET /v1/floor: the counter as it was at least Age
-// ago by the answering node's clock (Floor, a JSON number like the tokens
-// of /v1/tokens), the leader's time of the checkpoint it comes from (At,
-// RFC 3339, UTC; absent when no checkpoint is that old, and Floor is then
-// 0), the age asked, and the node that answered.
-type floorResponse struct {
-	Floor  int64  `json:"floor"`
-	At     string `json:"at,omitempty"`
-	Age    string `json:"age"`
-	NodeID string `json:"node_id"`
-}
+	"github.com/fencegate/fencegate/tokenapi"
+)
 
 // ParseAge parses the age of GET /v1/floor: a Go duration ("90m",
 // "720h") or a whole number of days ("30d"), zero or more.
 func ParseAge(s string) (time.Duration, error) {
 	if s == "" {
-		return 0, fmt.Errorf("%w: no age given; ask GET /v1/floor?age=DURATION, e.g. age=24h or age=30d", ErrBadRequest)
+		return 0, fmt.Errorf("%w: no age given; ask GET /v1/floor?age=DURATION, e.g. age=24h or age=30d", tokenapi.ErrBadRequest)
 	}
 	var d time.Duration
 	var err error
@@ -39,10 +29,10 @@ func ParseAge(s string) (time.Duration, error) {
 		d, err = time.ParseDuration(s)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("%w: age %q is not a duration (give e.g. 90m, 24h or 30d): %v", ErrBadRequest, s, err)
+		return 0, fmt.Errorf("%w: age %q is not a duration (give e.g. 90m, 24h or 30d): %v", tokenapi.ErrBadRequest, s, err)
 	}
 	if d < 0 {
-		return 0, fmt.Errorf("%w: age %q is negative; give 0 or more", ErrBadRequest, s)
+		return 0, fmt.Errorf("%w: age %q is negative; give 0 or more", tokenapi.ErrBadRequest, s)
 	}
 	return d, nil
 }
@@ -60,7 +50,7 @@ func (s *Server) handleFloor(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
-	resp := floorResponse{Floor: floor, Age: age.String(), NodeID: s.cfg.ID}
+	resp := tokenapi.FloorResponse{Floor: floor, Age: age.String(), NodeID: s.cfg.ID}
 	if !at.IsZero() {
 		resp.At = at.UTC().Format(time.RFC3339Nano)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/fencegate/fencegate/internal/pkitest"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
@@ -195,10 +196,10 @@ func TestFloorNeverAboveLaterTokens(t *testing.T) {
 // a caller without identity, and answers a bad age with a 400 of one line.
 func TestFloorRoute(t *testing.T) {
 	ca := newCA(t, "cluster")
-	creds, bearer := credentials(t, map[string][]tokenservice.Role{"app": {tokenservice.RoleClient}, "ops": {tokenservice.RoleAdmin}})
+	creds, bearer := credentials(t, map[string][]tokenapi.Role{"app": {tokenapi.RoleClient}, "ops": {tokenapi.RoleAdmin}})
 	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, creds))
-	anon := tokenservice.ClientTLSConfig(ca.Pool())
-	cl := c.Client(t, tokenclient.WithTLS(issueTLS(t, ca, ca, "app", pki.Options{}, tokenservice.RoleClient)))
+	anon := tokenclient.ClientTLSConfig(ca.Pool())
+	cl := c.Client(t, tokenclient.WithTLS(issueTLS(t, ca, ca, "app", pki.Options{}, tokenapi.RoleClient)))
 	mint(t, cl, 3)
 	follower := (c.Leader(t) + 1) % c.Len()
 	url := c.APIURL(follower) + "/v1/floor?age="
@@ -220,7 +221,7 @@ func TestFloorRoute(t *testing.T) {
 		_ = json.Unmarshal(body, &m)
 		return resp.StatusCode, m, string(body)
 	}
-	clientCert := &tlsConfigAuth{tls: issueTLS(t, ca, ca, "app", pki.Options{}, tokenservice.RoleClient)}
+	clientCert := &tlsConfigAuth{tls: issueTLS(t, ca, ca, "app", pki.Options{}, tokenapi.RoleClient)}
 	testutil.Eventually(t, 10*time.Second, "the follower to apply the first checkpoint", func() bool {
 		_, m, _ := get(clientCert, "0s")
 		return m["at"] != nil
@@ -231,10 +232,10 @@ func TestFloorRoute(t *testing.T) {
 		want int
 	}{
 		{"client cert", clientCert, http.StatusOK},
-		{"admin cert", &tlsConfigAuth{tls: issueTLS(t, ca, ca, "ops", pki.Options{}, tokenservice.RoleAdmin)}, http.StatusOK},
+		{"admin cert", &tlsConfigAuth{tls: issueTLS(t, ca, ca, "ops", pki.Options{}, tokenapi.RoleAdmin)}, http.StatusOK},
 		{"bearer client", &tlsConfigAuth{tls: anon, auth: "Bearer app:" + bearer["app"].Secret}, http.StatusOK},
 		{"bearer admin", &tlsConfigAuth{tls: anon, auth: "Bearer ops:" + bearer["ops"].Secret}, http.StatusOK},
-		{"peer cert of a member", &tlsConfigAuth{tls: issueTLS(t, ca, ca, c.ID(c.Leader(t)), pki.Options{}, tokenservice.RolePeer)}, http.StatusForbidden},
+		{"peer cert of a member", &tlsConfigAuth{tls: issueTLS(t, ca, ca, c.ID(c.Leader(t)), pki.Options{}, tokenapi.RolePeer)}, http.StatusForbidden},
 		{"nothing", &tlsConfigAuth{tls: anon}, http.StatusUnauthorized},
 	} {
 		code, m, body := get(who.cfg, "0s")
@@ -260,12 +261,12 @@ func TestFloorRoute(t *testing.T) {
 	for _, age := range []string{"", "-5m", "5x", "soon", "-1d", "99999999999999d"} {
 		code, m, body := get(clientCert, age)
 		msg, _ := m["error"].(string)
-		if code != http.StatusBadRequest || m["code"] != tokenservice.CodeBadRequest || msg == "" || strings.Contains(msg, "\n") {
+		if code != http.StatusBadRequest || m["code"] != tokenapi.CodeBadRequest || msg == "" || strings.Contains(msg, "\n") {
 			t.Errorf("age %q: %d %s; want 400 bad_request with a one-line message", age, code, body)
 		}
 	}
-	if _, err := cl.Floor(context.Background(), -time.Second); !errors.Is(err, tokenclient.ErrBadRequest) {
-		t.Errorf("Floor(-1s) = %v, want ErrBadRequest", err)
+	if _, err := cl.Floor(context.Background(), -time.Second); !errors.Is(err, tokenapi.ErrBadRequest) {
+		t.Errorf("Floor(-1s) = %v, want tokenapi.ErrBadRequest", err)
 	}
 	if f, err := cl.Floor(context.Background(), 0); err != nil || f < 0 || f > 3 {
 		t.Errorf("Floor(0) = %d, %v; want the counter before the last checkpoint, 0..3", f, err)

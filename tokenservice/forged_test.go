@@ -18,6 +18,8 @@ import (
 
 	"github.com/fencegate/fencegate/internal/pki"
 	"github.com/fencegate/fencegate/internal/pkitest"
+	"github.com/fencegate/fencegate/tokenapi"
+	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
@@ -107,9 +109,9 @@ func TestForgedLeaderAddressNeverRelayed(t *testing.T) {
 		tls  func(leaderID, otherID string) *tls.Config
 	}{
 		{"plain HTTP", func(string, string) *tls.Config { return nil }},
-		{"peer certificate of another CA named like the leader", func(l, _ string) *tls.Config { return serverTLS(t, other, l, tokenservice.RolePeer) }},
-		{"client certificate of the cluster CA named like the leader", func(l, _ string) *tls.Config { return serverTLS(t, ca, l, tokenservice.RoleClient) }},
-		{"genuine peer certificate of another node", func(_, o string) *tls.Config { return serverTLS(t, ca, o, tokenservice.RolePeer) }},
+		{"peer certificate of another CA named like the leader", func(l, _ string) *tls.Config { return serverTLS(t, other, l, tokenapi.RolePeer) }},
+		{"client certificate of the cluster CA named like the leader", func(l, _ string) *tls.Config { return serverTLS(t, ca, l, tokenapi.RoleClient) }},
+		{"genuine peer certificate of another node", func(_, o string) *tls.Config { return serverTLS(t, ca, o, tokenapi.RolePeer) }},
 	}
 	for _, d := range disguises {
 		t.Run(d.name, func(t *testing.T) {
@@ -127,7 +129,7 @@ func TestForgedLeaderAddressNeverRelayed(t *testing.T) {
 			leaderID := c.ID(leader)
 			otherID := c.ID((leader + 1) % 3)
 			atk := startAttacker(t, d.tls(leaderID, otherID))
-			clientOpts := pkitest.ClientTLS(t, ca, "app", tokenservice.RoleClient)
+			clientOpts := pkitest.ClientTLS(t, ca, "app", tokenapi.RoleClient)
 
 			// 1. On the network.
 			hijack.Store(&[2]string{strings.TrimPrefix(c.APIURL(leader), "https://"), atk.addr})
@@ -145,10 +147,10 @@ func TestForgedLeaderAddressNeverRelayed(t *testing.T) {
 				name string
 				tls  *tls.Config
 			}{
-				{"nothing", tokenservice.ClientTLSConfig(ca.Pool())},
-				{"client", issueTLS(t, ca, ca, "app", pki.Options{}, tokenservice.RoleClient)},
-				{"peer of another node", issueTLS(t, ca, ca, otherID, pki.Options{}, tokenservice.RolePeer)},
-				{"admin", issueTLS(t, ca, ca, "ops", pki.Options{}, tokenservice.RoleAdmin)},
+				{"nothing", tokenclient.ClientTLSConfig(ca.Pool())},
+				{"client", issueTLS(t, ca, ca, "app", pki.Options{}, tokenapi.RoleClient)},
+				{"peer of another node", issueTLS(t, ca, ca, otherID, pki.Options{}, tokenapi.RolePeer)},
+				{"admin", issueTLS(t, ca, ca, "ops", pki.Options{}, tokenapi.RoleAdmin)},
 			} {
 				// The member's own path: only the leader itself may
 				// publish the leader's address, and nobody here is it.
@@ -185,13 +187,13 @@ func TestForgedLeaderAddressNeverRelayed(t *testing.T) {
 // that follows the leader nodes name, and fails on any token above what
 // the nodes' state machines minted. The leader-pinned client must succeed:
 // the service still works for honest callers.
-func takeTokens(t *testing.T, c *tokenservicetest.Cluster, leader int, opts []tokenservice.ClientOption) {
+func takeTokens(t *testing.T, c *tokenservicetest.Cluster, leader int, opts []tokenclient.ClientOption) {
 	t.Helper()
 	var mu sync.Mutex
 	var got []int64
 	failures := 0
 	var wg sync.WaitGroup
-	run := func(cl *tokenservice.Client, must bool) {
+	run := func(cl *tokenclient.Client, must bool) {
 		defer wg.Done()
 		// A call that may be sent towards the attacker gets a short
 		// deadline; the leader's own answers get one a loaded machine
@@ -218,7 +220,7 @@ func takeTokens(t *testing.T, c *tokenservicetest.Cluster, leader int, opts []to
 	}
 	for i, u := range c.APIURLs() {
 		wg.Add(1)
-		go run(c.ClientFor(t, []string{u}, append(opts, tokenservice.WithFollowLeader(false), tokenservice.WithCoalescing(false))...), i == leader)
+		go run(c.ClientFor(t, []string{u}, append(opts, tokenclient.WithFollowLeader(false), tokenclient.WithCoalescing(false))...), i == leader)
 	}
 	wg.Add(1)
 	go run(c.Client(t, opts...), false)

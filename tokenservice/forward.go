@@ -12,7 +12,7 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/raftstore"
-	"github.com/fencegate/fencegate/tokenclient"
+	"github.com/fencegate/fencegate/tokenapi"
 )
 
 // leaderAPI returns the ID and API URL of the leader this node's Raft
@@ -22,11 +22,11 @@ func (s *Server) leaderAPI() (id, api string, err error) {
 	id, api = s.leader()
 	switch {
 	case id == "":
-		return "", "", fmt.Errorf("%w: node %s knows no leader", ErrNoQuorum, s.cfg.ID)
+		return "", "", fmt.Errorf("%w: node %s knows no leader", tokenapi.ErrNoQuorum, s.cfg.ID)
 	case id == s.cfg.ID:
-		return "", "", fmt.Errorf("%w: node %s is between terms", ErrNoQuorum, s.cfg.ID)
+		return "", "", fmt.Errorf("%w: node %s is between terms", tokenapi.ErrNoQuorum, s.cfg.ID)
 	case api == "":
-		return "", "", fmt.Errorf("%w: the API address of leader %s is not known yet", ErrUnavailable, id)
+		return "", "", fmt.Errorf("%w: the API address of leader %s is not known yet", tokenapi.ErrUnavailable, id)
 	}
 	return id, api, nil
 }
@@ -50,7 +50,7 @@ func (s *Server) leader() (id, api string) {
 
 // forwardAlloc asks the leader to allocate n tokens in one entry.
 func (s *Server) forwardAlloc(ctx context.Context, n, hops int) (raftstore.Range, error) {
-	body, _ := json.Marshal(allocRequest{Count: n})
+	body, _ := json.Marshal(tokenapi.AllocRequest{Count: n})
 	s.metrics.forwarded(n)
 	status, out, err := s.forwardRaw(ctx, http.MethodPost, "/v1/internal/allocate", body, hops)
 	if err != nil {
@@ -59,9 +59,9 @@ func (s *Server) forwardAlloc(ctx context.Context, n, hops int) (raftstore.Range
 	if status != http.StatusOK {
 		return raftstore.Range{}, decodeError(status, out)
 	}
-	var resp allocResponse
+	var resp tokenapi.AllocResponse
 	if err := json.Unmarshal(out, &resp); err != nil || resp.Count != n || resp.First <= 0 {
-		return raftstore.Range{}, fmt.Errorf("%w: leader answered an allocation of %d tokens with %q", ErrInternal, n, out)
+		return raftstore.Range{}, fmt.Errorf("%w: leader answered an allocation of %d tokens with %q", tokenapi.ErrInternal, n, out)
 	}
 	return raftstore.Range{First: resp.First, Count: resp.Count, Term: resp.Term, Index: resp.Index, Leader: resp.Leader}, nil
 }
@@ -76,13 +76,13 @@ func (s *Server) forwardRaw(ctx context.Context, method, path string, body []byt
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, api+path, bytes.NewReader(body))
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: build forward request: %v", ErrInternal, err)
+		return 0, nil, fmt.Errorf("%w: build forward request: %v", tokenapi.ErrInternal, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(hopsHeader, strconv.Itoa(hops))
 	resp, err := s.fwd.Do(req)
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: forward to leader at %s: %w", ErrUnavailable, api, err)
+		return 0, nil, fmt.Errorf("%w: forward to leader at %s: %w", tokenapi.ErrUnavailable, api, err)
 	}
 	defer resp.Body.Close()
 	if err := s.checkLeaderIdentity(resp, leader, api); err != nil {
@@ -90,22 +90,22 @@ func (s *Server) forwardRaw(ctx context.Context, method, path string, body []byt
 	}
 	out, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: read leader's answer from %s: %w", ErrUnavailable, api, err)
+		return 0, nil, fmt.Errorf("%w: read leader's answer from %s: %w", tokenapi.ErrUnavailable, api, err)
 	}
 	return resp.StatusCode, out, nil
 }
 
-// decodeError turns an error response into an *APIError.
+// decodeError turns an error response into an *tokenapi.APIError.
 func decodeError(status int, body []byte) error {
-	var e errorResponse
+	var e tokenapi.ErrorResponse
 	if err := json.Unmarshal(body, &e); err != nil || e.Code == "" {
-		code := CodeInternal
+		code := tokenapi.CodeInternal
 		if status == http.StatusServiceUnavailable || status == http.StatusBadGateway || status == http.StatusGatewayTimeout {
-			code = CodeUnavailable
+			code = tokenapi.CodeUnavailable
 		}
-		return &APIError{Status: status, Code: code, Message: fmt.Sprintf("%v: HTTP %d: %.200s", (&APIError{Code: code}).Unwrap(), status, body)}
+		return &tokenapi.APIError{Status: status, Code: code, Message: fmt.Sprintf("%v: HTTP %d: %.200s", (&tokenapi.APIError{Code: code}).Unwrap(), status, body)}
 	}
-	return &APIError{Status: status, Code: e.Code, Message: e.Error, LeaderAPI: e.LeaderAPI, LeaderID: e.LeaderID}
+	return &tokenapi.APIError{Status: status, Code: e.Code, Message: e.Error, LeaderAPI: e.LeaderAPI, LeaderID: e.LeaderID}
 }
 
 // checkLeaderIdentity refuses an answer that does not come from leader:
@@ -120,13 +120,13 @@ func (s *Server) checkLeaderIdentity(resp *http.Response, leader, api string) er
 	}
 	if resp.TLS == nil || len(resp.TLS.PeerCertificates) == 0 {
 		s.log.Warn("refused an answer from the leader's address: not TLS", "leader", leader, "api", api)
-		return fmt.Errorf("%w: the answer from %s for leader %s came without TLS; refused", ErrUnavailable, api, leader)
+		return fmt.Errorf("%w: the answer from %s for leader %s came without TLS; refused", tokenapi.ErrUnavailable, api, leader)
 	}
 	cert := resp.TLS.PeerCertificates[0]
-	if got := cert.Subject.CommonName; got != leader || !slices.Contains(tokenclient.RolesOf(cert), RolePeer) {
+	if got := cert.Subject.CommonName; got != leader || !slices.Contains(tokenapi.RolesOf(cert), tokenapi.RolePeer) {
 		s.log.Warn("refused an answer from the leader's address: another identity", "leader", leader, "api", api,
-			"answered_as", got, "roles", tokenclient.RolesOf(cert))
-		return fmt.Errorf("%w: the node at %s answered as %q (roles %v), not as leader %s; its answer is refused", ErrUnavailable, api, got, tokenclient.RolesOf(cert), leader)
+			"answered_as", got, "roles", tokenapi.RolesOf(cert))
+		return fmt.Errorf("%w: the node at %s answered as %q (roles %v), not as leader %s; its answer is refused", tokenapi.ErrUnavailable, api, got, tokenapi.RolesOf(cert), leader)
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
@@ -128,9 +129,9 @@ func TestFoundingAllAtOnce(t *testing.T) {
 }
 
 // c0 returns a client for the servers, closed when the test ends.
-func c0(t *testing.T, srvs []*tokenservice.Server) *tokenservice.Client {
+func c0(t *testing.T, srvs []*tokenservice.Server) *tokenclient.Client {
 	t.Helper()
-	cl, err := tokenservice.NewClient(urlsOf(srvs))
+	cl, err := tokenclient.NewClient(urlsOf(srvs))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,8 @@ import (
 	"github.com/fencegate/fencegate/internal/pki"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenapi"
+	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice"
 )
 
@@ -73,16 +75,16 @@ func TestFoundingProbeRefusesStrangers(t *testing.T) {
 		found bool
 	}{
 		{"plain HTTP", nil, false},
-		{"peer certificate of another CA named n2", serverTLS(t, other, "n2", tokenservice.RolePeer), false},
-		{"client certificate of the cluster CA named n2", serverTLS(t, ca, "n2", tokenservice.RoleClient), false},
-		{"genuine peer certificate of n3", serverTLS(t, ca, "n3", tokenservice.RolePeer), false},
-		{"control: n2's own peer certificate", serverTLS(t, ca, "n2", tokenservice.RolePeer), true},
+		{"peer certificate of another CA named n2", serverTLS(t, other, "n2", tokenapi.RolePeer), false},
+		{"client certificate of the cluster CA named n2", serverTLS(t, ca, "n2", tokenapi.RoleClient), false},
+		{"genuine peer certificate of n3", serverTLS(t, ca, "n3", tokenapi.RolePeer), false},
+		{"control: n2's own peer certificate", serverTLS(t, ca, "n2", tokenapi.RolePeer), true},
 	} {
 		t.Run(d.name, func(t *testing.T) {
 			raft1, api1, raft2 := loopbackAddr(t), loopbackAddr(t), closedAddr(t)
 			voters := []raftstore.Server{{ID: "n1", RaftAddr: raft1}, {ID: "n2", RaftAddr: raft2}}
 			im := startImpostor(t, d.tls, "n2", voters)
-			leaf, err := ca.Issue("n1", []string{string(tokenservice.RolePeer)}, []string{"127.0.0.1"}, pki.Options{})
+			leaf, err := ca.Issue("n1", []string{string(tokenapi.RolePeer)}, []string{"127.0.0.1"}, pki.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -123,8 +125,8 @@ func TestFoundingProbeRefusesStrangers(t *testing.T) {
 					tls    *tls.Config
 					status int
 				}{
-					{"no certificate", tokenservice.ClientTLSConfig(ca.Pool()), http.StatusUnauthorized},
-					{"client certificate", issueTLS(t, ca, ca, "app", pki.Options{}, tokenservice.RoleClient), http.StatusForbidden},
+					{"no certificate", tokenclient.ClientTLSConfig(ca.Pool()), http.StatusUnauthorized},
+					{"client certificate", issueTLS(t, ca, ca, "app", pki.Options{}, tokenapi.RoleClient), http.StatusForbidden},
 				} {
 					hc := &http.Client{Transport: &http.Transport{TLSClientConfig: c.tls}, Timeout: 5 * time.Second}
 					var status int

@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenapi"
 )
 
 // maxBody caps request bodies.
@@ -24,7 +25,7 @@ const MaxBatchResources = 4096
 func (s *Server) running(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if s.Store() == nil {
-			s.writeError(w, fmt.Errorf("%w: node %s has not started Raft yet: %s", ErrUnavailable, s.cfg.ID, s.startingReason()))
+			s.writeError(w, fmt.Errorf("%w: node %s has not started Raft yet: %s", tokenapi.ErrUnavailable, s.cfg.ID, s.startingReason()))
 			return
 		}
 		h(w, r)
@@ -50,7 +51,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
-	var req tokenRequest
+	var req tokenapi.TokenRequest
 	if err := decodeBody(r, &req); err != nil {
 		s.writeError(w, err)
 		return
@@ -59,7 +60,7 @@ func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
 		s.handleTokenBatch(w, r, req)
 		return
 	}
-	if err := validateResource(req.Resource); err != nil {
+	if err := tokenapi.ValidateResource(req.Resource); err != nil {
 		s.writeError(w, err)
 		return
 	}
@@ -75,7 +76,7 @@ func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
 	}
 	s.setLeaderHeaders(w)
 	s.metrics.served(1)
-	writeJSON(w, http.StatusOK, tokenResponse{Resource: req.Resource, Token: rng.First, Proof: proof, Term: rng.Term, Index: rng.Index, Leader: rng.Leader})
+	writeJSON(w, http.StatusOK, tokenapi.TokenResponse{Resource: req.Resource, Token: rng.First, Proof: proof, Term: rng.Term, Index: rng.Index, Leader: rng.Leader})
 }
 
 // setLeaderHeaders names the leader on a successful token answer: its API
@@ -83,27 +84,27 @@ func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
 // a client over TLS requires of the node answering at that URL.
 func (s *Server) setLeaderHeaders(w http.ResponseWriter) {
 	if id, api := s.leader(); api != "" {
-		w.Header().Set(leaderHeader, api)
-		w.Header().Set(leaderIDHeader, id)
+		w.Header().Set(tokenapi.LeaderHeader, api)
+		w.Header().Set(tokenapi.LeaderIDHeader, id)
 	}
 }
 
 // handleTokenBatch serves the batch form {"resources":[...]}: one allocation
 // of len(resources) consecutive tokens, handed out in request order.
-func (s *Server) handleTokenBatch(w http.ResponseWriter, r *http.Request, req tokenRequest) {
+func (s *Server) handleTokenBatch(w http.ResponseWriter, r *http.Request, req tokenapi.TokenRequest) {
 	switch {
 	case req.Resource != "":
-		s.writeError(w, fmt.Errorf("%w: give either \"resource\" or \"resources\", not both", ErrBadRequest))
+		s.writeError(w, fmt.Errorf("%w: give either \"resource\" or \"resources\", not both", tokenapi.ErrBadRequest))
 		return
 	case len(req.Resources) == 0:
-		s.writeError(w, fmt.Errorf("%w: \"resources\" is empty; name at least one resource", ErrBadRequest))
+		s.writeError(w, fmt.Errorf("%w: \"resources\" is empty; name at least one resource", tokenapi.ErrBadRequest))
 		return
 	case len(req.Resources) > MaxBatchResources:
-		s.writeError(w, fmt.Errorf("%w: \"resources\" names %d resources; at most %d per request", ErrBadRequest, len(req.Resources), MaxBatchResources))
+		s.writeError(w, fmt.Errorf("%w: \"resources\" names %d resources; at most %d per request", tokenapi.ErrBadRequest, len(req.Resources), MaxBatchResources))
 		return
 	}
 	for i, res := range req.Resources {
-		if err := validateResource(res); err != nil {
+		if err := tokenapi.ValidateResource(res); err != nil {
 			s.writeError(w, fmt.Errorf("resources[%d]: %w", i, err))
 			return
 		}
@@ -124,9 +125,9 @@ func (s *Server) handleTokenBatch(w http.ResponseWriter, r *http.Request, req to
 	}
 	s.setLeaderHeaders(w)
 	s.metrics.served(len(req.Resources))
-	out := batchResponse{Tokens: make([]batchToken, len(req.Resources)), Term: rng.Term, Index: rng.Index, Leader: rng.Leader}
+	out := tokenapi.BatchResponse{Tokens: make([]tokenapi.BatchToken, len(req.Resources)), Term: rng.Term, Index: rng.Index, Leader: rng.Leader}
 	for i, res := range req.Resources {
-		out.Tokens[i] = batchToken{Resource: res, Token: rng.First + int64(i)}
+		out.Tokens[i] = tokenapi.BatchToken{Resource: res, Token: rng.First + int64(i)}
 		if proofs != nil {
 			out.Tokens[i].Proof = proofs[i]
 		}
@@ -136,13 +137,13 @@ func (s *Server) handleTokenBatch(w http.ResponseWriter, r *http.Request, req to
 
 // handleAllocate serves a batch forwarded by another node.
 func (s *Server) handleAllocate(w http.ResponseWriter, r *http.Request) {
-	var req allocRequest
+	var req tokenapi.AllocRequest
 	if err := decodeBody(r, &req); err != nil {
 		s.writeError(w, err)
 		return
 	}
 	if req.Count < 1 || req.Count > maxAllocCount {
-		s.writeError(w, fmt.Errorf("%w: count %d out of range 1..%d", ErrBadRequest, req.Count, maxAllocCount))
+		s.writeError(w, fmt.Errorf("%w: count %d out of range 1..%d", tokenapi.ErrBadRequest, req.Count, maxAllocCount))
 		return
 	}
 	hops := hopsOf(r)
@@ -155,14 +156,14 @@ func (s *Server) handleAllocate(w http.ResponseWriter, r *http.Request) {
 		if hops < maxHops {
 			rng, err = s.forwardAlloc(r.Context(), req.Count, hops+1)
 		} else {
-			err = fmt.Errorf("%w: request already forwarded %d times", ErrNotLeader, hops)
+			err = fmt.Errorf("%w: request already forwarded %d times", tokenapi.ErrNotLeader, hops)
 		}
 	}
 	if err != nil {
 		s.writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, allocResponse{First: rng.First, Count: rng.Count, Term: rng.Term, Index: rng.Index, Leader: rng.Leader})
+	writeJSON(w, http.StatusOK, tokenapi.AllocResponse{First: rng.First, Count: rng.Count, Term: rng.Term, Index: rng.Index, Leader: rng.Leader})
 }
 
 func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
@@ -171,11 +172,11 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	if s.Store() == nil {
-		s.writeError(w, fmt.Errorf("%w: node %s has not started Raft yet: %s", ErrUnavailable, s.cfg.ID, s.startingReason()))
+		s.writeError(w, fmt.Errorf("%w: node %s has not started Raft yet: %s", tokenapi.ErrUnavailable, s.cfg.ID, s.startingReason()))
 		return
 	}
 	if !s.Store().Ready() {
-		s.writeError(w, fmt.Errorf("%w: node %s knows no leader or has not applied all committed entries yet", ErrUnavailable, s.cfg.ID))
+		s.writeError(w, fmt.Errorf("%w: node %s knows no leader or has not applied all committed entries yet", tokenapi.ErrUnavailable, s.cfg.ID))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "id": s.cfg.ID})
@@ -187,9 +188,9 @@ func decodeBody(r *http.Request, v any) error {
 	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxBody))
 	if err := dec.Decode(v); err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return fmt.Errorf("%w: body is larger than the limit of %d bytes (%d KiB); a request is small JSON such as {\"resource\":\"orders/42\"}", ErrBadRequest, maxBody, maxBody>>10)
+			return fmt.Errorf("%w: body is larger than the limit of %d bytes (%d KiB); a request is small JSON such as {\"resource\":\"orders/42\"}", tokenapi.ErrBadRequest, maxBody, maxBody>>10)
 		}
-		return fmt.Errorf("%w: body is not the expected JSON (e.g. {\"resource\":\"orders/42\"}): %v", ErrBadRequest, err)
+		return fmt.Errorf("%w: body is not the expected JSON (e.g. {\"resource\":\"orders/42\"}): %v", tokenapi.ErrBadRequest, err)
 	}
 	return nil
 }
@@ -204,78 +205,78 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // classify maps an error to its API code and a message that says what to do.
-func (s *Server) classify(err error) *APIError {
-	var ae *APIError
+func (s *Server) classify(err error) *tokenapi.APIError {
+	var ae *tokenapi.APIError
 	if errors.As(err, &ae) {
 		return ae
 	}
-	code := CodeInternal
+	code := tokenapi.CodeInternal
 	switch {
-	case errors.Is(err, ErrBadRequest), errors.Is(err, raftstore.ErrBadConfig):
-		code = CodeBadRequest
-	case errors.Is(err, ErrUnauthenticated):
-		code = CodeUnauthenticated
-	case errors.Is(err, ErrForbidden):
-		code = CodeForbidden
-	case errors.Is(err, ErrRefused), errors.Is(err, raftstore.ErrConflict), errors.Is(err, raftstore.ErrQuorumAtRisk):
-		code = CodeRefused
-	case errors.Is(err, raftstore.ErrExhausted), errors.Is(err, ErrExhausted):
-		code = CodeExhausted
+	case errors.Is(err, tokenapi.ErrBadRequest), errors.Is(err, raftstore.ErrBadConfig):
+		code = tokenapi.CodeBadRequest
+	case errors.Is(err, tokenapi.ErrUnauthenticated):
+		code = tokenapi.CodeUnauthenticated
+	case errors.Is(err, tokenapi.ErrForbidden):
+		code = tokenapi.CodeForbidden
+	case errors.Is(err, tokenapi.ErrRefused), errors.Is(err, raftstore.ErrConflict), errors.Is(err, raftstore.ErrQuorumAtRisk):
+		code = tokenapi.CodeRefused
+	case errors.Is(err, raftstore.ErrExhausted), errors.Is(err, tokenapi.ErrExhausted):
+		code = tokenapi.CodeExhausted
 	case errors.Is(err, raftstore.ErrNotLeader):
-		code = CodeNotLeader
-	case errors.Is(err, raftstore.ErrNoLeader), errors.Is(err, raftstore.ErrLeadershipLost), errors.Is(err, ErrNoQuorum),
+		code = tokenapi.CodeNotLeader
+	case errors.Is(err, raftstore.ErrNoLeader), errors.Is(err, raftstore.ErrLeadershipLost), errors.Is(err, tokenapi.ErrNoQuorum),
 		errors.Is(err, raftstore.ErrNotConfirmed):
-		code = CodeNoQuorum
+		code = tokenapi.CodeNoQuorum
 	case errors.Is(err, raftstore.ErrClosed), errors.Is(err, raftstore.ErrUnavailable), errors.Is(err, raftstore.ErrBatcherClosed),
-		errors.Is(err, ErrUnavailable), errors.Is(err, ErrNotLeader),
+		errors.Is(err, tokenapi.ErrUnavailable), errors.Is(err, tokenapi.ErrNotLeader),
 		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		code = CodeUnavailable
-		if errors.Is(err, ErrNotLeader) {
-			code = CodeNotLeader
+		code = tokenapi.CodeUnavailable
+		if errors.Is(err, tokenapi.ErrNotLeader) {
+			code = tokenapi.CodeNotLeader
 		}
 	}
 	msg := err.Error()
-	if code == CodeUnauthenticated || code == CodeForbidden {
+	if code == tokenapi.CodeUnauthenticated || code == tokenapi.CodeForbidden {
 		// Nothing about the cluster for callers without the right role.
-		return &APIError{Status: codeStatus(code), Code: code, Message: msg}
+		return &tokenapi.APIError{Status: codeStatus(code), Code: code, Message: msg}
 	}
 	switch code {
-	case CodeNoQuorum:
+	case tokenapi.CodeNoQuorum:
 		if errors.Is(err, raftstore.ErrNotConfirmed) {
 			msg = fmt.Sprintf("%v: node %s could not confirm with a majority of the voters that it still leads (%v); no token was handed out for this request, retry on another node or later",
-				ErrNoQuorum, s.cfg.ID, err)
+				tokenapi.ErrNoQuorum, s.cfg.ID, err)
 		} else if errors.Is(err, raftstore.ErrLeadershipLost) {
 			// The entry was appended; a new leader may still commit it.
 			msg = fmt.Sprintf("%v: node %s lost its leadership before the entry for this request was committed (%v); "+
 				"the entry may still be committed by the next leader, and its tokens are then never handed out; retry, the retry gets a larger token",
-				ErrNoQuorum, s.cfg.ID, err)
+				tokenapi.ErrNoQuorum, s.cfg.ID, err)
 		} else {
-			msg = fmt.Sprintf("%v: node %s cannot reach a quorum (%v); no entry was written for this request, retry on another node or later", ErrNoQuorum, s.cfg.ID, err)
+			msg = fmt.Sprintf("%v: node %s cannot reach a quorum (%v); no entry was written for this request, retry on another node or later", tokenapi.ErrNoQuorum, s.cfg.ID, err)
 		}
-	case CodeNotLeader:
-		msg = fmt.Sprintf("%v: node %s is not the leader or could not reach it (%v); retry on the leader", ErrNotLeader, s.cfg.ID, err)
-	case CodeUnavailable:
-		msg = fmt.Sprintf("%v: node %s: %v; retry", ErrUnavailable, s.cfg.ID, err)
-	case CodeRefused:
-		if !errors.Is(err, ErrRefused) {
-			msg = fmt.Sprintf("%v: %v", ErrRefused, err)
+	case tokenapi.CodeNotLeader:
+		msg = fmt.Sprintf("%v: node %s is not the leader or could not reach it (%v); retry on the leader", tokenapi.ErrNotLeader, s.cfg.ID, err)
+	case tokenapi.CodeUnavailable:
+		msg = fmt.Sprintf("%v: node %s: %v; retry", tokenapi.ErrUnavailable, s.cfg.ID, err)
+	case tokenapi.CodeRefused:
+		if !errors.Is(err, tokenapi.ErrRefused) {
+			msg = fmt.Sprintf("%v: %v", tokenapi.ErrRefused, err)
 		}
-	case CodeExhausted:
-		msg = fmt.Sprintf("%v: %v; no token was handed out for this request", ErrExhausted, err)
-	case CodeInternal:
-		msg = fmt.Sprintf("%v: node %s: %v", ErrInternal, s.cfg.ID, err)
+	case tokenapi.CodeExhausted:
+		msg = fmt.Sprintf("%v: %v; no token was handed out for this request", tokenapi.ErrExhausted, err)
+	case tokenapi.CodeInternal:
+		msg = fmt.Sprintf("%v: node %s: %v", tokenapi.ErrInternal, s.cfg.ID, err)
 	}
 	leaderID, leaderAPI := s.leader()
-	return &APIError{Status: codeStatus(code), Code: code, Message: msg, LeaderAPI: leaderAPI, LeaderID: leaderID}
+	return &tokenapi.APIError{Status: codeStatus(code), Code: code, Message: msg, LeaderAPI: leaderAPI, LeaderID: leaderID}
 }
 
 func (s *Server) writeError(w http.ResponseWriter, err error) {
 	ae := s.classify(err)
 	s.metrics.refused(ae.Code)
-	if ae.Code == CodeInternal {
+	if ae.Code == tokenapi.CodeInternal {
 		s.log.Error("request failed", "err", err)
 	}
-	writeJSON(w, ae.Status, errorResponse{Error: ae.Message, Code: ae.Code, LeaderAPI: ae.LeaderAPI, LeaderID: ae.LeaderID})
+	writeJSON(w, ae.Status, tokenapi.ErrorResponse{Error: ae.Message, Code: ae.Code, LeaderAPI: ae.LeaderAPI, LeaderID: ae.LeaderID})
 }
 
 // hopsOf is how many times r was forwarded already, from its hops header.

@@ -11,12 +11,14 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/history"
+	"github.com/fencegate/fencegate/tokenapi"
+	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
 // mint gets n tokens one after another from cl and returns them.
-func mint(t testing.TB, cl *tokenservice.Client, n int) []int64 {
+func mint(t testing.TB, cl *tokenclient.Client, n int) []int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -55,7 +57,7 @@ type load struct {
 	okCount int
 }
 
-func startLoad(clients []*tokenservice.Client, workers int) *load {
+func startLoad(clients []*tokenclient.Client, workers int) *load {
 	l := &load{rec: history.NewRecorder(), stop: make(chan struct{})}
 	for w := range workers {
 		l.wg.Add(1)
@@ -124,13 +126,13 @@ func checkHistory(t testing.TB, ops []history.Op) {
 
 // isRetryable reports whether err is one of the service's retryable failures.
 func isRetryable(err error) bool {
-	return errors.Is(err, tokenservice.ErrNoQuorum) || errors.Is(err, tokenservice.ErrUnavailable) ||
-		errors.Is(err, tokenservice.ErrNotLeader) || errors.Is(err, context.DeadlineExceeded)
+	return errors.Is(err, tokenapi.ErrNoQuorum) || errors.Is(err, tokenapi.ErrUnavailable) ||
+		errors.Is(err, tokenapi.ErrNotLeader) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // runCallers makes total NextToken calls from workers goroutines over
 // clients (worker w uses clients[w%len]) and returns the recorded history.
-func runCallers(t *testing.T, clients []*tokenservice.Client, total, workers int) []history.Op {
+func runCallers(t *testing.T, clients []*tokenclient.Client, total, workers int) []history.Op {
 	t.Helper()
 	rec := history.NewRecorder()
 	var wg sync.WaitGroup

@@ -19,6 +19,8 @@ import (
 	"github.com/fencegate/fencegate/internal/pki"
 	"github.com/fencegate/fencegate/internal/pkitest"
 	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/tokenapi"
+	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
@@ -103,8 +105,8 @@ func TestStrangerAtConnectionCapDoesNotBlockClient(t *testing.T) {
 		}
 		return nil
 	})
-	cl := c.ClientFor(t, []string{c.APIURL(0)}, append(pkitest.ClientTLS(t, ca, "app", tokenservice.RoleClient),
-		tokenservice.WithMaxWait(10*time.Second), tokenservice.WithCoalescing(false))...)
+	cl := c.ClientFor(t, []string{c.APIURL(0)}, append(pkitest.ClientTLS(t, ca, "app", tokenapi.RoleClient),
+		tokenclient.WithMaxWait(10*time.Second), tokenclient.WithCoalescing(false))...)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := cl.NextToken(ctx, "orders/1"); err != nil {
@@ -133,13 +135,13 @@ func TestStrangerConnectionsAreBounded(t *testing.T) {
 	addr := hostPort(c.APIURL(0))
 	dialTLS := func(t *testing.T, withCert bool) *tls.Conn {
 		t.Helper()
-		cfg := tokenservice.ClientTLSConfig(ca.Pool())
+		cfg := tokenclient.ClientTLSConfig(ca.Pool())
 		if withCert {
-			leaf, err := ca.Issue("app", []string{string(tokenservice.RoleClient)}, nil, pki.Options{})
+			leaf, err := ca.Issue("app", []string{string(tokenapi.RoleClient)}, nil, pki.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg = tokenservice.ClientTLSConfig(ca.Pool(), leaf.TLSCertificate())
+			cfg = tokenclient.ClientTLSConfig(ca.Pool(), leaf.TLSCertificate())
 		}
 		tc, err := tls.Dial("tcp", addr, cfg)
 		if err != nil {

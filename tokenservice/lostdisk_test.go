@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
@@ -53,7 +54,7 @@ func TestLostDiskEachNode(t *testing.T) {
 			t.Logf("wiped %s refuses to start: %v", c.ID(w), err)
 
 			// The stale node, alone, hands out nothing.
-			lone := c.ClientFor(t, []string{c.APIURL(stale)}, tokenservice.WithMaxWait(2*time.Second))
+			lone := c.ClientFor(t, []string{c.APIURL(stale)}, tokenclient.WithMaxWait(2*time.Second))
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			tok, err := lone.NextToken(ctx, "orders/42")
 			cancel()
@@ -73,7 +74,7 @@ func TestLostDiskEachNode(t *testing.T) {
 
 			// The documented replacement brings the wiped node back.
 			c.Replace(t, w)
-			tok = mint(t, c.ClientFor(t, []string{c.APIURL(w)}, tokenservice.WithFollowLeader(false)), 1)[0]
+			tok = mint(t, c.ClientFor(t, []string{c.APIURL(w)}, tokenclient.WithFollowLeader(false)), 1)[0]
 			if tok <= after[len(after)-1] {
 				t.Fatalf("token through the replaced %s %d <= %d", c.ID(w), tok, after[len(after)-1])
 			}
@@ -110,7 +111,7 @@ func hasSnapshot(dir string) bool {
 }
 
 // mintUntil mints tokens through cl until cond holds, and returns them.
-func mintUntil(t *testing.T, cl *tokenservice.Client, what string, cond func() bool) []int64 {
+func mintUntil(t *testing.T, cl *tokenclient.Client, what string, cond func() bool) []int64 {
 	t.Helper()
 	var out []int64
 	testutil.Eventually(t, 60*time.Second, what, func() bool {
@@ -150,7 +151,7 @@ func TestLostRaftDBKeptSnapshots(t *testing.T) {
 	err := c.StartErr(w)
 	if err == nil {
 		// What the node did before: with the stale node it makes a quorum.
-		lone := c.ClientFor(t, []string{c.APIURL(w), c.APIURL(stale)}, tokenservice.WithMaxWait(5*time.Second))
+		lone := c.ClientFor(t, []string{c.APIURL(w), c.APIURL(stale)}, tokenclient.WithMaxWait(5*time.Second))
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		tok, terr := lone.NextToken(ctx, "orders/42")
 		cancel()
@@ -172,7 +173,7 @@ func TestLostRaftDBKeptSnapshots(t *testing.T) {
 		t.Fatalf("first token after the loss %d <= %d handed out before it", after[0], highest)
 	}
 	c.Replace(t, w)
-	tok := mint(t, c.ClientFor(t, []string{c.APIURL(w)}, tokenservice.WithFollowLeader(false)), 1)[0]
+	tok := mint(t, c.ClientFor(t, []string{c.APIURL(w)}, tokenclient.WithFollowLeader(false)), 1)[0]
 	if tok <= after[len(after)-1] {
 		t.Fatalf("token through the replaced %s %d <= %d", c.ID(w), tok, after[len(after)-1])
 	}
@@ -249,7 +250,7 @@ func TestProcessLostRaftDBRefused(t *testing.T) {
 		}})
 	}
 	startAll(t, procs)
-	cl, err := tokenservice.NewClient(urls, tokenservice.WithMaxWait(30*time.Second))
+	cl, err := tokenclient.NewClient(urls, tokenclient.WithMaxWait(30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenapi"
+	"github.com/fencegate/fencegate/tokenclient"
 )
 
 // memberProbeTimeout bounds the leader's question to one member.
@@ -28,16 +30,16 @@ func (s *Server) handleMembers(w http.ResponseWriter, r *http.Request) {
 
 // members reads the committed configuration and asks every member how far
 // it has applied the log.
-func (s *Server) members(ctx context.Context) (Members, error) {
+func (s *Server) members(ctx context.Context) (tokenapi.Members, error) {
 	st := s.Store()
 	// The commit index before the barrier: by the time the barrier has
 	// committed, every member that keeps up has learned of it.
 	commit := st.Status().CommitIndex
 	conf, err := st.Configuration(ctx)
 	if err != nil {
-		return Members{}, err
+		return tokenapi.Members{}, err
 	}
-	out := Members{ClusterID: conf.ClusterID, LeaderID: conf.LeaderID, CommitIndex: commit, Members: make([]Member, len(conf.Members))}
+	out := tokenapi.Members{ClusterID: conf.ClusterID, LeaderID: conf.LeaderID, CommitIndex: commit, Members: make([]tokenapi.Member, len(conf.Members))}
 	var wg sync.WaitGroup
 	for i, m := range conf.Members {
 		out.Members[i] = m
@@ -90,7 +92,7 @@ func (s *Server) askMember(ctx context.Context, m raftstore.Member) (raftstore.N
 // node answers at the addresses given; the promotion loop makes it a voter
 // once it has caught up. Only the leader answers.
 func (s *Server) handleAddMember(w http.ResponseWriter, r *http.Request) {
-	var req memberRequest
+	var req tokenapi.MemberRequest
 	if err := decodeBody(r, &req); err != nil {
 		s.writeError(w, err)
 		return
@@ -98,12 +100,12 @@ func (s *Server) handleAddMember(w http.ResponseWriter, r *http.Request) {
 	var err error
 	switch {
 	case req.ID == "" || req.RaftAddr == "" || req.APIAddr == "":
-		err = fmt.Errorf("%w: a new member needs \"id\", \"raft_addr\" and \"api_addr\"", ErrBadRequest)
+		err = fmt.Errorf("%w: a new member needs \"id\", \"raft_addr\" and \"api_addr\"", tokenapi.ErrBadRequest)
 	default:
 		if _, _, e := net.SplitHostPort(req.RaftAddr); e != nil {
-			err = fmt.Errorf("%w: raft_addr %q is not HOST:PORT", ErrBadRequest, req.RaftAddr)
-		} else if req.APIAddr, e = NormalizeURL(req.APIAddr); e != nil {
-			err = fmt.Errorf("%w: api_addr: %v", ErrBadRequest, e)
+			err = fmt.Errorf("%w: raft_addr %q is not HOST:PORT", tokenapi.ErrBadRequest, req.RaftAddr)
+		} else if req.APIAddr, e = tokenclient.NormalizeURL(req.APIAddr); e != nil {
+			err = fmt.Errorf("%w: api_addr: %v", tokenapi.ErrBadRequest, e)
 		} else {
 			req.APIAddr = withScheme(req.APIAddr, s.scheme())
 		}
@@ -126,7 +128,7 @@ func (s *Server) handleAddMember(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.kickPromote()
-	writeJSON(w, http.StatusOK, Member{ID: req.ID, RaftAddr: req.RaftAddr, APIAddr: req.APIAddr, Suffrage: "Nonvoter"})
+	writeJSON(w, http.StatusOK, tokenapi.Member{ID: req.ID, RaftAddr: req.RaftAddr, APIAddr: req.APIAddr, Suffrage: "Nonvoter"})
 }
 
 // checkNewMember refuses, before the configuration changes, a new member
@@ -136,30 +138,30 @@ func (s *Server) handleAddMember(w http.ResponseWriter, r *http.Request) {
 // peer certificate naming its id (the prober checks it), its Raft address
 // from a peer certificate that names that address and its id (dialled
 // through the Raft layer, as Raft will).
-func (s *Server) checkNewMember(ctx context.Context, req memberRequest) error {
+func (s *Server) checkNewMember(ctx context.Context, req tokenapi.MemberRequest) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	ns, err := s.probe.State(ctx, req.APIAddr)
 	if err != nil {
-		return fmt.Errorf("%w: no node answers at api address %s (%v); start the new node first (with an empty data directory, told to join this cluster), then add it", ErrRefused, req.APIAddr, err)
+		return fmt.Errorf("%w: no node answers at api address %s (%v); start the new node first (with an empty data directory, told to join this cluster), then add it", tokenapi.ErrRefused, req.APIAddr, err)
 	}
 	if ns.NodeID != req.ID {
-		return fmt.Errorf("%w: the node at %s says it is %q, not %q; check the id and the address", ErrRefused, req.APIAddr, ns.NodeID, req.ID)
+		return fmt.Errorf("%w: the node at %s says it is %q, not %q; check the id and the address", tokenapi.ErrRefused, req.APIAddr, ns.NodeID, req.ID)
 	}
 	if cid := s.Store().Status().ClusterID; ns.HasState && ns.ClusterID != "" && cid != "" && ns.ClusterID != cid {
-		return fmt.Errorf("%w: %s at %s holds the state of cluster %s, not of this cluster %s; give it an empty data directory", ErrRefused, req.ID, req.APIAddr, ns.ClusterID, cid)
+		return fmt.Errorf("%w: %s at %s holds the state of cluster %s, not of this cluster %s; give it an empty data directory", tokenapi.ErrRefused, req.ID, req.APIAddr, ns.ClusterID, cid)
 	}
 	c, err := s.raftLayer.Dial(ctx, req.RaftAddr)
 	if err != nil {
 		if s.auth != nil {
-			return fmt.Errorf("%w: no node of this cluster accepts connections at raft address %s (%v); check the address and that the new node's certificate names its host", ErrRefused, req.RaftAddr, err)
+			return fmt.Errorf("%w: no node of this cluster accepts connections at raft address %s (%v); check the address and that the new node's certificate names its host", tokenapi.ErrRefused, req.RaftAddr, err)
 		}
-		return fmt.Errorf("%w: nothing accepts connections at raft address %s (%v); check the address", ErrRefused, req.RaftAddr, err)
+		return fmt.Errorf("%w: nothing accepts connections at raft address %s (%v); check the address", tokenapi.ErrRefused, req.RaftAddr, err)
 	}
 	defer c.Close()
 	if tc, ok := c.(*tls.Conn); ok {
 		if cn := tc.ConnectionState().PeerCertificates[0].Subject.CommonName; cn != req.ID {
-			return fmt.Errorf("%w: the node at raft address %s is %q (its certificate), not %q; check the id and the address", ErrRefused, req.RaftAddr, cn, req.ID)
+			return fmt.Errorf("%w: the node at raft address %s is %q (its certificate), not %q; check the id and the address", tokenapi.ErrRefused, req.RaftAddr, cn, req.ID)
 		}
 	}
 	return nil
@@ -213,14 +215,14 @@ func (s *Server) liveVoters(ctx context.Context) map[string]bool {
 // Only the leader answers.
 func (s *Server) handleSetAPIAddr(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	var req apiAddrRequest
+	var req tokenapi.ApiAddrRequest
 	if err := decodeBody(r, &req); err != nil {
 		s.writeError(w, err)
 		return
 	}
-	api, err := NormalizeURL(req.APIAddr)
+	api, err := tokenclient.NormalizeURL(req.APIAddr)
 	if err != nil {
-		s.writeError(w, fmt.Errorf("%w: api_addr: %v", ErrBadRequest, err))
+		s.writeError(w, fmt.Errorf("%w: api_addr: %v", tokenapi.ErrBadRequest, err))
 		return
 	}
 	api = withScheme(api, s.scheme())

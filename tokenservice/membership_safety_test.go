@@ -12,12 +12,14 @@ import (
 
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenapi"
+	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
 // voters returns the member list as "id:suffrage" in id order.
-func memberLine(t *testing.T, cl *tokenservice.Client) string {
+func memberLine(t *testing.T, cl *tokenclient.Client) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -78,8 +80,8 @@ func TestAddMemberRefusals(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			_, err := cl.AddMember(ctx, tc.id, tc.raft, tc.api)
-			if !errors.Is(err, tokenservice.ErrRefused) {
-				t.Fatalf("AddMember = %v; want ErrRefused", err)
+			if !errors.Is(err, tokenapi.ErrRefused) {
+				t.Fatalf("AddMember = %v; want tokenapi.ErrRefused", err)
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {
@@ -102,7 +104,7 @@ func TestAddMemberRefusals(t *testing.T) {
 	// add is a no-op while n4 is a non-voter and refused (remove it
 	// first) once it is a voter; either way nothing changes.
 	if _, err := cl.AddMember(ctx, "n4", n4raft, n4api); err != nil &&
-		!(errors.Is(err, tokenservice.ErrRefused) && strings.Contains(err.Error(), "n4 is already a voter")) {
+		!(errors.Is(err, tokenapi.ErrRefused) && strings.Contains(err.Error(), "n4 is already a voter")) {
 		t.Fatalf("add n4 a second time: %v", err)
 	}
 	testutil.WaitFor(t, 30*time.Second, "n4 promoted", func() error {
@@ -111,8 +113,8 @@ func TestAddMemberRefusals(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := cl.AddMember(ctx, "n4", n4raft, c.APIURL(0)); !errors.Is(err, tokenservice.ErrRefused) {
-		t.Fatalf("add n4 again with n1's api address: %v; want ErrRefused", err)
+	if _, err := cl.AddMember(ctx, "n4", n4raft, c.APIURL(0)); !errors.Is(err, tokenapi.ErrRefused) {
+		t.Fatalf("add n4 again with n1's api address: %v; want tokenapi.ErrRefused", err)
 	}
 	// Through the member's own path, an address of another member is
 	// refused too.
@@ -125,7 +127,7 @@ func TestAddMemberRefusals(t *testing.T) {
 	if resp.StatusCode != http.StatusConflict {
 		t.Fatalf("PUT another member's api address = %d, want 409", resp.StatusCode)
 	}
-	mint(t, c.ClientFor(t, []string{n4api}, tokenservice.WithFollowLeader(false)), 3)
+	mint(t, c.ClientFor(t, []string{n4api}, tokenclient.WithFollowLeader(false)), 3)
 }
 
 // Removing a voter is refused when the voters left could not form a
@@ -142,8 +144,8 @@ func TestRemoveMemberKeepsQuorum(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err := cl.RemoveMember(ctx, c.ID(live))
-	if !errors.Is(err, tokenservice.ErrRefused) {
-		t.Fatalf("remove live %s while %s is down = %v; want ErrRefused", c.ID(live), c.ID(dead), err)
+	if !errors.Is(err, tokenapi.ErrRefused) {
+		t.Fatalf("remove live %s while %s is down = %v; want tokenapi.ErrRefused", c.ID(live), c.ID(dead), err)
 	}
 	for _, w := range []string{"fewer than the 2 a quorum of them needs", "bring " + c.ID(dead) + " back first", "remove it instead"} {
 		if !strings.Contains(err.Error(), w) {
@@ -161,8 +163,8 @@ func TestRemoveMemberKeepsQuorum(t *testing.T) {
 	}
 	c.Kill(live)
 	err = cl.RemoveMember(ctx, c.ID(leader))
-	if !errors.Is(err, tokenservice.ErrRefused) || !strings.Contains(err.Error(), "last voter") {
-		t.Fatalf("remove the last voter = %v; want ErrRefused", err)
+	if !errors.Is(err, tokenapi.ErrRefused) || !strings.Contains(err.Error(), "last voter") {
+		t.Fatalf("remove the last voter = %v; want tokenapi.ErrRefused", err)
 	}
 	mint(t, cl, 3)
 }
@@ -198,7 +200,7 @@ func TestMemberPublishesOwnAPIAddress(t *testing.T) {
 		c.Restart(old)
 	}
 	other := (moved + 1) % 3
-	mint(t, c.ClientFor(t, []string{c.APIURL(other)}, tokenservice.WithFollowLeader(false)), 3)
+	mint(t, c.ClientFor(t, []string{c.APIURL(other)}, tokenclient.WithFollowLeader(false)), 3)
 }
 
 // A node started to join while the cluster still lists it as a voter

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
@@ -66,8 +67,8 @@ func TestSnapshotCompactionJoinRemove(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// Adding a voter again is refused: a member is replaced by removing it first.
-	if _, err := cl.AddMember(ctx, c.ID(n4), c.Node(n4).RaftAddr(), c.APIURL(n4)); !errors.Is(err, tokenservice.ErrRefused) {
-		t.Fatalf("second add of n4 = %v; want ErrRefused", err)
+	if _, err := cl.AddMember(ctx, c.ID(n4), c.Node(n4).RaftAddr(), c.APIURL(n4)); !errors.Is(err, tokenapi.ErrRefused) {
+		t.Fatalf("second add of n4 = %v; want tokenapi.ErrRefused", err)
 	}
 	testutil.WaitFor(t, 20*time.Second, "every node to list 4 voters with API addresses", func() error {
 		for i := range 4 {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -73,7 +74,7 @@ func newMetrics(s *Server) *metrics {
 			Name: "fencegate_token_promotions_total", Help: "Non-voters this node promoted to voter as leader, once caught up.",
 		}),
 	}
-	for _, code := range []string{CodeBadRequest, CodeUnauthenticated, CodeForbidden, CodeNotLeader, CodeNoQuorum, CodeUnavailable, CodeRefused, CodeInternal} {
+	for _, code := range []string{tokenapi.CodeBadRequest, tokenapi.CodeUnauthenticated, tokenapi.CodeForbidden, tokenapi.CodeNotLeader, tokenapi.CodeNoQuorum, tokenapi.CodeUnavailable, tokenapi.CodeRefused, tokenapi.CodeInternal} {
 		m.refusals.WithLabelValues(code)
 	}
 	// Raft's own view, read when scraped; zero until Raft runs.

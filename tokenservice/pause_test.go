@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenclient"
 )
 
 // The leader process is paused (SIGSTOP) under load and resumed, three
@@ -23,10 +23,10 @@ func TestPausedLeaderProcessLinearizable(t *testing.T) {
 		t.Skip("pauses processes for seconds")
 	}
 	procs, urls := startProcCluster(t, 3)
-	var clients []*tokenservice.Client
+	var clients []*tokenclient.Client
 	for _, u := range urls {
-		cl, err := tokenservice.NewClient([]string{u}, tokenservice.WithFollowLeader(false),
-			tokenservice.WithMaxWait(2*time.Second), tokenservice.WithAttemptTimeout(time.Second))
+		cl, err := tokenclient.NewClient([]string{u}, tokenclient.WithFollowLeader(false),
+			tokenclient.WithMaxWait(2*time.Second), tokenclient.WithAttemptTimeout(time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +64,7 @@ func TestPausedLeaderProcessLinearizable(t *testing.T) {
 }
 
 // procLeader returns the index of the node whose own status says it leads.
-func procLeader(t *testing.T, clients []*tokenservice.Client) int {
+func procLeader(t *testing.T, clients []*tokenclient.Client) int {
 	t.Helper()
 	leader := -1
 	testutil.WaitFor(t, 20*time.Second, "a leader", func() error {

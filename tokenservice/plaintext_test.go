@@ -173,7 +173,7 @@ func TestCLIPlaintextOffLoopback(t *testing.T) {
 }
 
 // The API refuses resource names the rule refuses (tokenclient
-// ValidateResource): 400 bad_request, nothing signed or echoed. JSON turns
+// tokenapi.ValidateResource): 400 bad_request, nothing signed or echoed. JSON turns
 // bytes that are not UTF-8 into U+FFFD, which the rule refuses too.
 func TestAPIRefusesBadResourceNames(t *testing.T) {
 	c := tokenservicetest.StartCluster(t, 1)

@@ -9,6 +9,8 @@ import (
 	"net/http"
 
 	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenapi"
+	"github.com/fencegate/fencegate/tokenclient"
 )
 
 // httpProber asks other nodes about themselves over their API: what an
@@ -37,7 +39,7 @@ func (p *httpProber) State(ctx context.Context, api string) (raftstore.NodeState
 	cn, err := p.get(ctx, api, "/v1/internal/state", &st)
 	if err == nil && p.verify && cn != st.NodeID {
 		return raftstore.NodeState{}, fmt.Errorf("%w: the node at %s says it is %q but its certificate names %q; its answer is refused",
-			ErrUnavailable, api, st.NodeID, cn)
+			tokenapi.ErrUnavailable, api, st.NodeID, cn)
 	}
 	return st, err
 }
@@ -47,14 +49,14 @@ func (p *httpProber) State(ctx context.Context, api string) (raftstore.NodeState
 func (p *httpProber) Configuration(ctx context.Context, api string) (raftstore.Configuration, error) {
 	var conf raftstore.Configuration
 	cn, err := p.get(ctx, api, "/v1/internal/configuration", &conf)
-	var ae *APIError
-	if errors.As(err, &ae) && ae.Code == CodeNotLeader && ae.LeaderAPI != "" && ae.LeaderAPI != api {
+	var ae *tokenapi.APIError
+	if errors.As(err, &ae) && ae.Code == tokenapi.CodeNotLeader && ae.LeaderAPI != "" && ae.LeaderAPI != api {
 		api = ae.LeaderAPI
 		cn, err = p.get(ctx, api, "/v1/internal/configuration", &conf)
 	}
 	if err == nil && p.verify && cn != conf.LeaderID {
 		return raftstore.Configuration{}, fmt.Errorf("%w: the configuration from %s names leader %q but came from %q; refused",
-			ErrUnavailable, api, conf.LeaderID, cn)
+			tokenapi.ErrUnavailable, api, conf.LeaderID, cn)
 	}
 	return conf, err
 }
@@ -62,7 +64,7 @@ func (p *httpProber) Configuration(ctx context.Context, api string) (raftstore.C
 // get asks the node at api and decodes its answer into out; it returns the
 // CN of the certificate the node presented ("" without TLS).
 func (p *httpProber) get(ctx context.Context, api, path string, out any) (string, error) {
-	u, err := NormalizeURL(api)
+	u, err := tokenclient.NormalizeURL(api)
 	if err != nil {
 		return "", err
 	}
@@ -75,24 +77,24 @@ func (p *httpProber) get(ctx context.Context, api, path string, out any) (string
 	}
 	resp, err := p.hc.Do(req)
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return "", fmt.Errorf("%w: %w", tokenapi.ErrUnavailable, err)
 	}
 	defer resp.Body.Close()
 	var cn string
 	if resp.TLS != nil && len(resp.TLS.PeerCertificates) > 0 {
 		cn = resp.TLS.PeerCertificates[0].Subject.CommonName
 	} else if p.verify {
-		return "", fmt.Errorf("%w: %s answered without TLS; refused", ErrUnavailable, u)
+		return "", fmt.Errorf("%w: %s answered without TLS; refused", tokenapi.ErrUnavailable, u)
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
-		return "", fmt.Errorf("%w: read answer of %s: %w", ErrUnavailable, u, err)
+		return "", fmt.Errorf("%w: read answer of %s: %w", tokenapi.ErrUnavailable, u, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return "", decodeError(resp.StatusCode, body)
 	}
 	if err := json.Unmarshal(body, out); err != nil {
-		return "", fmt.Errorf("%w: %s answered %.100q: %v", ErrInternal, u+path, body, err)
+		return "", fmt.Errorf("%w: %s answered %.100q: %v", tokenapi.ErrInternal, u+path, body, err)
 	}
 	return cn, nil
 }
@@ -108,7 +110,7 @@ func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, p.State())
 		return
 	}
-	s.writeError(w, fmt.Errorf("%w: node %s is starting", ErrUnavailable, s.cfg.ID))
+	s.writeError(w, fmt.Errorf("%w: node %s is starting", tokenapi.ErrUnavailable, s.cfg.ID))
 }
 
 // handleConfiguration answers a joining node with the committed

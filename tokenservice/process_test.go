@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenclient"
 )
 
 // proc is a `fencegate token serve` process.
@@ -162,7 +162,7 @@ func startProcCluster(t *testing.T, n int) ([]*proc, []string) {
 // returned.
 func TestAllProcessesKilledTokensContinue(t *testing.T) {
 	procs, urls := startProcCluster(t, 3)
-	cl, err := tokenservice.NewClient(urls, tokenservice.WithMaxWait(30*time.Second))
+	cl, err := tokenclient.NewClient(urls, tokenclient.WithMaxWait(30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestAllProcessesKilledTokensContinue(t *testing.T) {
 	var highest int64
 	for round := 1; round <= 2; round++ {
 		// Mint under load, then kill every process at once mid-load.
-		l := startLoad([]*tokenservice.Client{cl}, 16)
+		l := startLoad([]*tokenclient.Client{cl}, 16)
 		l.waitProgress(t, 300, fmt.Sprintf("before kill round %d", round))
 		var wg sync.WaitGroup
 		for _, p := range procs {

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	"github.com/fencegate/fencegate/tokenapi"
 )
 
 // kickPromote makes the promotion loop look at once.
@@ -117,7 +119,7 @@ func (s *Server) publishAPIAddr(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	body, _ := json.Marshal(apiAddrRequest{APIAddr: s.apiURL})
+	body, _ := json.Marshal(tokenapi.ApiAddrRequest{APIAddr: s.apiURL})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, leader+"/v1/members/"+url.PathEscape(s.cfg.ID)+"/api-addr", bytes.NewReader(body))
 	if err != nil {
 		return err
@@ -125,7 +127,7 @@ func (s *Server) publishAPIAddr(ctx context.Context) error {
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := s.fwd.Do(req)
 	if err != nil {
-		return fmt.Errorf("%w: publish api address to %s: %w", ErrUnavailable, leader, err)
+		return fmt.Errorf("%w: publish api address to %s: %w", tokenapi.ErrUnavailable, leader, err)
 	}
 	defer resp.Body.Close()
 	if err := s.checkLeaderIdentity(resp, leaderID, leader); err != nil {

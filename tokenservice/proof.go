@@ -3,6 +3,8 @@ package tokenservice
 import (
 	"fmt"
 	"sync/atomic"
+
+	"github.com/fencegate/fencegate/tokenapi"
 )
 
 // Proofs: with Config.SigningKeys, every token the API hands out carries a
@@ -29,11 +31,11 @@ func (s *Server) clusterIDForProofs() (string, error) {
 	}
 	st := s.Store()
 	if st == nil {
-		return "", fmt.Errorf("%w: node %s has not started Raft yet", ErrUnavailable, s.cfg.ID)
+		return "", fmt.Errorf("%w: node %s has not started Raft yet", tokenapi.ErrUnavailable, s.cfg.ID)
 	}
 	id := st.State().ClusterID
 	if id == "" {
-		return "", fmt.Errorf("%w: node %s does not know the cluster id yet, which signed tokens are bound to", ErrUnavailable, s.cfg.ID)
+		return "", fmt.Errorf("%w: node %s does not know the cluster id yet, which signed tokens are bound to", tokenapi.ErrUnavailable, s.cfg.ID)
 	}
 	s.proofs.clusterID.Store(&id)
 	return id, nil

@@ -16,6 +16,7 @@ import (
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/pgfence"
 	"github.com/fencegate/fencegate/pgfence/pgfencetest"
+	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 	"github.com/fencegate/fencegate/tokensign"
@@ -41,7 +42,7 @@ func signedCluster(t testing.TB, keys *tokensign.Keyring, opts ...tokenservicete
 	return tokenservicetest.StartCluster(t, 3, append(opts, tokenservicetest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.SigningKeys = keys }))...)
 }
 
-func clusterID(t testing.TB, cl *tokenservice.Client) string {
+func clusterID(t testing.TB, cl *tokenclient.Client) string {
 	t.Helper()
 	// The first leader records the cluster id just after its election.
 	var id string
@@ -70,7 +71,7 @@ func TestProofsFromEveryNode(t *testing.T) {
 	for i := range c.Len() {
 		// A client pinned to one node: followers forward the allocation and
 		// sign the answer themselves.
-		cl := c.ClientFor(t, []string{c.APIURL(i)}, tokenservice.WithFollowLeader(false))
+		cl := c.ClientFor(t, []string{c.APIURL(i)}, tokenclient.WithFollowLeader(false))
 		var wg sync.WaitGroup
 		errs := make(chan error, 32)
 		for w := range 32 {
@@ -122,7 +123,7 @@ func TestProofsInPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	app := db.AppConn(t)
-	fence := func(res string, tok tokenservice.Token) error {
+	fence := func(res string, tok tokenclient.Token) error {
 		_, err := app.Exec(ctx, fencegate.FenceSignedSQL, res, tok.Value, tok.Proof)
 		return err
 	}
@@ -151,11 +152,11 @@ func TestProofsInPostgres(t *testing.T) {
 	}
 	for _, x := range []struct {
 		name string
-		tok  tokenservice.Token
+		tok  tokenclient.Token
 	}{
 		{"minted for another resource", b},
 		{"another cluster's token", f},
-		{"never minted", tokenservice.Token{Value: 1 << 62, Proof: a.Proof}},
+		{"never minted", tokenclient.Token{Value: 1 << 62, Proof: a.Proof}},
 	} {
 		before := mark("acct/a")
 		err := fence("acct/a", x.tok)
@@ -183,7 +184,7 @@ func TestProofsInPostgres(t *testing.T) {
 	if err := fence("acct/a", a2); err != nil {
 		t.Fatalf("old key after rotation: %v", err)
 	}
-	a3 := tokenservice.Token{Value: a2.Value, Proof: rotated.Sign(cid, "acct/a", a2.Value)}
+	a3 := tokenclient.Token{Value: a2.Value, Proof: rotated.Sign(cid, "acct/a", a2.Value)}
 	if err := fence("acct/a", a3); err != nil {
 		t.Fatalf("new key after rotation: %v", err)
 	}
@@ -206,7 +207,7 @@ func BenchmarkNextProof(b *testing.B) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	type side struct {
 		name    string
-		clients []*tokenservice.Client
+		clients []*tokenclient.Client
 		rate    []float64
 		cpu     []float64
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/pki"
 	"github.com/fencegate/fencegate/internal/pkitest"
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
@@ -44,7 +44,7 @@ func TestRaftPortRefusesWithoutPeerCertificate(t *testing.T) {
 	target := c.Node(leader).RaftAddr()
 	termBefore := c.Node(leader).LocalStatus().Term
 
-	cert := func(ca *pki.CA, name string, role tokenservice.Role) *tls.Certificate {
+	cert := func(ca *pki.CA, name string, role tokenapi.Role) *tls.Certificate {
 		leaf, err := ca.Issue(name, []string{string(role)}, []string{"127.0.0.1"}, pki.Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -69,10 +69,10 @@ func TestRaftPortRefusesWithoutPeerCertificate(t *testing.T) {
 	}{
 		{"raw TCP", func(addr string) (net.Conn, error) { return net.DialTimeout("tcp", addr, 2*time.Second) }, false},
 		{"TLS without a certificate", tlsDial(nil), false},
-		{"TLS with a peer certificate of another CA", tlsDial(cert(other, c.ID((leader+1)%3), tokenservice.RolePeer)), false},
-		{"TLS with a client certificate of the cluster CA", tlsDial(cert(ca, c.ID((leader+1)%3), tokenservice.RoleClient)), false},
-		{"TLS with an admin certificate of the cluster CA", tlsDial(cert(ca, "ops", tokenservice.RoleAdmin)), false},
-		{"control: TLS with a member's peer certificate of the cluster CA", tlsDial(cert(ca, c.ID((leader+1)%3), tokenservice.RolePeer)), true},
+		{"TLS with a peer certificate of another CA", tlsDial(cert(other, c.ID((leader+1)%3), tokenapi.RolePeer)), false},
+		{"TLS with a client certificate of the cluster CA", tlsDial(cert(ca, c.ID((leader+1)%3), tokenapi.RoleClient)), false},
+		{"TLS with an admin certificate of the cluster CA", tlsDial(cert(ca, "ops", tokenapi.RoleAdmin)), false},
+		{"control: TLS with a member's peer certificate of the cluster CA", tlsDial(cert(ca, c.ID((leader+1)%3), tokenapi.RolePeer)), true},
 	}
 	for _, a := range attempts {
 		t.Run(a.name, func(t *testing.T) {

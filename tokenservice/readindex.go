@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenapi"
 )
 
 // viewConfirmer asks another voter for its raftstore.View over the
@@ -19,7 +20,7 @@ type viewConfirmer struct{ s *Server }
 
 func (c *viewConfirmer) View(ctx context.Context, v raftstore.Server) (raftstore.View, error) {
 	if v.APIAddr == "" {
-		return raftstore.View{}, fmt.Errorf("%w: the API address of voter %s is not known yet", ErrUnavailable, v.ID)
+		return raftstore.View{}, fmt.Errorf("%w: the API address of voter %s is not known yet", tokenapi.ErrUnavailable, v.ID)
 	}
 	var view raftstore.View
 	cn, err := c.s.probe.get(ctx, v.APIAddr, "/v1/internal/view", &view)
@@ -27,7 +28,7 @@ func (c *viewConfirmer) View(ctx context.Context, v raftstore.Server) (raftstore
 		return raftstore.View{}, err
 	}
 	if c.s.probe.verify && cn != v.ID {
-		return raftstore.View{}, fmt.Errorf("%w: the node at %s answered as %q, not as voter %s; refused", ErrUnavailable, v.APIAddr, cn, v.ID)
+		return raftstore.View{}, fmt.Errorf("%w: the node at %s answered as %q, not as voter %s; refused", tokenapi.ErrUnavailable, v.APIAddr, cn, v.ID)
 	}
 	return view, nil
 }

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
@@ -16,7 +16,7 @@ func TestReadIndexStatusAndMetrics(t *testing.T) {
 	c := tokenservicetest.StartCluster(t, 3)
 	leader := c.Leader(t)
 	follower := (leader + 1) % 3
-	toks := mint(t, c.ClientFor(t, []string{c.APIURL(follower)}, tokenservice.WithFollowLeader(false)), 20)
+	toks := mint(t, c.ClientFor(t, []string{c.APIURL(follower)}, tokenclient.WithFollowLeader(false)), 20)
 	mint(t, c.ClientFor(t, []string{c.APIURL(leader)}), 10)
 
 	st := c.Node(leader).LocalStatus()

@@ -15,7 +15,8 @@ import (
 	"github.com/fencegate/fencegate/internal/netns"
 	"github.com/fencegate/fencegate/internal/pki"
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenapi"
+	"github.com/fencegate/fencegate/tokenclient"
 )
 
 // The three-host rehearsal: three "fencegate token serve" processes, each
@@ -55,7 +56,7 @@ func TestThreeHostRehearsal(t *testing.T) {
 	}
 	var peers []string
 	for i, h := range nodes {
-		leaf, err := ca.Issue(h.Name, []string{string(tokenservice.RolePeer)}, []string{h.IP}, pki.Options{})
+		leaf, err := ca.Issue(h.Name, []string{string(tokenapi.RolePeer)}, []string{h.IP}, pki.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,25 +82,25 @@ func TestThreeHostRehearsal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clientCert, err := ca.Issue("rehearsal-client", []string{string(tokenservice.RoleClient)}, nil, pki.Options{})
+	clientCert, err := ca.Issue("rehearsal-client", []string{string(tokenapi.RoleClient)}, nil, pki.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	hc := &http.Client{Transport: &http.Transport{
 		DialContext: dial, MaxIdleConnsPerHost: 16,
-		TLSClientConfig: tokenservice.ClientTLSConfig(ca.Pool(), clientCert.TLSCertificate()),
+		TLSClientConfig: tokenclient.ClientTLSConfig(ca.Pool(), clientCert.TLSCertificate()),
 	}}
 	defer hc.CloseIdleConnections()
-	clients := make([]*tokenservice.Client, len(nodes))
+	clients := make([]*tokenclient.Client, len(nodes))
 	for i, h := range nodes {
-		clients[i], err = tokenservice.NewClient([]string{"https://" + h.IP + ":7101"}, tokenservice.WithHTTPClient(hc),
-			tokenservice.WithFollowLeader(false), tokenservice.WithMaxWait(2*time.Second), tokenservice.WithAttemptTimeout(time.Second))
+		clients[i], err = tokenclient.NewClient([]string{"https://" + h.IP + ":7101"}, tokenclient.WithHTTPClient(hc),
+			tokenclient.WithFollowLeader(false), tokenclient.WithMaxWait(2*time.Second), tokenclient.WithAttemptTimeout(time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer clients[i].Close()
 	}
-	status := func(i int) (tokenservice.Status, error) {
+	status := func(i int) (tokenapi.Status, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		return clients[i].Status(ctx)
@@ -192,7 +193,7 @@ func TestThreeHostRehearsal(t *testing.T) {
 // rehearsal drives the load of TestThreeHostRehearsal.
 type rehearsal struct {
 	t       *testing.T
-	clients []*tokenservice.Client
+	clients []*tokenclient.Client
 	rec     *history.Recorder
 	stop    chan struct{}
 	wg      sync.WaitGroup
@@ -280,9 +281,9 @@ func (r *rehearsal) waitTokens(t *testing.T, i, want int, what string) {
 // tell it of an entry the majority committed before the cut. The node
 // becomes a candidate only after a heartbeat timeout without hearing from
 // any leader or quorum, that is once such messages have been read.
-func (r *rehearsal) checkMinorityStill(t *testing.T, i int, status func(int) (tokenservice.Status, error)) {
+func (r *rehearsal) checkMinorityStill(t *testing.T, i int, status func(int) (tokenapi.Status, error)) {
 	t.Helper()
-	var first tokenservice.Status
+	var first tokenapi.Status
 	testutil.WaitFor(t, 30*time.Second, "the cut-off node to apply what it knows committed and stand as a candidate", func() error {
 		var err error
 		if first, err = status(i); err != nil {

@@ -24,6 +24,8 @@ import (
 	"github.com/fencegate/fencegate/internal/pki"
 	"github.com/fencegate/fencegate/internal/pkitest"
 	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/tokenapi"
+	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
@@ -82,7 +84,7 @@ var raftAttacks = []raftAttack{
 // node refused in the handshake.
 func peerCall(t *testing.T, ca *pki.CA, leaf *pki.Leaf, method, base, path, body string) (int, error) {
 	t.Helper()
-	cfg := tokenservice.ClientTLSConfig(ca.Pool(), leaf.TLSCertificate())
+	cfg := tokenclient.ClientTLSConfig(ca.Pool(), leaf.TLSCertificate())
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: 5 * time.Second}
 	defer hc.CloseIdleConnections()
 	req, err := http.NewRequest(method, base+path, strings.NewReader(body))
@@ -101,7 +103,7 @@ func peerCall(t *testing.T, ca *pki.CA, leaf *pki.Leaf, method, base, path, body
 
 func issuePeer(t *testing.T, ca *pki.CA, id string, o pki.Options) *pki.Leaf {
 	t.Helper()
-	leaf, err := ca.Issue(id, []string{string(tokenservice.RolePeer)}, []string{"127.0.0.1"}, o)
+	leaf, err := ca.Issue(id, []string{string(tokenapi.RolePeer)}, []string{"127.0.0.1"}, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +122,7 @@ func issuePeer(t *testing.T, ca *pki.CA, id string, o pki.Options) *pki.Leaf {
 func TestRemovedNodeIsAStranger(t *testing.T) {
 	ca := newCA(t, "cluster")
 	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, nil))
-	app := c.Client(t, pkitest.ClientTLS(t, ca, "app", tokenservice.RoleClient)...)
+	app := c.Client(t, pkitest.ClientTLS(t, ca, "app", tokenapi.RoleClient)...)
 	before := mint(t, app, 100)
 
 	leader := c.Leader(t)
@@ -212,12 +214,12 @@ func TestPeerOfAnotherClusterRefused(t *testing.T) {
 	node := func(id string) *tokenservice.NodeTLS {
 		return &tokenservice.NodeTLS{CA: ca.Pool(), Cert: issuePeer(t, ca, id, prod).TLSCertificate()}
 	}
-	admin, err := ca.Issue("ops", []string{string(tokenservice.RoleAdmin)}, nil, prod)
+	admin, err := ca.Issue("ops", []string{string(tokenapi.RoleAdmin)}, nil, prod)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := tokenservicetest.StartCluster(t, 3, tokenservicetest.WithTLS(node, nil,
-		tokenservice.WithTLS(tokenservice.ClientTLSConfig(ca.Pool(), admin.TLSCertificate()))))
+		tokenclient.WithTLS(tokenclient.ClientTLSConfig(ca.Pool(), admin.TLSCertificate()))))
 	leader := c.Leader(t)
 	follower, member := (leader+1)%3, (leader+2)%3
 	st := c.Node(follower).LocalStatus()
@@ -253,11 +255,11 @@ func TestPeerOfAnotherClusterRefused(t *testing.T) {
 		cluster string
 		ok      bool
 	}{{"prod", true}, {"", true}, {"staging", false}} {
-		leaf, err := ca.Issue("app", []string{string(tokenservice.RoleClient)}, nil, pki.Options{Cluster: tc.cluster})
+		leaf, err := ca.Issue("app", []string{string(tokenapi.RoleClient)}, nil, pki.Options{Cluster: tc.cluster})
 		if err != nil {
 			t.Fatal(err)
 		}
-		cl := c.Client(t, tokenservice.WithTLS(tokenservice.ClientTLSConfig(ca.Pool(), leaf.TLSCertificate())), tokenservice.WithMaxWait(3*time.Second))
+		cl := c.Client(t, tokenclient.WithTLS(tokenclient.ClientTLSConfig(ca.Pool(), leaf.TLSCertificate())), tokenclient.WithMaxWait(3*time.Second))
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		_, err = cl.NextToken(ctx, "orders/42")
 		cancel()
@@ -275,7 +277,7 @@ func statusTerm(t *testing.T, caFile string, cert tls.Certificate, api string) u
 	if err != nil {
 		t.Fatal(err)
 	}
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tokenservice.ClientTLSConfig(pool, cert)}, Timeout: 5 * time.Second}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tokenclient.ClientTLSConfig(pool, cert)}, Timeout: 5 * time.Second}
 	defer hc.CloseIdleConnections()
 	resp, err := hc.Get("https://" + api + "/v1/status")
 	if err != nil {
@@ -434,7 +436,7 @@ func TestCLIRemovedNodeAndOtherClusterRefused(t *testing.T) {
 func TestJoiningNodeAdmitsOnlyMembers(t *testing.T) {
 	ca := newCA(t, "cluster")
 	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, nil))
-	app := pkitest.ClientTLS(t, ca, "app", tokenservice.RoleClient)
+	app := pkitest.ClientTLS(t, ca, "app", tokenapi.RoleClient)
 	before := mint(t, c.Client(t, app...), 20)
 	leader := c.Leader(t)
 	joiner := (leader + 1) % 3
@@ -467,7 +469,7 @@ func TestJoiningNodeAdmitsOnlyMembers(t *testing.T) {
 func TestJoiningNodeAdmitsOnlyTheLeader(t *testing.T) {
 	ca := newCA(t, "cluster")
 	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, nil))
-	app := pkitest.ClientTLS(t, ca, "app", tokenservice.RoleClient)
+	app := pkitest.ClientTLS(t, ca, "app", tokenapi.RoleClient)
 	before := mint(t, c.Client(t, app...), 20)
 	leader := c.Leader(t)
 	joiner, other := (leader+1)%3, (leader+2)%3
@@ -512,7 +514,7 @@ func TestJoiningNodeAdmitsOnlyTheLeader(t *testing.T) {
 func TestJoiningNodeAsksOnlyItsJoinContacts(t *testing.T) {
 	ca := newCA(t, "cluster")
 	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, nil))
-	app := pkitest.ClientTLS(t, ca, "app", tokenservice.RoleClient)
+	app := pkitest.ClientTLS(t, ca, "app", tokenapi.RoleClient)
 	mint(t, c.Client(t, app...), 5)
 	removed := (c.Leader(t) + 2) % 3
 	removedAPI := strings.TrimPrefix(c.APIURL(removed), "https://")
@@ -568,7 +570,7 @@ func TestSnapshotCatchUpOverTLS(t *testing.T) {
 	ca := newCA(t, "cluster")
 	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, nil), tokenservicetest.WithSnapshotThreshold(64, 16),
 		tokenservicetest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.ReserveSize = 1 }))
-	app := pkitest.ClientTLS(t, ca, "app", tokenservice.RoleClient)
+	app := pkitest.ClientTLS(t, ca, "app", tokenapi.RoleClient)
 	toks := mint(t, c.Client(t, app...), 200)
 	last := toks[len(toks)-1]
 	testutil.WaitFor(t, 30*time.Second, "snapshots and compaction on every node", func() error {

@@ -9,7 +9,8 @@ import (
 
 	"github.com/fencegate/fencegate/internal/pkitest"
 	"github.com/fencegate/fencegate/raftstore"
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenapi"
+	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
@@ -25,11 +26,11 @@ import (
 // every token handed out before the wipe, also through the replaced node.
 func TestReplaceOverMutualTLS(t *testing.T) {
 	ca := newCA(t, "cluster")
-	creds, bearer := credentials(t, map[string][]tokenservice.Role{
-		"app": {tokenservice.RoleClient}, "ops": {tokenservice.RoleAdmin},
+	creds, bearer := credentials(t, map[string][]tokenapi.Role{
+		"app": {tokenapi.RoleClient}, "ops": {tokenapi.RoleAdmin},
 	})
 	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, creds))
-	app := pkitest.ClientTLS(t, ca, "app", tokenservice.RoleClient)
+	app := pkitest.ClientTLS(t, ca, "app", tokenapi.RoleClient)
 	before := mint(t, c.Client(t, app...), 20)
 	highest := before[len(before)-1]
 
@@ -46,22 +47,22 @@ func TestReplaceOverMutualTLS(t *testing.T) {
 	admin := c.ClientFor(t, others, c.AdminOptions()...)
 	members := func() string { return memberLine(t, admin) }
 	// Callers that may not change membership, each with the error it must get.
-	anon := []tokenservice.ClientOption{tokenservice.WithTLS(tokenservice.ClientTLSConfig(ca.Pool()))}
+	anon := []tokenclient.ClientOption{tokenclient.WithTLS(tokenclient.ClientTLSConfig(ca.Pool()))}
 	refusedCallers := []struct {
 		name string
-		opts []tokenservice.ClientOption
+		opts []tokenclient.ClientOption
 		want error
 	}{
-		{"no identity", anon, tokenservice.ErrUnauthenticated},
-		{"client certificate", app, tokenservice.ErrForbidden},
-		{"bearer client", append(anon[:1:1], tokenservice.WithCredential(bearer["app"])), tokenservice.ErrForbidden},
-		{"the node's own peer certificate", pkitest.ClientTLS(t, ca, c.ID(victim), tokenservice.RolePeer), tokenservice.ErrForbidden},
+		{"no identity", anon, tokenapi.ErrUnauthenticated},
+		{"client certificate", app, tokenapi.ErrForbidden},
+		{"bearer client", append(anon[:1:1], tokenclient.WithCredential(bearer["app"])), tokenapi.ErrForbidden},
+		{"the node's own peer certificate", pkitest.ClientTLS(t, ca, c.ID(victim), tokenapi.RolePeer), tokenapi.ErrForbidden},
 	}
-	refused := func(what string, call func(cl *tokenservice.Client) error) {
+	refused := func(what string, call func(cl *tokenclient.Client) error) {
 		t.Helper()
 		want := members()
 		for _, rc := range refusedCallers {
-			cl := c.ClientFor(t, others, append(rc.opts, tokenservice.WithMaxWait(5*time.Second))...)
+			cl := c.ClientFor(t, others, append(rc.opts, tokenclient.WithMaxWait(5*time.Second))...)
 			if err := call(cl); !errors.Is(err, rc.want) || !strings.Contains(err.Error(), "admin") {
 				t.Errorf("%s as %s: %v; want %v naming the admin role", what, rc.name, err, rc.want)
 			}
@@ -72,7 +73,7 @@ func TestReplaceOverMutualTLS(t *testing.T) {
 	}
 
 	// 1. Remove the lost member: admin only.
-	refused("members remove", func(cl *tokenservice.Client) error {
+	refused("members remove", func(cl *tokenclient.Client) error {
 		return cl.RemoveMember(context.Background(), c.ID(victim))
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -86,14 +87,14 @@ func TestReplaceOverMutualTLS(t *testing.T) {
 	raftAddr, apiAddr := c.Node(victim).RaftAddr(), c.APIURL(victim)
 
 	// 3. Add it: admin only, and only at its own addresses.
-	refused("members add", func(cl *tokenservice.Client) error {
+	refused("members add", func(cl *tokenclient.Client) error {
 		_, err := cl.AddMember(context.Background(), c.ID(victim), raftAddr, apiAddr)
 		return err
 	})
 	want := members()
 	_, err = admin.AddMember(ctx, c.ID(victim), c.Node(other).RaftAddr(), apiAddr)
-	if !errors.Is(err, tokenservice.ErrRefused) || !strings.Contains(err.Error(), `is "`+c.ID(other)+`"`) {
-		t.Fatalf("add %s at %s's raft address: %v; want ErrRefused naming %s", c.ID(victim), c.ID(other), err, c.ID(other))
+	if !errors.Is(err, tokenapi.ErrRefused) || !strings.Contains(err.Error(), `is "`+c.ID(other)+`"`) {
+		t.Fatalf("add %s at %s's raft address: %v; want tokenapi.ErrRefused naming %s", c.ID(victim), c.ID(other), err, c.ID(other))
 	}
 	if got := members(); got != want {
 		t.Fatalf("a refused add changed the members:\n before %s\n after  %s", want, got)
@@ -110,7 +111,7 @@ func TestReplaceOverMutualTLS(t *testing.T) {
 	if after[0] <= highest {
 		t.Fatalf("first token after the replacement %d <= %d handed out before the wipe", after[0], highest)
 	}
-	tok := mint(t, c.ClientFor(t, []string{apiAddr}, append(app, tokenservice.WithFollowLeader(false))...), 1)[0]
+	tok := mint(t, c.ClientFor(t, []string{apiAddr}, append(app, tokenclient.WithFollowLeader(false))...), 1)[0]
 	if tok <= after[len(after)-1] {
 		t.Fatalf("token through the replaced %s %d <= %d", c.ID(victim), tok, after[len(after)-1])
 	}

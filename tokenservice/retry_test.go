@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fencegate/fencegate/tokenclient"
 )
 
 // TestRetryKeepsNodeAnswerOverDeadline: a node that answered "no quorum"
@@ -31,7 +33,7 @@ func TestRetryKeepsNodeAnswerOverDeadline(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(release)
-	c, err := NewClient([]string{srv.URL}, WithBackoff(time.Millisecond, time.Millisecond), WithCoalescing(false))
+	c, err := tokenclient.NewClient([]string{srv.URL}, tokenclient.WithBackoff(time.Millisecond, time.Millisecond), tokenclient.WithCoalescing(false))
 	if err != nil {
 		t.Fatal(err)
 	}

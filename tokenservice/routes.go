@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"slices"
 	"time"
+
+	"github.com/fencegate/fencegate/tokenapi"
 )
 
 // Route is one endpoint of the API and who may call it. The handlers check
@@ -19,7 +21,7 @@ type Route struct {
 	Path string
 	// Roles are the roles that may call the route; an identity needs one
 	// of them.
-	Roles []Role
+	Roles []tokenapi.Role
 	// Self marks a peer route that only the member named by the path's
 	// {id} may call: the caller's peer certificate must name {id} (CN). A
 	// member's API address changes only on its own word.
@@ -33,11 +35,11 @@ type Route struct {
 }
 
 var (
-	clientOnly    = []Role{RoleClient}
-	adminOnly     = []Role{RoleAdmin}
-	peerOnly      = []Role{RolePeer}
-	clientOrAdmin = []Role{RoleClient, RoleAdmin}
-	anyRole       = []Role{RolePeer, RoleClient, RoleAdmin}
+	clientOnly    = []tokenapi.Role{tokenapi.RoleClient}
+	adminOnly     = []tokenapi.Role{tokenapi.RoleAdmin}
+	peerOnly      = []tokenapi.Role{tokenapi.RolePeer}
+	clientOrAdmin = []tokenapi.Role{tokenapi.RoleClient, tokenapi.RoleAdmin}
+	anyRole       = []tokenapi.Role{tokenapi.RolePeer, tokenapi.RoleClient, tokenapi.RoleAdmin}
 )
 
 // routeTable is the API: each route, who may call it and its handler.
@@ -91,7 +93,7 @@ var routeTable = []struct {
 // the host of a member of the cluster (the host of its Raft address; for a
 // route of one member, Self, the host of that member).
 func PlaintextOpen(rt Route) bool {
-	return rt.Method == http.MethodGet || rt.Method == http.MethodHead || slices.Contains(rt.Roles, RoleClient)
+	return rt.Method == http.MethodGet || rt.Method == http.MethodHead || slices.Contains(rt.Roles, tokenapi.RoleClient)
 }
 
 // Routes lists every endpoint of the node's API and who may call it.
@@ -99,7 +101,7 @@ func Routes() []Route {
 	out := make([]Route, len(routeTable))
 	for i, rt := range routeTable {
 		out[i] = rt.Route
-		out[i].Roles = append([]Role(nil), rt.Roles...)
+		out[i].Roles = append([]tokenapi.Role(nil), rt.Roles...)
 	}
 	return out
 }
@@ -150,7 +152,7 @@ func (s *Server) plaintextGuard(rt Route, h http.HandlerFunc) http.HandlerFunc {
 			s.log.Info("refused request", "status", http.StatusForbidden, "method", r.Method, "path", r.URL.Path, "from", r.RemoteAddr,
 				"reason", "plain HTTP from a host that is not a member")
 			s.writeError(w, fmt.Errorf("%w: %s %s changes the cluster; without TLS it answers only to loopback and to the hosts of the cluster's members, and %s is neither; call it from a member's host or configure TLS",
-				ErrForbidden, rt.Method, rt.Path, r.RemoteAddr))
+				tokenapi.ErrForbidden, rt.Method, rt.Path, r.RemoteAddr))
 			return
 		}
 		h(w, r)

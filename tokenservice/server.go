@@ -13,8 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/tokenwire"
 	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenapi"
+	"github.com/fencegate/fencegate/tokenclient"
 )
 
 // maxHops caps how many times a request is forwarded between nodes.
@@ -27,14 +28,6 @@ const maxAllocCount = 1 << 20
 
 // hopsHeader counts the forwards a request has been through.
 const hopsHeader = "X-Fencegate-Hops"
-
-// leaderHeader carries, on a successful token answer, the API URL of the
-// leader, so clients can skip the forwarding hop next time; leaderIDHeader
-// its ID, which a client over TLS requires of the node answering there.
-const (
-	leaderHeader   = tokenwire.LeaderHeader
-	leaderIDHeader = tokenwire.LeaderIDHeader
-)
 
 // Server is one node of the token service: a raftstore.Store and the HTTP
 // API in front of it.
@@ -134,7 +127,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	join := make([]string, len(cfg.Join))
 	for i, u := range cfg.Join {
-		if join[i], err = NormalizeURL(u); err != nil {
+		if join[i], err = tokenclient.NormalizeURL(u); err != nil {
 			return nil, &raftstore.FieldError{Fields: []string{"Join"}, Err: fmt.Errorf("%w: a member to join (Config.Join): %v", ErrBadConfig, err)}
 		}
 		join[i] = withScheme(join[i], scheme)
@@ -269,7 +262,7 @@ func (s *Server) RaftAddr() string { return s.Store().RaftAddr() }
 func (s *Server) Store() *raftstore.Store { return s.store.Load() }
 
 // LocalStatus returns this node's own view of the cluster.
-func (s *Server) LocalStatus() Status {
+func (s *Server) LocalStatus() tokenapi.Status {
 	st := s.Store()
 	if st == nil {
 		// Raft has not started: the node is deciding whether it may
@@ -279,12 +272,12 @@ func (s *Server) LocalStatus() Status {
 			ph := p.State().Phase
 			state = strings.ToUpper(ph[:1]) + ph[1:]
 		}
-		return Status{StatusFields: raftstore.StatusFields{ID: s.cfg.ID, State: state, Members: []Member{}}}
+		return tokenapi.Status{StatusFields: raftstore.StatusFields{ID: s.cfg.ID, State: state, Members: []tokenapi.Member{}}}
 	}
 	out := statusFrom(st.Status())
 	if s.readIndex != nil {
 		ris := s.readIndex.Stats()
-		out.ReadIndex = &ReadIndexStatus{Range: ris.Range, RoundsPerSecond: s.rounds.get(), Rounds: ris.Rounds,
+		out.ReadIndex = &tokenapi.ReadIndexStatus{Range: ris.Range, RoundsPerSecond: s.rounds.get(), Rounds: ris.Rounds,
 			RoundFailures: ris.RoundFailures, Reservations: ris.Reservations}
 	}
 	return out
@@ -352,10 +345,10 @@ func (s *Server) next(ctx context.Context, n int) (raftstore.Range, error) {
 	return s.fwdBatch.Next(ctx, n)
 }
 
-func statusFrom(st raftstore.Status) Status {
-	out := Status{StatusFields: st.StatusFields}
+func statusFrom(st raftstore.Status) tokenapi.Status {
+	out := tokenapi.Status{StatusFields: st.StatusFields}
 	if out.Members == nil {
-		out.Members = []Member{} // the answer lists no members as [], not null
+		out.Members = []tokenapi.Member{} // the answer lists no members as [], not null
 	}
 	return out
 }

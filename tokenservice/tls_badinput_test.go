@@ -9,7 +9,8 @@ import (
 
 	"github.com/fencegate/fencegate/internal/pki"
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenapi"
+	"github.com/fencegate/fencegate/tokenclient"
 )
 
 // Bad input: missing or unreadable certificate files, a certificate signed
@@ -48,11 +49,11 @@ func TestCLIBadTLSInput(t *testing.T) {
 	appExpiredCert, appExpiredKey := write("app-expired", issue(ca, "app", "client", nil, pki.Options{NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-time.Hour)}))
 	notPEM := filepath.Join(dir, "not.pem")
 	os.WriteFile(notPEM, []byte("this is not a certificate\n"), 0o644)
-	cred, _ := tokenservice.NewClientCredential("app")
+	cred, _ := tokenclient.NewClientCredential("app")
 	badCreds := filepath.Join(dir, "creds")
-	os.WriteFile(badCreds, []byte("# node credentials\n"+cred.ServerLine(tokenservice.RoleClient)+"\napp2 superuser sha256:"+strings.Repeat("ab", 32)+"\n"), 0o644)
+	os.WriteFile(badCreds, []byte("# node credentials\n"+cred.ServerLine(tokenapi.RoleClient)+"\napp2 superuser sha256:"+strings.Repeat("ab", 32)+"\n"), 0o644)
 	clientCreds := filepath.Join(dir, "app.credential")
-	os.WriteFile(clientCreds, []byte("\n"+cred.ServerLine(tokenservice.RoleClient)+"\n"), 0o600)
+	os.WriteFile(clientCreds, []byte("\n"+cred.ServerLine(tokenapi.RoleClient)+"\n"), 0o600)
 	missing := filepath.Join(dir, "missing.pem")
 
 	raft, api := testutil.FreeAddr(t), testutil.FreeAddr(t)
@@ -100,7 +101,7 @@ func TestCLIBadTLSInput(t *testing.T) {
 	}
 }
 
-func writeCred(t *testing.T, dir string, c tokenservice.ClientCredential) string {
+func writeCred(t *testing.T, dir string, c tokenclient.ClientCredential) string {
 	t.Helper()
 	p := filepath.Join(dir, "good.credential")
 	if _, err := os.Stat(p); err == nil {

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenclient"
 )
 
 // Three "fencegate token serve" processes over TLS, with the certificates
@@ -34,7 +34,7 @@ func TestCLITLSCluster(t *testing.T) {
 	if fi, err := os.Stat(credFile); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("credential file: %v, mode %v; want 0600", err, fi.Mode())
 	}
-	cred, err := tokenservice.LoadClientCredential(credFile)
+	cred, err := tokenclient.LoadClientCredential(credFile)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/fencegate/fencegate/internal/pki"
 	"github.com/fencegate/fencegate/internal/pkitest"
+	"github.com/fencegate/fencegate/tokenapi"
+	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
@@ -28,7 +30,7 @@ func newCA(t testing.TB, name string) *pki.CA {
 // serverTLS is the TLS configuration of a server presenting a certificate
 // of ca named name with role, for 127.0.0.1: an impostor's, in the tests
 // that put one where a node should answer.
-func serverTLS(t testing.TB, ca *pki.CA, name string, role tokenservice.Role) *tls.Config {
+func serverTLS(t testing.TB, ca *pki.CA, name string, role tokenapi.Role) *tls.Config {
 	t.Helper()
 	leaf, err := ca.Issue(name, []string{string(role)}, []string{"127.0.0.1"}, pki.Options{})
 	if err != nil {
@@ -39,12 +41,12 @@ func serverTLS(t testing.TB, ca *pki.CA, name string, role tokenservice.Role) *t
 
 // credentials makes bearer credentials: one per name, with the given roles,
 // and the node-side file that accepts them.
-func credentials(t testing.TB, roles map[string][]tokenservice.Role) (*tokenservice.Credentials, map[string]tokenservice.ClientCredential) {
+func credentials(t testing.TB, roles map[string][]tokenapi.Role) (*tokenservice.Credentials, map[string]tokenclient.ClientCredential) {
 	t.Helper()
 	var lines []string
-	out := map[string]tokenservice.ClientCredential{}
+	out := map[string]tokenclient.ClientCredential{}
 	for name, rs := range roles {
-		c, err := tokenservice.NewClientCredential(name)
+		c, err := tokenclient.NewClientCredential(name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,20 +64,20 @@ func credentials(t testing.TB, roles map[string][]tokenservice.Role) (*tokenserv
 // bearer client alike, and forwards from followers over mutual TLS.
 func TestTLSClusterMints(t *testing.T) {
 	ca := newCA(t, "cluster")
-	creds, bearer := credentials(t, map[string][]tokenservice.Role{"app": {tokenservice.RoleClient}})
+	creds, bearer := credentials(t, map[string][]tokenapi.Role{"app": {tokenapi.RoleClient}})
 	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, creds))
 	for _, u := range c.APIURLs() {
 		if !strings.HasPrefix(u, "https://") {
 			t.Fatalf("API URL %s is not https", u)
 		}
 	}
-	certClient := c.Client(t, append(pkitest.ClientTLS(t, ca, "app-cert", tokenservice.RoleClient), tokenservice.WithFollowLeader(false))...)
-	bearerClient := c.Client(t, append(pkitest.ClientTLS(t, ca, ""), tokenservice.WithCredential(bearer["app"]), tokenservice.WithFollowLeader(false))...)
+	certClient := c.Client(t, append(pkitest.ClientTLS(t, ca, "app-cert", tokenapi.RoleClient), tokenclient.WithFollowLeader(false))...)
+	bearerClient := c.Client(t, append(pkitest.ClientTLS(t, ca, ""), tokenclient.WithCredential(bearer["app"]), tokenclient.WithFollowLeader(false))...)
 	leader := c.Leader(t)
 	follower := (leader + 1) % 3
-	viaFollower := c.ClientFor(t, []string{c.APIURL(follower)}, append(pkitest.ClientTLS(t, ca, "app-cert", tokenservice.RoleClient), tokenservice.WithFollowLeader(false))...)
+	viaFollower := c.ClientFor(t, []string{c.APIURL(follower)}, append(pkitest.ClientTLS(t, ca, "app-cert", tokenapi.RoleClient), tokenclient.WithFollowLeader(false))...)
 	var last int64
-	for i, cl := range []*tokenservice.Client{certClient, bearerClient, viaFollower, certClient} {
+	for i, cl := range []*tokenclient.Client{certClient, bearerClient, viaFollower, certClient} {
 		toks := mint(t, cl, 20)
 		if toks[0] <= last {
 			t.Fatalf("client %d: token %d not above %d", i, toks[0], last)
@@ -88,8 +90,8 @@ func TestTLSClusterMints(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	_, err := anon.NextToken(ctx, "orders/42")
-	if !errors.Is(err, tokenservice.ErrUnauthenticated) || !strings.Contains(err.Error(), "needs role client") {
-		t.Fatalf("anonymous NextToken: %v; want ErrUnauthenticated naming role client", err)
+	if !errors.Is(err, tokenapi.ErrUnauthenticated) || !strings.Contains(err.Error(), "needs role client") {
+		t.Fatalf("anonymous NextToken: %v; want tokenapi.ErrUnauthenticated naming role client", err)
 	}
 	if time.Since(start) > 5*time.Second {
 		t.Errorf("anonymous NextToken took %v: a 401 must not be retried", time.Since(start))
@@ -106,7 +108,7 @@ func TestPlainClusterRestartedWithTLS(t *testing.T) {
 		if !tlsOn.Load() {
 			return
 		}
-		leaf, err := ca.Issue(cfg.ID, []string{string(tokenservice.RolePeer)}, []string{"127.0.0.1"}, pki.Options{})
+		leaf, err := ca.Issue(cfg.ID, []string{string(tokenapi.RolePeer)}, []string{"127.0.0.1"}, pki.Options{})
 		if err != nil {
 			panic(err)
 		}
@@ -124,13 +126,13 @@ func TestPlainClusterRestartedWithTLS(t *testing.T) {
 	for _, m := range c.Node(leader).LocalStatus().Members {
 		t.Logf("member table: %s at %s", m.ID, m.APIAddr)
 	}
-	opts := pkitest.ClientTLS(t, ca, "app", tokenservice.RoleClient)
+	opts := pkitest.ClientTLS(t, ca, "app", tokenapi.RoleClient)
 	var urls []string
 	for _, u := range c.APIURLs() {
 		urls = append(urls, strings.Replace(u, "http://", "https://", 1))
 	}
 	follower := (leader + 1) % 3
-	viaFollower := c.ClientFor(t, []string{urls[follower]}, append(opts, tokenservice.WithFollowLeader(false))...)
+	viaFollower := c.ClientFor(t, []string{urls[follower]}, append(opts, tokenclient.WithFollowLeader(false))...)
 	after := mint(t, viaFollower, 10)
 	following := mint(t, c.ClientFor(t, []string{urls[follower]}, opts...), 10)
 	if after[0] <= before[len(before)-1] || following[0] <= after[len(after)-1] {

@@ -15,6 +15,7 @@ import (
 	"github.com/fencegate/fencegate/internal/pki"
 	"github.com/fencegate/fencegate/internal/tlsfiles"
 	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenclient"
 )
 
@@ -38,7 +39,7 @@ type NodeTLS struct {
 // certificate signed by the CA. The error names the file and what is wrong.
 func LoadNodeTLS(caFile, certFile, keyFile string) (*NodeTLS, error) {
 	if caFile == "" || certFile == "" || keyFile == "" {
-		return nil, fmt.Errorf("%w: a node needs all three of the CA, its certificate and its key", ErrBadTLS)
+		return nil, fmt.Errorf("%w: a node needs all three of the CA, its certificate and its key", tokenapi.ErrBadTLS)
 	}
 	pool, err := tlsfiles.LoadCA(caFile)
 	if err != nil {
@@ -65,18 +66,18 @@ func (n *NodeTLS) checkNode(id string, addrs ...string) error {
 	if leaf == nil {
 		var err error
 		if leaf, err = x509.ParseCertificate(n.Cert.Certificate[0]); err != nil {
-			return fmt.Errorf("%w: certificate %s: %v", ErrBadTLS, name, err)
+			return fmt.Errorf("%w: certificate %s: %v", tokenapi.ErrBadTLS, name, err)
 		}
 		n.Cert.Leaf = leaf
 	}
-	if !slices.Contains(tokenclient.RolesOf(leaf), RolePeer) {
-		return fmt.Errorf("%w: certificate %s has roles %v; a node needs a peer certificate (OU=peer, CN=%s)", ErrBadTLS, name, tokenclient.RolesOf(leaf), id)
+	if !slices.Contains(tokenapi.RolesOf(leaf), tokenapi.RolePeer) {
+		return fmt.Errorf("%w: certificate %s has roles %v; a node needs a peer certificate (OU=peer, CN=%s)", tokenapi.ErrBadTLS, name, tokenapi.RolesOf(leaf), id)
 	}
 	if leaf.Subject.CommonName != id {
-		return fmt.Errorf("%w: certificate %s is for node %q (CN) but this node's ID is %q; give node %s its own certificate", ErrBadTLS, name, leaf.Subject.CommonName, id, id)
+		return fmt.Errorf("%w: certificate %s is for node %q (CN) but this node's ID is %q; give node %s its own certificate", tokenapi.ErrBadTLS, name, leaf.Subject.CommonName, id, id)
 	}
 	if len(leaf.ExtKeyUsage) > 0 && (!slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageServerAuth) || !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageClientAuth)) {
-		return fmt.Errorf("%w: certificate %s is not valid for both serverAuth and clientAuth; a node's certificate needs both (it serves and dials)", ErrBadTLS, name)
+		return fmt.Errorf("%w: certificate %s is not valid for both serverAuth and clientAuth; a node's certificate needs both (it serves and dials)", tokenapi.ErrBadTLS, name)
 	}
 	for _, a := range addrs {
 		host, _, err := net.SplitHostPort(strings.TrimPrefix(strings.TrimPrefix(a, "https://"), "http://"))
@@ -87,11 +88,11 @@ func (n *NodeTLS) checkNode(id string, addrs ...string) error {
 			continue
 		}
 		if err := leaf.VerifyHostname(host); err != nil {
-			return fmt.Errorf("%w: certificate %s does not name %s (it names %s); peers reach this node there, so issue it with that address", ErrBadTLS, name, host, strings.Join(sansOf(leaf), ", "))
+			return fmt.Errorf("%w: certificate %s does not name %s (it names %s); peers reach this node there, so issue it with that address", tokenapi.ErrBadTLS, name, host, strings.Join(sansOf(leaf), ", "))
 		}
 	}
 	if _, err := pki.ClusterOf(leaf); err != nil {
-		return fmt.Errorf("%w: certificate %s: %v", ErrBadTLS, name, err)
+		return fmt.Errorf("%w: certificate %s: %v", tokenapi.ErrBadTLS, name, err)
 	}
 	if left := time.Until(leaf.NotAfter); left < 30*24*time.Hour {
 		// Not an error yet: the caller logs it.
@@ -223,7 +224,7 @@ func (n *NodeTLS) raftTLS() *tls.Config {
 // presents its certificate and accepts only peers of its cluster; which
 // peer is checked per request (forward.go).
 func (n *NodeTLS) forwardTLS() *tls.Config {
-	cfg := ClientTLSConfig(n.CA, n.Cert)
+	cfg := tokenclient.ClientTLSConfig(n.CA, n.Cert)
 	cfg.VerifyConnection = n.verifyPeer
 	return cfg
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenapi"
 )
 
 // TestStatusAndMembersJSON pins the JSON of GET /v1/status, GET
@@ -20,10 +21,10 @@ func TestStatusAndMembersJSON(t *testing.T) {
 			{ID: "n2", RaftAddr: "h2:7201", APIAddr: "http://h2:7101", Suffrage: "Nonvoter"},
 		},
 	}, FirstLogIndex: 1, LastSnapshotIndex: 5})
-	st.ReadIndex = &ReadIndexStatus{Range: &ReservedRange{Next: 43, Last: 99, Term: 3, Index: 7},
+	st.ReadIndex = &tokenapi.ReadIndexStatus{Range: &tokenapi.ReservedRange{Next: 43, Last: 99, Term: 3, Index: 7},
 		RoundsPerSecond: 1.5, Rounds: 4, RoundFailures: 1, Reservations: 2}
 	empty := statusFrom(raftstore.Status{StatusFields: raftstore.StatusFields{ID: "n3", State: "Follower"}})
-	members := Members{ClusterID: "c1", LeaderID: "n1", CommitIndex: 9, Members: []Member{
+	members := tokenapi.Members{ClusterID: "c1", LeaderID: "n1", CommitIndex: 9, Members: []tokenapi.Member{
 		{ID: "n1", RaftAddr: "h1:7201", APIAddr: "http://h1:7101", Suffrage: "Voter", Leader: true, CaughtUp: &yes, AppliedIndex: 9},
 		{ID: "n2", RaftAddr: "h2:7201", APIAddr: "http://h2:7101", Suffrage: "Nonvoter", Problem: "does not answer"},
 	}}
@@ -46,7 +47,7 @@ func TestStatusAndMembersJSON(t *testing.T) {
 		{"members", members, `{"cluster_id":"c1","leader_id":"n1","commit_index":9,"members":[` +
 			`{"id":"n1","raft_addr":"h1:7201","api_addr":"http://h1:7101","suffrage":"Voter","leader":true,"caught_up":true,"applied_index":9},` +
 			`{"id":"n2","raft_addr":"h2:7201","api_addr":"http://h2:7101","suffrage":"Nonvoter","leader":false,"problem":"does not answer"}]}`},
-		{"new member", memberRequest{ID: "n4", RaftAddr: "h4:7201", APIAddr: "http://h4:7101"},
+		{"new member", tokenapi.MemberRequest{ID: "n4", RaftAddr: "h4:7201", APIAddr: "http://h4:7101"},
 			`{"id":"n4","raft_addr":"h4:7201","api_addr":"http://h4:7101"}`},
 		{"configuration", conf, `{"cluster_id":"c1","leader_id":"n1","members":[` +
 			`{"id":"n1","raft_addr":"h1:7201","api_addr":"http://h1:7101","suffrage":"Voter","leader":true}]}`},

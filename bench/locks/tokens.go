@@ -10,7 +10,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/devstack"
 	"github.com/fencegate/fencegate/lockclient"
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenclient"
 )
 
 // tokenSource returns the token service client the full-cycle scenarios
@@ -19,7 +19,7 @@ import (
 // The returned function stops what was started.
 func tokenSource(ctx context.Context, cfg config, stderr io.Writer) (lockclient.TokenSource, func(), error) {
 	if len(cfg.tokenURLs) > 0 {
-		c, err := tokenservice.NewClient(cfg.tokenURLs)
+		c, err := tokenclient.NewClient(cfg.tokenURLs)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -39,7 +39,7 @@ func tokenSource(ctx context.Context, cfg config, stderr io.Writer) (lockclient.
 		toks.Close()
 		os.RemoveAll(dir)
 	}
-	c, err := tokenservice.NewClient(toks.URLs)
+	c, err := tokenclient.NewClient(toks.URLs)
 	if err != nil {
 		stop()
 		return nil, nil, err

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenclient"
 )
 
 // fencegateMinter takes tokens with the token service's own Go client.
 type fencegateMinter struct {
-	c        *tokenservice.Client
+	c        *tokenclient.Client
 	resource string
 }
 
@@ -19,12 +19,12 @@ type fencegateMinter struct {
 // etcd's do; otherwise the list starts at n1 and a follower forwards.
 func newFencegateMinter(ctx context.Context, cl *fencegateCluster, resource string, leaderFirst bool) (minter, error) {
 	servers := slices.Clone(cl.urls)
-	var opts []tokenservice.ClientOption
+	var opts []tokenclient.ClientOption
 	if cl.tls != nil {
-		opts = append(opts, tokenservice.WithTLS(cl.tls.fencegateClient()))
+		opts = append(opts, tokenclient.WithTLS(cl.tls.fencegateClient()))
 	}
 	if leaderFirst {
-		c, err := tokenservice.NewClient(servers, opts...)
+		c, err := tokenclient.NewClient(servers, opts...)
 		if err != nil {
 			return nil, err
 		}
@@ -39,7 +39,7 @@ func newFencegateMinter(ctx context.Context, cl *fencegateCluster, resource stri
 			return nil, fmt.Errorf("find fencegate leader: status names %q, not one of %v", st.LeaderAPI, servers)
 		}
 	}
-	c, err := tokenservice.NewClient(servers, opts...)
+	c, err := tokenclient.NewClient(servers, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,8 @@ import (
 	"os"
 
 	"github.com/fencegate/fencegate/internal/pki"
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenapi"
+	"github.com/fencegate/fencegate/tokenclient"
 )
 
 // benchTLS is the TLS material of the TLS systems: one CA, a certificate
@@ -31,7 +32,7 @@ func newBenchTLS(dir string) (*benchTLS, error) {
 	if err != nil {
 		return nil, err
 	}
-	leaf, err := ca.Issue("bench-client", []string{string(tokenservice.RoleClient)}, nil, pki.Options{})
+	leaf, err := ca.Issue("bench-client", []string{string(tokenapi.RoleClient)}, nil, pki.Options{})
 	if err != nil {
 		return nil, err
 	}
@@ -41,7 +42,7 @@ func newBenchTLS(dir string) (*benchTLS, error) {
 // server writes a certificate for server name (a node ID for fencegate,
 // with the peer role) and returns its files.
 func (b *benchTLS) server(name string) (cert, key string, err error) {
-	leaf, err := b.ca.Issue(name, []string{string(tokenservice.RolePeer)}, []string{"127.0.0.1"}, pki.Options{})
+	leaf, err := b.ca.Issue(name, []string{string(tokenapi.RolePeer)}, []string{"127.0.0.1"}, pki.Options{})
 	if err != nil {
 		return "", "", err
 	}
@@ -50,7 +51,7 @@ func (b *benchTLS) server(name string) (cert, key string, err error) {
 
 // fencegateClient is the token client's TLS configuration.
 func (b *benchTLS) fencegateClient() *tls.Config {
-	return tokenservice.ClientTLSConfig(b.ca.Pool(), b.client)
+	return tokenclient.ClientTLSConfig(b.ca.Pool(), b.client)
 }
 
 // etcdClient is etcd's client TLS configuration.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/pki"
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenclient"
 )
 
@@ -78,14 +79,14 @@ func runTokenCerts(_ context.Context, args []string, stdout, stderr io.Writer) e
 			}
 			hosts = append(hosts, h)
 		}
-		if err := add(job{file: id, name: id, roles: []string{string(tokenclient.RolePeer)}, hosts: hosts}); err != nil {
+		if err := add(job{file: id, name: id, roles: []string{string(tokenapi.RolePeer)}, hosts: hosts}); err != nil {
 			return err
 		}
 	}
 	for _, group := range []struct {
 		names listFlag
-		role  tokenclient.Role
-	}{{clients, tokenclient.RoleClient}, {admins, tokenclient.RoleAdmin}} {
+		role  tokenapi.Role
+	}{{clients, tokenapi.RoleClient}, {admins, tokenapi.RoleAdmin}} {
 		for _, name := range group.names {
 			if !validName(name) {
 				return usagef("--%s %q: use letters, digits, '.', '_' or '-'", group.role, name)
@@ -167,11 +168,11 @@ func runTokenCredential(_ context.Context, args []string, stdout, stderr io.Writ
 	if *name == "" || *out == "" {
 		return usagef("--name and --out are required, e.g. --name app --role client --out app.credential")
 	}
-	var roles []tokenclient.Role
+	var roles []tokenapi.Role
 	for _, r := range strings.Split(*role, ",") {
-		switch tokenclient.Role(r) {
-		case tokenclient.RoleClient, tokenclient.RoleAdmin:
-			roles = append(roles, tokenclient.Role(r))
+		switch tokenapi.Role(r) {
+		case tokenapi.RoleClient, tokenapi.RoleAdmin:
+			roles = append(roles, tokenapi.Role(r))
 		default:
 			return usagef("--role %q: use client, admin or client,admin (nodes identify by certificate, never by credential)", r)
 		}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenclient"
 )
 
@@ -97,7 +98,7 @@ func clientHint(err error) error {
 		return nil
 	case errors.Is(err, tokenclient.ErrNotRunning):
 		return withHint(err, "check --servers")
-	case errors.Is(err, tokenclient.ErrUnauthenticated), errors.Is(err, tokenclient.ErrForbidden):
+	case errors.Is(err, tokenapi.ErrUnauthenticated), errors.Is(err, tokenapi.ErrForbidden):
 		return withHint(err, "present an identity with the role the route needs: --tls-cert/--tls-key or --credentials-file")
 	}
 	return err
@@ -106,7 +107,7 @@ func clientHint(err error) error {
 // membersAddHint is clientHint for 'token members add': a refused addition
 // is most often a node that is not started yet, or not as a joining node.
 func membersAddHint(err error) error {
-	if errors.Is(err, tokenclient.ErrRefused) {
+	if errors.Is(err, tokenapi.ErrRefused) {
 		return withHint(err, "the node to add runs first: 'fencegate token serve' with its own --id, an empty --data-dir and --join API-URL-OF-A-MEMBER")
 	}
 	return clientHint(err)

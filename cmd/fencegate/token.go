@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenclient"
 )
 
@@ -199,11 +200,11 @@ func runTokenStatus(ctx context.Context, args []string, stdout, stderr io.Writer
 
 // printStatusTable prints one row per member, asking each member for its
 // own view (state, term, indexes, last token).
-func printStatusTable(ctx context.Context, w io.Writer, st tokenclient.Status, overTLS bool, opts []tokenclient.ClientOption) error {
+func printStatusTable(ctx context.Context, w io.Writer, st tokenapi.Status, overTLS bool, opts []tokenclient.ClientOption) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "cluster: %s  leader: %s (%s)\n", orDash(st.ClusterID), orDash(st.LeaderID), orDash(st.LeaderAPI))
 	fmt.Fprintln(tw, "ID\tSTATE\tSUFFRAGE\tTERM\tLAST INDEX\tAPPLIED\tLAST TOKEN\tRAFT\tAPI")
-	var leader *tokenclient.Status
+	var leader *tokenapi.Status
 	for _, m := range st.Members {
 		row := []string{m.ID, "unreachable", m.Suffrage, "-", "-", "-", "-", m.RaftAddr, orDash(m.APIAddr)}
 		if m.APIAddr != "" {
@@ -237,7 +238,7 @@ func printStatusTable(ctx context.Context, w io.Writer, st tokenclient.Status, o
 
 // readIndexLine says how the leader hands out tokens: the reserved range in
 // use and the confirmation rounds per second, or commit per batch.
-func readIndexLine(ri *tokenclient.ReadIndexStatus) string {
+func readIndexLine(ri *tokenapi.ReadIndexStatus) string {
 	if ri == nil {
 		return "tokens: one commit per batch (--commit-per-batch)"
 	}
@@ -249,10 +250,10 @@ func readIndexLine(ri *tokenclient.ReadIndexStatus) string {
 		rng, ri.RoundsPerSecond, ri.Rounds, ri.RoundFailures, ri.Reservations)
 }
 
-func memberStatus(ctx context.Context, api string, opts []tokenclient.ClientOption) (tokenclient.Status, error) {
+func memberStatus(ctx context.Context, api string, opts []tokenclient.ClientOption) (tokenapi.Status, error) {
 	c, err := tokenclient.NewClient([]string{api}, append(opts, tokenclient.WithMaxWait(2*time.Second), tokenclient.WithAttemptTimeout(time.Second), tokenclient.WithFollowLeader(false))...)
 	if err != nil {
-		return tokenclient.Status{}, err
+		return tokenapi.Status{}, err
 	}
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenclient"
 )
 
@@ -90,7 +91,7 @@ func runMembersList(ctx context.Context, args []string, stdout, stderr io.Writer
 	return tw.Flush()
 }
 
-func caughtUp(m tokenclient.Member, commit uint64) string {
+func caughtUp(m tokenapi.Member, commit uint64) string {
 	switch {
 	case m.CaughtUp == nil:
 		return "unknown: " + m.Problem

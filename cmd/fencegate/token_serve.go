@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/tlsfiles"
 	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokensign"
 )
@@ -73,7 +74,7 @@ func runTokenServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	join := splitList(o.join)
 	for _, u := range join {
-		if _, err := tokenservice.NormalizeURL(u); err != nil {
+		if _, err := tokenclient.NormalizeURL(u); err != nil {
 			return usagef("--join: %v", err)
 		}
 	}

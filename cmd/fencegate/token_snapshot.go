@@ -12,7 +12,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/fencegate/fencegate/tokenclient"
+	"github.com/fencegate/fencegate/tokenapi"
 )
 
 // tokenSnapshotOpts are the flags of 'fencegate token snapshot'.
@@ -159,8 +159,8 @@ func runTokenRestore(ctx context.Context, args []string, stdout, stderr io.Write
 }
 
 // readSnapshot reads and checks a snapshot file.
-func readSnapshot(path string) (tokenclient.Snapshot, error) {
-	var sn tokenclient.Snapshot
+func readSnapshot(path string) (tokenapi.Snapshot, error) {
+	var sn tokenapi.Snapshot
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return sn, fmt.Errorf("read snapshot: %w", err)
@@ -171,8 +171,8 @@ func readSnapshot(path string) (tokenclient.Snapshot, error) {
 		return sn, fmt.Errorf("%s is not a snapshot written by 'fencegate token snapshot': %v", path, err)
 	}
 	switch {
-	case sn.Format != tokenclient.SnapshotFormat:
-		return sn, fmt.Errorf("%s has format %q, want %q; give a file written by 'fencegate token snapshot'", path, sn.Format, tokenclient.SnapshotFormat)
+	case sn.Format != tokenapi.SnapshotFormat:
+		return sn, fmt.Errorf("%s has format %q, want %q; give a file written by 'fencegate token snapshot'", path, sn.Format, tokenapi.SnapshotFormat)
 	case sn.Counter < 0:
 		return sn, fmt.Errorf("%s has a negative counter %d; the file is damaged", path, sn.Counter)
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockclient"
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )
@@ -27,7 +27,7 @@ type peer struct {
 	url    string
 	log    *slog.Logger
 	s      *Stack
-	tokens *tokenservice.Client
+	tokens *tokenclient.Client
 	shared *redis.Client // the shared Redis, for the critical-section probe
 
 	mu      sync.Mutex

@@ -27,7 +27,7 @@ import (
 	"github.com/fencegate/fencegate/internal/timeline"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/pgfence"
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokensign"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -280,12 +280,12 @@ func (sc *forgedScene) play(ctx context.Context, cfg *ForgedConfig, res *ForgedR
 	}
 	defer direct.Close(context.Background())
 
-	trusted, err := tokenservice.NewClient(sc.trusted)
+	trusted, err := tokenclient.NewClient(sc.trusted)
 	if err != nil {
 		return err
 	}
 	defer trusted.Close()
-	other, err := tokenservice.NewClient(sc.other)
+	other, err := tokenclient.NewClient(sc.other)
 	if err != nil {
 		return err
 	}

@@ -4,20 +4,20 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/lockclient"
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenclient"
 )
 
 // Locks is the lock service of the demos' client and worker processes:
 // lockclient over Redis (one server, or the Redlock masters), with fencing
 // tokens from the token service.
 type Locks struct {
-	tokens *tokenservice.Client
+	tokens *tokenclient.Client
 	*lockclient.Client
 }
 
 // DialLocks connects to the Redis servers and the token service's nodes.
 func DialLocks(redis, tokens []string, opts ...lockclient.Option) (*Locks, error) {
-	tc, err := tokenservice.NewClient(tokens)
+	tc, err := tokenclient.NewClient(tokens)
 	if err != nil {
 		return nil, err
 	}

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -151,7 +151,7 @@ func TestDevCommand(t *testing.T) {
 		t.Fatalf("superuser through the proxy: %v; want SQLSTATE FG007", err)
 	}
 	res := testutil.RandomName("devtest:")
-	tc, err := tokenservice.NewClient(strings.Split(tokens, ","))
+	tc, err := tokenclient.NewClient(strings.Split(tokens, ","))
 	if err != nil {
 		t.Fatalf("token servers %q: %v", tokens, err)
 	}

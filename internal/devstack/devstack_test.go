@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )
@@ -197,7 +197,7 @@ func TestStartTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer toks.Close()
-	c, err := tokenservice.NewClient(toks.URLs)
+	c, err := tokenclient.NewClient(toks.URLs)
 	if err != nil {
 		t.Fatal(err)
 	}

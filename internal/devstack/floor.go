@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -49,7 +49,7 @@ func RaiseAboveMarks(ctx context.Context, adminDSN string, urls []string) (Floor
 	if err != nil {
 		return Floor{}, fmt.Errorf("devstack: read the highest mark: %w", err)
 	}
-	c, err := tokenservice.NewClient(urls)
+	c, err := tokenclient.NewClient(urls)
 	if err != nil {
 		return Floor{}, err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/fencegate/fencegate/internal/freeport"
 	"github.com/fencegate/fencegate/internal/poll"
 	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokensign"
 )
@@ -42,7 +43,7 @@ type TokenOptions struct {
 // Tokens is a token service cluster running in this process.
 type Tokens struct {
 	Servers []*tokenservice.Server
-	// URLs are the nodes' API base URLs, for tokenservice.NewClient.
+	// URLs are the nodes' API base URLs, for tokenclient.NewClient.
 	URLs []string
 	// ClusterID is the id the cluster founded itself with.
 	ClusterID string
@@ -111,7 +112,7 @@ func StartTokens(ctx context.Context, o TokenOptions) (_ *Tokens, err error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	c, err := tokenservice.NewClient(t.URLs, tokenservice.WithMaxWait(30*time.Second))
+	c, err := tokenclient.NewClient(t.URLs, tokenclient.WithMaxWait(30*time.Second))
 	if err != nil {
 		return nil, err
 	}

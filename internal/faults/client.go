@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/lockclient"
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -39,7 +39,7 @@ func RunClient(ctx context.Context, cfg ClientConfig, w io.Writer) error {
 	}
 	log := cfg.Logger.With("component", "faults-client", "client", cfg.ID)
 	rec := NewRecorder(w, false)
-	ts, err := tokenservice.NewClient(cfg.Tokens)
+	ts, err := tokenclient.NewClient(cfg.Tokens)
 	if err != nil {
 		return fmt.Errorf("create token client: %w", err)
 	}

@@ -17,7 +17,8 @@ import (
 	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/internal/poll"
 	"github.com/fencegate/fencegate/internal/proc"
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenapi"
+	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )
@@ -304,12 +305,12 @@ func (s *Stack) waitTokensUp(ctx context.Context, timeout time.Duration) error {
 }
 
 // status is what node t says of the cluster, within a second.
-func (s *Stack) status(ctx context.Context, t *TokenNode) (tokenservice.Status, error) {
+func (s *Stack) status(ctx context.Context, t *TokenNode) (tokenapi.Status, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	c, err := tokenservice.NewClient([]string{t.APIAddr}, tokenservice.WithFollowLeader(false))
+	c, err := tokenclient.NewClient([]string{t.APIAddr}, tokenclient.WithFollowLeader(false))
 	if err != nil {
-		return tokenservice.Status{}, err
+		return tokenapi.Status{}, err
 	}
 	defer c.Close()
 	return c.Status(ctx)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/proc"
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/tokenservice"
+	"github.com/fencegate/fencegate/tokenclient"
 )
 
 func TestMain(m *testing.M) { testutil.Main(m) }
@@ -47,7 +47,7 @@ func TestPartitionIsolatesLeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := tokenservice.NewClient(s.TokenURLs())
+	c, err := tokenclient.NewClient(s.TokenURLs())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/internal/pki"
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
@@ -19,15 +20,15 @@ import (
 // cluster's membership helpers use an admin certificate of ca.
 func WithTLS(ca *pki.CA, creds *tokenservice.Credentials) tokenservicetest.Option {
 	node := func(id string) *tokenservice.NodeTLS {
-		return &tokenservice.NodeTLS{CA: ca.Pool(), Cert: issue(ca, id, []string{"127.0.0.1"}, tokenservice.RolePeer)}
+		return &tokenservice.NodeTLS{CA: ca.Pool(), Cert: issue(ca, id, []string{"127.0.0.1"}, tokenapi.RolePeer)}
 	}
-	admin := tokenclient.WithTLS(tokenclient.ClientTLSConfig(ca.Pool(), issue(ca, "tokenservicetest-admin", nil, tokenservice.RoleAdmin)))
+	admin := tokenclient.WithTLS(tokenclient.ClientTLSConfig(ca.Pool(), issue(ca, "tokenservicetest-admin", nil, tokenapi.RoleAdmin)))
 	return tokenservicetest.WithTLS(node, creds, admin)
 }
 
 // ClientTLS returns client options that trust ca and present a certificate
 // named name with the given roles (none: no certificate).
-func ClientTLS(t testing.TB, ca *pki.CA, name string, roles ...tokenservice.Role) []tokenclient.ClientOption {
+func ClientTLS(t testing.TB, ca *pki.CA, name string, roles ...tokenapi.Role) []tokenclient.ClientOption {
 	t.Helper()
 	var certs []tls.Certificate
 	if len(roles) > 0 {
@@ -37,7 +38,7 @@ func ClientTLS(t testing.TB, ca *pki.CA, name string, roles ...tokenservice.Role
 }
 
 // issue returns a certificate of ca named name with roles for hosts.
-func issue(ca *pki.CA, name string, hosts []string, roles ...tokenservice.Role) tls.Certificate {
+func issue(ca *pki.CA, name string, hosts []string, roles ...tokenapi.Role) tls.Certificate {
 	rs := make([]string, len(roles))
 	for i, r := range roles {
 		rs[i] = string(r)

@@ -14,11 +14,9 @@ import (
 	"os"
 	"strings"
 	"time"
-)
 
-// ErrBadTLS is tokenclient.ErrBadTLS; it is defined here so that this
-// package can wrap it.
-var ErrBadTLS = errors.New("tokenservice: bad TLS material")
+	"github.com/fencegate/fencegate/tokenapi"
+)
 
 func readFile(what, path string) ([]byte, error) {
 	b, err := os.ReadFile(path)
@@ -27,7 +25,7 @@ func readFile(what, path string) ([]byte, error) {
 		if errors.As(err, &pe) {
 			err = pe.Err
 		}
-		return nil, fmt.Errorf("%w: cannot read %s %s (%v); check the path and its permissions", ErrBadTLS, what, path, err)
+		return nil, fmt.Errorf("%w: cannot read %s %s (%v); check the path and its permissions", tokenapi.ErrBadTLS, what, path, err)
 	}
 	return b, nil
 }
@@ -53,16 +51,16 @@ func LoadCA(path string) (*x509.CertPool, error) {
 		}
 		c, err := x509.ParseCertificate(blk.Bytes)
 		if err != nil {
-			return nil, fmt.Errorf("%w: CA file %s holds a certificate that does not parse: %v", ErrBadTLS, path, err)
+			return nil, fmt.Errorf("%w: CA file %s holds a certificate that does not parse: %v", tokenapi.ErrBadTLS, path, err)
 		}
 		if now.After(c.NotAfter) {
-			return nil, fmt.Errorf("%w: CA certificate %q in %s expired on %s; make a new CA and reissue the certificates", ErrBadTLS, c.Subject.CommonName, path, c.NotAfter.UTC().Format(time.DateOnly))
+			return nil, fmt.Errorf("%w: CA certificate %q in %s expired on %s; make a new CA and reissue the certificates", tokenapi.ErrBadTLS, c.Subject.CommonName, path, c.NotAfter.UTC().Format(time.DateOnly))
 		}
 		pool.AddCert(c)
 		n++
 	}
 	if n == 0 {
-		return nil, fmt.Errorf("%w: CA file %s holds no PEM certificate; give the cluster CA's certificate (ca.pem)", ErrBadTLS, path)
+		return nil, fmt.Errorf("%w: CA file %s holds no PEM certificate; give the cluster CA's certificate (ca.pem)", tokenapi.ErrBadTLS, path)
 	}
 	return pool, nil
 }
@@ -78,17 +76,17 @@ func LoadPair(certFile, keyFile string) (tls.Certificate, error) {
 		return tls.Certificate{}, err
 	}
 	if blk, _ := pem.Decode(cb); blk == nil || blk.Type != "CERTIFICATE" {
-		return tls.Certificate{}, fmt.Errorf("%w: %s holds no PEM certificate", ErrBadTLS, certFile)
+		return tls.Certificate{}, fmt.Errorf("%w: %s holds no PEM certificate", tokenapi.ErrBadTLS, certFile)
 	}
 	if blk, _ := pem.Decode(kb); blk == nil || !strings.Contains(blk.Type, "PRIVATE KEY") {
-		return tls.Certificate{}, fmt.Errorf("%w: %s holds no PEM private key", ErrBadTLS, keyFile)
+		return tls.Certificate{}, fmt.Errorf("%w: %s holds no PEM private key", tokenapi.ErrBadTLS, keyFile)
 	}
 	pair, err := tls.X509KeyPair(cb, kb)
 	if err != nil {
 		if strings.Contains(err.Error(), "does not match") {
-			return tls.Certificate{}, fmt.Errorf("%w: key %s does not match certificate %s; give the key made together with that certificate", ErrBadTLS, keyFile, certFile)
+			return tls.Certificate{}, fmt.Errorf("%w: key %s does not match certificate %s; give the key made together with that certificate", tokenapi.ErrBadTLS, keyFile, certFile)
 		}
-		return tls.Certificate{}, fmt.Errorf("%w: certificate %s with key %s: %v", ErrBadTLS, certFile, keyFile, err)
+		return tls.Certificate{}, fmt.Errorf("%w: certificate %s with key %s: %v", tokenapi.ErrBadTLS, certFile, keyFile, err)
 	}
 	return pair, nil
 }
@@ -98,9 +96,9 @@ func VerifyLeaf(leaf *x509.Certificate, ca *x509.CertPool, certFile, caFile stri
 	now := time.Now()
 	switch {
 	case now.After(leaf.NotAfter):
-		return fmt.Errorf("%w: certificate %s expired on %s; issue a new one signed by the cluster CA", ErrBadTLS, certFile, leaf.NotAfter.UTC().Format(time.DateOnly))
+		return fmt.Errorf("%w: certificate %s expired on %s; issue a new one signed by the cluster CA", tokenapi.ErrBadTLS, certFile, leaf.NotAfter.UTC().Format(time.DateOnly))
 	case now.Before(leaf.NotBefore):
-		return fmt.Errorf("%w: certificate %s is not valid before %s; check this host's clock", ErrBadTLS, certFile, leaf.NotBefore.UTC().Format(time.RFC3339))
+		return fmt.Errorf("%w: certificate %s is not valid before %s; check this host's clock", tokenapi.ErrBadTLS, certFile, leaf.NotBefore.UTC().Format(time.RFC3339))
 	}
 	_, err := leaf.Verify(x509.VerifyOptions{Roots: ca, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}, CurrentTime: now})
 	if err == nil {
@@ -108,9 +106,9 @@ func VerifyLeaf(leaf *x509.Certificate, ca *x509.CertPool, certFile, caFile stri
 	}
 	var ua x509.UnknownAuthorityError
 	if errors.As(err, &ua) {
-		return fmt.Errorf("%w: certificate %s (issued by %q) is not signed by the CA in %s; use a certificate of this cluster's CA, or the CA that signed it", ErrBadTLS, certFile, leaf.Issuer.CommonName, caFile)
+		return fmt.Errorf("%w: certificate %s (issued by %q) is not signed by the CA in %s; use a certificate of this cluster's CA, or the CA that signed it", tokenapi.ErrBadTLS, certFile, leaf.Issuer.CommonName, caFile)
 	}
-	return fmt.Errorf("%w: certificate %s does not verify against the CA in %s: %v", ErrBadTLS, certFile, caFile, err)
+	return fmt.Errorf("%w: certificate %s does not verify against the CA in %s: %v", tokenapi.ErrBadTLS, certFile, caFile, err)
 }
 
 // IsLoopback reports whether a (HOST:PORT or URL) names a loopback host:

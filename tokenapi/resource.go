@@ -1,4 +1,4 @@
-package tokenclient
+package tokenapi
 
 import (
 	"fmt"
@@ -18,7 +18,8 @@ var ErrBadResource = fmt.Errorf("%w: bad resource name", ErrBadRequest)
 // ValidateResource checks a resource name by the one rule the service, the
 // Go client and the Python client share: not empty (nor only spaces), valid
 // UTF-8 without NUL or U+FFFD, and at most MaxResource bytes. The client
-// checks it before any network write; the API refuses a name that breaks it.
+// checks it before any network write; the API refuses a name that breaks
+// it with ErrEmptyResource or ErrBadResource (400, CodeBadRequest).
 func ValidateResource(res string) error {
 	switch {
 	case strings.TrimSpace(res) == "":
