@@ -1,77 +1,17 @@
 package tokenservice_test
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 
-	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
-// countingTransport counts the token requests sent through it.
-type countingTransport struct{ n atomic.Int64 }
-
-func (ct *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.URL.Path == "/v1/tokens" {
-		ct.n.Add(1)
-	}
-	return http.DefaultTransport.RoundTrip(r)
-}
-
-// Concurrent calls on one client share HTTP requests, and still get distinct
-// tokens in real-time order, both through the leader and through a follower
-// that forwards.
-func TestCoalescingDistinctOrderedFewerRequests(t *testing.T) {
-	c := tokenservicetest.StartCluster(t, 3)
-	leader := c.Leader(t)
-	follower := (leader + 1) % 3
-	var viaAll, viaFollower countingTransport
-	clAll := c.Client(t, tokenclient.WithHTTPClient(&http.Client{Transport: &viaAll}))
-	clFollower := c.ClientFor(t, []string{c.APIURL(follower)}, tokenclient.WithFollowLeader(false),
-		tokenclient.WithHTTPClient(&http.Client{Transport: &viaFollower}))
-	const total, workers = 4000, 64
-	ops := runCallers(t, []*tokenclient.Client{clAll, clFollower}, total, workers)
-	checkHistory(t, ops)
-	nAll, nFollower := viaAll.n.Load(), viaFollower.n.Load()
-	t.Logf("%d calls in %d HTTP requests (%d via all nodes, %d via follower %s)", total, nAll+nFollower, nAll, nFollower, c.ID(follower))
-	if nAll >= total/2 || nFollower >= total/2 {
-		t.Fatalf("HTTP requests: %d and %d for %d calls each; want fewer than calls", nAll, nFollower, total/2)
-	}
-}
-
-// With coalescing off, every call is its own HTTP request.
-func TestCoalescingOff(t *testing.T) {
-	c := tokenservicetest.StartCluster(t, 3)
-	var ct countingTransport
-	cl := c.Client(t, tokenclient.WithCoalescing(false), tokenclient.WithHTTPClient(&http.Client{Transport: &ct}))
-	const total = 400
-	ops := runCallers(t, []*tokenclient.Client{cl}, total, 16)
-	checkHistory(t, ops)
-	if n := ct.n.Load(); n < total {
-		t.Fatalf("%d HTTP requests for %d calls with coalescing off", n, total)
-	}
-}
-
-// A caller whose context has ended gets the context's error.
-func TestCoalescingCanceledCaller(t *testing.T) {
-	c := tokenservicetest.StartCluster(t, 3)
-	cl := c.Client(t)
-	mint(t, cl, 3)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := cl.Next(ctx, "r"); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Next with a canceled context = %v, want context.Canceled", err)
-	}
-	mint(t, cl, 3)
-}
-
+// batchAnswer is the answer of POST /v1/tokens as a test reads it.
 type batchAnswer struct {
 	Tokens []struct {
 		Resource string `json:"resource"`

@@ -1,4 +1,4 @@
-package tokenservice
+package tokenclient_test
 
 import (
 	"context"
