@@ -97,6 +97,7 @@ type APIError struct {
 	LeaderID  string // the leader's ID, when the node knows it
 }
 
+// Error returns the message the node answered.
 func (e *APIError) Error() string { return e.Message }
 
 // Unwrap returns the sentinel of e's code.
