@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/fencegate/fencegate"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -25,12 +26,9 @@ type SignedTokenSource interface {
 	NextSigned(ctx context.Context, resource string) (token int64, proof string, err error)
 }
 
-// FenceSignedSQL is FenceSQL with the token's proof as $3.
-const FenceSignedSQL = "SELECT fencegate.fence($1::text, $2::bigint, $3::text)"
-
-// sqlstateBadProof: the database requires signed tokens and the proof does
-// not verify (fencegate.CodeBadProof).
-const sqlstateBadProof = "FG008"
+// FenceSignedSQL is FenceSQL with the token's proof as $3:
+// fencegate.FenceSignedSQL.
+const FenceSignedSQL = fencegate.FenceSignedSQL
 
 // ErrBadProof: the database refused the lock's token because its proof
 // does not verify: the token service's keys are not the database's (after
@@ -61,7 +59,7 @@ func (l *Lock) fenceExec(ctx context.Context, tx pgx.Tx) error {
 		_, err = tx.Exec(ctx, FenceSQL, l.resource, l.token)
 	}
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == sqlstateBadProof {
+	if errors.As(err, &pgErr) && pgErr.Code == fencegate.CodeBadProof {
 		return fmt.Errorf("%w: %w", ErrBadProof, err)
 	}
 	return err

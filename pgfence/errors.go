@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/fencegate/fencegate"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -56,7 +57,7 @@ func classify(err error) error {
 		pg.Code == "42P01" && strings.HasPrefix(pg.Message, `relation "fencegate.`),
 		pg.Code == "42883" && containsFencegateFunc(pg.Message):
 		return fmt.Errorf("%w: %w", ErrNotInstalled, err)
-	case pg.Code == "FG003", pg.Code == "42P01", pg.Code == "42601", pg.Code == "42703",
+	case pg.Code == fencegate.CodeMisuse, pg.Code == "42P01", pg.Code == "42601", pg.Code == "42703",
 		pg.Code == "42P17", pg.Code == "0A000", pg.Code == "22023", pg.Code == "42804",
 		pg.Code == "42883", pg.Code == "3F000", pg.Code == "42846", pg.Code == "22P02":
 		return fmt.Errorf("%w: %w", ErrBadInput, err)

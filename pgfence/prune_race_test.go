@@ -180,7 +180,7 @@ func TestPruneRace(t *testing.T) {
 					case 0:
 						_, err = tx.Exec(ctx, fencegate.FenceSQL, res, tok)
 					case 1:
-						_, err = tx.Exec(ctx, "SELECT fencegate.fence($1::text, $2::bigint, $3::text)", res, tok, fakeProof)
+						_, err = tx.Exec(ctx, fencegate.FenceSignedSQL, res, tok, fakeProof)
 					default:
 						_, err = tx.Exec(ctx, "SELECT fencegate.fence_many($1::text[], $2::bigint)", []string{res}, tok)
 					}

@@ -78,7 +78,7 @@ func TestPruneFloor(t *testing.T) {
 		{fencegate.FenceSQL, []any{"order:1", int64(100)}},
 		{fencegate.FenceSQL, []any{"order:9", int64(0)}},
 		{fencegate.FenceSQL, []any{"order:3", int64(100)}},
-		{"SELECT fencegate.fence($1::text, $2::bigint, $3::text)", []any{"order:1", int64(50), fakeProof}},
+		{fencegate.FenceSignedSQL, []any{"order:1", int64(50), fakeProof}},
 		{"SELECT fencegate.fence_many($1::text[], $2::bigint)", []any{[]string{"order:7", "order:1"}, int64(99)}},
 	} {
 		err := fenceAs(f.app, c.q, c.args...)
@@ -96,7 +96,7 @@ func TestPruneFloor(t *testing.T) {
 		args []any
 	}{
 		{fencegate.FenceSQL, []any{"order:1", int64(101)}},
-		{"SELECT fencegate.fence($1::text, $2::bigint, $3::text)", []any{"order:3", int64(101), fakeProof}},
+		{fencegate.FenceSignedSQL, []any{"order:3", int64(101), fakeProof}},
 		{"SELECT fencegate.fence_many($1::text[], $2::bigint)", []any{[]string{"order:5", "order:6"}, int64(102)}},
 	} {
 		if err := fenceAs(f.app, c.q, c.args...); err != nil {

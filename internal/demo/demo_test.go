@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/internal/proc"
 	"github.com/fencegate/fencegate/internal/testutil"
 )
@@ -62,7 +63,7 @@ func checkVerdicts(t *testing.T, res *Result) {
 		t.Errorf("(a) unprotected: writes %+v, %+v; want both committed", a.Write1, a.Write2)
 	}
 	for name, p := range map[string]Run{"(b) through the proxy": b, "(c) straight to PostgreSQL": c} {
-		if got, want := p.Write1.SQLState, "FG001"; got != want || p.Write1.OK {
+		if got, want := p.Write1.SQLState, fencegate.CodeStaleToken; got != want || p.Write1.OK {
 			t.Errorf("%s: client 1's write = %+v, want SQLSTATE %s", name, p.Write1, want)
 		}
 		if !p.Write2.OK {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/jackc/pgx/v5"
 )
@@ -42,8 +43,8 @@ func TestForgedToken(t *testing.T) {
 		who   string
 		legit bool
 		state string
-	}{{"holder", true, ""}, {"attacker", false, "FG008"}, {"attacker", false, "FG008"}, {"attacker", false, "FG008"},
-		{"attacker", false, "FG003"}, {"holder", true, ""}}
+	}{{"holder", true, ""}, {"attacker", false, fencegate.CodeBadProof}, {"attacker", false, fencegate.CodeBadProof}, {"attacker", false, fencegate.CodeBadProof},
+		{"attacker", false, fencegate.CodeMisuse}, {"holder", true, ""}}
 	for i, w := range want {
 		a := res.Attempts[i]
 		if a.Who != w.who || a.Legitimate != w.legit {
@@ -106,10 +107,10 @@ func TestForgedVerdict(t *testing.T) {
 	good := func() *ForgedResult {
 		return &ForgedResult{Charges: 1, OrderState: "shipped", Attempts: []Attempt{
 			{Who: "holder", Legitimate: true, Token: 1, Proof: "k.1", OK: true, MarkBefore: 0, MarkAfter: 1},
-			{Who: "attacker", Token: math.MaxInt64, Proof: "k.2", SQLState: "FG008", MarkBefore: 1, MarkAfter: 1},
-			{Who: "attacker", Token: 2, Proof: "k.3", SQLState: "FG008", MarkBefore: 1, MarkAfter: 1},
-			{Who: "attacker", Token: 1003, Proof: "k.4", SQLState: "FG008", MarkBefore: 1, MarkAfter: 1},
-			{Who: "attacker", Token: math.MaxInt64, SQLState: "FG003", MarkBefore: 1, MarkAfter: 1},
+			{Who: "attacker", Token: math.MaxInt64, Proof: "k.2", SQLState: fencegate.CodeBadProof, MarkBefore: 1, MarkAfter: 1},
+			{Who: "attacker", Token: 2, Proof: "k.3", SQLState: fencegate.CodeBadProof, MarkBefore: 1, MarkAfter: 1},
+			{Who: "attacker", Token: 1003, Proof: "k.4", SQLState: fencegate.CodeBadProof, MarkBefore: 1, MarkAfter: 1},
+			{Who: "attacker", Token: math.MaxInt64, SQLState: fencegate.CodeMisuse, MarkBefore: 1, MarkAfter: 1},
 			{Who: "holder", Legitimate: true, Token: 3, Proof: "k.5", OK: true, MarkBefore: 1, MarkAfter: 3},
 		}}
 	}
@@ -119,9 +120,9 @@ func TestForgedVerdict(t *testing.T) {
 	for name, spoil := range map[string]func(*ForgedResult){
 		"forged token committed":          func(r *ForgedResult) { r.Attempts[1].OK, r.Attempts[1].SQLState = true, "" },
 		"mark moved by a refused fence":   func(r *ForgedResult) { r.Attempts[2].MarkAfter = 2 },
-		"bad proof refused as stale":      func(r *ForgedResult) { r.Attempts[3].SQLState = "FG001" },
-		"no-proof fence refused as FG008": func(r *ForgedResult) { r.Attempts[4].SQLState = "FG008" },
-		"holder's second write failed":    func(r *ForgedResult) { r.Attempts[5].OK, r.Attempts[5].SQLState = false, "FG001" },
+		"bad proof refused as stale":      func(r *ForgedResult) { r.Attempts[3].SQLState = fencegate.CodeStaleToken },
+		"no-proof fence refused as FG008": func(r *ForgedResult) { r.Attempts[4].SQLState = fencegate.CodeBadProof },
+		"holder's second write failed":    func(r *ForgedResult) { r.Attempts[5].OK, r.Attempts[5].SQLState = false, fencegate.CodeStaleToken },
 		"holder's write left the mark":    func(r *ForgedResult) { r.Attempts[0].MarkAfter = 0 },
 		"an attempt missing":              func(r *ForgedResult) { r.Attempts = r.Attempts[:5] },
 		"order charged twice":             func(r *ForgedResult) { r.Charges = 2 },

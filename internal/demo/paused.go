@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/internal/devstack"
 	"github.com/fencegate/fencegate/internal/netfault"
 	"github.com/fencegate/fencegate/internal/pgdb"
@@ -117,7 +118,7 @@ func (r *Result) StaleWriteRejected() bool { return r.Proxied.rejected() && r.Di
 // rejected reports whether client 1's stale write failed with FG001 and
 // the order was charged exactly once.
 func (r *Run) rejected() bool {
-	return r.Write1.Attempted && !r.Write1.OK && r.Write1.SQLState == "FG001" &&
+	return r.Write1.Attempted && !r.Write1.OK && r.Write1.SQLState == fencegate.CodeStaleToken &&
 		r.Order.Charges == 1 && r.Order.ChargedCents == r.Order.AmountCents
 }
 

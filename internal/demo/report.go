@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/internal/devstack"
 	"github.com/fencegate/fencegate/internal/timeline"
 )
@@ -56,7 +57,7 @@ func runCaption(r *Run) string {
 	case o.Charges > 1:
 		return fmt.Sprintf("Order 42 charged %d times: %s taken for a %s order. The stale write landed.",
 			o.Charges, money(o.ChargedCents), money(o.AmountCents))
-	case o.Charges == 1 && r.Write1.SQLState == "FG001":
+	case o.Charges == 1 && r.Write1.SQLState == fencegate.CodeStaleToken:
 		return fmt.Sprintf("Order 42 charged once (%s). Client 1's stale write (token %d < %d) was rejected with FG001.",
 			money(o.ChargedCents), r.Token1, r.Token2)
 	case o.Charges == 1:

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/jackc/pgx/v5"
 )
@@ -102,7 +103,11 @@ func (s *Stack) setupDatabase(ctx context.Context, cfg *StackConfig) error {
 		return err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
-	if _, err := tx.Exec(ctx, "SELECT fencegate.fence('order:42', coalesce((SELECT token FROM fencegate.marks WHERE resource = 'order:42'), 1))"); err != nil {
+	var tok int64
+	if err := tx.QueryRow(ctx, "SELECT coalesce((SELECT token FROM fencegate.marks WHERE resource = $1), 1)", "order:42").Scan(&tok); err != nil {
+		return fmt.Errorf("read the mark of order 42: %w", err)
+	}
+	if _, err := tx.Exec(ctx, fencegate.FenceSQL, "order:42", tok); err != nil {
 		return fmt.Errorf("fence order 42: %w", err)
 	}
 	if _, err := tx.Exec(ctx, orderSQL); err != nil {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -77,7 +78,7 @@ func TestSetupFencedTwiceAndDropRoles(t *testing.T) {
 		})
 	}
 	var pe *pgconn.PgError
-	if err := update(false); !errors.As(err, &pe) || pe.Code != "FG002" {
+	if err := update(false); !errors.As(err, &pe) || pe.Code != fencegate.CodeUnfenced {
 		t.Fatalf("unfenced update as %s: %v; want FG002", app, err)
 	}
 	if err := update(true); err != nil {

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/internal/timeline"
 )
 
@@ -104,7 +105,7 @@ func analyze(cfg Config, mr *modeRun) modeReport {
 					label = fmt.Sprintf("token %d, stale", r.Token)
 				}
 				tl.Mark(lane(r.worker), kind, at, label)
-			case r.SQLState == "FG001":
+			case r.SQLState == fencegate.CodeStaleToken:
 				m.Rejected++
 				tl.Mark(lane(r.worker), timeline.Rejected, at, fmt.Sprintf("token %d rejected", r.Token))
 			default:
