@@ -27,7 +27,7 @@ func runFaults(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	duration := fs.Duration("duration", 20*time.Second, "how long the nemesis injects faults in each run")
 	reportDir := fs.String("report-dir", "faults-report", "directory for the reports: run-NNN/{history.jsonl,tokens.html,result.txt,logs/} and summary.txt")
 	redlock := fs.Bool("redlock", false, "lock with Redlock on five Redis masters instead of one Redis (default false)")
-	faultList := fs.String("faults", "all", "comma-separated faults to draw from, or all: "+strings.Join(faults.AllFaults, ","))
+	faultList := fs.String("faults", "all", "comma-separated faults to draw from, or all (default all):\n"+faults.FaultHelp())
 	scenario := fs.String("scenario", "", "a named scenario ("+strings.Join(faults.ScenarioNames(), ", ")+") or a fault list, injected once, in order, instead of a random schedule (default empty: random)")
 	pruneEvery := fs.Duration("prune-every", 0, "also prune the marks about this often during each run, beside the faults, to a floor drawn from the clients' latest tokens (default 0: only when prune-marks is drawn)")
 	clients := fs.Int("clients", 4, "workload client processes per run")

@@ -16,59 +16,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Fault names, as the --faults flag takes them.
-const (
-	FaultPauseClient       = "pause-client"        // SIGSTOP a lock holder for longer than the TTL
-	FaultPauseLeader       = "pause-leader"        // SIGSTOP the Raft leader past the election timeout
-	FaultPauseRedis        = "pause-redis"         // SIGSTOP a Redis master for longer than the TTL
-	FaultKillToken         = "kill-token"          // kill -9 one token node, restart it
-	FaultKillTokenMajority = "kill-token-majority" // kill -9 two token nodes, restart them
-	FaultKillTokenAll      = "kill-token-all"      // kill -9 every token node, restart them
-	FaultKillRedis         = "kill-redis"          // kill -9 a Redis master (Redlock: a majority), restart at once without keys
-	FaultKillProxy         = "kill-proxy"          // kill -9 a proxy, restart it
-	FaultPartitionLeader   = "partition-leader"    // cut the Raft leader off from its peers
-	FaultPartitionRing     = "partition-ring"      // majority ring: a-b and b-c connected, a-c cut
-	FaultClockRedis        = "clock-redis"         // jump a Redis master's (Redlock: a majority's) clock past the TTL
-	FaultSlowDisk          = "slow-disk"           // throttle the Raft leader's disk writes: every fsync stalls
-	FaultWipeNode          = "wipe-node"           // kill -9 a token node, delete its data dir, restart it as before (it must refuse), replace it
-	FaultReplaceNode       = "replace-node"        // stop a token node, empty its data dir, replace it through membership
-	FaultPruneMarks        = "prune-marks"         // prune the marks to a floor drawn from the clients' tokens, up to the newest holder's
-)
-
-// AllFaults lists every fault the nemesis can inject, in a stable order.
-var AllFaults = []string{
-	FaultPauseClient, FaultPauseLeader, FaultPauseRedis,
-	FaultKillToken, FaultKillTokenMajority, FaultKillTokenAll,
-	FaultKillRedis, FaultKillProxy,
-	FaultPartitionLeader, FaultPartitionRing, FaultClockRedis, FaultSlowDisk,
-	FaultWipeNode, FaultReplaceNode, FaultPruneMarks,
-}
-
-// causesDoubleHold names the faults that can by themselves make two clients
-// hold the lock at once.
-var causesDoubleHold = map[string]bool{FaultPauseClient: true, FaultKillRedis: true, FaultClockRedis: true}
-
-// ParseFaults turns a comma-separated list of fault names ("all" for every
-// fault) into a list, or says which name is unknown.
-func ParseFaults(s string) ([]string, error) {
-	if strings.TrimSpace(s) == "" || s == "all" {
-		return append([]string(nil), AllFaults...), nil
-	}
-	known := map[string]bool{}
-	for _, f := range AllFaults {
-		known[f] = true
-	}
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(f)
-		if !known[f] {
-			return nil, fmt.Errorf("%w %q; choose from %s", ErrUnknownFault, f, strings.Join(AllFaults, ","))
-		}
-		out = append(out, f)
-	}
-	return out, nil
-}
-
 // ClientProc is a workload client process as the nemesis sees it: a process
 // and what it last did (the campaign updates it from the client's events).
 type ClientProc struct {
@@ -165,13 +112,14 @@ func (n *Nemesis) Counts() map[string]int {
 	return out
 }
 
-// RunRandom injects faults drawn from faults (weighted, see faultWeights)
-// until ctx ends, with a short random gap between them. The first fault is one that can make the lock
-// double-held by itself, when the list has one, so that every run bites.
+// RunRandom injects faults drawn from faults (each as often as its
+// Fault.Weight says) until ctx ends, with a short random gap between them.
+// The first fault is one that can make the lock double-held by itself
+// (Fault.DoubleHold), when the list has one, so that every run bites.
 func (n *Nemesis) RunRandom(ctx context.Context, faults []string) error {
 	var doubleHolders []string
 	for _, f := range faults {
-		if causesDoubleHold[f] {
+		if faultByName[f].DoubleHold {
 			doubleHolders = append(doubleHolders, f)
 		}
 	}
@@ -216,43 +164,11 @@ func (n *Nemesis) RunList(ctx context.Context, faults []string) error {
 
 // Inject applies one fault, holds it, heals it, and records the window.
 func (n *Nemesis) Inject(ctx context.Context, fault string) error {
-	var err error
-	switch fault {
-	case FaultPauseClient:
-		err = n.pauseClient(ctx)
-	case FaultPauseLeader:
-		err = n.pauseLeader(ctx)
-	case FaultPauseRedis:
-		r := n.stack.Redis[n.rng.IntN(len(n.stack.Redis))]
-		err = n.pause(ctx, fault, r.Name, r.Proc, n.ttl*2+n.jitter(n.ttl))
-	case FaultKillToken:
-		err = n.killTokens(ctx, fault, 1)
-	case FaultKillTokenMajority:
-		err = n.killTokens(ctx, fault, 2)
-	case FaultKillTokenAll:
-		err = n.killTokens(ctx, fault, 3)
-	case FaultKillRedis:
-		err = n.killRedis(ctx)
-	case FaultKillProxy:
-		err = n.killProxy(ctx)
-	case FaultPartitionLeader:
-		err = n.partitionLeader(ctx)
-	case FaultPartitionRing:
-		err = n.partitionRing(ctx)
-	case FaultClockRedis:
-		err = n.clockRedis(ctx)
-	case FaultSlowDisk:
-		err = n.slowDisk(ctx)
-	case FaultWipeNode:
-		err = n.wipeNode(ctx)
-	case FaultReplaceNode:
-		err = n.replaceNode(ctx)
-	case FaultPruneMarks:
-		err = n.pruneMarks(ctx, n.rng)
-	default:
+	f, ok := faultByName[fault]
+	if !ok {
 		return fmt.Errorf("%w %q", ErrUnknownFault, fault)
 	}
-	if err != nil {
+	if err := f.inject(n, ctx); err != nil {
 		return fmt.Errorf("inject %s: %w", fault, err)
 	}
 	return nil
@@ -363,6 +279,11 @@ func (n *Nemesis) pauseLeader(ctx context.Context) error {
 		return nil // no leader to pause: the cluster is already recovering
 	}
 	return n.pause(ctx, FaultPauseLeader, l.ID, l.Proc, hold)
+}
+
+func (n *Nemesis) pauseRedis(ctx context.Context) error {
+	r := n.stack.Redis[n.rng.IntN(len(n.stack.Redis))]
+	return n.pause(ctx, FaultPauseRedis, r.Name, r.Proc, n.ttl*2+n.jitter(n.ttl))
 }
 
 func (n *Nemesis) killTokens(ctx context.Context, fault string, k int) error {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -100,7 +99,7 @@ func CheckTokenOrder(evs []Event, htmlPath string) (bool, error) {
 }
 
 // writeRunReport writes result.txt: the run's summary line, its failures
-// and the faults injected.
+// and the faults injected, in Catalog's order.
 func writeRunReport(dir string, rep RunReport, state DBState) error {
 	r := rep.Result
 	var b strings.Builder
@@ -108,13 +107,10 @@ func writeRunReport(dir string, rep RunReport, state DBState) error {
 		r.Faults, r.DoubleHolds, r.StaleRejected, r.StaleAccepted)
 	fmt.Fprintf(&b, "seed %d; counter %d; committed increments %d; unknown outcomes %d; porcupine %s\n",
 		rep.Seed, state.Counter, r.Committed, r.Unknown, okWord(rep.TokensOK))
-	names := make([]string, 0, len(rep.Faults))
-	for f := range rep.Faults {
-		names = append(names, f)
-	}
-	sort.Strings(names)
-	for _, f := range names {
-		fmt.Fprintf(&b, "fault %s x%d\n", f, rep.Faults[f])
+	for _, f := range AllFaults {
+		if k := rep.Faults[f]; k > 0 {
+			fmt.Fprintf(&b, "fault %s x%d\n", f, k)
+		}
 	}
 	for _, f := range r.Failures {
 		fmt.Fprintf(&b, "FAIL %s\n", f)
