@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/fenceddb"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/pgfence"
 	"github.com/jackc/pgx/v5"
@@ -52,19 +53,16 @@ func New(t testing.TB, opts ...Options) *DB {
 		o = opts[0]
 	}
 	dsn := testutil.PostgresDB(t)
-	d := &DB{DSN: dsn}
-	d.Owner = Role(t, dsn, "fg_owner_", "NOLOGIN")
-	d.App = Role(t, dsn, "fg_app_", "LOGIN")
+	d := &DB{DSN: dsn, Owner: testutil.RandomName("fg_owner_"), App: testutil.RandomName("fg_app_")}
+	dropRoleAtCleanup(t, dsn, d.Owner)
+	dropRoleAtCleanup(t, dsn, d.App)
 	d.AppDSN = WithUser(t, dsn, d.App)
-	if o.NoInstall {
-		return d
-	}
 	conn := Connect(t, dsn)
-	rep, err := pgfence.Install(context.Background(), conn, pgfence.InstallOptions{OwnerRole: d.Owner, Grant: []string{d.App}, GuardDDL: o.GuardDDL})
+	f, err := fenceddb.Setup(context.Background(), conn, fenceddb.Options{Owner: d.Owner, App: d.App, GuardDDL: o.GuardDDL, NoInstall: o.NoInstall})
 	if err != nil {
-		t.Fatalf("install fencegate schema: %v", err)
+		t.Fatalf("set up the fenced database: %v", err)
 	}
-	d.Report = rep
+	d.Report = f.Report
 	return d
 }
 
@@ -86,6 +84,14 @@ func Role(t testing.TB, dsn, prefix, attrs string) string {
 	if _, err := conn.Exec(ctx, "CREATE ROLE "+name+" "+attrs); err != nil {
 		t.Fatalf("create role %s: %v", name, err)
 	}
+	dropRoleAtCleanup(t, dsn, name)
+	return name
+}
+
+// dropRoleAtCleanup drops role name when the test ends, after what it owns
+// or was granted in the database of dsn and in the server's.
+func dropRoleAtCleanup(t testing.TB, dsn, name string) {
+	admin := testutil.PostgresAdminDSN()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -104,7 +110,6 @@ func Role(t testing.TB, dsn, prefix, attrs string) string {
 			t.Errorf("drop role %s: %v", name, err)
 		}
 	})
-	return name
 }
 
 // WithUser returns dsn with its user replaced by user (no password: the test

@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/fenceddb"
 	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/pgfence"
 	"github.com/jackc/pgx/v5"
@@ -113,24 +114,17 @@ func Setup(ctx context.Context, adminDSN string, tables []Table, opts Options) (
 		_ = a.Close()
 		return nil, err
 	}
-	if _, err := admin.Exec(ctx, fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", a.Role, a.Password)); err != nil {
-		return fail(fmt.Errorf("create the application role: %w (the -postgres DSN must be an administrator's)", err))
-	}
-	if _, err := pgfence.Install(ctx, admin, pgfence.InstallOptions{OwnerRole: opts.OwnerRole, Grant: []string{a.Role}}); err != nil {
-		return fail(fmt.Errorf("install schema fencegate: %w", err))
+	db, err := fenceddb.Setup(ctx, admin, fenceddb.Options{Owner: opts.OwnerRole, App: a.Role, AppPassword: a.Password})
+	if err != nil {
+		return fail(fmt.Errorf("set up roles and schema fencegate: %w (the -postgres DSN must be an administrator's)", err))
 	}
 	for _, t := range tables {
 		if _, err := admin.Exec(ctx, t.Create); err != nil {
 			return fail(fmt.Errorf("create table %s: %w", t.Name, err))
 		}
 		a.tables = append(a.tables, t)
-		if t.Resource != "" {
-			if err := pgfence.Protect(ctx, admin, t.Name, t.Resource); err != nil {
-				return fail(fmt.Errorf("protect table %s: %w", t.Name, err))
-			}
-		}
-		if _, err := admin.Exec(ctx, "GRANT SELECT, INSERT, UPDATE, DELETE ON "+t.Name+" TO "+a.Role); err != nil {
-			return fail(fmt.Errorf("grant table %s: %w", t.Name, err))
+		if err := db.Protect(ctx, admin, fenceddb.Table{Name: t.Name, Resource: t.Resource}); err != nil {
+			return fail(fmt.Errorf("protect table %s: %w", t.Name, err))
 		}
 	}
 	return a, nil
