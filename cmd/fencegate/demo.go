@@ -98,12 +98,12 @@ func pausedHolder(ctx context.Context, cfg demo.Config, verbose bool, stdout, st
 	if verbose {
 		cfg.ServiceLogger = cfg.Logger
 	}
-	cfg.Out = stdout
+	cfg.Out = demoFlags.writer(stdout)
 	_, err := demo.PausedHolder(ctx, cfg)
 	if err != nil && ctx.Err() != nil {
 		return fmt.Errorf("interrupted; the clients, servers and database it started are gone: %w", ctx.Err())
 	}
-	return err
+	return demoFlags.err(err)
 }
 
 func runDemoClient(ctx context.Context, args []string, stderr io.Writer) error {
@@ -159,10 +159,10 @@ func runForgedToken(ctx context.Context, args []string, stdout, stderr io.Writer
 	if *verbose {
 		cfg.ServiceLogger = cfg.Logger
 	}
-	cfg.Out = stdout
+	cfg.Out = demoFlags.writer(stdout)
 	_, err := demo.ForgedToken(ctx, cfg)
 	if err != nil && ctx.Err() != nil {
 		return fmt.Errorf("interrupted; the servers and database it started are gone: %w", ctx.Err())
 	}
-	return err
+	return demoFlags.err(err)
 }

@@ -65,16 +65,16 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		svcLog = slog.New(gate)
 	}
 	fmt.Fprintln(stdout, "fencegate dev: starting PostgreSQL/Redis (if needed), 3 token nodes and the proxy...")
-	st, err := devstack.Start(ctx, devstack.StackConfig{
+	st, err := devstack.StartPersistent(ctx, devstack.PersistentConfig{
 		DataDir: *dataDir, Postgres: *pg, Redis: *rd, ProxyListen: *proxyListen,
 		Database: *database, AppRole: *appRole, OwnerRole: *ownerRole,
 		TokenAPI: api, TokenRaft: raft, Logger: log, ServiceLogger: svcLog,
 	})
 	if err != nil {
-		return err
+		return devFlags.err(err)
 	}
 	fmt.Fprintln(stdout)
-	fmt.Fprint(stdout, st.Describe())
+	fmt.Fprint(stdout, devFlags.text(st.Describe()))
 	fmt.Fprintln(stdout)
 	fmt.Fprintln(stdout, "Applications connect as the application role, through the proxy:")
 	fmt.Fprintf(stdout, "  psql '%s'\n", st.ProxyDSN())

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/fencegate/fencegate/raftstore"
@@ -132,4 +133,82 @@ func shellQuote(s string) string {
 // PostgreSQL) with resourceExpr, quoted for the shell.
 func protectCommand(table, resourceExpr string) string {
 	return "fencegate protect " + shellQuote(table) + " --resource " + shellQuote(resourceExpr) + " --db DSN"
+}
+
+// The dev stack (internal/devstack) names the configuration field that
+// fixes a problem ("PersistentConfig.Postgres"), in its errors and in the
+// source it describes a server by; settingFlags puts the flag of the
+// command that fills the field in its place.
+
+// settingFlags maps devstack configuration fields to one command's flags.
+type settingFlags struct{ r *strings.Replacer }
+
+func newSettingFlags(flagOf map[string]string) settingFlags {
+	var pairs []string
+	for field, flag := range flagOf {
+		pairs = append(pairs, field, flag)
+	}
+	return settingFlags{r: strings.NewReplacer(pairs...)}
+}
+
+// devFlags are the flags of 'fencegate dev' (devstack.PersistentConfig).
+var devFlags = newSettingFlags(map[string]string{
+	"PersistentConfig.DataDir":     "--data-dir",
+	"PersistentConfig.Postgres":    "--postgres",
+	"PersistentConfig.Redis":       "--redis",
+	"PersistentConfig.ProxyListen": "--proxy-listen",
+	"PersistentConfig.TokenAPI":    "--token-api",
+	"PersistentConfig.TokenRaft":   "--token-raft",
+	"PersistentConfig.Database":    "--database",
+	"PersistentConfig.OwnerRole":   "--owner-role",
+	"PersistentConfig.AppRole":     "--app-role",
+})
+
+// demoFlags are the flags of the demos that start their own stack
+// (devstack.ThrowawayConfig).
+var demoFlags = newSettingFlags(map[string]string{
+	"ThrowawayConfig.Postgres": "--postgres",
+	"ThrowawayConfig.Redis":    "--redis",
+})
+
+// text is s with the fields it names replaced by their flags.
+func (f settingFlags) text(s string) string { return f.r.Replace(s) }
+
+// err is err with the fields its message names replaced by their flags;
+// errors.Is and errors.As still see err.
+func (f settingFlags) err(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := f.r.Replace(err.Error())
+	if msg == err.Error() {
+		return err
+	}
+	return &flagNamed{err: err, msg: msg}
+}
+
+// writer is w, with the fields written to it replaced by their flags.
+func (f settingFlags) writer(w io.Writer) io.Writer { return &flagWriter{w: w, f: f} }
+
+// flagNamed is an error whose message names flags instead of fields.
+type flagNamed struct {
+	err error
+	msg string
+}
+
+func (e *flagNamed) Error() string { return e.msg }
+func (e *flagNamed) Unwrap() error { return e.err }
+
+// flagWriter replaces fields by flags in each Write (each a whole line or
+// more: the demos write with fmt.Fprint*).
+type flagWriter struct {
+	w io.Writer
+	f settingFlags
+}
+
+func (fw *flagWriter) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(fw.w, fw.f.text(string(p))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fencegate/fencegate/internal/devstack"
 	"github.com/fencegate/fencegate/raftstore"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/jackc/pgx/v5"
@@ -70,5 +71,29 @@ func TestHintCommandsAreSafeToPaste(t *testing.T) {
 		if strings.Join(args, "\x00") != strings.Join(want, "\x00") {
 			t.Errorf("%s\n  gave the arguments %q, want %q", cmd, args, want)
 		}
+	}
+}
+
+// The dev stack names configuration fields; 'fencegate dev' and the demos
+// show their flags in their place, and the error is still the stack's.
+func TestSettingFlags(t *testing.T) {
+	base := fmt.Errorf("%w: 127.0.0.1:5432 answers but refuses; pass PersistentConfig.Postgres DSN", devstack.ErrNoPostgres)
+	err := devFlags.err(base)
+	if want := "devstack: no PostgreSQL: 127.0.0.1:5432 answers but refuses; pass --postgres DSN"; err.Error() != want {
+		t.Fatalf("devFlags.err = %q; want %q", err, want)
+	}
+	if !errors.Is(err, devstack.ErrNoPostgres) {
+		t.Fatalf("devFlags.err lost the sentinel: %v", err)
+	}
+	if other := errors.New("no field here"); devFlags.err(other) != other || devFlags.err(nil) != nil {
+		t.Fatal("devFlags.err changed an error that names no field")
+	}
+	if got := devFlags.text("  PostgreSQL  dsn  (PersistentConfig.Postgres)\n"); got != "  PostgreSQL  dsn  (--postgres)\n" {
+		t.Fatalf("devFlags.text = %q", got)
+	}
+	var b strings.Builder
+	fmt.Fprintf(demoFlags.writer(&b), "  Redis        %s (%s)\n", "h:1", "ThrowawayConfig.Redis")
+	if b.String() != "  Redis        h:1 (--redis)\n" {
+		t.Fatalf("demoFlags.writer wrote %q", b.String())
 	}
 }

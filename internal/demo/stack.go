@@ -14,13 +14,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// startStack starts what a demo run needs with devstack.Start: PostgreSQL
+// startStack starts what a demo run needs with devstack.StartThrowaway: PostgreSQL
 // (found or throwaway) with a database and two roles of the run's own,
 // dropped at the end, Redis (one server, or masters started for Redlock),
 // a 3-node token cluster in this process (signing with keys, when set) and
 // the proxy, both on free ports.
 func startStack(ctx context.Context, postgres, redis string, masters int, keys *tokensign.Keyring, log, svcLog *slog.Logger) (*devstack.Stack, error) {
-	return devstack.Start(ctx, devstack.StackConfig{Throwaway: "fencegate_demo_", Postgres: postgres, Redis: redis,
+	return devstack.StartThrowaway(ctx, devstack.ThrowawayConfig{Prefix: "fencegate_demo_", Postgres: postgres, Redis: redis,
 		RedisMasters: masters, SigningKeys: keys, Logger: log, ServiceLogger: svcLog})
 }
 

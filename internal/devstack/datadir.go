@@ -16,7 +16,11 @@ const markerFile = ".fencegate-dev"
 
 // PrepareDataDir creates dir (and its marker) when missing and returns its
 // absolute path. An existing non-empty directory without the marker is refused.
-func PrepareDataDir(dir string) (string, error) {
+func PrepareDataDir(dir string) (string, error) { return prepareDataDir(dir, "") }
+
+// prepareDataDir is PrepareDataDir; a refusal names setting, when set, as
+// the one that picks another directory.
+func prepareDataDir(dir, setting string) (string, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return "", err
@@ -31,7 +35,10 @@ func PrepareDataDir(dir string) (string, error) {
 		return "", fmt.Errorf("read data directory %s: %w", abs, err)
 	case len(entries) > 0:
 		if _, err := os.Stat(filepath.Join(abs, markerFile)); err != nil {
-			return "", fmt.Errorf("data directory %s holds files fencegate did not put there; pick another with --data-dir", abs)
+			if setting == "" {
+				return "", fmt.Errorf("data directory %s holds files fencegate did not put there; pick another", abs)
+			}
+			return "", fmt.Errorf("data directory %s holds files fencegate did not put there; pick another with %s", abs, setting)
 		}
 	}
 	if err := os.WriteFile(filepath.Join(abs, markerFile), []byte("fencegate dev data directory; remove with fencegate dev --reset\n"), 0o644); err != nil {

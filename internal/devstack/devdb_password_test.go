@@ -14,7 +14,7 @@ import (
 // A second dev stack with another data directory never changes the
 // password of the application role the first one created (the first
 // stack's DSN would stop working wherever pg_hba checks passwords): it
-// refuses in one line that names --app-role. --reset keeps the password
+// refuses in one line that names the AppRole setting. --reset keeps the password
 // the data directory holds, so the stack that created the role comes back
 // up without touching it either.
 func TestSecondDataDirLeavesPasswordAlone(t *testing.T) {
@@ -46,7 +46,7 @@ func TestSecondDataDirLeavesPasswordAlone(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := &Stack{DataDir: abs, Postgres: &Postgres{DSN: admin}}
-		return s, s.setupDatabase(ctx, &StackConfig{Database: dbName, AppRole: app, OwnerRole: owner})
+		return s, s.setupDatabase(ctx, &StackConfig{Database: dbName, AppRole: app, OwnerRole: owner, Settings: "PersistentConfig"})
 	}
 
 	first := filepath.Join(t.TempDir(), "first")
@@ -63,8 +63,8 @@ func TestSecondDataDirLeavesPasswordAlone(t *testing.T) {
 	if after := secret(); after != before {
 		t.Fatalf("a second data directory changed the password of role %s (the first stack's DSN breaks)", app)
 	}
-	if err == nil || !strings.Contains(err.Error(), "--app-role") || strings.Contains(err.Error(), "\n") {
-		t.Fatalf("second data directory: %v; want one line naming --app-role", err)
+	if err == nil || !strings.Contains(err.Error(), "PersistentConfig.AppRole") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("second data directory: %v; want one line naming PersistentConfig.AppRole", err)
 	}
 
 	kept, err := ResetDataDir(first)

@@ -44,8 +44,8 @@ func TestFindPostgresOrder(t *testing.T) {
 	ctx := context.Background()
 	admin := testutil.PostgresAdminDSN()
 	p, err := FindPostgres(ctx, PostgresOptions{DSN: admin, Getenv: noEnv, Logger: testutil.Logger(t)})
-	if err != nil || p.Source != "--postgres" || p.Started() {
-		t.Fatalf("FindPostgres(flag)=%+v, %v; want the flag's server", p, err)
+	if err != nil || p.Source != "PostgresOptions.DSN" || p.Started() {
+		t.Fatalf("FindPostgres(DSN)=%+v, %v; want the given server", p, err)
 	}
 	env := func(k string) string {
 		if k == "DATABASE_URL" {
@@ -58,9 +58,9 @@ func TestFindPostgresOrder(t *testing.T) {
 		t.Fatalf("FindPostgres(env)=%+v, %v; want DATABASE_URL", p, err)
 	}
 	dead := "postgres://postgres@" + testutil.FreeAddr(t) + "/postgres?sslmode=disable"
-	_, err = FindPostgres(ctx, PostgresOptions{DSN: dead, Getenv: noEnv, Logger: testutil.Logger(t)})
-	if !errors.Is(err, ErrNoPostgres) || !strings.Contains(err.Error(), "--postgres") {
-		t.Fatalf("FindPostgres(dead flag) err=%v; want ErrNoPostgres naming --postgres", err)
+	_, err = FindPostgres(ctx, PostgresOptions{DSN: dead, Setting: "Config.Postgres", Getenv: noEnv, Logger: testutil.Logger(t)})
+	if !errors.Is(err, ErrNoPostgres) || !strings.Contains(err.Error(), "Config.Postgres") {
+		t.Fatalf("FindPostgres(dead DSN) err=%v; want ErrNoPostgres naming Config.Postgres", err)
 	}
 }
 
@@ -70,8 +70,8 @@ func TestStartPostgresMissingBinaries(t *testing.T) {
 	defer func() { postgresBinGlob = old }()
 	t.Setenv("PATH", t.TempDir())
 	_, err := StartPostgres(context.Background(), PostgresOptions{DataDir: t.TempDir(), Logger: testutil.Logger(t)})
-	if !errors.Is(err, ErrNoPostgres) || !strings.Contains(err.Error(), "apt-get install postgresql") || !strings.Contains(err.Error(), "--postgres") {
-		t.Fatalf("err=%v; want ErrNoPostgres saying what to install and which flag to set", err)
+	if !errors.Is(err, ErrNoPostgres) || !strings.Contains(err.Error(), "apt-get install postgresql") || !strings.Contains(err.Error(), "PostgresOptions.DSN") {
+		t.Fatalf("err=%v; want ErrNoPostgres saying what to install and which setting to give", err)
 	}
 }
 
@@ -147,16 +147,16 @@ func TestFindAndStartRedis(t *testing.T) {
 	}
 }
 
-func TestCheckPortsNamesPortAndFlag(t *testing.T) {
+func TestCheckPortsNamesPortAndSetting(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	err = CheckPorts(Port{Addr: testutil.FreeAddr(t), What: "token node n1", Flag: "--token-api"},
-		Port{Addr: l.Addr().String(), What: "proxy", Flag: "--proxy-listen"})
-	if !errors.Is(err, ErrPortInUse) || !strings.Contains(err.Error(), l.Addr().String()) || !strings.Contains(err.Error(), "--proxy-listen") {
-		t.Fatalf("CheckPorts err=%v; want ErrPortInUse naming %s and --proxy-listen", err, l.Addr())
+	err = CheckPorts(Port{Addr: testutil.FreeAddr(t), What: "token node n1", Setting: "PersistentConfig.TokenAPI"},
+		Port{Addr: l.Addr().String(), What: "proxy", Setting: "PersistentConfig.ProxyListen"})
+	if !errors.Is(err, ErrPortInUse) || !strings.Contains(err.Error(), l.Addr().String()) || !strings.Contains(err.Error(), "PersistentConfig.ProxyListen") {
+		t.Fatalf("CheckPorts err=%v; want ErrPortInUse naming %s and PersistentConfig.ProxyListen", err, l.Addr())
 	}
 	if strings.Contains(err.Error(), "token node") {
 		t.Fatalf("CheckPorts blamed a free port: %v", err)

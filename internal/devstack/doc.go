@@ -8,14 +8,17 @@
 // owner role and an application LOGIN role holding the fence grants;
 // FencedDB.ProtectTable gives a table to the owner role, protects it with a
 // resource expression and grants the application role AppPrivileges (SELECT,
-// INSERT, UPDATE, DELETE); DropRoles removes roles a run created. Start does
-// all of it for "fencegate dev" in database DefaultDatabase, and starts the
-// proxy with the administrator's DSN as its admin upstream. The demos and
-// tests configure the same Start with StackConfig.Throwaway: a database and
-// roles of their own, dropped at Close, and free ports.
+// INSERT, UPDATE, DELETE); DropRoles removes roles a run created.
 //
-// PostgreSQL is looked for, in order: the DSN given by the caller (the
-// --postgres flag), the environment (DATABASE_URL, then the libpq variables
+// The whole stack comes up two ways. StartPersistent is "fencegate dev":
+// fixed ports, a data directory, database (DefaultDatabase) and roles that
+// outlive it and are reused by the next start. StartThrowaway is a test's
+// or a demo's: free ports, a temporary data directory, a database and roles
+// of random names, all gone after Close. Both set the database up and start
+// the proxy with the administrator's DSN as its admin upstream.
+//
+// PostgreSQL is looked for, in order: the DSN given by the caller, the
+// environment (DATABASE_URL, then the libpq variables
 // PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE), the local default
 // 127.0.0.1:5432 when it answers, and last a throwaway server started from
 // the initdb and postgres binaries found on PATH or in
@@ -23,11 +26,14 @@
 // running as root, that server runs as the unprivileged user "postgres" (or
 // "nobody"), as PostgreSQL refuses to run as root.
 //
-// Redis is looked for the same way: the caller's address (--redis), REDIS_URL,
+// Redis is looked for the same way: the caller's address, REDIS_URL,
 // 127.0.0.1:6379 when it answers PING, and last a redis-server from PATH
 // without persistence.
 //
-// When nothing is found, the error names what to install or which flag to set.
+// When nothing is found, the error names what to install or which setting
+// to give. Errors about a setting name the configuration field
+// ("PersistentConfig.Postgres"), never a command-line flag: the command
+// that fills the configuration maps fields to its flags.
 // Started servers are children of the calling process: Close stops them, and
 // they are killed if the process dies.
 package devstack

@@ -7,20 +7,21 @@ import (
 	"syscall"
 )
 
-// Port is an address the stack wants to listen on and the flag that moves it.
+// Port is an address the stack wants to listen on and the setting that
+// moves it.
 type Port struct {
-	Addr string // host:port
-	What string // e.g. "proxy"
-	Flag string // e.g. "--proxy-listen"
+	Addr    string // host:port
+	What    string // e.g. "proxy"
+	Setting string // e.g. "PersistentConfig.ProxyListen"
 }
 
 // CheckPorts tries to listen on each address and returns an error naming
-// every one that is taken, what wanted it and the flag that moves it.
+// every one that is taken, what wanted it and the setting that moves it.
 func CheckPorts(ports ...Port) error {
 	var errs []error
 	for _, p := range ports {
 		if err := checkPort(p.Addr); err != nil {
-			errs = append(errs, fmt.Errorf("%w: %s (%s) is taken; stop what listens there or move it with %s", ErrPortInUse, p.Addr, p.What, p.Flag))
+			errs = append(errs, fmt.Errorf("%w: %s (%s) is taken; stop what listens there or move it with %s", ErrPortInUse, p.Addr, p.What, p.Setting))
 		}
 	}
 	return errors.Join(errs...)

@@ -31,8 +31,9 @@ type Postgres struct {
 	// databases and roles and install schema fencegate, which takes a
 	// superuser.
 	DSN string
-	// Source says where it came from, for the user ("--postgres", "DATABASE_URL",
-	// "local server", "started by fencegate in DIR").
+	// Source says where it came from, for the user (PostgresOptions.Setting
+	// for a DSN given, "DATABASE_URL", "local server", "started by
+	// fencegate in DIR").
 	Source string
 	srv    *server
 }
@@ -51,13 +52,17 @@ func (p *Postgres) Close() error {
 
 // PostgresOptions says where to look for PostgreSQL.
 type PostgresOptions struct {
-	// DSN, when set, is used as is (the --postgres flag).
+	// DSN, when set, is used as is.
 	DSN string
-	// Flag is the flag name mentioned in error messages. The default is "--postgres".
-	Flag string
+	// Setting names the caller's setting that gives DSN, in error messages
+	// and as Postgres.Source. The default is "PostgresOptions.DSN".
+	Setting string
 	// DataDir is where a started server keeps its data (DataDir/postgres).
 	// Required only when a server has to be started.
 	DataDir string
+	// DataDirSetting names the caller's setting that gives DataDir, in
+	// error messages. The default is "PostgresOptions.DataDir".
+	DataDirSetting string
 	// Getenv reads the environment. The default is os.Getenv.
 	Getenv func(string) string
 	// Logger gets progress messages. The default is slog.Default().
@@ -67,9 +72,7 @@ type PostgresOptions struct {
 // FindPostgres returns the PostgreSQL server to use, starting one when none
 // answers (see the package documentation for the order).
 func FindPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
-	if o.Flag == "" {
-		o.Flag = "--postgres"
-	}
+	o.defaults()
 	if o.Getenv == nil {
 		o.Getenv = os.Getenv
 	}
@@ -78,13 +81,13 @@ func FindPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 	}
 	if o.DSN != "" {
 		if err := PingPostgres(ctx, o.DSN, ""); err != nil {
-			return nil, fmt.Errorf("%w: %s %s does not answer: %v", ErrNoPostgres, o.Flag, Redact(o.DSN), err)
+			return nil, fmt.Errorf("%w: %s %s does not answer: %v", ErrNoPostgres, o.Setting, Redact(o.DSN), err)
 		}
-		return &Postgres{DSN: o.DSN, Source: o.Flag}, nil
+		return &Postgres{DSN: o.DSN, Source: o.Setting}, nil
 	}
 	if dsn, from := postgresFromEnv(o.Getenv); dsn != "" {
 		if err := PingPostgres(ctx, dsn, ""); err != nil {
-			return nil, fmt.Errorf("%w: %s names %s, which does not answer: %v (fix it, unset it, or pass %s)", ErrNoPostgres, from, Redact(dsn), err, o.Flag)
+			return nil, fmt.Errorf("%w: %s names %s, which does not answer: %v (fix it, unset it, or pass %s)", ErrNoPostgres, from, Redact(dsn), err, o.Setting)
 		}
 		return &Postgres{DSN: dsn, Source: from}, nil
 	}
@@ -95,27 +98,34 @@ func FindPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 	if !refused(err) {
 		// Something listens on 5432 but will not let us in: starting another
 		// server would not help.
-		return nil, fmt.Errorf("%w: 127.0.0.1:5432 answers but refuses user postgres without a password (%v); pass %s DSN or set DATABASE_URL", ErrNoPostgres, err, o.Flag)
+		return nil, fmt.Errorf("%w: 127.0.0.1:5432 answers but refuses user postgres without a password (%v); pass %s DSN or set DATABASE_URL", ErrNoPostgres, err, o.Setting)
 	}
 	return StartPostgres(ctx, o)
+}
+
+func (o *PostgresOptions) defaults() {
+	if o.Setting == "" {
+		o.Setting = "PostgresOptions.DSN"
+	}
+	if o.DataDirSetting == "" {
+		o.DataDirSetting = "PostgresOptions.DataDir"
+	}
 }
 
 // StartPostgres starts a throwaway PostgreSQL server with its data in
 // o.DataDir/postgres (reused when it already holds a cluster), on
 // 127.0.0.1:5432 or, when that port is taken, a free one.
 func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
-	if o.Flag == "" {
-		o.Flag = "--postgres"
-	}
+	o.defaults()
 	if o.Logger == nil {
 		o.Logger = slog.Default().With("component", "devstack")
 	}
 	bin, err := postgresBinDir()
 	if err != nil {
-		return nil, fmt.Errorf("%w: nothing answers at 127.0.0.1:5432 and %v; install PostgreSQL (Debian/Ubuntu: apt-get install postgresql) or pass %s DSN", ErrNoPostgres, err, o.Flag)
+		return nil, fmt.Errorf("%w: nothing answers at 127.0.0.1:5432 and %v; install PostgreSQL (Debian/Ubuntu: apt-get install postgresql) or pass %s DSN", ErrNoPostgres, err, o.Setting)
 	}
 	if o.DataDir == "" {
-		return nil, fmt.Errorf("%w: nothing answers at 127.0.0.1:5432 and no data directory to start one in; pass %s DSN", ErrNoPostgres, o.Flag)
+		return nil, fmt.Errorf("%w: nothing answers at 127.0.0.1:5432 and no data directory to start one in; pass %s DSN", ErrNoPostgres, o.Setting)
 	}
 	return startPostgres(ctx, bin, o)
 }
@@ -237,7 +247,7 @@ func startPostgres(ctx context.Context, bin string, o PostgresOptions) (*Postgre
 		return nil, fmt.Errorf("%w: %v", ErrNoPostgres, err)
 	}
 	if cred != nil && !traversable(filepath.Dir(dir), cred) {
-		return nil, fmt.Errorf("%w: user %s cannot reach %s to run PostgreSQL there; use a data directory outside home directories (--data-dir) or pass %s DSN", ErrNoPostgres, owner, dir, o.Flag)
+		return nil, fmt.Errorf("%w: user %s cannot reach %s to run PostgreSQL there; use a data directory outside home directories (%s) or pass %s DSN", ErrNoPostgres, owner, dir, o.DataDirSetting, o.Setting)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "PG_VERSION")); err != nil {
 		o.Logger.Info("initializing a throwaway PostgreSQL", "dir", dir, "bin", bin)

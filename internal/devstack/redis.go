@@ -62,10 +62,11 @@ func (r *Redis) Restart(ctx context.Context) error {
 
 // RedisOptions says where to look for Redis.
 type RedisOptions struct {
-	// URL, when set, is used as is (the --redis flag): host:port or redis://...
+	// URL, when set, is used as is: host:port or redis://...
 	URL string
-	// Flag is the flag name mentioned in error messages. The default is "--redis".
-	Flag string
+	// Setting names the caller's setting that gives URL, in error messages
+	// and as Redis.Source. The default is "RedisOptions.URL".
+	Setting string
 	// DataDir is the working directory of a started server (DataDir/redis).
 	DataDir string
 	// Getenv reads the environment. The default is os.Getenv.
@@ -76,8 +77,8 @@ type RedisOptions struct {
 
 // FindRedis returns the Redis server to use, starting one when none answers.
 func FindRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
-	if o.Flag == "" {
-		o.Flag = "--redis"
+	if o.Setting == "" {
+		o.Setting = "RedisOptions.URL"
 	}
 	if o.Getenv == nil {
 		o.Getenv = os.Getenv
@@ -96,16 +97,16 @@ func FindRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 		return &Redis{Addr: opts.Addr, Options: opts, Source: from}, nil
 	}
 	if o.URL != "" {
-		r, err := try(o.URL, o.Flag)
+		r, err := try(o.URL, o.Setting)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s %s does not answer: %v", ErrNoRedis, o.Flag, o.URL, err)
+			return nil, fmt.Errorf("%w: %s %s does not answer: %v", ErrNoRedis, o.Setting, o.URL, err)
 		}
 		return r, nil
 	}
 	if v := o.Getenv("REDIS_URL"); v != "" {
 		r, err := try(v, "REDIS_URL")
 		if err != nil {
-			return nil, fmt.Errorf("%w: REDIS_URL names %s, which does not answer: %v (fix it, unset it, or pass %s)", ErrNoRedis, v, err, o.Flag)
+			return nil, fmt.Errorf("%w: REDIS_URL names %s, which does not answer: %v (fix it, unset it, or pass %s)", ErrNoRedis, v, err, o.Setting)
 		}
 		return r, nil
 	}
@@ -122,7 +123,7 @@ func FindRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 	}
 	r, err := StartRedis(ctx, addr, o.DataDir)
 	if err != nil {
-		return nil, fmt.Errorf("%w: nothing answers at %s and %v; install Redis (Debian/Ubuntu: apt-get install redis-server) or pass %s host:port", ErrNoRedis, DefaultRedisAddr, err, o.Flag)
+		return nil, fmt.Errorf("%w: nothing answers at %s and %v; install Redis (Debian/Ubuntu: apt-get install redis-server) or pass %s host:port", ErrNoRedis, DefaultRedisAddr, err, o.Setting)
 	}
 	o.Logger.Info("started Redis", "addr", r.Addr)
 	return r, nil

@@ -19,10 +19,15 @@ import (
 // Fixed address of the dev proxy.
 const DevProxyAddr = "127.0.0.1:6432"
 
-// StackConfig configures Start. Zero values take the defaults stated.
-type StackConfig struct {
-	// DataDir holds the token nodes' Raft data and, when one has to be
-	// started, PostgreSQL's and Redis's. The default is DefaultDataDir.
+// PersistentConfig configures StartPersistent: the stack "fencegate dev"
+// runs, whose data directory, database and roles outlive it and are reused
+// by the next start. Zero values take the defaults stated. Error messages
+// about a setting name its field ("PersistentConfig.DataDir"), for a
+// program to say which of its own settings fixes it.
+type PersistentConfig struct {
+	// DataDir holds the token nodes' Raft data, the application role's
+	// pgpass file and, when one has to be started, PostgreSQL's and
+	// Redis's data. The default is DefaultDataDir.
 	DataDir string
 	// Postgres and Redis name the servers to use; see FindPostgres and
 	// FindRedis for the defaults.
@@ -40,44 +45,83 @@ type StackConfig struct {
 	// the grants of an application and nothing more). The default is
 	// DefaultAppRole.
 	AppRole string
-	// TokenAPI and TokenRaft are the token nodes' addresses, one per node.
-	// The defaults are DevTokenAPIAddrs and DevTokenRaftAddrs.
+	// TokenAPI and TokenRaft are the token nodes' addresses, one of each
+	// per node. The defaults are DevTokenAPIAddrs and DevTokenRaftAddrs.
 	TokenAPI, TokenRaft []string
-	// Flags names the command-line flag that sets each address, for error
-	// messages; keys are "proxy", "token-api", "token-raft", "data-dir",
-	// "postgres", "redis", "app-role". The defaults are "--proxy-listen",
-	// "--token-api", "--token-raft", "--data-dir", "--postgres", "--redis",
-	// "--app-role".
-	Flags map[string]string
 	// Logger gets the stack's progress. The default is slog.Default().
 	Logger *slog.Logger
 	// ServiceLogger gets the logs of the token nodes and the proxy. The
 	// default is Logger.
 	ServiceLogger *slog.Logger
-	// Throwaway, when set, makes the stack a run's own: its data directory
-	// is a fresh temporary one (DataDir is ignored), its database and roles
-	// get random names starting with Throwaway (NAME, NAME_owner and
-	// NAME_app; Database, OwnerRole and AppRole are ignored), and its token
-	// nodes and proxy run on free ports unless TokenAPI, TokenRaft or
-	// ProxyListen say otherwise. Close drops the database and the roles and
-	// removes the directory.
-	Throwaway string
+}
+
+// ThrowawayConfig configures StartThrowaway: a stack of one run's own (a
+// test, a demo), on free ports, with a fresh temporary data directory and a
+// database and roles of random names, all gone after Close. Error messages
+// about a setting name its field ("ThrowawayConfig.Postgres").
+type ThrowawayConfig struct {
+	// Prefix starts the names of the data directory, the database (PREFIX
+	// and random characters, NAME) and its roles (NAME_owner, NAME_app).
+	// Required: a lowercase SQL identifier such as "fencegate_demo_".
+	Prefix string
+	// Postgres and Redis name the servers to use; see FindPostgres and
+	// FindRedis for the defaults. Redis is not used when RedisMasters is
+	// set.
+	Postgres, Redis string
 	// RedisMasters, when above zero, starts that many Redis masters on
 	// free ports (Stack.Masters, for Redlock) instead of finding one server.
 	RedisMasters int
 	// SigningKeys, when set, has the token nodes sign the tokens they hand
 	// out.
 	SigningKeys *tokensign.Keyring
+	// Logger gets the stack's progress. The default is slog.Default().
+	Logger *slog.Logger
+	// ServiceLogger gets the logs of the token nodes and the proxy. The
+	// default is Logger.
+	ServiceLogger *slog.Logger
+}
+
+// StackConfig is what StartPersistent and StartThrowaway resolve their
+// configuration to, for the one start-up sequence both run: every field
+// is set (or empty for "none") and means the same in both. Programs use
+// PersistentConfig or ThrowawayConfig.
+type StackConfig struct {
+	// DataDir is the data directory; TempDataDir says it is to be made
+	// (os.MkdirTemp with DataDir as the pattern) and removed at Close.
+	DataDir     string
+	TempDataDir bool
+	// Postgres and Redis name the servers to find ("" for the defaults).
+	Postgres, Redis string
+	// RedisMasters above zero starts that many masters instead of finding
+	// Redis.
+	RedisMasters int
+	// ProxyListen is the proxy's address (port 0 for a free one).
+	ProxyListen string
+	// Database, OwnerRole and AppRole are set up for applications;
+	// DropDatabase drops the database and the roles at Close.
+	Database, OwnerRole, AppRole string
+	DropDatabase                 bool
+	// TokenAPI and TokenRaft are the token nodes' addresses; both empty
+	// puts three nodes on free ports.
+	TokenAPI, TokenRaft []string
+	SigningKeys         *tokensign.Keyring
+	Logger              *slog.Logger
+	ServiceLogger       *slog.Logger
+	// Settings is the name of the configuration the caller gave
+	// ("PersistentConfig"), for error messages.
+	Settings string
 }
 
 // Stack is the whole fencegate stack on one machine: PostgreSQL, Redis, a
-// 3-node token cluster and the proxy.
+// token cluster and the proxy, and the database set up for applications.
 type Stack struct {
 	DataDir  string
 	Postgres *Postgres
-	Redis    *Redis
-	// Masters are the Redis masters started for StackConfig.RedisMasters;
-	// Redis is nil then.
+	// Redis is the Redis server found or started; nil when the stack
+	// started Masters instead (ThrowawayConfig.RedisMasters).
+	Redis *Redis
+	// Masters are the Redis masters started for
+	// ThrowawayConfig.RedisMasters.
 	Masters []*Redis
 	Tokens  *Tokens
 	// ProxyAddr is where the proxy listens.
@@ -85,7 +129,7 @@ type Stack struct {
 	// DB is the database set up for applications, and its roles.
 	DB *FencedDB
 	// Floor is where the token counter stands against the database's
-	// marks: Start raises it above the highest one.
+	// marks: the start raises it above the highest one.
 	Floor Floor
 	// Passfile is the pgpass file holding the application role's password,
 	// "" when the stack does not know it (a role it did not create).
@@ -94,35 +138,75 @@ type Stack struct {
 	closers []func() error
 }
 
+// flag names, for error messages, the configuration field that sets key
+// ("postgres", "redis", "data-dir", "app-role", "proxy", "token-api",
+// "token-raft"), as Settings.Field.
 func (c *StackConfig) flag(key string) string {
-	if f, ok := c.Flags[key]; ok {
-		return f
-	}
-	return map[string]string{"proxy": "--proxy-listen", "token-api": "--token-api", "token-raft": "--token-raft",
-		"data-dir": "--data-dir", "postgres": "--postgres", "redis": "--redis", "app-role": "--app-role"}[key]
+	field := map[string]string{"proxy": "ProxyListen", "token-api": "TokenAPI", "token-raft": "TokenRaft",
+		"data-dir": "DataDir", "postgres": "Postgres", "redis": "Redis", "app-role": "AppRole"}[key]
+	return cmp.Or(c.Settings, "StackConfig") + "." + field
 }
 
-// Start brings the stack up: it checks every port first, then finds or
-// starts PostgreSQL and Redis, starts the token nodes and the proxy. On
-// error, whatever was started is stopped again.
-func Start(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
-	if cfg.Throwaway == "" {
-		cfg.DataDir = cmp.Or(cfg.DataDir, DefaultDataDir)
-		cfg.ProxyListen = cmp.Or(cfg.ProxyListen, DevProxyAddr)
-		if len(cfg.TokenAPI) == 0 {
-			cfg.TokenAPI = DevTokenAPIAddrs
-		}
-		if len(cfg.TokenRaft) == 0 {
-			cfg.TokenRaft = DevTokenRaftAddrs
-		}
-		cfg.Database = cmp.Or(cfg.Database, DefaultDatabase)
-		cfg.AppRole = cmp.Or(cfg.AppRole, DefaultAppRole)
-		cfg.OwnerRole = cmp.Or(cfg.OwnerRole, pgfence.DefaultOwnerRole)
-	} else {
-		cfg.ProxyListen = cmp.Or(cfg.ProxyListen, "127.0.0.1:0")
-		cfg.Database = pgdb.RandomName(cfg.Throwaway)
-		cfg.OwnerRole, cfg.AppRole = cfg.Database+"_owner", cfg.Database+"_app"
+// StartPersistent brings up the stack "fencegate dev" runs (see
+// PersistentConfig): it checks every port first, then finds or starts
+// PostgreSQL and Redis, sets up the database, starts the token nodes and
+// the proxy. On error, whatever was started is stopped again; Close stops
+// it all and keeps the data directory, the database and the roles.
+func StartPersistent(ctx context.Context, cfg PersistentConfig) (*Stack, error) {
+	return start(ctx, StackConfig{
+		DataDir:       cmp.Or(cfg.DataDir, DefaultDataDir),
+		Postgres:      cfg.Postgres,
+		Redis:         cfg.Redis,
+		ProxyListen:   cmp.Or(cfg.ProxyListen, DevProxyAddr),
+		Database:      cmp.Or(cfg.Database, DefaultDatabase),
+		OwnerRole:     cmp.Or(cfg.OwnerRole, pgfence.DefaultOwnerRole),
+		AppRole:       cmp.Or(cfg.AppRole, DefaultAppRole),
+		TokenAPI:      orAddrs(cfg.TokenAPI, DevTokenAPIAddrs),
+		TokenRaft:     orAddrs(cfg.TokenRaft, DevTokenRaftAddrs),
+		Logger:        cfg.Logger,
+		ServiceLogger: cfg.ServiceLogger,
+		Settings:      "PersistentConfig",
+	})
+}
+
+// orAddrs is addrs, or def when addrs is empty.
+func orAddrs(addrs, def []string) []string {
+	if len(addrs) == 0 {
+		return def
 	}
+	return addrs
+}
+
+// StartThrowaway brings up a stack of one run's own (see ThrowawayConfig):
+// the same servers and set-up as StartPersistent, on free ports, in a
+// temporary data directory, with a database and roles of random names.
+// Close stops it all, drops the database and the roles and removes the
+// directory.
+func StartThrowaway(ctx context.Context, cfg ThrowawayConfig) (*Stack, error) {
+	if cfg.Prefix == "" {
+		return nil, errors.New("devstack: ThrowawayConfig.Prefix is empty; name the run (e.g. \"fencegate_demo_\")")
+	}
+	db := pgdb.RandomName(cfg.Prefix)
+	return start(ctx, StackConfig{
+		DataDir:       cfg.Prefix,
+		TempDataDir:   true,
+		Postgres:      cfg.Postgres,
+		Redis:         cfg.Redis,
+		RedisMasters:  cfg.RedisMasters,
+		ProxyListen:   "127.0.0.1:0",
+		Database:      db,
+		OwnerRole:     db + "_owner",
+		AppRole:       db + "_app",
+		DropDatabase:  true,
+		SigningKeys:   cfg.SigningKeys,
+		Logger:        cfg.Logger,
+		ServiceLogger: cfg.ServiceLogger,
+		Settings:      "ThrowawayConfig",
+	})
+}
+
+// start runs the start-up sequence both constructors share.
+func start(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default().With("component", "devstack")
 	}
@@ -133,11 +217,11 @@ func Start(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 		return nil, fmt.Errorf("devstack: %d token API addresses but %d Raft addresses; give as many of each (%s, %s)",
 			len(cfg.TokenAPI), len(cfg.TokenRaft), cfg.flag("token-api"), cfg.flag("token-raft"))
 	}
-	ports := []Port{{Addr: cfg.ProxyListen, What: "proxy", Flag: cfg.flag("proxy")}}
+	ports := []Port{{Addr: cfg.ProxyListen, What: "proxy", Setting: cfg.flag("proxy")}}
 	for i := range cfg.TokenAPI {
 		ports = append(ports,
-			Port{Addr: cfg.TokenAPI[i], What: fmt.Sprintf("token node n%d API", i+1), Flag: cfg.flag("token-api")},
-			Port{Addr: cfg.TokenRaft[i], What: fmt.Sprintf("token node n%d Raft", i+1), Flag: cfg.flag("token-raft")})
+			Port{Addr: cfg.TokenAPI[i], What: fmt.Sprintf("token node n%d API", i+1), Setting: cfg.flag("token-api")},
+			Port{Addr: cfg.TokenRaft[i], What: fmt.Sprintf("token node n%d Raft", i+1), Setting: cfg.flag("token-raft")})
 	}
 	if err := CheckPorts(ports...); err != nil {
 		return nil, fmt.Errorf("%w\n(is another fencegate dev running? stop it first)", err)
@@ -148,25 +232,26 @@ func Start(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 			s.Close()
 		}
 	}()
-	if cfg.Throwaway != "" {
-		// World-traversable, so that a throwaway PostgreSQL running as an
-		// unprivileged user can use it.
-		if cfg.DataDir, err = os.MkdirTemp("", cfg.Throwaway); err != nil {
+	if cfg.TempDataDir {
+		if cfg.DataDir, err = os.MkdirTemp("", cfg.DataDir); err != nil {
 			return nil, err
 		}
 		s.closers = append(s.closers, func() error { return os.RemoveAll(cfg.DataDir) })
+		// World-traversable, so that a throwaway PostgreSQL running as an
+		// unprivileged user can use it.
 		if err := os.Chmod(cfg.DataDir, 0o755); err != nil {
 			return nil, err
 		}
 	}
-	if s.DataDir, err = PrepareDataDir(cfg.DataDir); err != nil {
+	if s.DataDir, err = prepareDataDir(cfg.DataDir, cfg.flag("data-dir")); err != nil {
 		return nil, err
 	}
-	if s.Postgres, err = FindPostgres(ctx, PostgresOptions{DSN: cfg.Postgres, Flag: cfg.flag("postgres"), DataDir: s.DataDir, Logger: cfg.Logger}); err != nil {
+	if s.Postgres, err = FindPostgres(ctx, PostgresOptions{DSN: cfg.Postgres, Setting: cfg.flag("postgres"),
+		DataDir: s.DataDir, DataDirSetting: cfg.flag("data-dir"), Logger: cfg.Logger}); err != nil {
 		return nil, err
 	}
 	s.closers = append(s.closers, s.Postgres.Close)
-	if cfg.Throwaway != "" {
+	if cfg.DropDatabase {
 		s.closers = append(s.closers, func() error { return DropFenced(context.Background(), s.Postgres.DSN, cfg.Database) })
 	}
 	if err := s.setupDatabase(ctx, &cfg); err != nil {
@@ -197,7 +282,7 @@ func Start(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 // cfg asks for.
 func (s *Stack) startRedis(ctx context.Context, cfg *StackConfig) (err error) {
 	if cfg.RedisMasters <= 0 {
-		if s.Redis, err = FindRedis(ctx, RedisOptions{URL: cfg.Redis, Flag: cfg.flag("redis"), DataDir: s.DataDir, Logger: cfg.Logger}); err != nil {
+		if s.Redis, err = FindRedis(ctx, RedisOptions{URL: cfg.Redis, Setting: cfg.flag("redis"), DataDir: s.DataDir, Logger: cfg.Logger}); err != nil {
 			return err
 		}
 		s.closers = append(s.closers, s.Redis.Close)
@@ -222,7 +307,8 @@ func (s *Stack) RedisAddrs() []string {
 	return out
 }
 
-// Close stops what Start started, in reverse order.
+// Close stops what StartPersistent or StartThrowaway started, in reverse
+// order.
 func (s *Stack) Close() error {
 	var errs []error
 	for i := len(s.closers) - 1; i >= 0; i-- {
@@ -261,7 +347,12 @@ func (s *Stack) appDSN(host string) string {
 func (s *Stack) Describe() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "  PostgreSQL  %s  (%s)\n", Redact(s.Postgres.DSN), s.Postgres.Source)
-	fmt.Fprintf(&b, "  Redis       %s  (%s)\n", s.Redis.Addr, s.Redis.Source)
+	if s.Redis != nil {
+		fmt.Fprintf(&b, "  Redis       %s  (%s)\n", s.Redis.Addr, s.Redis.Source)
+	}
+	for i, m := range s.Masters {
+		fmt.Fprintf(&b, "  Redis m%d    %s  (%s, a Redlock master)\n", i+1, m.Addr, m.Source)
+	}
 	for i, srv := range s.Tokens.Servers {
 		fmt.Fprintf(&b, "  token n%d    %s  (raft %s)\n", i+1, srv.APIURL(), srv.RaftAddr())
 	}

@@ -15,18 +15,18 @@ import (
 
 // Start brings the stack up and stops it when the test ends. redisAddr is
 // the Redis to report (usually from testutil.Redis). The stack is a
-// throwaway one (devstack.StackConfig.Throwaway): its database (Stack.DB:
+// throwaway one (devstack.StartThrowaway): its database (Stack.DB:
 // schema fencegate, the protected demo tables) and its owner and
 // application roles have unique names and are dropped when the test ends;
 // the defaults (fencegate_dev, fencegate_owner, fencegate_app) would
 // outlive the test on a shared server.
 func Start(t testing.TB, redisAddr string) *devstack.Stack {
 	t.Helper()
-	st, err := devstack.Start(context.Background(), devstack.StackConfig{
-		Throwaway: "fg_dev_",
-		Postgres:  testutil.PostgresAdminDSN(),
-		Redis:     redisAddr,
-		Logger:    testutil.Logger(t),
+	st, err := devstack.StartThrowaway(context.Background(), devstack.ThrowawayConfig{
+		Prefix:   "fg_dev_",
+		Postgres: testutil.PostgresAdminDSN(),
+		Redis:    redisAddr,
+		Logger:   testutil.Logger(t),
 	})
 	if err != nil {
 		t.Fatalf("start dev stack: %v", err)
