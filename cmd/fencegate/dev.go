@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/fencegate/fencegate/internal/devstack"
+	"github.com/fencegate/fencegate/internal/devstack/servers"
 	"github.com/fencegate/fencegate/pgfence"
 )
 
@@ -115,10 +116,10 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 // their default addresses.
 func exampleFlags(st *devstack.Stack, proxyListen string, api []string) string {
 	var b strings.Builder
-	if st.Postgres.DSN != devstack.DefaultPostgresDSN {
-		fmt.Fprintf(&b, " -postgres '%s'", devstack.Redact(st.Postgres.DSN))
+	if st.Postgres.DSN != servers.DefaultPostgresDSN {
+		fmt.Fprintf(&b, " -postgres '%s'", servers.Redact(st.Postgres.DSN))
 	}
-	if st.Redis.Addr != devstack.DefaultRedisAddr {
+	if st.Redis.Addr != servers.DefaultRedisAddr {
 		fmt.Fprintf(&b, " -redis %s", st.Redis.Addr)
 	}
 	if proxyListen != devstack.DevProxyAddr {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/devstack"
+	"github.com/fencegate/fencegate/internal/devstack/servers"
 	"github.com/fencegate/fencegate/raftstore"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/jackc/pgx/v5"
@@ -77,12 +77,12 @@ func TestHintCommandsAreSafeToPaste(t *testing.T) {
 // The dev stack names configuration fields; 'fencegate dev' and the demos
 // show their flags in their place, and the error is still the stack's.
 func TestSettingFlags(t *testing.T) {
-	base := fmt.Errorf("%w: 127.0.0.1:5432 answers but refuses; pass PersistentConfig.Postgres DSN", devstack.ErrNoPostgres)
+	base := fmt.Errorf("%w: 127.0.0.1:5432 answers but refuses; pass PersistentConfig.Postgres DSN", servers.ErrNoPostgres)
 	err := devFlags.err(base)
 	if want := "devstack: no PostgreSQL: 127.0.0.1:5432 answers but refuses; pass --postgres DSN"; err.Error() != want {
 		t.Fatalf("devFlags.err = %q; want %q", err, want)
 	}
-	if !errors.Is(err, devstack.ErrNoPostgres) {
+	if !errors.Is(err, servers.ErrNoPostgres) {
 		t.Fatalf("devFlags.err lost the sentinel: %v", err)
 	}
 	if other := errors.New("no field here"); devFlags.err(other) != other || devFlags.err(nil) != nil {

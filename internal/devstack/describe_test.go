@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fencegate/fencegate/internal/devstack/servers"
 	"github.com/fencegate/fencegate/pgfence"
 )
 
@@ -12,12 +13,12 @@ import (
 func TestDescribeRedisMasters(t *testing.T) {
 	s := &Stack{
 		DataDir:  "/data",
-		Postgres: &Postgres{DSN: DefaultPostgresDSN, Source: "local server"},
-		Masters: []*Redis{{Addr: "127.0.0.1:7001", Source: "started by fencegate"},
+		Postgres: &servers.Postgres{DSN: servers.DefaultPostgresDSN, Source: "local server"},
+		Masters: []*servers.Redis{{Addr: "127.0.0.1:7001", Source: "started by fencegate"},
 			{Addr: "127.0.0.1:7002", Source: "started by fencegate"}},
-		Tokens:    &Tokens{},
+		Tokens:    &servers.Tokens{},
 		ProxyAddr: "127.0.0.1:6432",
-		DB:        &FencedDB{AdminDSN: DefaultPostgresDSN, Owner: "o", App: "a", Report: &pgfence.Report{}},
+		DB:        &FencedDB{AdminDSN: servers.DefaultPostgresDSN, Owner: "o", App: "a", Report: &pgfence.Report{}},
 	}
 	d := s.Describe()
 	for _, want := range []string{"Redis m1    127.0.0.1:7001", "Redis m2    127.0.0.1:7002", "Redlock master"} {
@@ -25,8 +26,8 @@ func TestDescribeRedisMasters(t *testing.T) {
 			t.Errorf("Describe() lacks %q:\n%s", want, d)
 		}
 	}
-	s.Redis, s.Masters = &Redis{Addr: DefaultRedisAddr, Source: "local server"}, nil
-	if d := s.Describe(); !strings.Contains(d, "  Redis       "+DefaultRedisAddr+"  (local server)\n") || strings.Contains(d, "master") {
+	s.Redis, s.Masters = &servers.Redis{Addr: servers.DefaultRedisAddr, Source: "local server"}, nil
+	if d := s.Describe(); !strings.Contains(d, "  Redis       "+servers.DefaultRedisAddr+"  (local server)\n") || strings.Contains(d, "master") {
 		t.Errorf("Describe() with one Redis:\n%s", d)
 	}
 }

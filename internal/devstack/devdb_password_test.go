@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fencegate/fencegate/internal/devstack/servers"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/jackc/pgx/v5"
 )
@@ -45,7 +46,7 @@ func TestSecondDataDirLeavesPasswordAlone(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := &Stack{DataDir: abs, Postgres: &Postgres{DSN: admin}}
+		s := &Stack{DataDir: abs, Postgres: &servers.Postgres{DSN: admin}}
 		return s, s.setupDatabase(ctx, &StackConfig{Database: dbName, AppRole: app, OwnerRole: owner, Settings: "PersistentConfig"})
 	}
 

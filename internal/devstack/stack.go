@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/fencegate/fencegate/internal/devstack/servers"
 	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/pgfence"
 	"github.com/fencegate/fencegate/tokensign"
@@ -18,6 +19,12 @@ import (
 
 // Fixed address of the dev proxy.
 const DevProxyAddr = "127.0.0.1:6432"
+
+// Fixed addresses of the dev token cluster.
+var (
+	DevTokenAPIAddrs  = []string{"127.0.0.1:7101", "127.0.0.1:7102", "127.0.0.1:7103"}
+	DevTokenRaftAddrs = []string{"127.0.0.1:7201", "127.0.0.1:7202", "127.0.0.1:7203"}
+)
 
 // PersistentConfig configures StartPersistent: the stack "fencegate dev"
 // runs, whose data directory, database and roles outlive it and are reused
@@ -29,8 +36,8 @@ type PersistentConfig struct {
 	// pgpass file and, when one has to be started, PostgreSQL's and
 	// Redis's data. The default is DefaultDataDir.
 	DataDir string
-	// Postgres and Redis name the servers to use; see FindPostgres and
-	// FindRedis for the defaults.
+	// Postgres and Redis name the servers to use; see servers.FindPostgres and
+	// servers.FindRedis for the defaults.
 	Postgres, Redis string
 	// ProxyListen is the proxy's address. The default is DevProxyAddr.
 	ProxyListen string
@@ -64,8 +71,8 @@ type ThrowawayConfig struct {
 	// and random characters, NAME) and its roles (NAME_owner, NAME_app).
 	// Required: a lowercase SQL identifier such as "fencegate_demo_".
 	Prefix string
-	// Postgres and Redis name the servers to use; see FindPostgres and
-	// FindRedis for the defaults. Redis is not used when RedisMasters is
+	// Postgres and Redis name the servers to use; see servers.FindPostgres and
+	// servers.FindRedis for the defaults. Redis is not used when RedisMasters is
 	// set.
 	Postgres, Redis string
 	// RedisMasters, when above zero, starts that many Redis masters on
@@ -116,14 +123,14 @@ type StackConfig struct {
 // token cluster and the proxy, and the database set up for applications.
 type Stack struct {
 	DataDir  string
-	Postgres *Postgres
+	Postgres *servers.Postgres
 	// Redis is the Redis server found or started; nil when the stack
 	// started Masters instead (ThrowawayConfig.RedisMasters).
-	Redis *Redis
+	Redis *servers.Redis
 	// Masters are the Redis masters started for
 	// ThrowawayConfig.RedisMasters.
-	Masters []*Redis
-	Tokens  *Tokens
+	Masters []*servers.Redis
+	Tokens  *servers.Tokens
 	// ProxyAddr is where the proxy listens.
 	ProxyAddr string
 	// DB is the database set up for applications, and its roles.
@@ -217,13 +224,13 @@ func start(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 		return nil, fmt.Errorf("devstack: %d token API addresses but %d Raft addresses; give as many of each (%s, %s)",
 			len(cfg.TokenAPI), len(cfg.TokenRaft), cfg.flag("token-api"), cfg.flag("token-raft"))
 	}
-	ports := []Port{{Addr: cfg.ProxyListen, What: "proxy", Setting: cfg.flag("proxy")}}
+	ports := []servers.Port{{Addr: cfg.ProxyListen, What: "proxy", Setting: cfg.flag("proxy")}}
 	for i := range cfg.TokenAPI {
 		ports = append(ports,
-			Port{Addr: cfg.TokenAPI[i], What: fmt.Sprintf("token node n%d API", i+1), Setting: cfg.flag("token-api")},
-			Port{Addr: cfg.TokenRaft[i], What: fmt.Sprintf("token node n%d Raft", i+1), Setting: cfg.flag("token-raft")})
+			servers.Port{Addr: cfg.TokenAPI[i], What: fmt.Sprintf("token node n%d API", i+1), Setting: cfg.flag("token-api")},
+			servers.Port{Addr: cfg.TokenRaft[i], What: fmt.Sprintf("token node n%d Raft", i+1), Setting: cfg.flag("token-raft")})
 	}
-	if err := CheckPorts(ports...); err != nil {
+	if err := servers.CheckPorts(ports...); err != nil {
 		return nil, fmt.Errorf("%w\n(is another fencegate dev running? stop it first)", err)
 	}
 	s := &Stack{}
@@ -246,7 +253,7 @@ func start(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 	if s.DataDir, err = prepareDataDir(cfg.DataDir, cfg.flag("data-dir")); err != nil {
 		return nil, err
 	}
-	if s.Postgres, err = FindPostgres(ctx, PostgresOptions{DSN: cfg.Postgres, Setting: cfg.flag("postgres"),
+	if s.Postgres, err = servers.FindPostgres(ctx, servers.PostgresOptions{DSN: cfg.Postgres, Setting: cfg.flag("postgres"),
 		DataDir: s.DataDir, DataDirSetting: cfg.flag("data-dir"), Logger: cfg.Logger}); err != nil {
 		return nil, err
 	}
@@ -260,7 +267,7 @@ func start(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 	if err := s.startRedis(ctx, &cfg); err != nil {
 		return nil, err
 	}
-	if s.Tokens, err = StartTokens(ctx, TokenOptions{DataDir: filepath.Join(s.DataDir, "tokens"), API: cfg.TokenAPI, Raft: cfg.TokenRaft,
+	if s.Tokens, err = servers.StartTokens(ctx, servers.TokenOptions{DataDir: filepath.Join(s.DataDir, "tokens"), API: cfg.TokenAPI, Raft: cfg.TokenRaft,
 		SigningKeys: cfg.SigningKeys, Logger: cfg.ServiceLogger.With("component", "tokenservice")}); err != nil {
 		return nil, err
 	}
@@ -268,7 +275,7 @@ func start(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 	if s.Floor, err = RaiseAboveMarks(ctx, s.DB.AdminDSN, s.Tokens.URLs); err != nil {
 		return nil, err
 	}
-	addr, stop, err := StartProxy(ProxyOptions{Listen: cfg.ProxyListen, Upstream: s.Postgres.DSN,
+	addr, stop, err := servers.StartProxy(servers.ProxyOptions{Listen: cfg.ProxyListen, Upstream: s.Postgres.DSN,
 		AdminUpstream: s.Postgres.DSN, OwnerRole: cfg.OwnerRole, Logger: cfg.ServiceLogger.With("component", "proxy")})
 	if err != nil {
 		return nil, err
@@ -282,13 +289,13 @@ func start(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 // cfg asks for.
 func (s *Stack) startRedis(ctx context.Context, cfg *StackConfig) (err error) {
 	if cfg.RedisMasters <= 0 {
-		if s.Redis, err = FindRedis(ctx, RedisOptions{URL: cfg.Redis, Setting: cfg.flag("redis"), DataDir: s.DataDir, Logger: cfg.Logger}); err != nil {
+		if s.Redis, err = servers.FindRedis(ctx, servers.RedisOptions{URL: cfg.Redis, Setting: cfg.flag("redis"), DataDir: s.DataDir, Logger: cfg.Logger}); err != nil {
 			return err
 		}
 		s.closers = append(s.closers, s.Redis.Close)
 		return nil
 	}
-	s.Masters, err = StartMasters(ctx, cfg.RedisMasters)
+	s.Masters, err = servers.StartMasters(ctx, cfg.RedisMasters)
 	for _, r := range s.Masters {
 		s.closers = append(s.closers, r.Close)
 	}
@@ -346,7 +353,7 @@ func (s *Stack) appDSN(host string) string {
 // Describe lists what runs where, for the user.
 func (s *Stack) Describe() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "  PostgreSQL  %s  (%s)\n", Redact(s.Postgres.DSN), s.Postgres.Source)
+	fmt.Fprintf(&b, "  PostgreSQL  %s  (%s)\n", servers.Redact(s.Postgres.DSN), s.Postgres.Source)
 	if s.Redis != nil {
 		fmt.Fprintf(&b, "  Redis       %s  (%s)\n", s.Redis.Addr, s.Redis.Source)
 	}

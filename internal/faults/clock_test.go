@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/devstack"
+	"github.com/fencegate/fencegate/internal/devstack/servers"
 	"github.com/fencegate/fencegate/internal/proc"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/redis/go-redis/v9"
@@ -30,7 +30,7 @@ func TestClockJumpExpiresRedisKeys(t *testing.T) {
 	}
 	defer sup.Close()
 	addr := testutil.FreeAddr(t)
-	p := sup.Add("redis", "redis-server", devstack.RedisArgs(addr), proc.WithEnv(clock.Env()...))
+	p := sup.Add("redis", "redis-server", servers.RedisArgs(addr), proc.WithEnv(clock.Env()...))
 	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}

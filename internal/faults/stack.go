@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/devstack"
+	"github.com/fencegate/fencegate/internal/devstack/servers"
 	"github.com/fencegate/fencegate/internal/freeport"
 	"github.com/fencegate/fencegate/internal/netfault"
 	"github.com/fencegate/fencegate/internal/pgdb"
@@ -221,7 +222,7 @@ func (s *Stack) startRedis(ctx context.Context) error {
 			}
 			opts = append(opts, proc.WithEnv(r.Clock.Env()...))
 		}
-		r.Proc = s.Sup.Add(r.Name, "redis-server", devstack.RedisArgs(addr), opts...)
+		r.Proc = s.Sup.Add(r.Name, "redis-server", servers.RedisArgs(addr), opts...)
 		if err := r.Proc.Start(); err != nil {
 			return err
 		}
@@ -238,7 +239,7 @@ func (s *Stack) startRedis(ctx context.Context) error {
 // WaitReady waits until the Redis master answers PING.
 func (r *RedisNode) WaitReady(ctx context.Context) error {
 	return r.Proc.WaitReady(ctx, 20*time.Millisecond, 15*time.Second, func(ctx context.Context) error {
-		return devstack.PingRedis(ctx, &redis.Options{Addr: r.Addr})
+		return servers.PingRedis(ctx, &redis.Options{Addr: r.Addr})
 	})
 }
 
@@ -375,7 +376,7 @@ func (s *Stack) startProxies(ctx context.Context) error {
 	}
 	for i, dsn := range s.ProxyDSNs() {
 		if err := s.Proxies[i].Proc.WaitReady(ctx, 20*time.Millisecond, 15*time.Second, func(ctx context.Context) error {
-			return devstack.PingPostgres(ctx, dsn, s.DB.AppPassword)
+			return servers.PingPostgres(ctx, dsn, s.DB.AppPassword)
 		}); err != nil {
 			return err
 		}

@@ -1,4 +1,4 @@
-package devstack
+package servers
 
 import (
 	"context"
@@ -15,12 +15,6 @@ import (
 	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokensign"
-)
-
-// Fixed addresses of the dev token cluster.
-var (
-	DevTokenAPIAddrs  = []string{"127.0.0.1:7101", "127.0.0.1:7102", "127.0.0.1:7103"}
-	DevTokenRaftAddrs = []string{"127.0.0.1:7201", "127.0.0.1:7202", "127.0.0.1:7203"}
 )
 
 // TokenOptions configures StartTokens.
