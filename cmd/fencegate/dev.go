@@ -82,7 +82,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fmt.Fprintln(stdout, "    BEGIN; SELECT fencegate.fence('order:42', T); UPDATE orders SET state = 'paid' WHERE id = 42; COMMIT;")
 	// The commands below name this binary as the user can run it: after
 	// 'make dev' it is ./bin/fencegate, which is not on PATH.
-	self := devstack.SelfCommand()
+	self := selfCommand()
 	fmt.Fprintf(stdout, "    (T from '%s token next order:42' below; without the fence PostgreSQL refuses the UPDATE with FG002,\n", self)
 	fmt.Fprintln(stdout, "    and a fence with a token below T afterwards with FG001)")
 	fmt.Fprintln(stdout, "Try it:")

@@ -1,4 +1,4 @@
-package devstack
+package main
 
 import (
 	"os"
@@ -28,8 +28,8 @@ func TestSelfCommand(t *testing.T) {
 		{"go run", "/tmp/go-build123/b001/exe/fencegate", dir, "", "go run ./cmd/fencegate"},
 		{"elsewhere", bin, t.TempDir(), "", bin},
 	} {
-		if got := selfCommand(tc.exe, tc.cwd, tc.onPath); got != tc.want {
-			t.Errorf("%s: selfCommand = %q; want %q", tc.name, got, tc.want)
+		if got := selfCommandFor(tc.exe, tc.cwd, tc.onPath); got != tc.want {
+			t.Errorf("%s: selfCommandFor = %q; want %q", tc.name, got, tc.want)
 		}
 	}
 }
