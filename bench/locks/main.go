@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/bench"
-	"github.com/fencegate/fencegate/internal/devstack"
+	"github.com/fencegate/fencegate/internal/devstack/servers"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/redis/go-redis/v9"
 )
@@ -73,9 +73,9 @@ func compare(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	redis.SetLogger(quietLogger{})
 	maxC := slices.Max(cfg.conc)
 	fmt.Fprintf(stderr, "starting %d redis-server masters\n", cfg.masters)
-	servers, err := devstack.StartMasters(ctx, cfg.masters)
+	redises, err := servers.StartMasters(ctx, cfg.masters)
 	defer func() {
-		for _, r := range servers {
+		for _, r := range redises {
 			r.Close()
 		}
 	}()
@@ -83,7 +83,7 @@ func compare(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		return err
 	}
 	var masterAddrs []string
-	for _, r := range servers {
+	for _, r := range redises {
 		masterAddrs = append(masterAddrs, r.Addr)
 	}
 	single := newClients([]string{cfg.redisAddr}, maxC)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/devstack"
+	"github.com/fencegate/fencegate/internal/devstack/servers"
 	"github.com/fencegate/fencegate/internal/poll"
 	"github.com/redis/go-redis/v9"
 )
@@ -17,5 +17,5 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 
 func waitPing(ctx context.Context, addr string) error {
 	return poll.Until(ctx, "redis-server on "+addr+" to answer PING", 20*time.Millisecond, 10*time.Second,
-		func(ctx context.Context) error { return devstack.PingRedis(ctx, &redis.Options{Addr: addr}) })
+		func(ctx context.Context) error { return servers.PingRedis(ctx, &redis.Options{Addr: addr}) })
 }

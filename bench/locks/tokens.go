@@ -8,7 +8,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/devstack"
+	"github.com/fencegate/fencegate/internal/devstack/servers"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/tokenclient"
 )
@@ -30,7 +30,7 @@ func tokenSource(ctx context.Context, cfg config, stderr io.Writer) (lockclient.
 	if err != nil {
 		return nil, nil, err
 	}
-	toks, err := devstack.StartTokens(ctx, devstack.TokenOptions{DataDir: dir, Logger: slog.New(slog.DiscardHandler)})
+	toks, err := servers.StartTokens(ctx, servers.TokenOptions{DataDir: dir, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, nil, err

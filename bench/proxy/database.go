@@ -6,7 +6,7 @@ import (
 	"net/url"
 	"strconv"
 
-	"github.com/fencegate/fencegate/internal/devstack"
+	"github.com/fencegate/fencegate/internal/devstack/servers"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -34,7 +34,7 @@ func (t pgbenchTarget) dsn() string {
 
 // sqlReady is a readiness check: a connection to t answers SELECT 1.
 func sqlReady(t pgbenchTarget) func(context.Context) error {
-	return func(ctx context.Context) error { return devstack.PingPostgres(ctx, t.dsn(), "") }
+	return func(ctx context.Context) error { return servers.PingPostgres(ctx, t.dsn(), "") }
 }
 
 // serverVersion returns PostgreSQL's version string.

@@ -42,7 +42,7 @@ const (
 // setupDatabase creates the stack's database when missing, installs or
 // upgrades schema fencegate in it, creates the roles when missing and the
 // demo tables, protected.
-func (s *Stack) setupDatabase(ctx context.Context, cfg *StackConfig) error {
+func (s *Stack) setupDatabase(ctx context.Context, cfg *stackConfig) error {
 	admin, err := pgx.Connect(ctx, s.Postgres.DSN)
 	if err != nil {
 		return fmt.Errorf("connect to PostgreSQL as the administrator: %w", err)
@@ -126,7 +126,7 @@ const orderSQL = "INSERT INTO orders VALUES (42, 'Alice', 4999, 'unpaid')"
 // is used as it is, without a passfile; a role some "fencegate dev"
 // created whose password this data directory does not hold is refused,
 // with what to do instead.
-func (s *Stack) passfile(ctx context.Context, conn *pgx.Conn, cfg *StackConfig) error {
+func (s *Stack) passfile(ctx context.Context, conn *pgx.Conn, cfg *stackConfig) error {
 	path := filepath.Join(s.DataDir, "pgpass")
 	pw := s.DB.AppPassword
 	if pw == "" {

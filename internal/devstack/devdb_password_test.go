@@ -47,7 +47,7 @@ func TestSecondDataDirLeavesPasswordAlone(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := &Stack{DataDir: abs, Postgres: &servers.Postgres{DSN: admin}}
-		return s, s.setupDatabase(ctx, &StackConfig{Database: dbName, AppRole: app, OwnerRole: owner, Settings: "PersistentConfig"})
+		return s, s.setupDatabase(ctx, &stackConfig{Database: dbName, AppRole: app, OwnerRole: owner, Settings: "PersistentConfig"})
 	}
 
 	first := filepath.Join(t.TempDir(), "first")

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/fencegate/fencegate/internal/devstack/servers"
 	"github.com/fencegate/fencegate/internal/fenceddb"
 	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/pgfence"
@@ -64,7 +65,7 @@ func SetupFenced(ctx context.Context, o FencedOptions) (*FencedDB, error) {
 	}
 	conn, err := pgx.Connect(ctx, o.AdminDSN)
 	if err != nil {
-		return nil, fmt.Errorf("connect to PostgreSQL as the administrator (%s): %w", Redact(o.AdminDSN), err)
+		return nil, fmt.Errorf("connect to PostgreSQL as the administrator (%s): %w", servers.Redact(o.AdminDSN), err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	d := &FencedDB{AdminDSN: o.AdminDSN, Owner: o.Owner, App: o.App}
@@ -139,7 +140,7 @@ func CreateFenced(ctx context.Context, adminDSN, name string) (*FencedDB, error)
 }
 
 // DropFenced drops database name, then roles name_app and name_owner: what
-// CreateFenced, or Start with StackConfig.Throwaway, made.
+// CreateFenced, or StartThrowaway, made.
 func DropFenced(ctx context.Context, adminDSN, name string) error {
 	return errors.Join(pgdb.Drop(ctx, adminDSN, name),
 		DropRoles(ctx, adminDSN, []string{name}, name+"_app", name+"_owner"))

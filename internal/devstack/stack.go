@@ -88,11 +88,11 @@ type ThrowawayConfig struct {
 	ServiceLogger *slog.Logger
 }
 
-// StackConfig is what StartPersistent and StartThrowaway resolve their
+// stackConfig is what StartPersistent and StartThrowaway resolve their
 // configuration to, for the one start-up sequence both run: every field
 // is set (or empty for "none") and means the same in both. Programs use
 // PersistentConfig or ThrowawayConfig.
-type StackConfig struct {
+type stackConfig struct {
 	// DataDir is the data directory; TempDataDir says it is to be made
 	// (os.MkdirTemp with DataDir as the pattern) and removed at Close.
 	DataDir     string
@@ -148,10 +148,10 @@ type Stack struct {
 // flag names, for error messages, the configuration field that sets key
 // ("postgres", "redis", "data-dir", "app-role", "proxy", "token-api",
 // "token-raft"), as Settings.Field.
-func (c *StackConfig) flag(key string) string {
+func (c *stackConfig) flag(key string) string {
 	field := map[string]string{"proxy": "ProxyListen", "token-api": "TokenAPI", "token-raft": "TokenRaft",
 		"data-dir": "DataDir", "postgres": "Postgres", "redis": "Redis", "app-role": "AppRole"}[key]
-	return cmp.Or(c.Settings, "StackConfig") + "." + field
+	return cmp.Or(c.Settings, "stackConfig") + "." + field
 }
 
 // StartPersistent brings up the stack "fencegate dev" runs (see
@@ -160,7 +160,7 @@ func (c *StackConfig) flag(key string) string {
 // the proxy. On error, whatever was started is stopped again; Close stops
 // it all and keeps the data directory, the database and the roles.
 func StartPersistent(ctx context.Context, cfg PersistentConfig) (*Stack, error) {
-	return start(ctx, StackConfig{
+	return start(ctx, stackConfig{
 		DataDir:       cmp.Or(cfg.DataDir, DefaultDataDir),
 		Postgres:      cfg.Postgres,
 		Redis:         cfg.Redis,
@@ -194,7 +194,7 @@ func StartThrowaway(ctx context.Context, cfg ThrowawayConfig) (*Stack, error) {
 		return nil, errors.New("devstack: ThrowawayConfig.Prefix is empty; name the run (e.g. \"fencegate_demo_\")")
 	}
 	db := pgdb.RandomName(cfg.Prefix)
-	return start(ctx, StackConfig{
+	return start(ctx, stackConfig{
 		DataDir:       cfg.Prefix,
 		TempDataDir:   true,
 		Postgres:      cfg.Postgres,
@@ -213,7 +213,7 @@ func StartThrowaway(ctx context.Context, cfg ThrowawayConfig) (*Stack, error) {
 }
 
 // start runs the start-up sequence both constructors share.
-func start(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
+func start(ctx context.Context, cfg stackConfig) (_ *Stack, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default().With("component", "devstack")
 	}
@@ -287,7 +287,7 @@ func start(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 
 // startRedis finds the Redis server to use, or starts the Redis masters
 // cfg asks for.
-func (s *Stack) startRedis(ctx context.Context, cfg *StackConfig) (err error) {
+func (s *Stack) startRedis(ctx context.Context, cfg *stackConfig) (err error) {
 	if cfg.RedisMasters <= 0 {
 		if s.Redis, err = servers.FindRedis(ctx, servers.RedisOptions{URL: cfg.Redis, Setting: cfg.flag("redis"), DataDir: s.DataDir, Logger: cfg.Logger}); err != nil {
 			return err
