@@ -29,6 +29,7 @@ vet: ## gofmt and go vet both modules: fencegate and bench/
 
 test: services vet ## run every test against real PostgreSQL, Redis and Raft nodes, then each fuzz target briefly
 	$(GO) test -race -count=1 -timeout 25m ./...
+	cd bench && $(GO) test -count=1 ./...
 	@bash scripts/fuzz.sh 20000x
 
 fuzz: ## run each fuzz target for FUZZTIME (default 10s; a count like 100000x also works)
