@@ -8,14 +8,20 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// slowStable is a stable store whose SetUint64 takes a while.
+// slowStable is a stable store whose SetUint64 takes a while; entered, when
+// set, is closed once the first write is inside it.
 type slowStable struct {
 	raft.StableStore
-	mu     sync.Mutex
-	closed bool
+	mu      sync.Mutex
+	closed  bool
+	entered chan struct{}
+	once    sync.Once
 }
 
 func (s *slowStable) SetUint64(key []byte, val uint64) error {
+	if s.entered != nil {
+		s.once.Do(func() { close(s.entered) })
+	}
 	time.Sleep(100 * time.Millisecond)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -29,16 +35,13 @@ func (s *slowStable) SetUint64(key []byte, val uint64) error {
 // comes after close never reaches the store nor returns: a stopped node
 // neither answers a heartbeat nor crashes on it.
 func TestClosingStableWaitsThenHolds(t *testing.T) {
-	inner := &slowStable{}
+	inner := &slowStable{entered: make(chan struct{})}
 	c := &closingStable{StableStore: inner}
-	running := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		close(running)
 		done <- c.SetUint64([]byte("CurrentTerm"), 2)
 	}()
-	<-running
-	time.Sleep(10 * time.Millisecond) // the write is inside the store
+	<-inner.entered // the write is inside the store (a sleep before close raced it under load)
 	c.close()
 	inner.mu.Lock()
 	inner.closed = true // what Store.Kill does next: bolt.Close
