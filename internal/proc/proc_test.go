@@ -1,4 +1,4 @@
-package proc
+package proc_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/proc"
 	"github.com/fencegate/fencegate/internal/testutil"
 )
 
@@ -45,7 +46,7 @@ func gone(pid int) error {
 
 func TestLifecycle(t *testing.T) {
 	dir := t.TempDir()
-	sup, err := New(dir, testutil.Logger(t))
+	sup, err := proc.New(dir, testutil.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,8 +57,8 @@ func TestLifecycle(t *testing.T) {
 	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Start(); !errors.Is(err, ErrRunning) {
-		t.Fatalf("second Start() = %v, want ErrRunning", err)
+	if err := p.Start(); !errors.Is(err, proc.ErrRunning) {
+		t.Fatalf("second Start() = %v, want proc.ErrRunning", err)
 	}
 	var child int
 	testutil.WaitFor(t, 10*time.Second, "child pid in log", func() error {
@@ -115,7 +116,7 @@ func TestLifecycle(t *testing.T) {
 	if err := gone(pid); err != nil {
 		t.Fatalf("after Close: %v", err)
 	}
-	if err := p.Start(); !errors.Is(err, ErrClosed) {
+	if err := p.Start(); !errors.Is(err, proc.ErrClosed) {
 		t.Fatalf("Start() after Close = %v, want ErrClosed", err)
 	}
 	log, _ := os.ReadFile(p.LogPath())
@@ -125,7 +126,7 @@ func TestLifecycle(t *testing.T) {
 }
 
 func TestStopAllStopsWholeProcessGroup(t *testing.T) {
-	g := ForTest(t)
+	g := proc.ForTest(t)
 	// The shell starts a child that would outlive a kill of the shell alone.
 	p, err := g.Start("sh", "sh", []string{"-c", "sleep 300 & echo started; wait"})
 	if err != nil {
@@ -158,7 +159,7 @@ func TestStopAllStopsWholeProcessGroup(t *testing.T) {
 
 func TestWaitReadyReportsEarlyExit(t *testing.T) {
 	for _, dir := range []string{t.TempDir(), ""} {
-		g, err := New(dir, testutil.Logger(t))
+		g, err := proc.New(dir, testutil.Logger(t))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -168,7 +169,7 @@ func TestWaitReadyReportsEarlyExit(t *testing.T) {
 			t.Fatal(err)
 		}
 		err = p.WaitReady(context.Background(), 20*time.Millisecond, 10*time.Second, func(context.Context) error { return errors.New("not yet") })
-		if !errors.Is(err, ErrExited) || !strings.Contains(err.Error(), "boom") || !strings.Contains(err.Error(), "fails proc: process exited") {
+		if !errors.Is(err, proc.ErrExited) || !strings.Contains(err.Error(), "boom") || !strings.Contains(err.Error(), "fails proc: process exited") {
 			t.Fatalf("log dir %q: WaitReady=%v, want ErrExited naming the process and quoting its output", dir, err)
 		}
 		var ee *exec.ExitError
@@ -179,16 +180,16 @@ func TestWaitReadyReportsEarlyExit(t *testing.T) {
 }
 
 func TestWaitStoppedAndOnExit(t *testing.T) {
-	g := ForTest(t)
+	g := proc.ForTest(t)
 	exited := make(chan error, 1)
 	var out strings.Builder
 	var mu sync.Mutex
 	p, err := g.Start("cat", "cat", nil,
-		WithStdout(func() io.Writer {
+		proc.WithStdout(func() io.Writer {
 			return writerFunc(func(b []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return out.Write(b) })
 		}),
-		WithSetup(func(cmd *exec.Cmd) error { cmd.Stdin = strings.NewReader("hello\n"); return nil }),
-		OnExit(func(_ *Proc, err error) { exited <- err }))
+		proc.WithSetup(func(cmd *exec.Cmd) error { cmd.Stdin = strings.NewReader("hello\n"); return nil }),
+		proc.OnExit(func(_ *proc.Proc, err error) { exited <- err }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +197,7 @@ func TestWaitStoppedAndOnExit(t *testing.T) {
 		t.Fatalf("Wait()=%v", err)
 	}
 	if err := <-exited; err != nil {
-		t.Fatalf("OnExit got %v", err)
+		t.Fatalf("proc.OnExit got %v", err)
 	}
 	mu.Lock()
 	got := out.String()
@@ -215,13 +216,13 @@ func TestWaitStoppedAndOnExit(t *testing.T) {
 	if err := s.WaitStopped(10 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if st := State(s.Pid()); !strings.HasPrefix(st, "T") {
+	if st := proc.State(s.Pid()); !strings.HasPrefix(st, "T") {
 		t.Fatalf("state %q after WaitStopped, want T", st)
 	}
 }
 
 func TestCloseWhenDone(t *testing.T) {
-	g, err := New("", testutil.Logger(t))
+	g, err := proc.New("", testutil.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +238,7 @@ func TestCloseWhenDone(t *testing.T) {
 		t.Fatal("sleep exited cleanly; want killed")
 	}
 	testutil.WaitFor(t, 10*time.Second, "the group closed", func() error {
-		if _, err := g.Start("again", "true", nil); !errors.Is(err, ErrClosed) {
+		if _, err := g.Start("again", "true", nil); !errors.Is(err, proc.ErrClosed) {
 			return fmt.Errorf("Start()=%v, want ErrClosed", err)
 		}
 		return nil

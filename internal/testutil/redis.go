@@ -6,10 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/proc"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -51,12 +51,13 @@ func Redis(t testing.TB) (addr, prefix string) {
 }
 
 // RedisServer is a redis-server process started by a test on a free port,
-// without persistence. It is killed when the test ends.
+// without persistence, under the supervisor of package proc (its own
+// process group, its log shown when the test fails). It is killed when the
+// test ends.
 type RedisServer struct {
 	t    testing.TB
 	Port int
-	args []string
-	cmd  *exec.Cmd
+	p    *proc.Proc
 }
 
 // Addr returns "127.0.0.1:PORT".
@@ -67,9 +68,21 @@ func (s *RedisServer) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.Port)
 // fails if redis-server is not installed.
 func StartRedis(t testing.TB, extra ...string) *RedisServer {
 	t.Helper()
-	s := &RedisServer{t: t, Port: FreePort(t), args: extra}
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server not found on PATH: install the redis-server package")
+	}
+	s := &RedisServer{t: t, Port: FreePort(t)}
+	args := append([]string{"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", ""}, extra...)
+	g := proc.ForTest(t)
+	s.p = g.Add("redis-server-"+strconv.Itoa(s.Port), bin, args)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s log:\n%s", s, s.p.LogTail(64<<10))
+		}
+	})
 	s.Start()
-	t.Cleanup(s.Kill)
 	return s
 }
 
@@ -77,18 +90,12 @@ func StartRedis(t testing.TB, extra ...string) *RedisServer {
 // A restarted server has lost every key, as a master without persistence does.
 func (s *RedisServer) Start() {
 	s.t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		s.t.Fatalf("redis-server not found on PATH: install the redis-server package")
+	if s.p.Running() {
+		return
 	}
-	args := append([]string{"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", ""}, s.args...)
-	cmd := exec.Command(bin, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := s.p.Start(); err != nil {
 		s.t.Fatalf("start redis-server: %v", err)
 	}
-	s.cmd = cmd
 	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
 	defer c.Close()
 	WaitFor(s.t, 10*time.Second, "redis-server on "+s.Addr(), func() error {
@@ -101,27 +108,20 @@ func (s *RedisServer) Start() {
 // Kill stops the server with SIGKILL (losing all keys) and waits for it.
 // Killing a stopped server is a no-op.
 func (s *RedisServer) Kill() {
-	if s.cmd == nil {
-		return
+	if err := s.p.Kill(); err != nil {
+		s.t.Errorf("kill %s: %v", s, err)
 	}
-	_ = s.cmd.Process.Signal(syscall.SIGCONT)
-	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
-	s.cmd = nil
 }
 
 // Pause stops the process with SIGSTOP; Resume continues it.
-func (s *RedisServer) Pause() { s.signal(syscall.SIGSTOP) }
+func (s *RedisServer) Pause() { s.check(s.p.Pause()) }
 
 // Resume continues a paused server with SIGCONT.
-func (s *RedisServer) Resume() { s.signal(syscall.SIGCONT) }
+func (s *RedisServer) Resume() { s.check(s.p.Resume()) }
 
-func (s *RedisServer) signal(sig syscall.Signal) {
-	if s.cmd == nil {
-		return
-	}
-	if err := s.cmd.Process.Signal(sig); err != nil {
-		s.t.Errorf("signal redis-server %d: %v", s.Port, err)
+func (s *RedisServer) check(err error) {
+	if err != nil {
+		s.t.Errorf("signal %s: %v", s, err)
 	}
 }
 
