@@ -7,32 +7,6 @@ import (
 	"testing"
 )
 
-func TestBouncerIni(t *testing.T) {
-	ini := bouncerConfig{
-		ListenPort: 16432, Database: "fg_bench_x", UpstreamHost: "127.0.0.1", UpstreamPort: 5432,
-		AuthFile: "/tmp/d/users.txt", PoolSize: 8,
-	}.ini()
-	for _, want := range []string{
-		"[databases]\nfg_bench_x = host=127.0.0.1 port=5432 dbname=fg_bench_x\n",
-		"\n[pgbouncer]\n",
-		"\nlisten_addr = 127.0.0.1\n",
-		"\nlisten_port = 16432\n",
-		"\nunix_socket_dir = \n",
-		"\nauth_type = trust\n",
-		"\nauth_file = /tmp/d/users.txt\n",
-		"\npool_mode = session\n",
-		"\ndefault_pool_size = 8\n",
-		"\nmax_client_conn = 100\n",
-	} {
-		if !strings.Contains(ini, want) {
-			t.Errorf("pgbouncer.ini lacks %q:\n%s", want, ini)
-		}
-	}
-	if got, want := authFile("postgres"), "\"postgres\" \"\"\n"; got != want {
-		t.Errorf("authFile=%q, want %q", got, want)
-	}
-}
-
 func TestFencedScript(t *testing.T) {
 	want := "BEGIN;\nSELECT fencegate.fence('acct:' || :aid::text, :tok::bigint);\nUPDATE fenced_accounts SET abalance"
 	if !strings.Contains(fencedScript, want) {
