@@ -107,165 +107,38 @@ func runMode(ctx context.Context, cfg Config, fenced bool) (*modeRun, error) {
 		return nil, err
 	}
 	defer g.Close()
-	var (
-		mu      sync.Mutex
-		holding = make([]bool, cfg.Workers+1)
-		procs   []*proc.Proc
-		stdins  = make([]io.WriteCloser, cfg.Workers)
-		ready   = make(chan int, cfg.Workers)
-		wg      sync.WaitGroup
-	)
+	ws := &workers{cfg: cfg, mr: mr, g: g, holding: make([]bool, cfg.Workers+1),
+		stdins: make([]io.WriteCloser, cfg.Workers), ready: make(chan int, cfg.Workers)}
 	for id := 1; id <= cfg.Workers; id++ {
 		wc := workerConfig{ID: id, N: cfg.N, Duration: cfg.Duration, DB: dsn, Fenced: fenced, Redis: splitList(cfg.Redis),
 			Tokens: splitList(cfg.Tokens), Resource: resource, TTL: cfg.TTL, Prep: cfg.Prep, Work: cfg.Work}
-		raw, _ := json.Marshal(wc)
-		wg.Add(1)
-		// The worker is this program again, told so by its environment;
-		// the arguments are those of the fencegate subcommand.
-		p, err := g.Start(fmt.Sprintf("worker %d", id), exe, []string{"demo", "lost-updates"},
-			proc.WithEnv(workerEnv+"="+string(raw)),
-			proc.WithSetup(func(cmd *exec.Cmd) (err error) {
-				stdins[id-1], err = cmd.StdinPipe()
-				return err
-			}),
-			proc.WithStdoutLines(func(line []byte) {
-				var r record
-				if json.Unmarshal(line, &r) != nil {
-					return
-				}
-				if r.Ev == "ready" {
-					ready <- id
-					return
-				}
-				mu.Lock()
-				mr.records = append(mr.records, workerRecord{r, id})
-				switch r.Ev {
-				case "acq":
-					holding[id] = true
-				case "rel":
-					holding[id] = false
-				}
-				mu.Unlock()
-			}),
-			proc.OnExit(func(p *proc.Proc, err error) {
-				defer wg.Done()
-				if err != nil {
-					mu.Lock()
-					mr.failed = append(mr.failed, fmt.Sprintf("worker %d: %v: %s", id, err, strings.TrimSpace(p.LogTail(50))))
-					mu.Unlock()
-				}
-			}))
-		if err != nil {
-			wg.Done()
-			_ = g.Close()
-			wg.Wait()
-			return nil, fmt.Errorf("start worker %d: %w", id, err)
-		}
-		procs = append(procs, p)
-	}
-	killAll := func() {
-		for _, p := range procs {
-			_ = p.Kill()
+		if err := ws.start(exe, wc); err != nil {
+			return nil, err
 		}
 	}
 	// Start every worker at once, when all are connected.
-	finished := make(chan struct{})
-	go func() { wg.Wait(); close(finished) }()
-	for n := 0; n < cfg.Workers; n++ {
-		select {
-		case <-ready:
-		case <-finished:
-			return nil, fmt.Errorf("workers exited before starting: %s", strings.Join(mr.failed, "; "))
-		case <-ctx.Done():
-			killAll()
-			<-finished
-			return nil, ctx.Err()
-		case <-time.After(60 * time.Second):
-			killAll()
-			<-finished
-			return nil, fmt.Errorf("workers not ready within 60s")
-		}
+	ws.finished = make(chan struct{})
+	go func() { ws.wg.Wait(); close(ws.finished) }()
+	if err := ws.awaitReady(ctx); err != nil {
+		return nil, err
 	}
 	mr.start = time.Now()
 	deadline := mr.start.Add(cfg.Duration)
-	for _, in := range stdins {
+	for _, in := range ws.stdins {
 		_, _ = io.WriteString(in, "start\n")
 	}
 
-	// The chaos loop: freeze a worker that holds the lock (any worker when
-	// none does within 100ms) for cfg.Pause, then let it go.
 	chaosDone := make(chan struct{})
 	stopChaos := make(chan struct{})
-	go func() {
-		defer close(chaosDone)
-		salt := uint64(0)
-		if fenced {
-			salt = 1
-		}
-		rng := mrand.New(mrand.NewPCG(uint64(cfg.Seed), salt))
-		for {
-			wait := time.Duration(float64(cfg.ChaosEvery) * (0.5 + rng.Float64()))
-			select {
-			case <-stopChaos:
-				return
-			case <-ctx.Done():
-				return
-			case <-time.After(wait):
-			}
-			if time.Now().Add(cfg.Pause).After(deadline) {
-				return
-			}
-			// Aim at a holder: wait up to 100ms for one to show up.
-			var holders []int
-			for tries := 0; tries < 100 && len(holders) == 0; tries++ {
-				mu.Lock()
-				for id := 1; id <= cfg.Workers; id++ {
-					if holding[id] {
-						holders = append(holders, id)
-					}
-				}
-				mu.Unlock()
-				if len(holders) == 0 {
-					time.Sleep(time.Millisecond)
-				}
-			}
-			victim := 1 + rng.IntN(cfg.Workers)
-			if len(holders) > 0 {
-				victim = holders[rng.IntN(len(holders))]
-			}
-			p := procs[victim-1]
-			from := time.Now()
-			if p.Signal(syscall.SIGSTOP) != nil {
-				continue
-			}
-			select {
-			case <-time.After(cfg.Pause):
-			case <-ctx.Done():
-			}
-			_ = p.Signal(syscall.SIGCONT)
-			mu.Lock()
-			mr.pauses = append(mr.pauses, pause{worker: victim, from: from, to: time.Now()})
-			mu.Unlock()
-		}
-	}()
-
-	select {
-	case <-finished:
-	case <-ctx.Done():
-		close(stopChaos)
-		<-chaosDone
-		killAll()
-		<-finished
-		return nil, ctx.Err()
-	case <-time.After(cfg.Duration + 30*time.Second):
-		close(stopChaos)
-		<-chaosDone
-		killAll()
-		<-finished
-		return nil, fmt.Errorf("workers did not finish within %v of the deadline", 30*time.Second)
-	}
+	go ws.chaos(ctx, fenced, deadline, stopChaos, chaosDone)
+	err = ws.awaitFinished(ctx)
 	close(stopChaos)
 	<-chaosDone
+	if err != nil {
+		ws.killAll()
+		<-ws.finished
+		return nil, err
+	}
 	mr.end = time.Now()
 	if len(mr.failed) > 0 {
 		return nil, fmt.Errorf("%s", strings.Join(mr.failed, "; "))
@@ -274,6 +147,175 @@ func runMode(ctx context.Context, cfg Config, fenced bool) (*modeRun, error) {
 		return nil, err
 	}
 	return mr, nil
+}
+
+// workers are one mode's worker processes and what they reported.
+type workers struct {
+	cfg      Config
+	mr       *modeRun
+	g        *proc.Group
+	mu       sync.Mutex
+	holding  []bool // by worker id: holds the lock, as its records last said
+	procs    []*proc.Proc
+	stdins   []io.WriteCloser
+	ready    chan int
+	wg       sync.WaitGroup
+	finished chan struct{} // closed once every worker exited
+}
+
+// start starts worker wc.ID.
+func (ws *workers) start(exe string, wc workerConfig) error {
+	id := wc.ID
+	raw, _ := json.Marshal(wc)
+	ws.wg.Add(1)
+	// The worker is this program again, told so by its environment;
+	// the arguments are those of the fencegate subcommand.
+	p, err := ws.g.Start(fmt.Sprintf("worker %d", id), exe, []string{"demo", "lost-updates"},
+		proc.WithEnv(workerEnv+"="+string(raw)),
+		proc.WithSetup(func(cmd *exec.Cmd) (err error) {
+			ws.stdins[id-1], err = cmd.StdinPipe()
+			return err
+		}),
+		proc.WithStdoutLines(func(line []byte) { ws.line(id, line) }),
+		proc.OnExit(func(p *proc.Proc, err error) {
+			defer ws.wg.Done()
+			if err != nil {
+				ws.mu.Lock()
+				ws.mr.failed = append(ws.mr.failed, fmt.Sprintf("worker %d: %v: %s", id, err, strings.TrimSpace(p.LogTail(50))))
+				ws.mu.Unlock()
+			}
+		}))
+	if err != nil {
+		ws.wg.Done()
+		_ = ws.g.Close()
+		ws.wg.Wait()
+		return fmt.Errorf("start worker %d: %w", id, err)
+	}
+	ws.procs = append(ws.procs, p)
+	return nil
+}
+
+// line takes one line of worker id's output.
+func (ws *workers) line(id int, line []byte) {
+	var r record
+	if json.Unmarshal(line, &r) != nil {
+		return
+	}
+	if r.Ev == "ready" {
+		ws.ready <- id
+		return
+	}
+	ws.mu.Lock()
+	ws.mr.records = append(ws.mr.records, workerRecord{r, id})
+	switch r.Ev {
+	case "acq":
+		ws.holding[id] = true
+	case "rel":
+		ws.holding[id] = false
+	}
+	ws.mu.Unlock()
+}
+
+func (ws *workers) killAll() {
+	for _, p := range ws.procs {
+		_ = p.Kill()
+	}
+}
+
+// awaitReady waits until every worker is connected and ready to start.
+func (ws *workers) awaitReady(ctx context.Context) error {
+	for n := 0; n < ws.cfg.Workers; n++ {
+		select {
+		case <-ws.ready:
+		case <-ws.finished:
+			return fmt.Errorf("workers exited before starting: %s", strings.Join(ws.mr.failed, "; "))
+		case <-ctx.Done():
+			ws.killAll()
+			<-ws.finished
+			return ctx.Err()
+		case <-time.After(60 * time.Second):
+			ws.killAll()
+			<-ws.finished
+			return fmt.Errorf("workers not ready within 60s")
+		}
+	}
+	return nil
+}
+
+// awaitFinished waits until every worker exited; on an error, they may
+// still run.
+func (ws *workers) awaitFinished(ctx context.Context) error {
+	select {
+	case <-ws.finished:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(ws.cfg.Duration + 30*time.Second):
+		return fmt.Errorf("workers did not finish within %v of the deadline", 30*time.Second)
+	}
+}
+
+// chaos is the chaos loop: it freezes a worker that holds the lock (any
+// worker when none does within 100ms) for cfg.Pause, then lets it go, until
+// stop closes or no pause fits before deadline; it closes done.
+func (ws *workers) chaos(ctx context.Context, fenced bool, deadline time.Time, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	cfg := ws.cfg
+	salt := uint64(0)
+	if fenced {
+		salt = 1
+	}
+	rng := mrand.New(mrand.NewPCG(uint64(cfg.Seed), salt))
+	for {
+		wait := time.Duration(float64(cfg.ChaosEvery) * (0.5 + rng.Float64()))
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		if time.Now().Add(cfg.Pause).After(deadline) {
+			return
+		}
+		victim := ws.victim(rng)
+		p := ws.procs[victim-1]
+		from := time.Now()
+		if p.Signal(syscall.SIGSTOP) != nil {
+			continue
+		}
+		select {
+		case <-time.After(cfg.Pause):
+		case <-ctx.Done():
+		}
+		_ = p.Signal(syscall.SIGCONT)
+		ws.mu.Lock()
+		ws.mr.pauses = append(ws.mr.pauses, pause{worker: victim, from: from, to: time.Now()})
+		ws.mu.Unlock()
+	}
+}
+
+// victim picks the worker to freeze: a holder, waiting up to 100ms for
+// one to show up, else any worker.
+func (ws *workers) victim(rng *mrand.Rand) int {
+	var holders []int
+	for tries := 0; tries < 100 && len(holders) == 0; tries++ {
+		ws.mu.Lock()
+		for id := 1; id <= ws.cfg.Workers; id++ {
+			if ws.holding[id] {
+				holders = append(holders, id)
+			}
+		}
+		ws.mu.Unlock()
+		if len(holders) == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	victim := 1 + rng.IntN(ws.cfg.Workers)
+	if len(holders) > 0 {
+		victim = holders[rng.IntN(len(holders))]
+	}
+	return victim
 }
 
 // readBack reads the final counter, the increments log and checks that no
