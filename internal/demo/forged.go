@@ -261,108 +261,162 @@ func markOf(ctx context.Context, conn *pgx.Conn) (int64, error) {
 
 // play runs the six attempts and reads the order back.
 func (sc *forgedScene) play(ctx context.Context, cfg *ForgedConfig, res *ForgedResult) error {
-	s := sc.st
-	admin, err := pgx.Connect(ctx, s.DB.AdminDSN)
+	p := &forgedPlay{ctx: ctx, cfg: cfg, res: res, sc: sc}
+	defer p.close()
+	if err := p.open(); err != nil {
+		return err
+	}
+
+	start := time.Now()
+	p.tl = timeline.New("forged, foreign and proofless tokens on a database that requires signed tokens", start)
+	// One lane per kind of attack: the attacks come milliseconds apart, and
+	// their labels would collide on one lane.
+	p.tl.AddLane("holder", laneNeverMinted, laneOtherResource, laneOtherCluster, laneNoProof)
+	res.Timeline = p.tl
+
+	for _, step := range []func() error{p.holderCharges, p.neverMinted, p.foreignTokens, p.noProof, p.holderShips} {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+
+	if err := p.admin.QueryRow(ctx, `SELECT o.state, count(c.id) FROM orders o LEFT JOIN charges c ON c.order_id = o.id
+		WHERE o.id = $1 GROUP BY o.id`, orderID).Scan(&res.OrderState, &res.Charges); err != nil {
+		return fmt.Errorf("read order %d: %w", orderID, err)
+	}
+	p.tl.SetCaption(forgedCaption(res))
+	return nil
+}
+
+// forgedPlay is one play of the scene: its database connections, token
+// clients, lock client and timeline.
+type forgedPlay struct {
+	ctx context.Context
+	cfg *ForgedConfig
+	res *ForgedResult
+	sc  *forgedScene
+
+	admin   *pgx.Conn // the administrator, who reads the marks
+	app     *pgx.Conn // the holder's, through the proxy
+	direct  *pgx.Conn // the attacker's, straight to PostgreSQL
+	trusted *tokenclient.Client
+	other   *tokenclient.Client
+	lc      *lockclient.Client
+	tl      *timeline.Timeline
+	closers []func() // run in reverse order by close
+}
+
+// open connects to the database and the token clusters and dials the lock.
+func (p *forgedPlay) open() error {
+	s := p.sc.st
+	admin, err := pgx.Connect(p.ctx, s.DB.AdminDSN)
 	if err != nil {
 		return fmt.Errorf("connect demo database: %w", err)
 	}
-	defer admin.Close(context.Background())
+	p.admin = admin
+	p.closers = append(p.closers, func() { admin.Close(context.Background()) })
 	// The holder goes through the proxy, as a deployed application does;
 	// the attacker skips it and talks to PostgreSQL straight, which
 	// verifies the proofs itself.
-	app, err := connectApp(ctx, s, true)
-	if err != nil {
+	for _, c := range []struct {
+		conn    **pgx.Conn
+		proxied bool
+	}{{&p.app, true}, {&p.direct, false}} {
+		conn, err := connectApp(p.ctx, s, c.proxied)
+		if err != nil {
+			return err
+		}
+		*c.conn = conn
+		p.closers = append(p.closers, func() { conn.Close(context.Background()) })
+	}
+	if p.trusted, err = tokenclient.NewClient(p.sc.trusted); err != nil {
 		return err
 	}
-	defer app.Close(context.Background())
-	direct, err := connectApp(ctx, s, false)
-	if err != nil {
+	p.closers = append(p.closers, func() { _ = p.trusted.Close() })
+	if p.other, err = tokenclient.NewClient(p.sc.other); err != nil {
 		return err
 	}
-	defer direct.Close(context.Background())
-
-	trusted, err := tokenclient.NewClient(sc.trusted)
-	if err != nil {
-		return err
-	}
-	defer trusted.Close()
-	other, err := tokenclient.NewClient(sc.other)
-	if err != nil {
-		return err
-	}
-	defer other.Close()
-	lc, err := lockclient.Dial(s.RedisAddrs(), trusted, lockclient.WithTTL(cfg.TTL),
+	p.closers = append(p.closers, func() { _ = p.other.Close() })
+	p.lc, err = lockclient.Dial(s.RedisAddrs(), p.trusted, lockclient.WithTTL(p.cfg.TTL),
 		lockclient.WithKeyPrefix(pgdb.RandomName("fencegate:demo:")+":lock:"))
 	if err != nil {
 		return err
 	}
-	defer lc.Close()
+	p.closers = append(p.closers, func() { _ = p.lc.Close() })
+	return nil
+}
 
-	start := time.Now()
-	tl := timeline.New("forged, foreign and proofless tokens on a database that requires signed tokens", start)
-	// One lane per kind of attack: the attacks come milliseconds apart, and
-	// their labels would collide on one lane.
-	tl.AddLane("holder", laneNeverMinted, laneOtherResource, laneOtherCluster, laneNoProof)
-	res.Timeline = tl
-
-	record := func(a Attempt, run func() error) error {
-		before, err := markOf(ctx, admin)
-		if err != nil {
-			return err
-		}
-		a.MarkBefore = before
-		a.At = time.Now()
-		err = run()
-		a.OK = err == nil
-		var pgErr *pgconn.PgError
-		switch {
-		case errors.As(err, &pgErr):
-			a.SQLState, a.Message = pgErr.Code, pgErr.Message
-		case err != nil:
-			return fmt.Errorf("%s: %w", a.What, err) // not an answer of the fence: the scene cannot judge it
-		}
-		if a.MarkAfter, err = markOf(ctx, admin); err != nil {
-			return err
-		}
-		res.Attempts = append(res.Attempts, a)
-		printAttempt(cfg.Out, len(res.Attempts), &a)
-		kind := timeline.Rejected
-		switch {
-		case a.OK && a.Legitimate:
-			kind = timeline.Accepted
-		case a.OK:
-			kind = timeline.Stale // a forged token got through: the damage the scene exists to rule out
-		}
-		tl.Mark(a.Lane, kind, a.At, attemptLabel(&a))
-		return nil
+// close closes what open opened, last first.
+func (p *forgedPlay) close() {
+	for i := len(p.closers) - 1; i >= 0; i-- {
+		p.closers[i]()
 	}
-	// attack runs one fence with the given arguments on the application
-	// connection, then a write, as a client that holds no lock would.
-	attack := func(args ...any) func() error {
-		return func() error {
-			return pgx.BeginFunc(ctx, direct, func(tx pgx.Tx) error {
-				q := fencegate.FenceSignedSQL
-				if len(args) == 2 {
-					q = fencegate.FenceSQL
-				}
-				if _, err := tx.Exec(ctx, q, args...); err != nil {
-					return err
-				}
-				_, err := tx.Exec(ctx, "UPDATE orders SET state = 'refunded' WHERE id = $1", orderID)
+}
+
+// record makes attempt a by calling run, reads the mark before and after,
+// and adds the attempt to the result, the terminal and the timeline.
+func (p *forgedPlay) record(a Attempt, run func() error) error {
+	before, err := markOf(p.ctx, p.admin)
+	if err != nil {
+		return err
+	}
+	a.MarkBefore = before
+	a.At = time.Now()
+	err = run()
+	a.OK = err == nil
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr):
+		a.SQLState, a.Message = pgErr.Code, pgErr.Message
+	case err != nil:
+		return fmt.Errorf("%s: %w", a.What, err) // not an answer of the fence: the scene cannot judge it
+	}
+	if a.MarkAfter, err = markOf(p.ctx, p.admin); err != nil {
+		return err
+	}
+	p.res.Attempts = append(p.res.Attempts, a)
+	printAttempt(p.cfg.Out, len(p.res.Attempts), &a)
+	kind := timeline.Rejected
+	switch {
+	case a.OK && a.Legitimate:
+		kind = timeline.Accepted
+	case a.OK:
+		kind = timeline.Stale // a forged token got through: the damage the scene exists to rule out
+	}
+	p.tl.Mark(a.Lane, kind, a.At, attemptLabel(&a))
+	return nil
+}
+
+// attack runs one fence with the given arguments on the attacker's
+// connection, then a write, as a client that holds no lock would.
+func (p *forgedPlay) attack(args ...any) func() error {
+	return func() error {
+		return pgx.BeginFunc(p.ctx, p.direct, func(tx pgx.Tx) error {
+			q := fencegate.FenceSignedSQL
+			if len(args) == 2 {
+				q = fencegate.FenceSQL
+			}
+			if _, err := tx.Exec(p.ctx, q, args...); err != nil {
 				return err
-			})
-		}
+			}
+			_, err := tx.Exec(p.ctx, "UPDATE orders SET state = 'refunded' WHERE id = $1", orderID)
+			return err
+		})
 	}
+}
 
-	// 1. The holder takes the lock and charges the order.
+// holderCharges is attempt 1: the holder takes the lock and charges the
+// order.
+func (p *forgedPlay) holderCharges() error {
+	ctx := p.ctx
 	acquired1 := time.Now()
-	l1, err := lc.Acquire(ctx, resource)
+	l1, err := p.lc.Acquire(ctx, resource)
 	if err != nil {
 		return fmt.Errorf("the holder takes the lock: %w", err)
 	}
-	err = record(Attempt{Who: "holder", Lane: "holder", What: "the holder fences with its token and proof, charges order 42", Legitimate: true,
+	err = p.record(Attempt{Who: "holder", Lane: "holder", What: "the holder fences with its token and proof, charges order 42", Legitimate: true,
 		Token: l1.Token(), Proof: l1.Proof()}, func() error {
-		return l1.InTx(ctx, app, func(tx pgx.Tx) error {
+		return l1.InTx(ctx, p.app, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, "INSERT INTO charges (order_id, amount_cents, by_client, token) SELECT id, amount_cents, 'holder', $2 FROM orders WHERE id = $1", orderID, l1.Token()); err != nil {
 				return err
 			}
@@ -377,60 +431,65 @@ func (sc *forgedScene) play(ctx context.Context, cfg *ForgedConfig, res *ForgedR
 	if err := l1.Release(ctx); err != nil {
 		return fmt.Errorf("the holder releases the lock: %w", err)
 	}
-	tl.Span("holder", timeline.Hold, acquired1, releaseAt, fmt.Sprintf("token %d", l1.Token()))
+	p.tl.Span("holder", timeline.Hold, acquired1, releaseAt, fmt.Sprintf("token %d", l1.Token()))
+	return nil
+}
 
-	// 2. A token never minted: the largest bigint, with a made-up proof
-	// under the database's own key id.
+// neverMinted is attempt 2: a token never minted, the largest bigint, with
+// a made-up proof under the database's own key id.
+func (p *forgedPlay) neverMinted() error {
 	fake := make([]byte, tokensign.MACBytes)
 	if _, err := rand.Read(fake); err != nil {
 		return err
 	}
-	forged := sc.keys.SigningKeyID() + "." + hex.EncodeToString(fake)
-	if err := record(Attempt{Who: "attacker", Lane: laneNeverMinted, What: "a token never minted (the largest bigint) with a made-up proof",
-		Token: math.MaxInt64, Proof: forged}, attack(resource, int64(math.MaxInt64), forged)); err != nil {
-		return err
-	}
+	forged := p.sc.keys.SigningKeyID() + "." + hex.EncodeToString(fake)
+	return p.record(Attempt{Who: "attacker", Lane: laneNeverMinted, What: "a token never minted (the largest bigint) with a made-up proof",
+		Token: math.MaxInt64, Proof: forged}, p.attack(resource, int64(math.MaxInt64), forged))
+}
 
-	// 3. A genuine token and proof, minted for another resource.
-	tok, err := trusted.Next(ctx, "order:43")
+// foreignTokens is attempts 3 and 4: a genuine token and proof minted for
+// another resource, then a genuine token of the second cluster (same keys,
+// another cluster id), its counter raised above the first's so that only
+// the proof can refuse it.
+func (p *forgedPlay) foreignTokens() error {
+	ctx := p.ctx
+	tok, err := p.trusted.Next(ctx, "order:43")
 	if err != nil {
 		return fmt.Errorf("mint a token for order:43: %w", err)
 	}
-	if err := record(Attempt{Who: "attacker", Lane: laneOtherResource, What: "a genuine token and proof minted for order:43, used on order:42",
-		Token: tok.Value, Proof: tok.Proof}, attack(resource, tok.Value, tok.Proof)); err != nil {
+	if err := p.record(Attempt{Who: "attacker", Lane: laneOtherResource, What: "a genuine token and proof minted for order:43, used on order:42",
+		Token: tok.Value, Proof: tok.Proof}, p.attack(resource, tok.Value, tok.Proof)); err != nil {
 		return err
 	}
 
-	// 4. A genuine token of the second cluster (same keys, another cluster
-	// id), its counter raised above the first's so that only the proof can
-	// refuse it.
-	if _, err := other.RaiseCounter(ctx, tok.Value+1000); err != nil {
+	if _, err := p.other.RaiseCounter(ctx, tok.Value+1000); err != nil {
 		return fmt.Errorf("raise the second cluster's counter: %w", err)
 	}
-	foreign, err := other.Next(ctx, resource)
+	foreign, err := p.other.Next(ctx, resource)
 	if err != nil {
 		return fmt.Errorf("mint a token on the second cluster: %w", err)
 	}
-	if err := record(Attempt{Who: "attacker", Lane: laneOtherCluster, What: fmt.Sprintf("a genuine token and proof of another cluster (%s), same keys", sc.otherClusterID),
-		Token: foreign.Value, Proof: foreign.Proof}, attack(resource, foreign.Value, foreign.Proof)); err != nil {
-		return err
-	}
+	return p.record(Attempt{Who: "attacker", Lane: laneOtherCluster, What: fmt.Sprintf("a genuine token and proof of another cluster (%s), same keys", p.sc.otherClusterID),
+		Token: foreign.Value, Proof: foreign.Proof}, p.attack(resource, foreign.Value, foreign.Proof))
+}
 
-	// 5. The two-argument fence, without proof.
-	if err := record(Attempt{Who: "attacker", Lane: laneNoProof, What: "the two-argument fence, without proof (the largest bigint)",
-		Token: math.MaxInt64}, attack(resource, int64(math.MaxInt64))); err != nil {
-		return err
-	}
+// noProof is attempt 5: the two-argument fence, without proof.
+func (p *forgedPlay) noProof() error {
+	return p.record(Attempt{Who: "attacker", Lane: laneNoProof, What: "the two-argument fence, without proof (the largest bigint)",
+		Token: math.MaxInt64}, p.attack(resource, int64(math.MaxInt64)))
+}
 
-	// 6. The holder takes the lock again and carries on.
+// holderShips is attempt 6: the holder takes the lock again and carries on.
+func (p *forgedPlay) holderShips() error {
+	ctx := p.ctx
 	acquired2 := time.Now()
-	l2, err := lc.Acquire(ctx, resource)
+	l2, err := p.lc.Acquire(ctx, resource)
 	if err != nil {
 		return fmt.Errorf("the holder takes the lock again: %w", err)
 	}
-	err = record(Attempt{Who: "holder", Lane: "holder", What: "the holder takes the lock again, fences with its next token, ships order 42", Legitimate: true,
+	err = p.record(Attempt{Who: "holder", Lane: "holder", What: "the holder takes the lock again, fences with its next token, ships order 42", Legitimate: true,
 		Token: l2.Token(), Proof: l2.Proof()}, func() error {
-		return l2.InTx(ctx, app, func(tx pgx.Tx) error {
+		return l2.InTx(ctx, p.app, func(tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, "UPDATE orders SET state = 'shipped' WHERE id = $1 AND state = 'paid'", orderID)
 			return err
 		})
@@ -442,14 +501,8 @@ func (sc *forgedScene) play(ctx context.Context, cfg *ForgedConfig, res *ForgedR
 	if err := l2.Release(ctx); err != nil {
 		return fmt.Errorf("the holder releases the lock: %w", err)
 	}
-	tl.Span("holder", timeline.Hold, acquired2, released2, fmt.Sprintf("token %d", l2.Token()))
-	tl.Extend(released2)
-
-	if err := admin.QueryRow(ctx, `SELECT o.state, count(c.id) FROM orders o LEFT JOIN charges c ON c.order_id = o.id
-		WHERE o.id = $1 GROUP BY o.id`, orderID).Scan(&res.OrderState, &res.Charges); err != nil {
-		return fmt.Errorf("read order %d: %w", orderID, err)
-	}
-	tl.SetCaption(forgedCaption(res))
+	p.tl.Span("holder", timeline.Hold, acquired2, released2, fmt.Sprintf("token %d", l2.Token()))
+	p.tl.Extend(released2)
 	return nil
 }
 
