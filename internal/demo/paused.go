@@ -277,111 +277,178 @@ func runOnce(ctx context.Context, cfg *Config, st *devstack.Stack, run *Run) err
 	if err := resetTables(ctx, st, run.Protected); err != nil {
 		return err
 	}
+	p := &pausedRun{ctx: ctx, cfg: cfg, st: st, run: run, step: 30 * time.Second}
+	defer p.close()
+	p.newTimeline()
+	c1cfg, c2cfg, err := p.clientConfigs()
+	if err != nil {
+		return err
+	}
+	if err := p.client1Checks(&c1cfg); err != nil {
+		return err
+	}
+	if err := p.stall(); err != nil {
+		return err
+	}
+	if err := p.client2Charges(&c2cfg); err != nil {
+		return err
+	}
+	if err := p.client1Charges(); err != nil {
+		return err
+	}
+	if run.Order, err = readOrder(ctx, st.DB.AdminDSN); err != nil {
+		return err
+	}
+	p.draw()
+	return nil
+}
+
+// pausedRun is one pass of the scenario under way: the clients, the
+// relays, and the events the picture is drawn from.
+type pausedRun struct {
+	ctx  context.Context
+	cfg  *Config
+	st   *devstack.Stack
+	run  *Run
+	tl   *timeline.Timeline
+	step time.Duration // how long to wait for each event
+
+	prefix  string // of the lock's keys
+	relays  []*netfault.Relay
+	c1, c2  *clientProc
+	closers []func() // run in reverse order by close
+
+	acq1, read1, chk1, w1, rel1 stamped // client 1's events
+	acq2, w2, rel2              stamped // client 2's
+	leaseEnd1                   time.Time
+	pausedAt, resumedAt         time.Time // of client 1, without Redlock
+}
+
+// close kills the clients and closes the relays, last first.
+func (p *pausedRun) close() {
+	for i := len(p.closers) - 1; i >= 0; i-- {
+		p.closers[i]()
+	}
+}
+
+func (p *pausedRun) newTimeline() {
 	title := "(a) straight to PostgreSQL, unprotected tables, no fence"
 	switch {
-	case run.Proxy:
+	case p.run.Proxy:
 		title = "(b) through the fencegate proxy, protected tables, fenced by token"
-	case run.Protected:
+	case p.run.Protected:
 		title = "(c) straight to PostgreSQL (no proxy), protected tables, fenced by token"
 	}
 	start := time.Now()
-	tl := timeline.New(title, start)
-	run.Timeline = tl
-	tl.AddLane("client 1", "client 2")
-	if cfg.Redlock {
-		tl.AddLane("Redis masters")
+	p.tl = timeline.New(title, start)
+	p.run.Timeline = p.tl
+	p.tl.AddLane("client 1", "client 2")
+	if p.cfg.Redlock {
+		p.tl.AddLane("Redis masters")
 	}
+}
 
+// clientConfigs makes the two clients' configurations and, for Redlock,
+// the relays client 1 reaches masters 4 and 5 through.
+func (p *pausedRun) clientConfigs() (c1cfg, c2cfg ClientConfig, err error) {
+	st, cfg := p.st, p.cfg
 	// The lock's keys are the run's own: a run never meets a lease of an
 	// earlier run or of another demo on the same Redis.
-	prefix := pgdb.RandomName("fencegate:demo:") + ":lock:"
-	base := ClientConfig{Tokens: st.Tokens.URLs, DB: appDSN(st, run.Proxy), Password: st.DB.AppPassword, Fenced: run.Fenced,
-		Resource: resource, KeyPrefix: prefix, OrderID: orderID,
+	p.prefix = pgdb.RandomName("fencegate:demo:") + ":lock:"
+	base := ClientConfig{Tokens: st.Tokens.URLs, DB: appDSN(st, p.run.Proxy), Password: st.DB.AppPassword, Fenced: p.run.Fenced,
+		Resource: resource, KeyPrefix: p.prefix, OrderID: orderID,
 		TTL: cfg.TTL, Wait: 30 * time.Second, Work: min(cfg.TTL/5, 200*time.Millisecond)}
-	c1cfg, c2cfg := base, base
+	c1cfg, c2cfg = base, base
 	c1cfg.Name, c2cfg.Name = "client 1", "client 2"
 	c1cfg.Redis, c2cfg.Redis = st.RedisAddrs(), st.RedisAddrs()
 
 	// Redlock: client 1 reaches masters 4 and 5 through relays that are cut
 	// while it locks, so it holds masters 1-3 only, as in antirez's example.
-	var relays []*netfault.Relay
 	if cfg.Redlock {
 		for i := 3; i < 5; i++ {
 			r, err := netfault.NewRelay("127.0.0.1:0", st.Masters[i].Addr)
 			if err != nil {
-				return err
+				return c1cfg, c2cfg, err
 			}
-			defer r.Close()
+			p.closers = append(p.closers, func() { _ = r.Close() })
 			r.Cut()
-			relays = append(relays, r)
+			p.relays = append(p.relays, r)
 			c1cfg.Redis = append([]string(nil), c1cfg.Redis...)
 			c1cfg.Redis[i] = r.Addr()
 		}
 	}
+	return c1cfg, c2cfg, nil
+}
 
-	c1, err := startClient(cfg.Binary, &c1cfg)
+// client1Checks starts client 1 and waits until it took the lock, read
+// the order and checked its lease.
+func (p *pausedRun) client1Checks(c1cfg *ClientConfig) error {
+	c1, err := startClient(p.cfg.Binary, c1cfg)
 	if err != nil {
 		return err
 	}
-	defer c1.kill()
-	c1.stuck = func() string { return sessions(st) }
-	step := 30 * time.Second
-	acq1, err := c1.next(ctx, step, evAcquired)
-	if err != nil {
+	p.c1 = c1
+	p.closers = append(p.closers, c1.kill)
+	c1.stuck = func() string { return sessions(p.st) }
+	if p.acq1, err = c1.next(p.ctx, p.step, evAcquired); err != nil {
 		return err
 	}
-	run.Token1 = acq1.Token
-	leaseEnd1 := acq1.at.Add(cfg.TTL)
-	read1, err := c1.next(ctx, step, evRead)
-	if err != nil {
+	p.run.Token1 = p.acq1.Token
+	p.leaseEnd1 = p.acq1.at.Add(p.cfg.TTL)
+	if p.read1, err = c1.next(p.ctx, p.step, evRead); err != nil {
 		return err
 	}
-	chk1, err := c1.next(ctx, step, evChecked)
-	if err != nil {
+	if p.chk1, err = c1.next(p.ctx, p.step, evChecked); err != nil {
 		return err
 	}
-	run.Held1 = chk1.Held
+	p.run.Held1 = p.chk1.Held
+	return nil
+}
 
-	var pausedAt time.Time
-	if cfg.Redlock {
-		for _, r := range relays {
+// stall takes client 1's lock from under it: with Redlock, master 3
+// restarts without persistence; else client 1 is frozen right before its
+// write and stays frozen while its lease expires and client 2 does its work.
+func (p *pausedRun) stall() error {
+	if p.cfg.Redlock {
+		for _, r := range p.relays {
 			r.Heal()
 		}
 		// Master 3 crashes and comes back empty: client 1's key on it is gone.
 		crash := time.Now()
-		if err := st.Masters[2].Kill(); err != nil {
+		if err := p.st.Masters[2].Kill(); err != nil {
 			return err
 		}
-		if err := st.Masters[2].Restart(ctx); err != nil {
+		if err := p.st.Masters[2].Restart(p.ctx); err != nil {
 			return fmt.Errorf("restart Redis master 3: %w", err)
 		}
 
-		tl.Mark("Redis masters", timeline.Note, crash, "master 3 restarted without persistence")
-	} else {
-		// The pause: client 1 is frozen right before its write and stays
-		// frozen while its lease expires and client 2 does its work.
-		if err := c1.pause(10 * time.Second); err != nil {
-			return fmt.Errorf("stop client 1: %w", err)
-		}
-		pausedAt = time.Now()
-		if err := c1.send(cmdWrite); err != nil {
-			return err
-		}
+		p.tl.Mark("Redis masters", timeline.Note, crash, "master 3 restarted without persistence")
+		return nil
 	}
+	if err := p.c1.pause(10 * time.Second); err != nil {
+		return fmt.Errorf("stop client 1: %w", err)
+	}
+	p.pausedAt = time.Now()
+	return p.c1.send(cmdWrite)
+}
 
-	c2, err := startClient(cfg.Binary, &c2cfg)
+// client2Charges starts client 2 and lets it take the lock, charge the
+// order, release the lock and exit.
+func (p *pausedRun) client2Charges(c2cfg *ClientConfig) error {
+	ctx, step, c1 := p.ctx, p.step, p.c1
+	c2, err := startClient(p.cfg.Binary, c2cfg)
 	if err != nil {
 		return err
 	}
-	defer c2.kill()
-	c2.stuck = func() string { return "; client 1's process state " + c1.state() + sessions(st) }
-	acq2, err := c2.next(ctx, step, evAcquired)
-	if err != nil {
+	p.c2 = c2
+	p.closers = append(p.closers, c2.kill)
+	c2.stuck = func() string { return "; client 1's process state " + c1.state() + sessions(p.st) }
+	if p.acq2, err = c2.next(ctx, step, evAcquired); err != nil {
 		return err
 	}
-	run.Token2 = acq2.Token
-	if cfg.Redlock {
-		if run.Masters, err = lockHolders(ctx, st, prefix+resource); err != nil {
+	p.run.Token2 = p.acq2.Token
+	if p.cfg.Redlock {
+		if p.run.Masters, err = lockHolders(ctx, p.st, p.prefix+resource); err != nil {
 			return err
 		}
 	}
@@ -394,51 +461,51 @@ func runOnce(ctx context.Context, cfg *Config, st *devstack.Stack, run *Run) err
 	if _, err := c2.next(ctx, step, evChecked); err != nil {
 		return err
 	}
-	w2, err := c2.next(ctx, step, evWrote, evSkipped)
-	if err != nil {
+	if p.w2, err = c2.next(ctx, step, evWrote, evSkipped); err != nil {
 		return err
 	}
-	run.Write2 = writeOf(w2)
-	rel2, err := c2.next(ctx, step, evReleased)
-	if err != nil {
+	p.run.Write2 = writeOf(p.w2)
+	if p.rel2, err = c2.next(ctx, step, evReleased); err != nil {
 		return err
 	}
-	if err := c2.wait(ctx, step); err != nil {
-		return err
-	}
+	return c2.wait(ctx, step)
+}
 
-	var resumedAt time.Time
-	if cfg.Redlock {
+// client1Charges lets client 1 go on with its stale write, release and
+// exit.
+func (p *pausedRun) client1Charges() error {
+	ctx, step, c1 := p.ctx, p.step, p.c1
+	if p.cfg.Redlock {
 		if err := c1.send(cmdWrite); err != nil {
 			return err
 		}
 	} else {
-		resumedAt = time.Now()
+		p.resumedAt = time.Now()
 		if err := c1.signal(syscall.SIGCONT); err != nil {
 			return fmt.Errorf("continue client 1: %w", err)
 		}
 	}
-	w1, err := c1.next(ctx, step, evWrote, evSkipped)
-	if err != nil {
+	var err error
+	if p.w1, err = c1.next(ctx, step, evWrote, evSkipped); err != nil {
 		return err
 	}
-	run.Write1 = writeOf(w1)
-	rel1, err := c1.next(ctx, step, evReleased)
-	if err != nil {
+	p.run.Write1 = writeOf(p.w1)
+	if p.rel1, err = c1.next(ctx, step, evReleased); err != nil {
 		return err
 	}
-	if err := c1.wait(ctx, step); err != nil {
-		return err
-	}
-	if run.Order, err = readOrder(ctx, st.DB.AdminDSN); err != nil {
-		return err
-	}
+	return c1.wait(ctx, step)
+}
 
-	// The picture.
+// draw puts the run's events on its timeline.
+func (p *pausedRun) draw() {
+	tl, run := p.tl, p.run
+	acq1, read1, chk1, w1, rel1 := p.acq1, p.read1, p.chk1, p.w1, p.rel1
+	acq2, w2, rel2 := p.acq2, p.w2, p.rel2
+	leaseEnd1 := p.leaseEnd1
 	tl.Span("client 1", timeline.Hold, acq1.at, rel1.at, fmt.Sprintf("token %d", run.Token1))
 	tl.Span("client 2", timeline.Hold, acq2.at, rel2.at, fmt.Sprintf("token %d", run.Token2))
 	tl.Span("client 2", timeline.Lease, acq2.at, rel2.at, "")
-	if cfg.Redlock {
+	if p.cfg.Redlock {
 		if leaseEnd1.After(rel1.at) {
 			leaseEnd1 = rel1.at
 		}
@@ -449,8 +516,8 @@ func runOnce(ctx context.Context, cfg *Config, st *devstack.Stack, run *Run) err
 			leaseEnd1 = acq2.at
 		}
 		tl.Span("client 1", timeline.Lease, acq1.at, leaseEnd1, "")
-		tl.Mark("client 1", timeline.Expiry, leaseEnd1, fmt.Sprintf("lease expired (TTL %v)", cfg.TTL))
-		tl.Span("client 1", timeline.Pause, pausedAt, resumedAt, "SIGSTOP")
+		tl.Mark("client 1", timeline.Expiry, leaseEnd1, fmt.Sprintf("lease expired (TTL %v)", p.cfg.TTL))
+		tl.Span("client 1", timeline.Pause, p.pausedAt, p.resumedAt, "SIGSTOP")
 	}
 	// The heart of the story: client 1 read the order (unpaid) before it
 	// stalled, and later acts on that read.
@@ -460,7 +527,6 @@ func runOnce(ctx context.Context, cfg *Config, st *devstack.Stack, run *Run) err
 	tl.Mark("client 1", writeKind(run.Write1, true), w1.at, writeLabel(run.Write1, run.Token1))
 	tl.Extend(rel1.at)
 	tl.SetCaption(runCaption(run))
-	return nil
 }
 
 func writeOf(e stamped) Write {
