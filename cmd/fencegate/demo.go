@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/fencegate/fencegate/internal/demo"
@@ -57,8 +55,6 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return runForgedToken(ctx, args[1:], stdout, stderr)
 	case "lost-updates":
 		return runLostUpdates(ctx, args[1:], stdout, stderr)
-	case "client": // hidden: one client process of the demo
-		return runDemoClient(ctx, args[1:], stderr)
 	}
 	return usagef("unknown demo %q; the demos are paused-holder, forged-token and lost-updates", args[0])
 }
@@ -104,20 +100,6 @@ func pausedHolder(ctx context.Context, cfg demo.Config, verbose bool, stdout, st
 		return fmt.Errorf("interrupted; the clients, servers and database it started are gone: %w", ctx.Err())
 	}
 	return demoFlags.err(err)
-}
-
-func runDemoClient(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("demo client", flag.ContinueOnError)
-	var c demo.ClientConfig
-	demo.ClientFlags(fs, &c)
-	if err := parseFlags(fs, args, stderr); err != nil {
-		return err
-	}
-	err := demo.RunClient(ctx, &c, os.Stdin, os.Stdout)
-	if errors.Is(err, context.Canceled) {
-		return nil
-	}
-	return err
 }
 
 func forgedTokenUsage(w io.Writer) {

@@ -15,9 +15,6 @@ import (
 // fails with lostupdates.ErrLost when the run through the proxy lost
 // anything.
 func runLostUpdates(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if lostupdates.WorkerMain() {
-		return nil
-	}
 	cfg := lostupdates.DefaultConfig()
 	fs := flag.NewFlagSet("demo lost-updates", flag.ContinueOnError)
 	cfg.Register(fs)

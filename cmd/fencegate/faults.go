@@ -18,9 +18,6 @@ func init() {
 }
 
 func runFaults(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) > 0 && args[0] == "client" {
-		return runFaultsClient(ctx, args[1:], stdout, stderr)
-	}
 	fs := flag.NewFlagSet("fencegate faults", flag.ContinueOnError)
 	runs := fs.Int("runs", 5, "number of runs, each on a fresh stack")
 	seed := fs.Int64("seed", 1, "seed of run 1's fault schedule; run i uses seed+i-1")
@@ -38,7 +35,7 @@ func runFaults(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q; faults takes only flags (or the client subcommand)", fs.Arg(0))
+		return usagef("unexpected argument %q; faults takes only flags", fs.Arg(0))
 	}
 	if *runs <= 0 || *duration <= 0 || *clients < 2 || *ttl <= 0 || *pruneEvery < 0 {
 		return usagef("--runs and --duration must be positive, --clients at least 2, --ttl positive, --prune-every not negative")

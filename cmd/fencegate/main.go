@@ -33,6 +33,8 @@ type command struct {
 	// error wrapping flag.ErrHelp exits 0; a usageError exits 2; any other
 	// error exits 1 after being printed as "fencegate NAME: ERR".
 	run func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+	// hidden leaves the command out of the usage: fencegate runs it itself.
+	hidden bool
 }
 
 var commands = map[string]*command{}
@@ -144,8 +146,10 @@ func printUsage(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Commands:")
 	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
+	for n, c := range commands {
+		if !c.hidden {
+			names = append(names, n)
+		}
 	}
 	sort.Strings(names)
 	for _, n := range names {

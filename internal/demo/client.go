@@ -4,12 +4,12 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/worker"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -21,7 +21,7 @@ type ClientConfig struct {
 	Redis     []string      // one address, or five for Redlock
 	Tokens    []string      // token service API URLs
 	DB        string        // DSN: PostgreSQL directly, or the proxy
-	Password  string        // the DSN's password; passed in PGPASSWORD, never on the command line
+	Password  string        `json:"-"` // the DSN's password; passed in PGPASSWORD, never in the configuration
 	Fenced    bool          // take fencegate.fence in each transaction
 	Resource  string        // the lock and fence resource, e.g. "order:42"
 	KeyPrefix string        // prefix of the lock's key in Redis
@@ -29,37 +29,6 @@ type ClientConfig struct {
 	TTL       time.Duration // lock TTL
 	Wait      time.Duration // how long Acquire may keep retrying
 	Work      time.Duration // time spent between reading and writing
-}
-
-// ClientFlags registers the client's flags on fs, filling c.
-func ClientFlags(fs *flag.FlagSet, c *ClientConfig) {
-	fs.StringVar(&c.Name, "name", "client", "name shown in the timeline (default client)")
-	fs.Func("redis", "Redis address(es), comma-separated; five means Redlock (required)", func(s string) error {
-		c.Redis = splitList(s)
-		return nil
-	})
-	fs.Func("tokens", "token service URLs, comma-separated (required)", func(s string) error {
-		c.Tokens = splitList(s)
-		return nil
-	})
-	fs.StringVar(&c.DB, "db", "", "PostgreSQL or proxy DSN (required)")
-	fs.BoolVar(&c.Fenced, "fenced", false, "fence every transaction with the lock's token (default false)")
-	fs.StringVar(&c.Resource, "resource", "order:42", "lock and fence resource (default order:42)")
-	fs.StringVar(&c.KeyPrefix, "key-prefix", "fencegate:demo:lock:", "prefix of the lock's key in Redis (default fencegate:demo:lock:)")
-	fs.IntVar(&c.OrderID, "order", 42, "order id to charge (default 42)")
-	fs.DurationVar(&c.TTL, "ttl", time.Second, "lock TTL (default 1s)")
-	fs.DurationVar(&c.Wait, "wait", 30*time.Second, "how long to keep trying for the lock (default 30s)")
-	fs.DurationVar(&c.Work, "work", 0, "time spent working between the read and the write (default 0)")
-}
-
-// args renders c as the command line ClientFlags parses.
-func (c *ClientConfig) args() []string {
-	a := []string{"--name", c.Name, "--redis", strings.Join(c.Redis, ","), "--tokens", strings.Join(c.Tokens, ","),
-		"--db", c.DB, "--resource", c.Resource, "--key-prefix", c.KeyPrefix, "--order", fmt.Sprint(c.OrderID), "--ttl", c.TTL.String(), "--wait", c.Wait.String(), "--work", c.Work.String()}
-	if c.Fenced {
-		a = append(a, "--fenced")
-	}
-	return a
 }
 
 func splitList(s string) []string {
@@ -72,22 +41,22 @@ func splitList(s string) []string {
 	return out
 }
 
-// RunClient is the body of "fencegate demo client": take the lock and a
+// RunClient is the body of the demo's client process (worker.DemoClient): take the lock and a
 // token, read the order, wait for the demo's go-ahead on stdin (the demo may
 // freeze this process meanwhile), check the lease once more, charge the order
 // if it looked unpaid, release. Progress goes to stdout as JSON lines.
 func RunClient(ctx context.Context, c *ClientConfig, stdin io.Reader, stdout io.Writer) error {
-	ev := newEventWriter(stdout)
+	ev := eventWriter{worker.NewWriter(stdout)}
 	err := runClient(ctx, c, bufio.NewReader(stdin), ev)
 	if err != nil {
-		ev.send(event{Event: evFailed, Error: err.Error()})
+		ev.send(worker.Event{Kind: evFailed, Err: err.Error()})
 	}
 	return err
 }
 
-func runClient(ctx context.Context, c *ClientConfig, stdin *bufio.Reader, ev *eventWriter) error {
+func runClient(ctx context.Context, c *ClientConfig, stdin *bufio.Reader, ev eventWriter) error {
 	if len(c.Redis) == 0 || len(c.Tokens) == 0 || c.DB == "" {
-		return errors.New("demo client: --redis, --tokens and --db are required")
+		return errors.New("demo client: Redis, Tokens and DB are required")
 	}
 	conn, err := pgx.Connect(ctx, c.DB)
 	if err != nil {
@@ -107,7 +76,7 @@ func runClient(ctx context.Context, c *ClientConfig, stdin *bufio.Reader, ev *ev
 	if err != nil {
 		return fmt.Errorf("acquire %s: %w", c.Resource, err)
 	}
-	ev.send(event{Event: evAcquired, Token: lock.Token(), TTLMillis: c.TTL.Milliseconds()})
+	ev.send(worker.Event{Kind: evAcquired, Token: lock.Token(), TTLMillis: c.TTL.Milliseconds()})
 
 	var state string
 	err = c.tx(ctx, conn, lock, func(tx pgx.Tx) error {
@@ -116,7 +85,7 @@ func runClient(ctx context.Context, c *ClientConfig, stdin *bufio.Reader, ev *ev
 	if err != nil {
 		return fmt.Errorf("read order %d: %w", c.OrderID, err)
 	}
-	ev.send(event{Event: evRead, State: state})
+	ev.send(worker.Event{Kind: evRead, State: state})
 
 	// Work on it (call the card processor, say), then, as a careful client
 	// does, check the lease right before writing. It does not help: the
@@ -126,7 +95,7 @@ func runClient(ctx context.Context, c *ClientConfig, stdin *bufio.Reader, ev *ev
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	ev.send(event{Event: evChecked, Held: held(lock)})
+	ev.send(worker.Event{Kind: evChecked, Held: held(lock)})
 	// The go-ahead. The demo may SIGSTOP this process before sending it:
 	// this wait is where the "GC pause" lands.
 	line, err := stdin.ReadString('\n')
@@ -134,7 +103,7 @@ func runClient(ctx context.Context, c *ClientConfig, stdin *bufio.Reader, ev *ev
 		return fmt.Errorf("wait for go-ahead: got %q, %v", line, err)
 	}
 	if state != "unpaid" {
-		ev.send(event{Event: evSkipped, State: state})
+		ev.send(worker.Event{Kind: evSkipped, State: state})
 	} else {
 		err = c.tx(ctx, conn, lock, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, `INSERT INTO charges(order_id, amount_cents, by_client, token)
@@ -147,9 +116,9 @@ func runClient(ctx context.Context, c *ClientConfig, stdin *bufio.Reader, ev *ev
 		var pgErr *pgconn.PgError
 		switch {
 		case err == nil:
-			ev.send(event{Event: evWrote, OK: true})
+			ev.send(worker.Event{Kind: evWrote, OK: true})
 		case errors.As(err, &pgErr):
-			ev.send(event{Event: evWrote, SQLState: pgErr.Code, Error: pgErr.Message})
+			ev.send(worker.Event{Kind: evWrote, SQLState: pgErr.Code, Err: pgErr.Message})
 		default:
 			return fmt.Errorf("charge order %d: %w", c.OrderID, err)
 		}
@@ -157,7 +126,7 @@ func runClient(ctx context.Context, c *ClientConfig, stdin *bufio.Reader, ev *ev
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = lock.Release(rctx)
-	ev.send(event{Event: evReleased})
+	ev.send(worker.Event{Kind: evReleased})
 	return nil
 }
 

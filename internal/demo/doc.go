@@ -17,8 +17,9 @@
 // persistence instead of from a pause.
 //
 // The clients are the fencegate binary itself, re-executed with the hidden
-// command "fencegate demo client", so that a pause is a real SIGSTOP of a
-// real process whose lease runs out in Redis while it cannot run.
+// command "fencegate worker demo-client" (see package worker), so that a
+// pause is a real SIGSTOP of a real process whose lease runs out in Redis
+// while it cannot run.
 //
 // ForgedToken is a second scene, for signed tokens: a database that
 // requires the proofs of a signing token cluster refuses a token never

@@ -530,10 +530,10 @@ func (p *pausedRun) draw() {
 }
 
 func writeOf(e stamped) Write {
-	if e.Event == evSkipped {
+	if e.Kind == evSkipped {
 		return Write{}
 	}
-	return Write{Attempted: true, OK: e.OK, SQLState: e.SQLState, Message: e.Error}
+	return Write{Attempted: true, OK: e.OK, SQLState: e.SQLState, Message: e.Err}
 }
 
 func writeKind(w Write, stale bool) timeline.MarkKind {

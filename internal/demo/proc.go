@@ -2,7 +2,6 @@ package demo
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os/exec"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/proc"
+	"github.com/fencegate/fencegate/internal/worker"
 )
 
 // clientProc is a running client process and the events it reported, each
@@ -28,7 +28,7 @@ type clientProc struct {
 }
 
 type stamped struct {
-	event
+	worker.Event
 	at time.Time
 }
 
@@ -38,19 +38,23 @@ func startClient(binary string, c *ClientConfig) (*clientProc, error) {
 		return nil, err
 	}
 	cp := &clientProc{name: c.Name, g: g, events: make(chan stamped, 16)}
-	var env []string
+	cfgEnv, err := worker.Env(c)
+	if err != nil {
+		_ = g.Close()
+		return nil, err
+	}
+	env := []string{cfgEnv}
 	if c.Password != "" {
 		env = append(env, "PGPASSWORD="+c.Password)
 	}
-	cp.p, err = g.Start(c.Name, binary, append([]string{"demo", "client"}, c.args()...),
+	cp.p, err = g.Start(c.Name, binary, worker.Args(worker.DemoClient),
 		proc.WithEnv(env...),
 		proc.WithSetup(func(cmd *exec.Cmd) (err error) {
 			cp.stdin, err = cmd.StdinPipe()
 			return err
 		}),
 		proc.WithStdoutLines(func(line []byte) {
-			var e event
-			if json.Unmarshal(line, &e) == nil {
+			if e, ok := worker.Decode(line); ok {
 				cp.events <- stamped{e, time.Now()}
 			}
 		}),
@@ -76,14 +80,14 @@ func (p *clientProc) next(ctx context.Context, timeout time.Duration, want ...st
 			return stamped{}, fmt.Errorf("%w: %s exited (%v) before %v: %s", ErrClient, p.name, p.p.Err(), want, p.output())
 		}
 		for _, w := range want {
-			if e.Event == w {
+			if e.Kind == w {
 				return e, nil
 			}
 		}
-		if e.Event == evFailed {
-			return e, fmt.Errorf("%w: %s: %s", ErrClient, p.name, e.Error)
+		if e.Kind == evFailed {
+			return e, fmt.Errorf("%w: %s: %s", ErrClient, p.name, e.Err)
 		}
-		return e, fmt.Errorf("%w: %s reported %q, want one of %v", ErrClient, p.name, e.Event, want)
+		return e, fmt.Errorf("%w: %s reported %q, want one of %v", ErrClient, p.name, e.Kind, want)
 	case <-t.C:
 		var around string
 		if p.stuck != nil {

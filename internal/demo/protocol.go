@@ -1,46 +1,25 @@
 package demo
 
 import (
-	"encoding/json"
-	"io"
-	"sync"
+	"github.com/fencegate/fencegate/internal/worker"
 )
 
-// Events a client process reports to the demo on its stdout, one JSON object
-// per line. The demo answers on the client's stdin.
+// Events a client process reports to the demo on its stdout, as
+// worker.Events (the Kind is one of these). The demo answers on the
+// client's stdin.
 const (
 	evAcquired = "acquired" // Token, TTLMillis
 	evRead     = "read"     // State
 	evChecked  = "checked"  // Held: the client's last look at its lease before writing
-	evWrote    = "wrote"    // OK, SQLState, Error
+	evWrote    = "wrote"    // OK, SQLState, Err
 	evReleased = "released"
 	evSkipped  = "skipped" // the order was already paid; nothing to write
-	evFailed   = "failed"  // Error
+	evFailed   = "failed"  // Err
 
 	cmdWrite = "write" // sent on stdin: go ahead and write
 )
 
-// event is one line a client reports.
-type event struct {
-	Event     string `json:"event"`
-	Token     int64  `json:"token,omitempty"`
-	TTLMillis int64  `json:"ttl_ms,omitempty"`
-	State     string `json:"state,omitempty"`
-	Held      bool   `json:"held,omitempty"`
-	OK        bool   `json:"ok,omitempty"`
-	SQLState  string `json:"sqlstate,omitempty"`
-	Error     string `json:"error,omitempty"`
-}
+// eventWriter sends a client's events.
+type eventWriter struct{ w *worker.Writer }
 
-type eventWriter struct {
-	mu  sync.Mutex
-	enc *json.Encoder
-}
-
-func newEventWriter(w io.Writer) *eventWriter { return &eventWriter{enc: json.NewEncoder(w)} }
-
-func (w *eventWriter) send(e event) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	_ = w.enc.Encode(e)
-}
+func (w eventWriter) send(e worker.Event) { _ = w.w.Send(e) }

@@ -2,7 +2,6 @@ package faults
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,11 +10,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/fencegate/fencegate/internal/proc"
+	"github.com/fencegate/fencegate/internal/worker"
 )
 
 // Config configures a campaign. Zero values take the defaults stated on
@@ -349,16 +348,15 @@ func startClients(stack *Stack, cfg Config, seed int64, rec *Recorder) ([]*Clien
 	var out []*ClientProc
 	for i := range cfg.Clients {
 		cp := &ClientProc{Name: "c" + strconv.Itoa(i+1)}
-		args := []string{"faults", "client", "--id", cp.Name,
-			"--tokens", strings.Join(stack.TokenURLs(), ","),
-			"--redis", strings.Join(stack.RedisAddrs(), ","),
-			"--dsn", strings.Join(stack.ProxyDSNs(), ","),
-			"--resource", Resource,
-			"--ttl", cfg.TTL.String(), "--work", cfg.Work.String(),
-			"--seed", strconv.FormatInt(seed*100+int64(i), 10)}
+		env, err := worker.Env(ClientConfig{ID: cp.Name, Tokens: stack.TokenURLs(), Redis: stack.RedisAddrs(),
+			DSNs: stack.ProxyDSNs(), Resource: Resource, TTL: cfg.TTL, Work: cfg.Work, Seed: seed*100 + int64(i)})
+		if err != nil {
+			cfg.Logger.Error("start client", "client", cp.Name, "err", err)
+			continue
+		}
 		sink := func(line []byte) {
-			var e Event
-			if err := json.Unmarshal(line, &e); err != nil {
+			e, ok := worker.Decode(line)
+			if !ok {
 				return
 			}
 			cp.Observe(e)
@@ -367,8 +365,8 @@ func startClients(stack *Stack, cfg Config, seed int64, rec *Recorder) ([]*Clien
 				once.Do(func() { close(firstOK) })
 			}
 		}
-		cp.Proc = stack.Sup.Add("client-"+cp.Name, cfg.Binary, args,
-			proc.WithStdoutLines(sink), proc.WithEnv(stack.ClientEnv()...))
+		cp.Proc = stack.Sup.Add("client-"+cp.Name, cfg.Binary, worker.Args(worker.FaultsClient),
+			proc.WithStdoutLines(sink), proc.WithEnv(append(stack.ClientEnv(), env)...))
 		out = append(out, cp)
 	}
 	for _, cp := range out {

@@ -24,7 +24,7 @@ type ClientConfig struct {
 	TTL      time.Duration // lock TTL
 	Work     time.Duration // the most a client waits between token and write
 	Seed     int64         // seeds the client's random work times
-	Logger   *slog.Logger
+	Logger   *slog.Logger  `json:"-"`
 }
 
 // RunClient runs the workload until ctx ends, writing its events to w as

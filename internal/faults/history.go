@@ -9,6 +9,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/fencegate/fencegate/internal/worker"
 	"golang.org/x/sys/unix"
 )
 
@@ -39,25 +40,10 @@ const (
 	DetailAborted = "aborted"
 )
 
-// Event is one line of a run's history.
-type Event struct {
-	// Time is CLOCK_MONOTONIC in nanoseconds: one clock for every process
-	// of the machine, unaffected by wall-clock jumps.
-	Time     int64  `json:"t"`
-	Client   string `json:"client"`
-	Kind     string `json:"kind"`
-	Op       int64  `json:"op,omitempty"`
-	Resource string `json:"resource,omitempty"`
-	Token    int64  `json:"token,omitempty"`
-	Value    int64  `json:"value,omitempty"`
-	// Work is, on acquire-ok, how long (ns) the client will work before
-	// its transaction begins.
-	Work   int64  `json:"work,omitempty"`
-	Fault  string `json:"fault,omitempty"`
-	Target string `json:"target,omitempty"`
-	Detail string `json:"detail,omitempty"`
-	Err    string `json:"err,omitempty"`
-}
+// Event is one line of a run's history: the workers' event record. Its
+// Time is CLOCK_MONOTONIC in nanoseconds: one clock for every process of
+// the machine, unaffected by wall-clock jumps.
+type Event = worker.Event
 
 // MonoNow returns CLOCK_MONOTONIC in nanoseconds.
 func MonoNow() int64 {
@@ -87,11 +73,10 @@ func (r *Recorder) Record(e Event) error {
 	if e.Time == 0 {
 		e.Time = MonoNow()
 	}
-	b, err := json.Marshal(e)
+	b, err := worker.Encode(e)
 	if err != nil {
-		return fmt.Errorf("encode event: %w", err)
+		return err
 	}
-	b = append(b, '\n')
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.keep {

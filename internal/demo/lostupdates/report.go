@@ -69,7 +69,7 @@ func analyze(cfg Config, mr *modeRun) modeReport {
 		tl.AddLane(lane(id))
 	}
 	recs := append([]workerRecord(nil), mr.records...)
-	sort.SliceStable(recs, func(i, j int) bool { return recs[i].At < recs[j].At })
+	sort.SliceStable(recs, func(i, j int) bool { return recs[i].Time < recs[j].Time })
 
 	// Holds: from "acq" to the worker's next "rel".
 	type hold struct {
@@ -80,18 +80,18 @@ func analyze(cfg Config, mr *modeRun) modeReport {
 	open := map[int]*hold{}
 	var holds []hold
 	for _, r := range recs {
-		switch r.Ev {
+		switch r.Kind {
 		case "acq":
-			open[r.worker] = &hold{worker: r.worker, from: r.At, token: r.Token}
+			open[r.worker] = &hold{worker: r.worker, from: r.Time, token: r.Token}
 		case "rel":
 			if h := open[r.worker]; h != nil {
-				h.to = r.At
+				h.to = r.Time
 				holds = append(holds, *h)
 				delete(open, r.worker)
 			}
 		case "write":
 			m.Attempts++
-			at := time.Unix(0, r.At)
+			at := time.Unix(0, r.Time)
 			switch {
 			case r.OK:
 				m.Acked++

@@ -2,7 +2,6 @@ package lostupdates
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
@@ -18,6 +17,7 @@ import (
 	"github.com/fencegate/fencegate/internal/demo/appdb"
 	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/internal/proc"
+	"github.com/fencegate/fencegate/internal/worker"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -166,12 +166,14 @@ type workers struct {
 // start starts worker wc.ID.
 func (ws *workers) start(exe string, wc workerConfig) error {
 	id := wc.ID
-	raw, _ := json.Marshal(wc)
+	env, err := worker.Env(wc)
+	if err != nil {
+		return err
+	}
 	ws.wg.Add(1)
-	// The worker is this program again, told so by its environment;
-	// the arguments are those of the fencegate subcommand.
-	p, err := ws.g.Start(fmt.Sprintf("worker %d", id), exe, []string{"demo", "lost-updates"},
-		proc.WithEnv(workerEnv+"="+string(raw)),
+	// The worker is this program again.
+	p, err := ws.g.Start(fmt.Sprintf("worker %d", id), exe, worker.Args(worker.LostUpdates),
+		proc.WithEnv(env),
 		proc.WithSetup(func(cmd *exec.Cmd) (err error) {
 			ws.stdins[id-1], err = cmd.StdinPipe()
 			return err
@@ -197,17 +199,17 @@ func (ws *workers) start(exe string, wc workerConfig) error {
 
 // line takes one line of worker id's output.
 func (ws *workers) line(id int, line []byte) {
-	var r record
-	if json.Unmarshal(line, &r) != nil {
+	r, ok := worker.Decode(line)
+	if !ok {
 		return
 	}
-	if r.Ev == "ready" {
+	if r.Kind == "ready" {
 		ws.ready <- id
 		return
 	}
 	ws.mu.Lock()
 	ws.mr.records = append(ws.mr.records, workerRecord{r, id})
-	switch r.Ev {
+	switch r.Kind {
 	case "acq":
 		ws.holding[id] = true
 	case "rel":
@@ -353,7 +355,7 @@ func readBack(ctx context.Context, db string, mr *modeRun) error {
 		return fmt.Errorf("find stale writes: %w", err)
 	}
 	for _, r := range mr.records {
-		if r.Ev != "write" || r.OK {
+		if r.Kind != "write" || r.OK {
 			continue
 		}
 		var n int

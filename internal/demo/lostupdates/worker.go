@@ -3,7 +3,6 @@ package lostupdates
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,13 +10,14 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/demo"
+	"github.com/fencegate/fencegate/internal/worker"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// workerConfig is what a worker process needs; the parent passes it as JSON
-// in the environment variable workerEnv.
+// workerConfig is what a worker process needs; the parent passes it as
+// worker.Env does.
 type workerConfig struct {
 	ID       int           `json:"id"`
 	N        int           `json:"n"`        // increments to make
@@ -32,19 +32,10 @@ type workerConfig struct {
 	Work     time.Duration `json:"work"` // between the read and the write
 }
 
-const workerEnv = "LOST_UPDATES_WORKER"
-
-// record is one line a worker reports on stdout.
-type record struct {
-	Ev       string `json:"ev"` // "acq", "write", "rel"
-	At       int64  `json:"at"` // Unix nanoseconds
-	Token    int64  `json:"tok,omitempty"`
-	Attempt  int    `json:"att,omitempty"`
-	OK       bool   `json:"ok,omitempty"`
-	Value    int64  `json:"val,omitempty"` // the value written
-	SQLState string `json:"code,omitempty"`
-	Err      string `json:"err,omitempty"`
-}
+// record is one line a worker reports on stdout: Kind is "ready", "acq",
+// "write" or "rel"; Time is Unix nanoseconds; a write has Attempt, OK and
+// Value, or SQLState and Err.
+type record = worker.Event
 
 // runWorker increments the counter cfg.N times, each time under the lock:
 // take the lock (and its fencing token), prepare a little, then in one
@@ -54,8 +45,8 @@ type record struct {
 // It reports "ready" once connected, and starts when a line arrives on in, so
 // that slow process starts do not eat into the run.
 func runWorker(ctx context.Context, cfg workerConfig, in io.Reader, out io.Writer) error {
-	enc := json.NewEncoder(out)
-	emit := func(r record) { r.At = time.Now().UnixNano(); _ = enc.Encode(r) }
+	enc := worker.NewWriter(out)
+	emit := func(r record) { r.Time = time.Now().UnixNano(); _ = enc.Send(r) }
 
 	conn, err := pgx.Connect(ctx, cfg.DB)
 	if err != nil {
@@ -68,7 +59,7 @@ func runWorker(ctx context.Context, cfg workerConfig, in io.Reader, out io.Write
 		return err
 	}
 	defer locks.Close()
-	emit(record{Ev: "ready"})
+	emit(record{Kind: "ready"})
 	if _, err := bufio.NewReader(in).ReadString('\n'); err != nil {
 		return fmt.Errorf("wait for start: %w", err)
 	}
@@ -85,7 +76,7 @@ func runWorker(ctx context.Context, cfg workerConfig, in io.Reader, out io.Write
 			}
 			return fmt.Errorf("acquire: %w", err)
 		}
-		emit(record{Ev: "acq", Token: lock.Token()})
+		emit(record{Kind: "acq", Token: lock.Token()})
 		attempt++
 		time.Sleep(cfg.Prep)
 		var value int64
@@ -111,38 +102,46 @@ func runWorker(ctx context.Context, cfg workerConfig, in io.Reader, out io.Write
 		switch {
 		case err == nil:
 			done++
-			emit(record{Ev: "write", Token: lock.Token(), Attempt: attempt, OK: true, Value: value})
+			emit(record{Kind: "write", Token: lock.Token(), Attempt: attempt, OK: true, Value: value})
 		case errors.As(err, &pgErr):
-			emit(record{Ev: "write", Token: lock.Token(), Attempt: attempt, SQLState: pgErr.Code, Err: pgErr.Message})
+			emit(record{Kind: "write", Token: lock.Token(), Attempt: attempt, SQLState: pgErr.Code, Err: pgErr.Message})
 		default:
 			return fmt.Errorf("increment: %w", err)
 		}
 		// The belief ends when the release starts: stamp it before the lock
 		// is free for the next worker.
-		rel := record{Ev: "rel", Token: lock.Token(), At: time.Now().UnixNano()}
+		rel := record{Kind: "rel", Token: lock.Token(), Time: time.Now().UnixNano()}
 		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = lock.Release(rctx)
 		cancel()
-		_ = enc.Encode(rel)
+		_ = enc.Send(rel)
 	}
 	return nil
 }
 
-// WorkerMain runs this process as a worker, and exits, when the parent
-// asked for one (in its environment); otherwise it returns false. A
-// program that runs Run calls it first.
+// RunWorker is the body of a worker process (worker.LostUpdates): it reads
+// its configuration from the environment, takes the go-ahead on stdin and
+// reports on stdout.
+func RunWorker(ctx context.Context) error {
+	var cfg workerConfig
+	if err := worker.ReadConfig(&cfg); err != nil {
+		return err
+	}
+	if err := runWorker(ctx, cfg, os.Stdin, os.Stdout); err != nil {
+		return fmt.Errorf("lost-updates worker %d: %w", cfg.ID, err)
+	}
+	return nil
+}
+
+// WorkerMain runs this process as a worker, and exits, when its command
+// line asks for one; otherwise it returns false. A test program that runs
+// Run with itself as the binary calls it first.
 func WorkerMain() bool {
-	raw := os.Getenv(workerEnv)
-	if raw == "" {
+	if len(os.Args) < 3 || os.Args[1] != worker.Command || os.Args[2] != worker.LostUpdates {
 		return false
 	}
-	var cfg workerConfig
-	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "lost-updates worker: bad %s: %v\n", workerEnv, err)
-		os.Exit(2)
-	}
-	if err := runWorker(context.Background(), cfg, os.Stdin, os.Stdout); err != nil {
-		fmt.Fprintf(os.Stderr, "lost-updates worker %d: %v\n", cfg.ID, err)
+	if err := RunWorker(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	os.Exit(0)
