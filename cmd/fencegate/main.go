@@ -75,6 +75,16 @@ func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
 	return nil
 }
 
+// hiddenFlag is the value of a flag that printFlags leaves out: one that
+// fencegate passes to itself, not one for its users.
+type hiddenFlag struct{ flag.Value }
+
+// hideFlag hides fs's flag name from --help; it is still accepted.
+func hideFlag(fs *flag.FlagSet, name string) {
+	f := fs.Lookup(name)
+	f.Value = hiddenFlag{f.Value}
+}
+
 // printFlags prints the usage line and every flag of fs with its help text.
 // A default is added only when the help text does not state one itself, so
 // that none is printed twice.
@@ -82,6 +92,9 @@ func printFlags(fs *flag.FlagSet) {
 	w := fs.Output()
 	fmt.Fprintf(w, "Usage of fencegate %s:\n", strings.TrimPrefix(fs.Name(), "fencegate "))
 	fs.VisitAll(func(f *flag.Flag) {
+		if _, hidden := f.Value.(hiddenFlag); hidden {
+			return
+		}
 		name, usage := flag.UnquoteUsage(f)
 		line := "  -" + f.Name
 		if name != "" {

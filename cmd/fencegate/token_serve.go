@@ -52,6 +52,7 @@ func tokenServeFlags(fs *flag.FlagSet) *tokenServeOpts {
 	fs.BoolVar(&o.insecurePlaintext, "insecure-plaintext", false, "without TLS, still bind --api-addr and --raft-addr to addresses other hosts can reach: anyone there can mint tokens, read the cluster's state and speak Raft to this node; routes that change the cluster answer only to loopback and to the members' hosts (default false: without TLS, loopback addresses only)")
 	fs.StringVar(&o.signingKeys, "signing-keys", "", "sign every token: a file of \"KEYID HEXKEY\" lines, at least 32 bytes of key each; the first signs, the others are kept for rotation; give every node the same file (default empty: tokens without proofs)")
 	fs.StringVar(&o.via, "dial-via", "", "reach these peer addresses through others, as ADDR=VIA,... (fault injection: relays between nodes; default empty: dial peers directly)")
+	hideFlag(fs, "dial-via") // the fault campaign's, not the users'
 	return o
 }
 
