@@ -9,11 +9,13 @@ import (
 )
 
 // slowStable is a stable store whose SetUint64 takes a while; entered, when
-// set, is closed once the first write is inside it.
+// set, is closed once the first write is inside it, and writes counts the
+// writes that ended.
 type slowStable struct {
 	raft.StableStore
 	mu      sync.Mutex
 	closed  bool
+	writes  int
 	entered chan struct{}
 	once    sync.Once
 }
@@ -28,6 +30,7 @@ func (s *slowStable) SetUint64(key []byte, val uint64) error {
 	if s.closed {
 		panic("a write reached the closed store") // what bolt's error makes Raft do
 	}
+	s.writes++
 	return nil
 }
 
@@ -44,15 +47,21 @@ func TestClosingStableWaitsThenHolds(t *testing.T) {
 	<-inner.entered // the write is inside the store (a sleep before close raced it under load)
 	c.close()
 	inner.mu.Lock()
+	ended := inner.writes
 	inner.closed = true // what Store.Kill does next: bolt.Close
 	inner.mu.Unlock()
+	if ended != 1 {
+		t.Fatal("close returned before the running write ended")
+	}
+	// The write's caller gets its answer (it sends it after the store
+	// returned, so it is waited for, not polled).
 	select {
 	case err := <-done:
 		if err != nil {
 			t.Fatalf("the running write: %v", err)
 		}
-	default:
-		t.Fatal("close returned before the running write ended")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the running write never returned")
 	}
 	late := make(chan struct{})
 	go func() {
