@@ -44,6 +44,7 @@ type Stack struct {
 // test when any part cannot start.
 func Start(t testing.TB, redisAddrs []string, opts ...lockclient.Option) *Stack {
 	t.Helper()
+	testutil.NeedServices(t)
 	s := &Stack{Tokens: tokenservicetest.StartCluster(t, 3), DB: pgfencetest.New(t)}
 	s.ProxyDSN = proxytest.Start(t, s.DB.AppDSN)
 	b := make([]byte, 6)

@@ -56,6 +56,7 @@ var tables = []struct{ create, name, resource string }{
 // the application role SELECT, INSERT, UPDATE and DELETE on them.
 func Database(t testing.TB) (app, appDirect, admin string) {
 	t.Helper()
+	testutil.NeedServices(t)
 	d := pgfencetest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -98,6 +99,7 @@ type Stack struct {
 // the suite finds) and stops it when t ends.
 func Start(t *testing.T, name string) *Stack {
 	t.Helper()
+	testutil.NeedServices(t)
 	s := &Stack{name: name}
 	s.redisAddr, s.prefix = testutil.Redis(t)
 	for range 3 {

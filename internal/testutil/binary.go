@@ -34,6 +34,7 @@ func Main(m *testing.M) {
 // that the build is removed afterwards.
 func Binary(t testing.TB) string {
 	t.Helper()
+	NeedServices(t)
 	buildOnce.Do(func() {
 		_, file, _, _ := runtime.Caller(0)
 		root := filepath.Join(filepath.Dir(file), "..", "..")

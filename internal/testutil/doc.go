@@ -4,6 +4,8 @@
 //
 // Tests that need PostgreSQL or Redis fail (never skip) when the service is
 // not reachable: a missing service is a broken environment, not a pass.
+// Under -short (see NeedServices) they skip instead: `go test -short ./...`
+// runs only the tests that need no service and no network.
 //
 // Environment variables:
 //

@@ -30,6 +30,7 @@ var RandomName = pgdb.RandomName
 // not reachable.
 func PostgresDB(t testing.TB) string {
 	t.Helper()
+	NeedServices(t)
 	admin := PostgresAdminDSN()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

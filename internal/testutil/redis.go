@@ -29,6 +29,7 @@ func RedisAddr() string {
 // test ends. The test fails if Redis is not reachable.
 func Redis(t testing.TB) (addr, prefix string) {
 	t.Helper()
+	NeedServices(t)
 	addr = RedisAddr()
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -68,6 +69,7 @@ func (s *RedisServer) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.Port)
 // fails if redis-server is not installed.
 func StartRedis(t testing.TB, extra ...string) *RedisServer {
 	t.Helper()
+	NeedServices(t)
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Fatalf("redis-server not found on PATH: install the redis-server package")

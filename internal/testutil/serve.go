@@ -11,6 +11,7 @@ import (
 // the test ends the listener and every accepted connection are closed.
 func Serve(t testing.TB, handle func(net.Conn)) string {
 	t.Helper()
+	NeedServices(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

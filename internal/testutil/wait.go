@@ -33,6 +33,7 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 // that no earlier call in this process returned (see package freeport).
 func FreePort(t testing.TB) int {
 	t.Helper()
+	NeedServices(t)
 	ports, err := freeport.Ports(1)
 	if err != nil {
 		t.Fatal(err)

@@ -48,6 +48,7 @@ type Options struct {
 // installs schema fencegate.
 func New(t testing.TB, opts ...Options) *DB {
 	t.Helper()
+	testutil.NeedServices(t)
 	var o Options
 	if len(opts) > 0 {
 		o = opts[0]

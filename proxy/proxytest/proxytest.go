@@ -46,6 +46,7 @@ func Start(t testing.TB, upstreamDSN string, opts ...Option) string {
 // its metrics or shut it down themselves.
 func StartProxy(t testing.TB, upstreamDSN string, opts ...Option) (string, *proxy.Proxy) {
 	t.Helper()
+	testutil.NeedServices(t)
 	u, err := url.Parse(upstreamDSN)
 	if err != nil {
 		t.Fatalf("proxytest: parse upstream DSN: %v", err)

@@ -101,6 +101,7 @@ type node struct {
 // node cannot start.
 func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	t.Helper()
+	testutil.NeedServices(t)
 	// The temp dir first: its removal then runs after the nodes are stopped
 	// (cleanups run last-registered first).
 	c := &Cluster{t: t, dir: t.TempDir(), links: map[[2]int]*netfault.Relay{}, apiLinks: map[[2]int]*netfault.Relay{}}

@@ -22,6 +22,7 @@ import (
 // outlive the test on a shared server.
 func Start(t testing.TB, redisAddr string) *devstack.Stack {
 	t.Helper()
+	testutil.NeedServices(t)
 	st, err := devstack.StartThrowaway(context.Background(), devstack.ThrowawayConfig{
 		Prefix:   "fg_dev_",
 		Postgres: testutil.PostgresAdminDSN(),
