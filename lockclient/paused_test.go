@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 	// as Dial sends them; the others (dials of killed masters through
 	// clients the tests made themselves) are expected and dropped.
 	routeOnce.Do(func() { redis.SetLogger(redisLog{stderr: log.New(io.Discard, "", 0)}) })
-	testutil.Main(m)
+	testutil.Main(m, "^Example")
 }
 
 // pausedHolder is the child process: it takes the lock, reports its token,

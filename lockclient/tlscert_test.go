@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fencegate/fencegate/internal/testutil"
 )
 
 // resettingTLSServer accepts TLS connections that ask for a client
@@ -67,6 +69,7 @@ func resettingTLSServer(t *testing.T, pki *testPKI, answerFirst bool) string {
 // certificate; the same reset with a certificate given, or after the server
 // answered, stays a network failure.
 func TestFirstExchangeResetAfterCertificateRequest(t *testing.T) {
+	testutil.NeedServices(t)
 	pki := newTestPKI(t)
 	for _, tc := range []struct {
 		name        string

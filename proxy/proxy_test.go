@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-func TestMain(m *testing.M) { testutil.Main(m) }
+func TestMain(m *testing.M) { testutil.Main(m, "^Example$", "^Example_privilegedRole$") }
 
 // fixture is a fresh database with the fencegate schema, a protected
 // orders table (resource 'order:' || id) and an application role that may

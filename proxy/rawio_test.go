@@ -9,6 +9,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/fencegate/fencegate/internal/testutil"
 )
 
 // tcpPair returns both ends of a loopback TCP connection.
@@ -41,6 +43,7 @@ func tcpPair(t testing.TB) (net.Conn, net.Conn) {
 }
 
 func TestRawConnTransfersAndEnds(t *testing.T) {
+	testutil.NeedServices(t)
 	a, b := tcpPair(t)
 	ra, rb := newRawConn(a), newRawConn(b)
 	if _, ok := ra.(*rawConn); !ok {
@@ -70,6 +73,7 @@ func TestRawConnTransfersAndEnds(t *testing.T) {
 }
 
 func TestRawConnCloseWakesReader(t *testing.T) {
+	testutil.NeedServices(t)
 	a, _ := tcpPair(t)
 	ra := newRawConn(a)
 	errc := make(chan error, 1)
@@ -93,6 +97,7 @@ func TestRawConnCloseWakesReader(t *testing.T) {
 }
 
 func TestRawConnDeadlines(t *testing.T) {
+	testutil.NeedServices(t)
 	a, _ := tcpPair(t)
 	ra := newRawConn(a)
 	_ = ra.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
@@ -110,6 +115,7 @@ func TestRawConnDeadlines(t *testing.T) {
 }
 
 func TestRawConnPeerGone(t *testing.T) {
+	testutil.NeedServices(t)
 	a, b := tcpPair(t)
 	ra := newRawConn(a)
 	b.Close()
@@ -128,6 +134,7 @@ func TestRawConnPeerGone(t *testing.T) {
 }
 
 func TestRawConnAllocatesNothing(t *testing.T) {
+	testutil.NeedServices(t)
 	a, b := tcpPair(t)
 	ra, rb := newRawConn(a), newRawConn(b)
 	msg, buf := []byte("ping"), make([]byte, 16)

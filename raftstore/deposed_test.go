@@ -27,6 +27,7 @@ type linkedNodes struct {
 }
 
 func newLinkedNodes(t *testing.T, ids ...string) *linkedNodes {
+	testutil.NeedServices(t)
 	ln := &linkedNodes{t: t, addrs: map[string]string{}, lns: map[string]net.Listener{}, links: map[[2]string]*netfault.Relay{}, stores: map[string]*Store{},
 		apiCut: map[string]bool{}, probe: &pendingProber{nodes: map[string]*Pending{}}}
 	for _, id := range ids {

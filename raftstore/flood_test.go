@@ -20,6 +20,7 @@ import (
 // default), and a member on another address still connects meanwhile (the
 // oldest connection of the busiest flooding address makes room).
 func TestTLSLayerBoundsPendingHandshakes(t *testing.T) {
+	testutil.NeedServices(t)
 	const bound, sources, perSource = 256, 5, 60 // 300 > bound, each source under 64
 	ca, err := pki.NewCA("cluster", pki.Options{})
 	if err != nil {

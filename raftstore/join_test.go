@@ -33,6 +33,7 @@ func fastConfig(t testing.TB, id, dir string) Config {
 // A node that joins withholds its votes until it is promoted, also across
 // a restart before the promotion, and records the promotion.
 func TestJoinGatesVotesUntilPromoted(t *testing.T) {
+	testutil.NeedServices(t)
 	a := singleNode(t, t.TempDir(), "", true)
 	defer a.Close()
 	ctx := context.Background()

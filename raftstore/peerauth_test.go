@@ -31,6 +31,7 @@ type tlsCluster struct {
 
 func newTLSCluster(t *testing.T, ids ...string) *tlsCluster {
 	t.Helper()
+	testutil.NeedServices(t)
 	ca, err := pki.NewCA("cluster", pki.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 // its last run still closes.
 func bindLayer(t testing.TB, addr string, dial DialFunc) Layer {
 	t.Helper()
+	testutil.NeedServices(t)
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
@@ -40,6 +41,7 @@ func bindLayer(t testing.TB, addr string, dial DialFunc) Layer {
 // reopen it), founding a one-node cluster when boot is set.
 func singleNode(t testing.TB, dir, addr string, boot bool) *Store {
 	t.Helper()
+	testutil.NeedServices(t)
 	cfg := Config{
 		ID: "n1", DataDir: dir, Layer: bindLayer(t, addr, nil), APIAddr: "http://127.0.0.1:7101", Logger: testutil.Logger(t),
 		HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond, LeaderLeaseTimeout: 150 * time.Millisecond,

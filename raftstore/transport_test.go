@@ -19,6 +19,7 @@ import (
 // for hosts, and its configuration.
 func newTestTLSLayer(t *testing.T, ca *pki.CA, name string, hosts ...string) (Layer, *tls.Config) {
 	t.Helper()
+	testutil.NeedServices(t)
 	leaf, err := ca.Issue(name, []string{"peer"}, hosts, pki.Options{})
 	if err != nil {
 		t.Fatal(err)

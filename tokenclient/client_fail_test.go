@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/tokenapi"
 )
 
@@ -19,6 +20,7 @@ import (
 // listens: bound to 127.0.0.1:0 together, then closed.
 func closedNodeURLs(t *testing.T, n int) []string {
 	t.Helper()
+	testutil.NeedServices(t)
 	urls := make([]string, n)
 	for i := range urls {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -35,6 +37,7 @@ func closedNodeURLs(t *testing.T, n int) []string {
 // ErrNotRunning, naming the fix, long before the caller's deadline, and it
 // does so under a context without a deadline too.
 func TestClientGivesUpWhenNothingRuns(t *testing.T) {
+	testutil.NeedServices(t)
 	urls := append(closedNodeURLs(t, 2), "http://no-such-node.invalid:7101")
 	c, err := NewClient(urls, WithCoalescing(false))
 	if err != nil {
@@ -62,6 +65,7 @@ func TestClientGivesUpWhenNothingRuns(t *testing.T) {
 // though the other nodes refuse connections; the error then names each
 // node's failure in its own words.
 func TestClientKeepsTryingWhileANodeAnswers(t *testing.T) {
+	testutil.NeedServices(t)
 	var calls atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
@@ -137,6 +141,7 @@ func failDeadline(t *testing.T, d time.Duration) context.Context {
 // TestCloseWaitsForSenders: Close ends a coalesced request in flight, the
 // caller waiting for it returns, and no sender goroutine outlives Close.
 func TestCloseWaitsForSenders(t *testing.T) {
+	testutil.NeedServices(t)
 	arrived := make(chan struct{}, 16)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body) // the server notices a closed connection only after the body

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/tokenclient"
 )
 
@@ -17,6 +18,7 @@ import (
 // answer, not only by the deadline. (CI saw `token next --timeout 1s` say
 // only "context deadline exceeded" on a loaded machine.)
 func TestRetryKeepsNodeAnswerOverDeadline(t *testing.T) {
+	testutil.NeedServices(t)
 	var calls atomic.Int32
 	release := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -23,6 +23,7 @@ import (
 // cluster, with tight Raft timeouts.
 func foundingConfigs(t *testing.T, n int) []tokenservice.Config {
 	t.Helper()
+	testutil.NeedServices(t)
 	dir := t.TempDir()
 	var peers []tokenservice.Peer
 	for i := range n {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/history"
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice"
@@ -182,6 +183,7 @@ var (
 // 127.0.0.1:0, kept for the node that bound starts there.
 func loopbackAddr(t testing.TB) string {
 	t.Helper()
+	testutil.NeedServices(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -197,6 +199,7 @@ func loopbackAddr(t testing.TB) string {
 // 127.0.0.1:0 and closed again. No node ever starts there.
 func closedAddr(t testing.TB) string {
 	t.Helper()
+	testutil.NeedServices(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

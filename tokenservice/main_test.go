@@ -6,4 +6,4 @@ import (
 	"github.com/fencegate/fencegate/internal/testutil"
 )
 
-func TestMain(m *testing.M) { testutil.Main(m) }
+func TestMain(m *testing.M) { testutil.Main(m, "^Example$") }

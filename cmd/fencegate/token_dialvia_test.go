@@ -4,9 +4,12 @@ import (
 	"context"
 	"net"
 	"testing"
+
+	"github.com/fencegate/fencegate/internal/testutil"
 )
 
 func TestDialVia(t *testing.T) {
+	testutil.NeedServices(t)
 	if d, err := dialVia(""); d != nil || err != nil {
 		t.Fatalf("dialVia(\"\") = %v, %v; want nil, nil", d != nil, err)
 	}

@@ -84,6 +84,7 @@ const scenarioConcurrency = 3
 // TestScenarios replays every named regression scenario once, a few at a
 // time, each on its own stack.
 func TestScenarios(t *testing.T) {
+	testutil.NeedServices(t)
 	t.Parallel()
 	names := ScenarioNames()
 	results := make([]campaignResult, len(names))

@@ -1,10 +1,12 @@
 package testutil
 
 import (
+	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -21,7 +23,24 @@ var (
 // temporary directory (the built binary). Use it as the body of TestMain:
 //
 //	func TestMain(m *testing.M) { testutil.Main(m) }
-func Main(m *testing.M) {
+//
+// Examples cannot skip themselves: under -short, Main leaves out those
+// whose names match needServices, a regular expression as -skip takes
+// (examples that reach PostgreSQL, Redis or the network).
+func Main(m *testing.M, needServices ...string) {
+	if len(needServices) > 0 {
+		flag.Parse()
+		if testing.Short() {
+			skip := flag.Lookup("test.skip")
+			pats := append([]string{skip.Value.String()}, needServices...)
+			if pats[0] == "" {
+				pats = pats[1:]
+			}
+			if err := skip.Value.Set(strings.Join(pats, "|")); err != nil {
+				panic(err)
+			}
+		}
+	}
 	code := m.Run()
 	if buildDir != "" {
 		os.RemoveAll(buildDir)
