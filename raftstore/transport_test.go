@@ -216,6 +216,7 @@ func TestStoresOverTLSLayer(t *testing.T) {
 // A layer handed to Prepare is closed when Prepare refuses the
 // configuration: the caller never has to.
 func TestPrepareClosesLayerOnError(t *testing.T) {
+	testutil.NeedServices(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

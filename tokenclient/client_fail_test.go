@@ -101,6 +101,7 @@ func TestClientKeepsTryingWhileANodeAnswers(t *testing.T) {
 // TestClientNoPingPong: two nodes that each name the other as leader make
 // the client pause between rounds instead of bouncing as fast as it can.
 func TestClientNoPingPong(t *testing.T) {
+	testutil.NeedServices(t)
 	var calls atomic.Int32
 	var a, b *httptest.Server
 	handler := func(other **httptest.Server) http.HandlerFunc {

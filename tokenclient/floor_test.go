@@ -1,6 +1,7 @@
 package tokenclient_test
 
 import (
+	"github.com/fencegate/fencegate/internal/testutil"
 	"context"
 	"errors"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 // Floor asks GET /v1/floor with the age as a Go duration, decodes the
 // answer, fails a negative age without asking, and does not retry a 400.
 func TestClientFloor(t *testing.T) {
+	testutil.NeedServices(t)
 	var calls atomic.Int32
 	var lastAge atomic.Value
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -66,6 +66,7 @@ func TestGiveUpOnOtherProtocols(t *testing.T) {
 // Against a web server that is not the token API (an HTML error page, a
 // 404, another JSON API) the client gives up at once, without the page.
 func TestGiveUpOnWebServers(t *testing.T) {
+	testutil.NeedServices(t)
 	html := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.WriteHeader(http.StatusNotImplemented)
@@ -91,6 +92,7 @@ func TestGiveUpOnWebServers(t *testing.T) {
 // node addressed with https://: the client gives up at once and says
 // which setting to change.
 func TestGiveUpOnTLSMismatch(t *testing.T) {
+	testutil.NeedServices(t)
 	tlsSrv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t.Error("a request got through a TLS handshake the client should have refused")
 	}))
@@ -108,6 +110,7 @@ func TestGiveUpOnTLSMismatch(t *testing.T) {
 // without an answer for a moment (at its connection cap) is retried, and
 // a proxy's 503 page keeps the client trying until its deadline.
 func TestGiveUpSparesBusyNodes(t *testing.T) {
+	testutil.NeedServices(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -24,6 +24,7 @@ import (
 // client dialling the node there reaches it as another host would.
 func outsideIP(t *testing.T) string {
 	t.Helper()
+	testutil.NeedServices(t)
 	ifs, err := net.Interfaces()
 	if err != nil {
 		t.Fatal(err)

@@ -24,6 +24,9 @@ func TestRangeFor(t *testing.T) {
 }
 
 func TestLoopbackDistinctAndInRange(t *testing.T) {
+	if testing.Short() {
+		t.Skip("opens loopback listeners: not in -short")
+	}
 	lo, hi, ok := Range()
 	seen := map[string]bool{}
 	for range 20 {
@@ -52,6 +55,9 @@ func TestLoopbackDistinctAndInRange(t *testing.T) {
 }
 
 func TestInRangeSkipsTakenPorts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("opens loopback listeners: not in -short")
+	}
 	// A small range of which the test holds every port but one: the scan
 	// must find that one, wherever it starts.
 	const lo, hi = 23000, 23020
