@@ -1,7 +1,6 @@
 package tokenclient_test
 
 import (
-	"github.com/fencegate/fencegate/internal/testutil"
 	"context"
 	"errors"
 	"net/http"
@@ -10,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenclient"
 )
