@@ -133,7 +133,7 @@ func TestStopAllStopsWholeProcessGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := p.WaitReady(context.Background(), 20*time.Millisecond, 10*time.Second, func(context.Context) error {
-		if !strings.Contains(p.LogTail(1), "started") {
+		if !strings.Contains(p.LogTail(3), "started") {
 			return errors.New("no output yet")
 		}
 		return nil
