@@ -327,6 +327,7 @@ func TestAttacks(t *testing.T) {
 func runAttacks(t *testing.T, via path) {
 	for _, a := range attacks {
 		t.Run(a.name, func(t *testing.T) {
+			t.Parallel()
 			f := newFixtureVia(t, via)
 			data := f.dataSnapshot(t)
 			before := f.marksMap(t)

@@ -120,6 +120,7 @@ func TestHealthFindsAlterations(t *testing.T) {
 		{name: "extra table in the schema", alter: `CREATE TABLE fencegate.extra (i int)`, want: "table fencegate.extra is not part of schema fencegate"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			f := newFixture(t)
 			alter := strings.NewReplacer("{owner}", f.db.Owner, "{app}", f.db.App).Replace(c.alter)
 			if _, err := f.admin.Exec(ctx, alter+"; RESET ROLE", pgx.QueryExecModeSimpleProtocol); err != nil {

@@ -78,6 +78,7 @@ func TestWritePaths(t *testing.T) {
 	ctx := context.Background()
 	for _, wp := range writePaths {
 		t.Run(wp.name, func(t *testing.T) {
+			t.Parallel()
 			f := newFixture(t)
 			if wp.adminSetup != "" {
 				if _, err := f.admin.Exec(ctx, wp.adminSetup); err != nil {
