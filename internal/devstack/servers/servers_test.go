@@ -41,6 +41,7 @@ func TestPostgresFromEnv(t *testing.T) {
 func noEnv(string) string { return "" }
 
 func TestFindPostgresOrder(t *testing.T) {
+	testutil.NeedServices(t)
 	ctx := context.Background()
 	admin := testutil.PostgresAdminDSN()
 	p, err := FindPostgres(ctx, PostgresOptions{DSN: admin, Getenv: noEnv, Logger: testutil.Logger(t)})
@@ -76,6 +77,7 @@ func TestStartPostgresMissingBinaries(t *testing.T) {
 }
 
 func TestStartPostgresThrowaway(t *testing.T) {
+	testutil.NeedServices(t)
 	ctx := context.Background()
 	// Not t.TempDir(): its parent is private to root, and PostgreSQL runs as
 	// an unprivileged user.
@@ -110,6 +112,7 @@ func TestStartPostgresThrowaway(t *testing.T) {
 }
 
 func TestFindAndStartRedis(t *testing.T) {
+	testutil.NeedServices(t)
 	ctx := context.Background()
 	addr, _ := testutil.Redis(t)
 	r, err := FindRedis(ctx, RedisOptions{URL: "redis://" + addr + "/0", Getenv: noEnv})
@@ -148,6 +151,7 @@ func TestFindAndStartRedis(t *testing.T) {
 }
 
 func TestCheckPortsNamesPortAndSetting(t *testing.T) {
+	testutil.NeedServices(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -166,6 +170,7 @@ func TestCheckPortsNamesPortAndSetting(t *testing.T) {
 func TestMain(m *testing.M) { testutil.Main(m) }
 
 func TestStartTokens(t *testing.T) {
+	testutil.NeedServices(t)
 	ctx := context.Background()
 	toks, err := StartTokens(ctx, TokenOptions{DataDir: t.TempDir(), Logger: testutil.Logger(t)})
 	if err != nil {
