@@ -32,8 +32,9 @@ test: services vet ## run every test against real PostgreSQL, Redis and Raft nod
 	cd bench && $(GO) test -count=1 ./...
 	@bash scripts/fuzz.sh 20000x
 
-test-short: ## run the tests that need no PostgreSQL, Redis or network (go test -short)
+test-short: ## run the tests that need no PostgreSQL, Redis or network (go test -short), both modules
 	$(GO) test -short -count=1 ./...
+	cd bench && $(GO) test -short -count=1 ./...
 
 fuzz: ## run each fuzz target for FUZZTIME (default 10s; a count like 100000x also works)
 	@bash scripts/fuzz.sh $(or $(FUZZTIME),10s)

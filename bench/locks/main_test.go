@@ -14,6 +14,7 @@ import (
 // against real Redis servers and a real token cluster, and checks that the
 // table lists every implementation at every concurrency.
 func TestBenchSmoke(t *testing.T) {
+	testutil.NeedServices(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out, errs bytes.Buffer

@@ -6,9 +6,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/fencegate/fencegate/internal/testutil"
 )
 
 func TestRoundCountersAndReadiness(t *testing.T) {
+	testutil.NeedServices(t) // a loopback HTTP server
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/metrics" {
 			http.NotFound(w, r)
