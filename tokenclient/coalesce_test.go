@@ -3,9 +3,7 @@ package tokenclient_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -110,36 +108,7 @@ func checkHistory(t testing.TB, ops []history.Op) {
 // clients (worker w uses clients[w%len]) and returns the recorded history.
 func runCallers(t *testing.T, clients []*tokenclient.Client, total, workers int) []history.Op {
 	t.Helper()
-	rec := history.NewRecorder()
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cl := clients[w%len(clients)]
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			defer cancel()
-			res := fmt.Sprintf("res-%d", w%3)
-			for i := w; i < total; i += workers {
-				h := rec.Begin(w, res)
-				tok, err := cl.NextToken(ctx, res)
-				rec.End(h, tok, err)
-				if err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatalf("NextToken: %v", err)
-	}
-	ops := rec.Ops()
-	if got := len(history.Succeeded(ops)); got != total {
-		t.Fatalf("got %d tokens, want %d", got, total)
-	}
-	return ops
+	return history.Drive(t, total, workers, func(ctx context.Context, w int, res string) (int64, error) {
+		return clients[w%len(clients)].NextToken(ctx, res)
+	})
 }

@@ -135,38 +135,9 @@ func isRetryable(err error) bool {
 // clients (worker w uses clients[w%len]) and returns the recorded history.
 func runCallers(t *testing.T, clients []*tokenclient.Client, total, workers int) []history.Op {
 	t.Helper()
-	rec := history.NewRecorder()
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cl := clients[w%len(clients)]
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			defer cancel()
-			res := fmt.Sprintf("res-%d", w%3)
-			for i := w; i < total; i += workers {
-				h := rec.Begin(w, res)
-				tok, err := cl.NextToken(ctx, res)
-				rec.End(h, tok, err)
-				if err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatalf("NextToken: %v", err)
-	}
-	ops := rec.Ops()
-	if got := len(history.Succeeded(ops)); got != total {
-		t.Fatalf("got %d tokens, want %d", got, total)
-	}
-	return ops
+	return history.Drive(t, total, workers, func(ctx context.Context, w int, res string) (int64, error) {
+		return clients[w%len(clients)].NextToken(ctx, res)
+	})
 }
 
 // Nodes started in this process never pick ports: loopbackAddr binds

@@ -15,6 +15,7 @@
 package history
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -23,6 +24,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -248,4 +250,41 @@ func VisualizationPath(name string) string {
 	}
 	name = strings.NewReplacer("/", "_", " ", "_").Replace(name)
 	return filepath.Join(dir, "porcupine-"+name+".html")
+}
+
+// Drive makes total calls of next from workers goroutines, worker w making
+// calls w, w+workers, ... on resource "res-<w%3>", records them, and
+// returns the history. It fails the test on the first error, or when fewer
+// than total calls succeeded.
+func Drive(t testing.TB, total, workers int, next func(ctx context.Context, worker int, resource string) (int64, error)) []Op {
+	t.Helper()
+	rec := NewRecorder()
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			res := fmt.Sprintf("res-%d", w%3)
+			for i := w; i < total; i += workers {
+				h := rec.Begin(w, res)
+				tok, err := next(ctx, w, res)
+				rec.End(h, tok, err)
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("NextToken: %v", err)
+	}
+	ops := rec.Ops()
+	if got := len(Succeeded(ops)); got != total {
+		t.Fatalf("got %d tokens, want %d", got, total)
+	}
+	return ops
 }
