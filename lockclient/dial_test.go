@@ -485,7 +485,7 @@ func TestNodeErrorWords(t *testing.T) {
 		retries bool // Acquire retried before giving up
 	}{
 		{"held by another client", "redis://" + held.addr, held.prefix, 0, "refused (held by another client)", true},
-		{"down", "redis://" + testutil.FreeAddr(t), "lock:", NodeUnreachable, "unreachable", true},
+		{"down", "redis://" + testutil.ClosedAddr(t), "lock:", NodeUnreachable, "unreachable", true},
 		{"read-only replica", "redis://" + replica.Addr(), "lock:", NodeBadAnswer, "bad answer: READONLY", false},
 		{"an HTTP server", "redis://" + httpAddr, "lock:", NodeBadAnswer, "bad answer", false},
 		{"TLS to an HTTP server", "rediss://" + httpAddr, "lock:", NodeBadAnswer, "bad answer", false},
@@ -568,7 +568,7 @@ func redisStderrChild() int {
 // the raw run shows) go to the client's logger at debug level.
 func TestNoRedisLogOnStderr(t *testing.T) {
 	auth := startAuthRedis(t)
-	down := testutil.FreeAddr(t)
+	down := testutil.ClosedAddr(t)
 	addrs := "redis://" + down + ",redis://:wr0ng-d3fault@" + auth
 	run := func(raw bool) (stdout, stderr string) {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")

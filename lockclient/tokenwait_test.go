@@ -51,7 +51,7 @@ func acquireWithin(t *testing.T, ctx context.Context, c *Client, resource string
 // key is gone and the error matches ErrTokenUnavailable.
 func TestTokenWaitBounded(t *testing.T) {
 	tr := sharedRedis(t)
-	down, err := tokenclient.NewClient([]string{"http://" + testutil.FreeAddr(t)}, tokenclient.WithLogger(testutil.Logger(t)))
+	down, err := tokenclient.NewClient([]string{"http://" + testutil.ClosedAddr(t)}, tokenclient.WithLogger(testutil.Logger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -16,19 +15,13 @@ import (
 	"github.com/fencegate/fencegate/tokenapi"
 )
 
-// closedNodeURLs returns n distinct URLs of loopback ports where nothing
-// listens: bound to 127.0.0.1:0 together, then closed.
+// closedNodeURLs returns n distinct URLs of loopback ports that refuse
+// connections (testutil.ClosedAddr).
 func closedNodeURLs(t *testing.T, n int) []string {
 	t.Helper()
-	testutil.NeedServices(t)
 	urls := make([]string, n)
 	for i := range urls {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		urls[i] = "http://" + ln.Addr().String()
+		urls[i] = "http://" + testutil.ClosedAddr(t)
 	}
 	return urls
 }

@@ -166,17 +166,11 @@ func loopbackAddr(t testing.TB) string {
 	return ln.Addr().String()
 }
 
-// closedAddr returns an address where nothing listens: bound to
-// 127.0.0.1:0 and closed again. No node ever starts there.
+// closedAddr returns an address that refuses connections (see
+// testutil.ClosedAddr). No node ever starts there.
 func closedAddr(t testing.TB) string {
 	t.Helper()
-	testutil.NeedServices(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return testutil.ClosedAddr(t)
 }
 
 // bound returns cfg with the listeners of its Raft and API addresses when

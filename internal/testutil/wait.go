@@ -2,8 +2,11 @@ package testutil
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strconv"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -45,4 +48,33 @@ func FreePort(t testing.TB) int {
 func FreeAddr(t testing.TB) string {
 	t.Helper()
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))
+}
+
+// closedNext is where ClosedAddr looks next, among the ports below 1024.
+var closedNext atomic.Int32
+
+// ClosedAddr returns "127.0.0.1:PORT" for a port that refuses connections
+// and stays so: a port below 1024 where nothing listens now. A port that
+// was merely free a moment ago (FreeAddr) can be handed to any listener
+// that binds port 0 next, anywhere on the machine, and a test expecting a
+// refusal then waits for an answer that never comes; nothing here binds a
+// port below 1024 (the kernel never hands them out for port 0). Successive
+// calls return distinct ports.
+func ClosedAddr(t testing.TB) string {
+	t.Helper()
+	NeedServices(t)
+	for range 1023 {
+		port := int(closedNext.Add(1)-1)%1023 + 1
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			continue
+		}
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return addr
+		}
+	}
+	t.Fatal("testutil: no port below 1024 refuses connections on 127.0.0.1")
+	return ""
 }

@@ -41,13 +41,32 @@ export function unique(name) {
   return `${name}-${randomBytes(6).toString('hex')}`;
 }
 
-// closedPort returns a loopback port nothing listens on.
+// closedPort returns a loopback port that refuses connections and stays
+// so: a port below 1024 where nothing listens now. A port that was merely
+// free a moment ago can be handed to any listener that binds port 0 next,
+// anywhere on the machine, and a test expecting a refusal then waits for
+// an answer that never comes; nothing in the tests binds a port below 1024
+// (the kernel never hands them out for port 0). Successive calls return
+// distinct ports; the Python and Go tests pick theirs the same way.
+let closedNext = 0;
 export async function closedPort() {
-  const s = net.createServer();
-  await new Promise((r) => s.listen(0, '127.0.0.1', r));
-  const { port } = s.address();
-  await new Promise((r) => s.close(r));
-  return port;
+  for (let i = 0; i < 1023; i++) {
+    const port = (closedNext++ % 1023) + 1;
+    const refused = await new Promise((resolve) => {
+      const c = net.connect(port, '127.0.0.1');
+      c.setTimeout(1000, () => {
+        c.destroy();
+        resolve(false);
+      });
+      c.once('connect', () => {
+        c.destroy();
+        resolve(false);
+      });
+      c.once('error', (e) => resolve(e.code === 'ECONNREFUSED'));
+    });
+    if (refused) return port;
+  }
+  throw new Error('no port below 1024 refuses connections on 127.0.0.1');
 }
 
 export async function waitUntil(cond, what, timeoutMs = 20000) {

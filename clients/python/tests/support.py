@@ -59,13 +59,30 @@ def unique(name: str) -> str:
     return f"{name}-{uuid.uuid4().hex[:12]}"
 
 
+_closed_next = 0
+
+
 def closed_port() -> int:
-    """A loopback port nothing listens on (bound, then closed)."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    """A loopback port that refuses connections and stays so: a port below
+    1024 where nothing listens now. A port that was merely free a moment ago
+    can be handed to any listener that binds port 0 next, anywhere on the
+    machine, and a test expecting a refusal then waits for an answer that
+    never comes; nothing in the tests binds a port below 1024 (the kernel
+    never hands them out for port 0). Successive calls return distinct
+    ports; the Node.js and Go tests pick theirs the same way."""
+    global _closed_next
+    for _ in range(1023):
+        port = _closed_next % 1023 + 1
+        _closed_next += 1
+        with socket.socket() as s:
+            s.settimeout(1.0)
+            try:
+                s.connect(("127.0.0.1", port))
+            except ConnectionRefusedError:
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no port below 1024 refuses connections on 127.0.0.1")
 
 
 def wait_until(cond, timeout: float = 20.0, what: str = "condition") -> None:

@@ -58,7 +58,7 @@ func TestFindPostgresOrder(t *testing.T) {
 	if err != nil || p.Source != "DATABASE_URL" {
 		t.Fatalf("FindPostgres(env)=%+v, %v; want DATABASE_URL", p, err)
 	}
-	dead := "postgres://postgres@" + testutil.FreeAddr(t) + "/postgres?sslmode=disable"
+	dead := "postgres://postgres@" + testutil.ClosedAddr(t) + "/postgres?sslmode=disable"
 	_, err = FindPostgres(ctx, PostgresOptions{DSN: dead, Setting: "Config.Postgres", Getenv: noEnv, Logger: testutil.Logger(t)})
 	if !errors.Is(err, ErrNoPostgres) || !strings.Contains(err.Error(), "Config.Postgres") {
 		t.Fatalf("FindPostgres(dead DSN) err=%v; want ErrNoPostgres naming Config.Postgres", err)
