@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/fencegate/fencegate/internal/history"
 	"github.com/fencegate/fencegate/tokenclient"
@@ -39,7 +38,7 @@ func TestCoalescingDistinctOrderedFewerRequests(t *testing.T) {
 		tokenclient.WithHTTPClient(&http.Client{Transport: &viaFollower}))
 	const total, workers = 4000, 64
 	ops := runCallers(t, []*tokenclient.Client{clAll, clFollower}, total, workers)
-	checkHistory(t, ops)
+	history.Check(t, ops)
 	nAll, nFollower := viaAll.n.Load(), viaFollower.n.Load()
 	t.Logf("%d calls in %d HTTP requests (%d via all nodes, %d via follower %s)", total, nAll+nFollower, nAll, nFollower, c.ID(follower))
 	if nAll >= total/2 || nFollower >= total/2 {
@@ -54,7 +53,7 @@ func TestCoalescingOff(t *testing.T) {
 	cl := c.Client(t, tokenclient.WithCoalescing(false), tokenclient.WithHTTPClient(&http.Client{Transport: &ct}))
 	const total = 400
 	ops := runCallers(t, []*tokenclient.Client{cl}, total, 16)
-	checkHistory(t, ops)
+	history.Check(t, ops)
 	if n := ct.n.Load(); n < total {
 		t.Fatalf("%d HTTP requests for %d calls with coalescing off", n, total)
 	}
@@ -64,44 +63,13 @@ func TestCoalescingOff(t *testing.T) {
 func TestCoalescingCanceledCaller(t *testing.T) {
 	c := tokenservicetest.StartCluster(t, 3)
 	cl := c.Client(t)
-	mint(t, cl, 3)
+	tokenservicetest.Mint(t, cl, 3)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := cl.Next(ctx, "r"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Next with a canceled context = %v, want context.Canceled", err)
 	}
-	mint(t, cl, 3)
-}
-
-// mint gets n tokens one after another from cl and returns them.
-func mint(t testing.TB, cl *tokenclient.Client, n int) []int64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	out := make([]int64, 0, n)
-	for i := 0; i < n; i++ {
-		tok, err := cl.NextToken(ctx, "orders/42")
-		if err != nil {
-			t.Fatalf("NextToken #%d: %v", i, err)
-		}
-		if len(out) > 0 && tok <= out[len(out)-1] {
-			t.Fatalf("NextToken #%d = %d, not above the previous %d", i, tok, out[len(out)-1])
-		}
-		out = append(out, tok)
-	}
-	return out
-}
-
-// checkHistory checks ops with the real-time check and porcupine, writing
-// the visualization on failure.
-func checkHistory(t testing.TB, ops []history.Op) {
-	t.Helper()
-	if err := history.CheckRealTime(ops); err != nil {
-		t.Error(err)
-	}
-	if _, err := history.CheckAndVisualize(ops, history.VisualizationPath(t.Name())); err != nil {
-		t.Errorf("porcupine: %v", err)
-	}
+	tokenservicetest.Mint(t, cl, 3)
 }
 
 // runCallers makes total NextToken calls from workers goroutines over

@@ -20,7 +20,7 @@ import (
 func TestSnapshotRestore(t *testing.T) {
 	old := tokenservicetest.StartCluster(t, 3)
 	servers := strings.Join(old.APIURLs(), ",")
-	mint(t, old.Client(t), 100)
+	tokenservicetest.Mint(t, old.Client(t), 100)
 	file := filepath.Join(t.TempDir(), "token-snapshot.json")
 	code, out, stderr := runCLI(t, "token", "snapshot", "--servers", servers, "--out", file)
 	if code != 0 {
@@ -36,7 +36,7 @@ func TestSnapshotRestore(t *testing.T) {
 		t.Fatalf("snapshot file %s: %v", b, err)
 	}
 	// After the snapshot the old cluster hands out more, then is lost.
-	after := mint(t, old.Client(t), 20)
+	after := tokenservicetest.Mint(t, old.Client(t), 20)
 	lost := after[len(after)-1]
 	for i := range 3 {
 		old.Kill(i)
@@ -55,7 +55,7 @@ func TestSnapshotRestore(t *testing.T) {
 			t.Errorf("restore output does not say %q:\n%s", w, out)
 		}
 	}
-	if tok := mint(t, fresh.Client(t), 1)[0]; tok <= target || tok <= lost {
+	if tok := tokenservicetest.Mint(t, fresh.Client(t), 1)[0]; tok <= target || tok <= lost {
 		t.Fatalf("first token after restore %d; want above %d (and above %d, the last the lost cluster handed out)", tok, target, lost)
 	}
 	// The raise is a committed entry: it survives a crash of every node.
@@ -69,7 +69,7 @@ func TestSnapshotRestore(t *testing.T) {
 	}
 	wg.Wait()
 	fresh.Leader(t)
-	if tok := mint(t, fresh.Client(t), 1)[0]; tok <= target {
+	if tok := tokenservicetest.Mint(t, fresh.Client(t), 1)[0]; tok <= target {
 		t.Fatalf("token after restarting every node %d <= %d", tok, target)
 	}
 	// A restore never lowers the counter.
@@ -77,7 +77,7 @@ func TestSnapshotRestore(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "counter left at") || !strings.Contains(out, "never lowers it") {
 		t.Fatalf("restore below the counter: exit %d:\n%s", code, out)
 	}
-	if tok := mint(t, fresh.Client(t), 1)[0]; tok <= target {
+	if tok := tokenservicetest.Mint(t, fresh.Client(t), 1)[0]; tok <= target {
 		t.Fatalf("token after a lower restore %d <= %d", tok, target)
 	}
 }
@@ -87,7 +87,7 @@ func TestSnapshotRestore(t *testing.T) {
 func TestSnapshotRestoreBadInput(t *testing.T) {
 	c := tokenservicetest.StartCluster(t, 3)
 	servers := strings.Join(c.APIURLs(), ",")
-	mint(t, c.Client(t), 5)
+	tokenservicetest.Mint(t, c.Client(t), 5)
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.json")
 	if code, _, stderr := runCLI(t, "token", "snapshot", "--servers", servers, "--out", good); code != 0 {

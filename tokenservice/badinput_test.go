@@ -207,7 +207,7 @@ func TestHTTPBadRequests(t *testing.T) {
 func TestNoQuorum(t *testing.T) {
 	c := tokenservicetest.StartCluster(t, 3)
 	cl := c.Client(t)
-	last := mint(t, cl, 5)[4]
+	last := tokenservicetest.Mint(t, cl, 5)[4]
 	leader := c.Leader(t)
 	alone := (leader + 1) % 3
 	for i := range 3 {
@@ -264,7 +264,7 @@ func TestNoQuorum(t *testing.T) {
 		}
 	}
 	c.Leader(t)
-	if tok := mint(t, cl, 1)[0]; tok <= last {
+	if tok := tokenservicetest.Mint(t, cl, 1)[0]; tok <= last {
 		t.Fatalf("token after quorum is back %d <= %d", tok, last)
 	}
 }

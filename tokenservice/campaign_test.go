@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/history"
 	"github.com/fencegate/fencegate/tokenclient"
 )
 
@@ -122,7 +123,7 @@ func campaignRun(t *testing.T, seed uint64) (map[string]int, int) {
 	}
 	l.waitProgress(t, 50, "after the faults")
 	ops := l.finish()
-	checkHistory(t, ops)
+	history.Check(t, ops)
 	t.Logf("seed %d: faults %v; %d operations checked", seed, counts, len(ops))
 	return counts, len(ops)
 }

@@ -14,20 +14,20 @@ func TestCLIInitialToken(t *testing.T) {
 	c := tokenservicetest.StartCluster(t, 3)
 	servers := strings.Join(c.APIURLs(), ",")
 	cl := c.Client(t)
-	mint(t, cl, 3)
+	tokenservicetest.Mint(t, cl, 3)
 
 	code, out, stderr := runCLI(t, "token", "init", "--initial-token", "10000000", "--servers", servers)
 	if code != 0 || !strings.Contains(out, "counter raised from") || !strings.Contains(out, "to 10000000") {
 		t.Fatalf("init: exit %d:\n%s%s", code, out, stderr)
 	}
-	if tok := mint(t, cl, 1)[0]; tok <= 10000000 {
+	if tok := tokenservicetest.Mint(t, cl, 1)[0]; tok <= 10000000 {
 		t.Fatalf("first token after init --initial-token 10000000: %d", tok)
 	}
 	code, out, stderr = runCLI(t, "token", "init", "--initial-token", "10", "--servers", servers)
 	if code != 0 || !strings.Contains(out, "never goes down") {
 		t.Fatalf("init below the counter: exit %d:\n%s%s", code, out, stderr)
 	}
-	if tok := mint(t, cl, 1)[0]; tok <= 10000000 {
+	if tok := tokenservicetest.Mint(t, cl, 1)[0]; tok <= 10000000 {
 		t.Fatalf("token after a lower init: %d", tok)
 	}
 	for _, args := range [][]string{

@@ -21,7 +21,7 @@ import (
 func TestCLIMembers(t *testing.T) {
 	c := tokenservicetest.StartCluster(t, 3)
 	servers := strings.Join(c.APIURLs(), ",")
-	mint(t, c.Client(t), 3)
+	tokenservicetest.Mint(t, c.Client(t), 3)
 
 	// A follower that was not needed for the last commit may not have
 	// applied it yet when the leader asks: list until every member caught up.
@@ -95,5 +95,5 @@ func TestCLIMembers(t *testing.T) {
 	if code != 0 || strings.TrimSpace(out) != "n4 removed" {
 		t.Fatalf("members remove: exit %d:\n%s%s", code, out, stderr)
 	}
-	mint(t, c.Client(t), 3)
+	tokenservicetest.Mint(t, c.Client(t), 3)
 }

@@ -24,7 +24,7 @@ func TestConcurrentTokensDistinctAndOrdered(t *testing.T) {
 	}
 	const total, workers = 10000, 64
 	ops := runCallers(t, clients, total, workers)
-	checkHistory(t, ops)
+	history.Check(t, ops)
 	st := c.Node(c.Leader(t)).LocalStatus()
 	t.Logf("%d tokens in %d log entries (last token %d, last index %d)", total, st.LastIndex, st.LastToken, st.LastIndex)
 }
@@ -34,7 +34,7 @@ func TestConcurrentTokensDistinctAndOrdered(t *testing.T) {
 func TestLeaderKilled(t *testing.T) {
 	c := tokenservicetest.StartCluster(t, 3)
 	cl := c.Client(t)
-	before := mint(t, cl, 20)
+	before := tokenservicetest.Mint(t, cl, 20)
 	old := c.Leader(t)
 	killed := time.Now()
 	c.Kill(old)
@@ -43,7 +43,7 @@ func TestLeaderKilled(t *testing.T) {
 	if next == old {
 		t.Fatalf("killed leader %s still leads", c.ID(old))
 	}
-	after := mint(t, cl, 20)
+	after := tokenservicetest.Mint(t, cl, 20)
 	if after[0] <= before[len(before)-1] {
 		t.Fatalf("first token after failover %d <= last token before %d", after[0], before[len(before)-1])
 	}
@@ -56,7 +56,7 @@ func TestLeaderKilled(t *testing.T) {
 		}
 		return nil
 	})
-	tok := mint(t, c.ClientFor(t, []string{c.APIURL(old)}), 1)[0]
+	tok := tokenservicetest.Mint(t, c.ClientFor(t, []string{c.APIURL(old)}), 1)[0]
 	if tok <= last {
 		t.Fatalf("token via restarted node %d <= %d", tok, last)
 	}
@@ -67,7 +67,7 @@ func TestLeaderKilled(t *testing.T) {
 func TestMinorityCutOffCannotMint(t *testing.T) {
 	c := tokenservicetest.StartCluster(t, 3)
 	cl := c.Client(t)
-	mint(t, cl, 10)
+	tokenservicetest.Mint(t, cl, 10)
 
 	for _, which := range []string{"follower", "leader"} {
 		t.Run(which, func(t *testing.T) {
@@ -97,7 +97,7 @@ func TestMinorityCutOffCannotMint(t *testing.T) {
 					majority = append(majority, u)
 				}
 			}
-			toks := mint(t, c.ClientFor(t, majority), 10)
+			toks := tokenservicetest.Mint(t, c.ClientFor(t, majority), 10)
 			// The cut-off node answers a clear retryable error and mints nothing.
 			lone := c.ClientFor(t, []string{c.APIURL(victim)}, tokenclient.WithMaxWait(500*time.Millisecond))
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -119,7 +119,7 @@ func TestMinorityCutOffCannotMint(t *testing.T) {
 				}
 				return nil
 			})
-			tok := mint(t, c.ClientFor(t, []string{c.APIURL(victim)}), 1)[0]
+			tok := tokenservicetest.Mint(t, c.ClientFor(t, []string{c.APIURL(victim)}), 1)[0]
 			if tok <= last {
 				t.Fatalf("token via healed node %d <= %d", tok, last)
 			}
@@ -159,5 +159,5 @@ func TestLinearizableUnderFaults(t *testing.T) {
 
 	ops := l.finish()
 	t.Logf("%d operations, %d succeeded", len(ops), len(history.Succeeded(ops)))
-	checkHistory(t, ops)
+	history.Check(t, ops)
 }

@@ -48,7 +48,7 @@ func TestDeposedLeaderOverAPIHandsOutNothing(t *testing.T) {
 		}
 		c.Restart(l)
 	}
-	first := mint(t, c.ClientFor(t, []string{c.APIURL(old)}, tokenclient.WithFollowLeader(false)), 5)
+	first := tokenservicetest.Mint(t, c.ClientFor(t, []string{c.APIURL(old)}, tokenclient.WithFollowLeader(false)), 5)
 	st := c.Node(old).LocalStatus()
 	term := st.Term
 	if st.ReadIndex == nil || st.ReadIndex.Range == nil {
@@ -66,7 +66,7 @@ func TestDeposedLeaderOverAPIHandsOutNothing(t *testing.T) {
 		}
 		return errors.New("not yet")
 	})
-	after := mint(t, c.ClientFor(t, []string{c.APIURL(next)}, tokenclient.WithFollowLeader(false)), 5)
+	after := tokenservicetest.Mint(t, c.ClientFor(t, []string{c.APIURL(next)}, tokenclient.WithFollowLeader(false)), 5)
 	st = c.Node(old).LocalStatus()
 	if st.State != "Leader" || st.Term != term || st.ReadIndex.Range == nil || st.ReadIndex.Range.Next >= after[0] {
 		t.Fatalf("%s: state %s term %d range %+v; the scenario needs it leading term %d with a range below %d",
@@ -110,7 +110,7 @@ func TestDeposedLeaderOverAPIHandsOutNothing(t *testing.T) {
 	}
 	// Healed, it learns of the new term and tokens go on above.
 	c.HealRaft(old)
-	last := mint(t, c.Client(t), 3)
+	last := tokenservicetest.Mint(t, c.Client(t), 3)
 	if last[0] <= after[len(after)-1] {
 		t.Fatalf("token after healing %d <= %d", last[0], after[len(after)-1])
 	}

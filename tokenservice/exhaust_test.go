@@ -54,7 +54,7 @@ func TestCounterExhausted(t *testing.T) {
 	follower := (leader + 1) % 3
 	viaLeader := c.ClientFor(t, []string{c.APIURL(leader)}, tokenclient.WithFollowLeader(false))
 	viaFollower := c.ClientFor(t, []string{c.APIURL(follower)}, tokenclient.WithFollowLeader(false))
-	toks := append(mint(t, viaLeader, 10), mint(t, viaFollower, 10)...)
+	toks := append(tokenservicetest.Mint(t, viaLeader, 10), tokenservicetest.Mint(t, viaFollower, 10)...)
 	for i, tok := range toks {
 		if want := int64(math.MaxInt64 - 19 + i); tok != want {
 			t.Fatalf("token #%d = %d, want %d (every token up to the largest)", i, tok, want)

@@ -200,7 +200,7 @@ func TestFloorRoute(t *testing.T) {
 	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, creds))
 	anon := tokenclient.ClientTLSConfig(ca.Pool())
 	cl := c.Client(t, tokenclient.WithTLS(issueTLS(t, ca, ca, "app", pki.Options{}, tokenapi.RoleClient)))
-	mint(t, cl, 3)
+	tokenservicetest.Mint(t, cl, 3)
 	follower := (c.Leader(t) + 1) % c.Len()
 	url := c.APIURL(follower) + "/v1/floor?age="
 	get := func(cfg *tlsConfigAuth, age string) (int, map[string]any, string) {

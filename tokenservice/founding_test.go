@@ -115,7 +115,7 @@ func TestFoundingAllAtOnce(t *testing.T) {
 		}
 		ids = append(ids, sameCluster(t, srvs))
 		cl := c0(t, srvs)
-		if toks := mint(t, cl, 3); toks[0] != 1 {
+		if toks := tokenservicetest.Mint(t, cl, 3); toks[0] != 1 {
 			t.Fatalf("first token of a new cluster = %d, want 1", toks[0])
 		}
 		cl.Close()
@@ -194,7 +194,7 @@ func TestFoundingSlowFounder(t *testing.T) {
 		}
 		return fmt.Errorf("n3: %+v", st)
 	})
-	mint(t, c0(t, srvs[2:]), 3)
+	tokenservicetest.Mint(t, c0(t, srvs[2:]), 3)
 }
 
 // With a peer down, founders wait, and after the founding timeout exit
@@ -250,7 +250,7 @@ func TestFoundingPeerDown(t *testing.T) {
 		srvs = append(srvs, r.srv)
 	}
 	sameCluster(t, srvs)
-	mint(t, c0(t, srvs), 3)
+	tokenservicetest.Mint(t, c0(t, srvs), 3)
 }
 
 // An empty node whose peers hold state never founds: a new node listed in
@@ -258,7 +258,7 @@ func TestFoundingPeerDown(t *testing.T) {
 // down when it started and come back while it waits.
 func TestFoundingPeerWithState(t *testing.T) {
 	c := tokenservicetest.StartCluster(t, 3)
-	mint(t, c.Client(t), 5)
+	tokenservicetest.Mint(t, c.Client(t), 5)
 	peers := []tokenservice.Peer{}
 	for i := range 3 {
 		peers = append(peers, tokenservice.Peer{ID: c.ID(i), RaftAddr: c.Node(i).RaftAddr(), APIAddr: c.APIURL(i)})
@@ -305,7 +305,7 @@ func TestFoundingPeerWithState(t *testing.T) {
 // peers report their own cluster, before Raft starts.
 func TestFoundingPeerOfAnotherCluster(t *testing.T) {
 	a := tokenservicetest.StartCluster(t, 3)
-	mint(t, a.Client(t), 3)
+	tokenservicetest.Mint(t, a.Client(t), 3)
 	sameCluster(t, []*tokenservice.Server{a.Node(0), a.Node(1), a.Node(2)})
 
 	// Cluster B: one node, founded alone.

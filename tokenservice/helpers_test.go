@@ -18,25 +18,6 @@ import (
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
-// mint gets n tokens one after another from cl and returns them.
-func mint(t testing.TB, cl *tokenclient.Client, n int) []int64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	out := make([]int64, 0, n)
-	for i := 0; i < n; i++ {
-		tok, err := cl.NextToken(ctx, "orders/42")
-		if err != nil {
-			t.Fatalf("NextToken #%d: %v", i, err)
-		}
-		if len(out) > 0 && tok <= out[len(out)-1] {
-			t.Fatalf("NextToken #%d = %d, not above the previous %d", i, tok, out[len(out)-1])
-		}
-		out = append(out, tok)
-	}
-	return out
-}
-
 // maxStatusToken returns the largest last_token any running node reports.
 func maxStatusToken(c *tokenservicetest.Cluster) int64 {
 	var m int64
@@ -111,18 +92,6 @@ func (l *load) finish() []history.Op {
 	close(l.stop)
 	l.wg.Wait()
 	return l.rec.Ops()
-}
-
-// checkHistory checks ops with the real-time check and porcupine, writing
-// the visualization on failure.
-func checkHistory(t testing.TB, ops []history.Op) {
-	t.Helper()
-	if err := history.CheckRealTime(ops); err != nil {
-		t.Error(err)
-	}
-	if _, err := history.CheckAndVisualize(ops, history.VisualizationPath(t.Name())); err != nil {
-		t.Errorf("porcupine: %v", err)
-	}
 }
 
 // isRetryable reports whether err is one of the service's retryable failures.

@@ -33,7 +33,7 @@ func TestLostDiskEachNode(t *testing.T) {
 		t.Run(fmt.Sprintf("n%d wiped, n%d stale, n%d stopped", w+1, stale+1, stopped+1), func(t *testing.T) {
 			c := tokenservicetest.StartCluster(t, 3)
 			c.Cut(stale)
-			before := mint(t, c.ClientFor(t, []string{c.APIURL(w), c.APIURL(stopped)}), 50)
+			before := tokenservicetest.Mint(t, c.ClientFor(t, []string{c.APIURL(w), c.APIURL(stopped)}), 50)
 			highest := before[len(before)-1]
 			staleToken := c.Node(stale).LocalStatus().LastToken
 
@@ -67,14 +67,14 @@ func TestLostDiskEachNode(t *testing.T) {
 
 			// The stopped node is back: a quorum with the full log.
 			c.Restart(stopped)
-			after := mint(t, c.ClientFor(t, []string{c.APIURL(stale), c.APIURL(stopped)}), 5)
+			after := tokenservicetest.Mint(t, c.ClientFor(t, []string{c.APIURL(stale), c.APIURL(stopped)}), 5)
 			if after[0] <= highest {
 				t.Fatalf("first token after the wipe %d <= %d handed out before it", after[0], highest)
 			}
 
 			// The documented replacement brings the wiped node back.
 			c.Replace(t, w)
-			tok = mint(t, c.ClientFor(t, []string{c.APIURL(w)}, tokenclient.WithFollowLeader(false)), 1)[0]
+			tok = tokenservicetest.Mint(t, c.ClientFor(t, []string{c.APIURL(w)}, tokenclient.WithFollowLeader(false)), 1)[0]
 			if tok <= after[len(after)-1] {
 				t.Fatalf("token through the replaced %s %d <= %d", c.ID(w), tok, after[len(after)-1])
 			}
@@ -85,7 +85,7 @@ func TestLostDiskEachNode(t *testing.T) {
 			// Restarted with its usual flags, it resumes from its new state.
 			c.Restart(w)
 			c.Leader(t)
-			mint(t, c.Client(t), 3)
+			tokenservicetest.Mint(t, c.Client(t), 3)
 		})
 	}
 }
@@ -115,7 +115,7 @@ func mintUntil(t *testing.T, cl *tokenclient.Client, what string, cond func() bo
 	t.Helper()
 	var out []int64
 	testutil.Eventually(t, 60*time.Second, what, func() bool {
-		out = append(out, mint(t, cl, 4)...)
+		out = append(out, tokenservicetest.Mint(t, cl, 4)...)
 		return cond()
 	})
 	return out
@@ -137,7 +137,7 @@ func TestLostRaftDBKeptSnapshots(t *testing.T) {
 	cl := c.ClientFor(t, []string{c.APIURL(w), c.APIURL(stopped)})
 	toks := mintUntil(t, cl, c.ID(w)+" to hold a snapshot", func() bool { return hasSnapshot(dirs[w]) })
 	c.Cut(stale)
-	toks = append(toks, mint(t, cl, 50)...)
+	toks = append(toks, tokenservicetest.Mint(t, cl, 50)...)
 	highest := toks[len(toks)-1]
 
 	c.Kill(w)
@@ -168,18 +168,18 @@ func TestLostRaftDBKeptSnapshots(t *testing.T) {
 	t.Logf("%s refuses to start: %v", c.ID(w), err)
 
 	c.Restart(stopped)
-	after := mint(t, c.ClientFor(t, []string{c.APIURL(stale), c.APIURL(stopped)}), 5)
+	after := tokenservicetest.Mint(t, c.ClientFor(t, []string{c.APIURL(stale), c.APIURL(stopped)}), 5)
 	if after[0] <= highest {
 		t.Fatalf("first token after the loss %d <= %d handed out before it", after[0], highest)
 	}
 	c.Replace(t, w)
-	tok := mint(t, c.ClientFor(t, []string{c.APIURL(w)}, tokenclient.WithFollowLeader(false)), 1)[0]
+	tok := tokenservicetest.Mint(t, c.ClientFor(t, []string{c.APIURL(w)}, tokenclient.WithFollowLeader(false)), 1)[0]
 	if tok <= after[len(after)-1] {
 		t.Fatalf("token through the replaced %s %d <= %d", c.ID(w), tok, after[len(after)-1])
 	}
 	c.Restart(w)
 	c.Leader(t)
-	if got := mint(t, c.Client(t), 3); got[0] <= tok {
+	if got := tokenservicetest.Mint(t, c.Client(t), 3); got[0] <= tok {
 		t.Fatalf("token after restarting the replaced %s %d <= %d", c.ID(w), got[0], tok)
 	}
 }
@@ -189,7 +189,7 @@ func TestLostRaftDBKeptSnapshots(t *testing.T) {
 func TestRaftDBFromPeerRefused(t *testing.T) {
 	dirs, rec := dataDirs(3)
 	c := tokenservicetest.StartCluster(t, 3, rec)
-	highest := mint(t, c.Client(t), 20)[19]
+	highest := tokenservicetest.Mint(t, c.Client(t), 20)[19]
 	c.Kill(0)
 	if err := c.Stop(1); err != nil {
 		t.Fatal(err)
@@ -218,7 +218,7 @@ func TestRaftDBFromPeerRefused(t *testing.T) {
 	}
 	t.Logf("%s refuses to start: %v", c.ID(0), err)
 	c.Replace(t, 0)
-	if tok := mint(t, c.Client(t), 1)[0]; tok <= highest {
+	if tok := tokenservicetest.Mint(t, c.Client(t), 1)[0]; tok <= highest {
 		t.Fatalf("token after the replacement %d <= %d", tok, highest)
 	}
 }
@@ -258,10 +258,10 @@ func TestProcessLostRaftDBRefused(t *testing.T) {
 	dir := filepath.Join(root, "n1")
 	var toks []int64
 	testutil.Eventually(t, 150*time.Second, "n1 to take a Raft snapshot", func() bool {
-		toks = append(toks, mint(t, cl, 8)...)
+		toks = append(toks, tokenservicetest.Mint(t, cl, 8)...)
 		return hasSnapshot(dir)
 	})
-	toks = append(toks, mint(t, cl, 40)...)
+	toks = append(toks, tokenservicetest.Mint(t, cl, 40)...)
 	highest := toks[len(toks)-1]
 
 	procs[0].kill()
@@ -287,7 +287,7 @@ func TestProcessLostRaftDBRefused(t *testing.T) {
 	}
 	t.Logf("n1 refuses to start:\n%s", out)
 
-	next := mint(t, cl, 10)
+	next := tokenservicetest.Mint(t, cl, 10)
 	if next[0] <= highest {
 		t.Fatalf("first token after n1's loss %d <= %d handed out before it", next[0], highest)
 	}

@@ -44,7 +44,7 @@ func TestAddMemberRefusals(t *testing.T) {
 	c := tokenservicetest.StartCluster(t, 3)
 	cl := c.Client(t)
 	leader := c.Leader(t)
-	mint(t, cl, 3)
+	tokenservicetest.Mint(t, cl, 3)
 	// n4 runs, empty, in join mode, but is not a member; it binds
 	// 127.0.0.1:0 (it is never restarted).
 	n4, err := tokenservice.Start(context.Background(), tokenservice.Config{
@@ -127,7 +127,7 @@ func TestAddMemberRefusals(t *testing.T) {
 	if resp.StatusCode != http.StatusConflict {
 		t.Fatalf("PUT another member's api address = %d, want 409", resp.StatusCode)
 	}
-	mint(t, c.ClientFor(t, []string{n4api}, tokenclient.WithFollowLeader(false)), 3)
+	tokenservicetest.Mint(t, c.ClientFor(t, []string{n4api}, tokenclient.WithFollowLeader(false)), 3)
 }
 
 // Removing a voter is refused when the voters left could not form a
@@ -137,7 +137,7 @@ func TestAddMemberRefusals(t *testing.T) {
 func TestRemoveMemberKeepsQuorum(t *testing.T) {
 	c := tokenservicetest.StartCluster(t, 3)
 	cl := c.Client(t)
-	mint(t, cl, 3)
+	tokenservicetest.Mint(t, cl, 3)
 	leader := c.Leader(t)
 	live, dead := (leader+1)%3, (leader+2)%3
 	c.Kill(dead)
@@ -156,7 +156,7 @@ func TestRemoveMemberKeepsQuorum(t *testing.T) {
 	if err := cl.RemoveMember(ctx, c.ID(dead)); err != nil {
 		t.Fatalf("remove dead %s: %v", c.ID(dead), err)
 	}
-	mint(t, cl, 3)
+	tokenservicetest.Mint(t, cl, 3)
 	// Two voters, both live: removing the follower leaves one, a quorum of one.
 	if err := cl.RemoveMember(ctx, c.ID(live)); err != nil {
 		t.Fatalf("remove %s of two live voters: %v", c.ID(live), err)
@@ -166,14 +166,14 @@ func TestRemoveMemberKeepsQuorum(t *testing.T) {
 	if !errors.Is(err, tokenapi.ErrRefused) || !strings.Contains(err.Error(), "last voter") {
 		t.Fatalf("remove the last voter = %v; want tokenapi.ErrRefused", err)
 	}
-	mint(t, cl, 3)
+	tokenservicetest.Mint(t, cl, 3)
 }
 
 // A member's API address changes only on its own word: restarted on a new
 // address, a node publishes it, and followers forward to it there.
 func TestMemberPublishesOwnAPIAddress(t *testing.T) {
 	c := tokenservicetest.StartCluster(t, 3)
-	mint(t, c.Client(t), 3)
+	tokenservicetest.Mint(t, c.Client(t), 3)
 	leader := c.Leader(t)
 	moved := (leader + 1) % 3
 	url := c.MoveAPI(t, moved)
@@ -200,14 +200,14 @@ func TestMemberPublishesOwnAPIAddress(t *testing.T) {
 		c.Restart(old)
 	}
 	other := (moved + 1) % 3
-	mint(t, c.ClientFor(t, []string{c.APIURL(other)}, tokenclient.WithFollowLeader(false)), 3)
+	tokenservicetest.Mint(t, c.ClientFor(t, []string{c.APIURL(other)}, tokenclient.WithFollowLeader(false)), 3)
 }
 
 // A node started to join while the cluster still lists it as a voter
 // refuses to start Raft: the lost member must be removed first.
 func TestJoinWhileStillVoterRefused(t *testing.T) {
 	c := tokenservicetest.StartCluster(t, 3)
-	mint(t, c.Client(t), 3)
+	tokenservicetest.Mint(t, c.Client(t), 3)
 	victim := (c.Leader(t) + 1) % 3
 	c.Wipe(t, victim)
 	others := []string{}

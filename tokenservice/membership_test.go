@@ -22,7 +22,7 @@ func TestSnapshotCompactionJoinRemove(t *testing.T) {
 	c := tokenservicetest.StartCluster(t, 3, tokenservicetest.WithSnapshotThreshold(64, 16),
 		tokenservicetest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.ReserveSize = 1 }))
 	cl := c.Client(t)
-	toks := mint(t, cl, 200)
+	toks := tokenservicetest.Mint(t, cl, 200)
 	last := toks[len(toks)-1]
 
 	// Every node snapshots and compacts its log.
@@ -85,7 +85,7 @@ func TestSnapshotCompactionJoinRemove(t *testing.T) {
 		return nil
 	})
 	// Tokens through the new node continue above everything before.
-	tok := mint(t, c.ClientFor(t, []string{c.APIURL(n4)}), 1)[0]
+	tok := tokenservicetest.Mint(t, c.ClientFor(t, []string{c.APIURL(n4)}), 1)[0]
 	if tok <= last {
 		t.Fatalf("token via n4 %d <= %d", tok, last)
 	}
@@ -111,7 +111,7 @@ func TestSnapshotCompactionJoinRemove(t *testing.T) {
 	if err := cl.RemoveMember(ctx, c.ID(victim)); err != nil {
 		t.Fatalf("second remove: %v", err)
 	}
-	after := mint(t, cl, 5)
+	after := tokenservicetest.Mint(t, cl, 5)
 	if after[0] <= tok {
 		t.Fatalf("token after remove %d <= %d", after[0], tok)
 	}

@@ -54,8 +54,8 @@ func TestMetrics(t *testing.T) {
 	c := tokenservicetest.StartCluster(t, 3, tokenservicetest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.CommitPerBatch = true }))
 	leader := c.Leader(t)
 	follower := (leader + 1) % 3
-	toks := mint(t, c.ClientFor(t, []string{c.APIURL(follower)}, tokenclient.WithFollowLeader(false)), 20)
-	mint(t, c.ClientFor(t, []string{c.APIURL(leader)}), 10)
+	toks := tokenservicetest.Mint(t, c.ClientFor(t, []string{c.APIURL(follower)}, tokenclient.WithFollowLeader(false)), 20)
+	tokenservicetest.Mint(t, c.ClientFor(t, []string{c.APIURL(leader)}), 10)
 	if resp, err := http.Post(c.APIURL(follower)+"/v1/tokens", "application/json", strings.NewReader(`{"resource":""}`)); err == nil {
 		resp.Body.Close()
 	}

@@ -24,7 +24,7 @@ func TestNoQuorumMessageAfterLeadershipLost(t *testing.T) {
 
 func testNoQuorumMessage(t *testing.T, commitPerBatch bool) {
 	c := tokenservicetest.StartCluster(t, 3, tokenservicetest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.CommitPerBatch = commitPerBatch }))
-	mint(t, c.Client(t), 3)
+	tokenservicetest.Mint(t, c.Client(t), 3)
 	var msgs []string
 	for attempt := 0; attempt < 5; attempt++ {
 		leader := c.Leader(t)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/history"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/tokenclient"
 )
@@ -59,7 +60,7 @@ func TestPausedLeaderProcessLinearizable(t *testing.T) {
 	}
 	l.waitProgress(t, 200, "after the last pause")
 	ops := l.finish()
-	checkHistory(t, ops)
+	history.Check(t, ops)
 	t.Logf("%d operations checked", len(ops))
 }
 

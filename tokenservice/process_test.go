@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/history"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/tokenclient"
 )
@@ -180,7 +181,7 @@ func TestAllProcessesKilledTokensContinue(t *testing.T) {
 		}
 		wg.Wait()
 		ops := l.finish()
-		checkHistory(t, ops)
+		history.Check(t, ops)
 		for _, op := range ops {
 			if op.Err == nil {
 				highest = max(highest, op.Token)

@@ -16,8 +16,8 @@ func TestReadIndexStatusAndMetrics(t *testing.T) {
 	c := tokenservicetest.StartCluster(t, 3)
 	leader := c.Leader(t)
 	follower := (leader + 1) % 3
-	toks := mint(t, c.ClientFor(t, []string{c.APIURL(follower)}, tokenclient.WithFollowLeader(false)), 20)
-	mint(t, c.ClientFor(t, []string{c.APIURL(leader)}), 10)
+	toks := tokenservicetest.Mint(t, c.ClientFor(t, []string{c.APIURL(follower)}, tokenclient.WithFollowLeader(false)), 20)
+	tokenservicetest.Mint(t, c.ClientFor(t, []string{c.APIURL(leader)}), 10)
 
 	st := c.Node(leader).LocalStatus()
 	ri := st.ReadIndex

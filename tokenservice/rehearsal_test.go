@@ -180,7 +180,7 @@ func TestThreeHostRehearsal(t *testing.T) {
 	if r.violations.Load() > 0 {
 		t.Errorf("%d operations started on a cut-off node succeeded before the heal", r.violations.Load())
 	}
-	checkHistory(t, ops)
+	history.Check(t, ops)
 	ok := len(history.Succeeded(ops))
 	t.Logf("%d operations, %d tokens, %d refused on the minority side while cut", len(ops), ok, r.refused.Load())
 	for _, h := range nodes {

@@ -123,7 +123,7 @@ func TestRemovedNodeIsAStranger(t *testing.T) {
 	ca := newCA(t, "cluster")
 	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, nil))
 	app := c.Client(t, pkitest.ClientTLS(t, ca, "app", tokenapi.RoleClient)...)
-	before := mint(t, app, 100)
+	before := tokenservicetest.Mint(t, app, 100)
 
 	leader := c.Leader(t)
 	removed, other := (leader+1)%3, (leader+2)%3
@@ -167,7 +167,7 @@ func TestRemovedNodeIsAStranger(t *testing.T) {
 			t.Errorf("%s's term moved from %d to %d during the attack", c.ID(i), terms[i], got)
 		}
 	}
-	after := mint(t, app, 20)
+	after := tokenservicetest.Mint(t, app, 20)
 	if after[0] <= before[len(before)-1] {
 		t.Fatalf("token %d after the attack, not above %d handed out before it", after[0], before[len(before)-1])
 	}
@@ -437,7 +437,7 @@ func TestJoiningNodeAdmitsOnlyMembers(t *testing.T) {
 	ca := newCA(t, "cluster")
 	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, nil))
 	app := pkitest.ClientTLS(t, ca, "app", tokenapi.RoleClient)
-	before := mint(t, c.Client(t, app...), 20)
+	before := tokenservicetest.Mint(t, c.Client(t, app...), 20)
 	leader := c.Leader(t)
 	joiner := (leader + 1) % 3
 	c.Remove(t, joiner)
@@ -454,7 +454,7 @@ func TestJoiningNodeAdmitsOnlyMembers(t *testing.T) {
 	}
 	c.AddMember(t, joiner)
 	c.WaitVoter(t, joiner)
-	after := mint(t, c.ClientFor(t, []string{c.APIURL(joiner)}, app...), 5)
+	after := tokenservicetest.Mint(t, c.ClientFor(t, []string{c.APIURL(joiner)}, app...), 5)
 	if after[0] <= before[len(before)-1] {
 		t.Fatalf("token %d through the joined %s, not above %d", after[0], c.ID(joiner), before[len(before)-1])
 	}
@@ -470,7 +470,7 @@ func TestJoiningNodeAdmitsOnlyTheLeader(t *testing.T) {
 	ca := newCA(t, "cluster")
 	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, nil))
 	app := pkitest.ClientTLS(t, ca, "app", tokenapi.RoleClient)
-	before := mint(t, c.Client(t, app...), 20)
+	before := tokenservicetest.Mint(t, c.Client(t, app...), 20)
 	leader := c.Leader(t)
 	joiner, other := (leader+1)%3, (leader+2)%3
 	c.Remove(t, joiner)
@@ -497,7 +497,7 @@ func TestJoiningNodeAdmitsOnlyTheLeader(t *testing.T) {
 	attack("a second after its removal")
 	c.AddMember(t, joiner)
 	c.WaitVoter(t, joiner)
-	after := mint(t, c.ClientFor(t, []string{c.APIURL(joiner)}, app...), 5)
+	after := tokenservicetest.Mint(t, c.ClientFor(t, []string{c.APIURL(joiner)}, app...), 5)
 	if after[0] <= before[len(before)-1] {
 		t.Fatalf("token %d through the joined %s, not above %d", after[0], c.ID(joiner), before[len(before)-1])
 	}
@@ -515,7 +515,7 @@ func TestJoiningNodeAsksOnlyItsJoinContacts(t *testing.T) {
 	ca := newCA(t, "cluster")
 	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, nil))
 	app := pkitest.ClientTLS(t, ca, "app", tokenapi.RoleClient)
-	mint(t, c.Client(t, app...), 5)
+	tokenservicetest.Mint(t, c.Client(t, app...), 5)
 	removed := (c.Leader(t) + 2) % 3
 	removedAPI := strings.TrimPrefix(c.APIURL(removed), "https://")
 	removedRaft := c.Node(removed).RaftAddr()
@@ -571,7 +571,7 @@ func TestSnapshotCatchUpOverTLS(t *testing.T) {
 	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, nil), tokenservicetest.WithSnapshotThreshold(64, 16),
 		tokenservicetest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.ReserveSize = 1 }))
 	app := pkitest.ClientTLS(t, ca, "app", tokenapi.RoleClient)
-	toks := mint(t, c.Client(t, app...), 200)
+	toks := tokenservicetest.Mint(t, c.Client(t, app...), 200)
 	last := toks[len(toks)-1]
 	testutil.WaitFor(t, 30*time.Second, "snapshots and compaction on every node", func() error {
 		for i := range 3 {
@@ -590,7 +590,7 @@ func TestSnapshotCatchUpOverTLS(t *testing.T) {
 		}
 		return nil
 	})
-	after := mint(t, c.ClientFor(t, []string{c.APIURL(n4)}, app...), 5)
+	after := tokenservicetest.Mint(t, c.ClientFor(t, []string{c.APIURL(n4)}, app...), 5)
 	if after[0] <= last {
 		t.Fatalf("token %d through n4, not above %d", after[0], last)
 	}

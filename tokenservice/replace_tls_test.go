@@ -31,7 +31,7 @@ func TestReplaceOverMutualTLS(t *testing.T) {
 	})
 	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, creds))
 	app := pkitest.ClientTLS(t, ca, "app", tokenapi.RoleClient)
-	before := mint(t, c.Client(t, app...), 20)
+	before := tokenservicetest.Mint(t, c.Client(t, app...), 20)
 	highest := before[len(before)-1]
 
 	leader := c.Leader(t)
@@ -107,11 +107,11 @@ func TestReplaceOverMutualTLS(t *testing.T) {
 	t.Logf("members after the replacement: %s", members())
 	// Tokens continue above everything before, also through the replaced
 	// node, which forwards to the leader over mutual TLS.
-	after := mint(t, c.Client(t, app...), 5)
+	after := tokenservicetest.Mint(t, c.Client(t, app...), 5)
 	if after[0] <= highest {
 		t.Fatalf("first token after the replacement %d <= %d handed out before the wipe", after[0], highest)
 	}
-	tok := mint(t, c.ClientFor(t, []string{apiAddr}, append(app, tokenclient.WithFollowLeader(false))...), 1)[0]
+	tok := tokenservicetest.Mint(t, c.ClientFor(t, []string{apiAddr}, append(app, tokenclient.WithFollowLeader(false))...), 1)[0]
 	if tok <= after[len(after)-1] {
 		t.Fatalf("token through the replaced %s %d <= %d", c.ID(victim), tok, after[len(after)-1])
 	}

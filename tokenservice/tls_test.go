@@ -78,7 +78,7 @@ func TestTLSClusterMints(t *testing.T) {
 	viaFollower := c.ClientFor(t, []string{c.APIURL(follower)}, append(pkitest.ClientTLS(t, ca, "app-cert", tokenapi.RoleClient), tokenclient.WithFollowLeader(false))...)
 	var last int64
 	for i, cl := range []*tokenclient.Client{certClient, bearerClient, viaFollower, certClient} {
-		toks := mint(t, cl, 20)
+		toks := tokenservicetest.Mint(t, cl, 20)
 		if toks[0] <= last {
 			t.Fatalf("client %d: token %d not above %d", i, toks[0], last)
 		}
@@ -114,7 +114,7 @@ func TestPlainClusterRestartedWithTLS(t *testing.T) {
 		}
 		cfg.TLS = &tokenservice.NodeTLS{CA: ca.Pool(), Cert: leaf.TLSCertificate()}
 	}))
-	before := mint(t, c.Client(t), 10)
+	before := tokenservicetest.Mint(t, c.Client(t), 10)
 	tlsOn.Store(true)
 	for i := range 3 {
 		c.Kill(i)
@@ -133,8 +133,8 @@ func TestPlainClusterRestartedWithTLS(t *testing.T) {
 	}
 	follower := (leader + 1) % 3
 	viaFollower := c.ClientFor(t, []string{urls[follower]}, append(opts, tokenclient.WithFollowLeader(false))...)
-	after := mint(t, viaFollower, 10)
-	following := mint(t, c.ClientFor(t, []string{urls[follower]}, opts...), 10)
+	after := tokenservicetest.Mint(t, viaFollower, 10)
+	following := tokenservicetest.Mint(t, c.ClientFor(t, []string{urls[follower]}, opts...), 10)
 	if after[0] <= before[len(before)-1] || following[0] <= after[len(after)-1] {
 		t.Fatalf("tokens went back: before %v, through the follower %v, following the leader %v", before, after, following)
 	}

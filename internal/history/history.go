@@ -288,3 +288,16 @@ func Drive(t testing.TB, total, workers int, next func(ctx context.Context, work
 	}
 	return ops
 }
+
+// Check fails the test (without stopping it) when ops breaks real-time
+// order or is not linearizable; porcupine's visualization of a failure is
+// written under VisualizationPath(t.Name()).
+func Check(t testing.TB, ops []Op) {
+	t.Helper()
+	if err := CheckRealTime(ops); err != nil {
+		t.Error(err)
+	}
+	if _, err := CheckAndVisualize(ops, VisualizationPath(t.Name())); err != nil {
+		t.Errorf("porcupine: %v", err)
+	}
+}

@@ -728,3 +728,24 @@ func (c *Cluster) setRaftCut(i int, cut bool) {
 		}
 	}
 }
+
+// Mint gets n tokens for resource "orders/42" from cl one after another,
+// failing the test on an error or on a token not above the one before, and
+// returns them.
+func Mint(t testing.TB, cl *tokenclient.Client, n int) []int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out := make([]int64, 0, n)
+	for i := 0; i < n; i++ {
+		tok, err := cl.NextToken(ctx, "orders/42")
+		if err != nil {
+			t.Fatalf("NextToken #%d: %v", i, err)
+		}
+		if len(out) > 0 && tok <= out[len(out)-1] {
+			t.Fatalf("NextToken #%d = %d, not above the previous %d", i, tok, out[len(out)-1])
+		}
+		out = append(out, tok)
+	}
+	return out
+}
