@@ -4,12 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"os/user"
-	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,83 +14,12 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// startCluster starts a PostgreSQL server of its own (initdb in a temporary
-// directory, a free loopback port, the given settings) and returns the DSN
-// of its postgres database; the server is stopped and removed when the
-// test ends. The shared server cannot be restarted with other settings.
+// startCluster starts a PostgreSQL server of the test's own, of the major
+// under test, with the given settings: the shared server cannot be
+// restarted with other settings.
 func startCluster(t *testing.T, settings ...string) (dsn, logPath string) {
 	t.Helper()
-	bin := ""
-	for _, d := range []string{"/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/17/bin"} {
-		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
-			bin = d
-			break
-		}
-	}
-	if bin == "" {
-		t.Fatal("no PostgreSQL server binaries (initdb) in /usr/lib/postgresql/*/bin; install the postgresql package")
-	}
-	dir, err := os.MkdirTemp("", "fencegate-pg-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	var cred *syscall.Credential
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			t.Fatalf("running as root needs user postgres to run PostgreSQL: %v", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		if err := os.Chown(dir, uid, gid); err != nil {
-			t.Fatal(err)
-		}
-	}
-	data := filepath.Join(dir, "data")
-	cmd := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("initdb: %v\n%s", err, out)
-	}
-	port := testutil.FreePort(t)
-	args := []string{"-D", data, "-p", strconv.Itoa(port), "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=", "-c", "fsync=off"}
-	for _, s := range settings {
-		args = append(args, "-c", s)
-	}
-	srv := exec.Command(filepath.Join(bin, "postgres"), args...)
-	srv.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	logPath = filepath.Join(dir, "log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Stdout, srv.Stderr = logf, logf
-	if err := srv.Start(); err != nil {
-		t.Fatalf("start postgres: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = srv.Process.Signal(syscall.SIGINT)
-		done := make(chan struct{})
-		go func() { _ = srv.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			_ = srv.Process.Kill()
-			<-done
-		}
-		logf.Close()
-	})
-	dsn = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
-	testutil.WaitFor(t, 30*time.Second, "the test's own PostgreSQL to accept connections", func() error {
-		c, err := pgx.Connect(context.Background(), dsn)
-		if err != nil {
-			return err
-		}
-		return c.Close(context.Background())
-	})
-	return dsn, logPath
+	return testutil.StartPostgres(t, testutil.PostgresBinDir(t), settings...)
 }
 
 func withDB(t *testing.T, dsn, db string) string {

@@ -27,8 +27,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-const pgBin = "/usr/lib/postgresql/15/bin"
-
 // testCA is a throwaway certificate authority with one leaf certificate
 // for 127.0.0.1 and localhost.
 type testCA struct {
@@ -90,6 +88,7 @@ type pgServer struct {
 	appPassword string // of the application role made by appRole
 	cmd         *exec.Cmd
 	cred        *syscall.Credential
+	bin         string // initdb and postgres of the major under test
 }
 
 func startPGServer(t *testing.T, ca *testCA) *pgServer {
@@ -109,7 +108,7 @@ func startPGServer(t *testing.T, ca *testCA) *pgServer {
 		t.Fatal(err)
 	}
 	s := &pgServer{t: t, dir: dir, port: testutil.FreePort(t), password: "s3cret-" + testutil.RandomName(""),
-		cred: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+		cred: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, bin: testutil.PostgresBinDir(t)}
 	pw := filepath.Join(dir, "pw")
 	if err := os.WriteFile(pw, []byte(s.password+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -120,7 +119,7 @@ func startPGServer(t *testing.T, ca *testCA) *pgServer {
 		}
 	}
 	data := filepath.Join(dir, "data")
-	initdb := exec.Command(pgBin+"/initdb", "-D", data, "-U", "postgres", "--pwfile", pw,
+	initdb := exec.Command(filepath.Join(s.bin, "initdb"), "-D", data, "-U", "postgres", "--pwfile", pw,
 		"--auth-host=scram-sha-256", "--auth-local=trust", "-E", "UTF8", "--no-sync")
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
 	if out, err := initdb.CombinedOutput(); err != nil {
@@ -181,7 +180,7 @@ func (s *pgServer) appRole(t *testing.T) string {
 // Start starts the server and waits until it accepts connections.
 func (s *pgServer) Start() {
 	s.t.Helper()
-	cmd := exec.Command(pgBin+"/postgres", "-D", filepath.Join(s.dir, "data"))
+	cmd := exec.Command(filepath.Join(s.bin, "postgres"), "-D", filepath.Join(s.dir, "data"))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Pdeathsig: syscall.SIGKILL}
 	cmd.Stdout, cmd.Stderr = nil, nil
 	if err := cmd.Start(); err != nil {

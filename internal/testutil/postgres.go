@@ -3,6 +3,9 @@ package testutil
 import (
 	"context"
 	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
 	"testing"
 	"time"
 
@@ -45,4 +48,33 @@ func PostgresDB(t testing.TB) string {
 		}
 	})
 	return dsn
+}
+
+// PostgresBinDir returns the directory of the server binaries (initdb,
+// postgres) for tests that start a server of their own: FENCEGATE_TEST_PGBIN
+// when set (the version matrix sets it to the binaries of the server
+// FENCEGATE_TEST_PG points at, so both are of one major), else the newest
+// /usr/lib/postgresql/*/bin that holds both. The test fails when there is none.
+func PostgresBinDir(t testing.TB) string {
+	t.Helper()
+	NeedServices(t)
+	if v := os.Getenv("FENCEGATE_TEST_PGBIN"); v != "" {
+		return v
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return majorOf(dirs[i]) > majorOf(dirs[j]) })
+	for _, d := range dirs {
+		_, e1 := os.Stat(filepath.Join(d, "initdb"))
+		_, e2 := os.Stat(filepath.Join(d, "postgres"))
+		if e1 == nil && e2 == nil {
+			return d
+		}
+	}
+	t.Fatal("no PostgreSQL server binaries (initdb, postgres) in /usr/lib/postgresql/*/bin; install the postgresql package or set FENCEGATE_TEST_PGBIN")
+	return ""
+}
+
+func majorOf(binDir string) int {
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return v
 }
