@@ -22,6 +22,11 @@ type Status struct {
 	Floor        int64    // the floor (fencegate.floor): every fence with a token at or below it is refused; -1 when missing or the connected role may not read it
 	FenceTimeout string   // the database's fencegate.fence_timeout, "" when unset (the fence then waits 5s)
 	Warnings     []string // weaker than it should be, though not broken
+	// Server is the server's version. Inspect fails with
+	// ErrUnsupportedServer on a major older than MinMajor; on one newer than
+	// MaxMajor it reports and adds a warning (the caller decides, as the
+	// status command does, whether to go on).
+	Server ServerVersion
 }
 
 // ProtectedTable is one table of a protected hierarchy.
@@ -57,9 +62,20 @@ func Inspect(ctx context.Context, conn *pgx.Conn) (*Status, error) {
 
 func inspect(ctx context.Context, conn pgx.Tx) (*Status, error) {
 	st := &Status{Marks: -1, Floor: -1}
+	server, err := ReadServerVersion(ctx, conn)
+	if err != nil {
+		return nil, fmt.Errorf("inspect fencegate schema: %w", err)
+	}
+	st.Server = server
+	if err := server.Check(true); err != nil {
+		return nil, fmt.Errorf("inspect fencegate schema: %w", err)
+	}
+	if err := server.Check(false); err != nil {
+		st.Warnings = append(st.Warnings, strings.TrimPrefix(err.Error(), ErrUntestedServer.Error()+": "))
+	}
 	var owner, versionBody *string
 	var hasV1, hasMarks bool
-	err := conn.QueryRow(ctx, `SELECT n.nspowner::regrole::text,
+	err = conn.QueryRow(ctx, `SELECT n.nspowner::regrole::text,
 		(SELECT p.prosrc FROM pg_proc p WHERE p.oid = to_regprocedure('fencegate.schema_version()')),
 		to_regprocedure('fencegate.schema_v1()') IS NOT NULL,
 		to_regclass('fencegate.marks') IS NOT NULL

@@ -37,6 +37,11 @@ type InstallOptions struct {
 	// nothing, when the database holds no fencegate schema (the upgrade
 	// command). The default is false: install from scratch.
 	RequireInstalled bool
+	// AllowNewerServer lets Install go on against a PostgreSQL major newer
+	// than MaxMajor, which no suite has run on. The default is false:
+	// ErrUntestedServer. A major older than MinMajor is always refused
+	// (ErrUnsupportedServer).
+	AllowNewerServer bool
 }
 
 // Report says what Install found and did.
@@ -51,6 +56,7 @@ type Report struct {
 	Tables      int      // tables of protected hierarchies whose checks were verified
 	GuardDDL    bool     // the DDL guard is installed
 	Warnings    []string // things that work but weaken the guarantees
+	Server      ServerVersion
 }
 
 // Install installs or upgrades schema fencegate in the database conn is
@@ -100,6 +106,13 @@ func install(ctx context.Context, tx pgx.Tx, opts InstallOptions) (*Report, erro
 	if err := limitLockWaits(ctx, tx); err != nil {
 		return nil, fmt.Errorf("install fencegate schema: %w", err)
 	}
+	server, err := ReadServerVersion(ctx, tx)
+	if err != nil {
+		return nil, fmt.Errorf("install fencegate schema: %w", err)
+	}
+	if err := server.Check(opts.AllowNewerServer); err != nil {
+		return nil, fmt.Errorf("install fencegate schema: %w", err)
+	}
 	if err := lockInstall(ctx, tx); err != nil {
 		return nil, fmt.Errorf("install fencegate schema: %w", err)
 	}
@@ -121,7 +134,7 @@ func install(ctx context.Context, tx pgx.Tx, opts InstallOptions) (*Report, erro
 			return nil, fmt.Errorf("%w: the owner role %s cannot be an application role", ErrBadInput, owner)
 		}
 	}
-	in := &installer{tx: tx, owner: owner, opts: opts, rep: &Report{ToVersion: SchemaVersion, OwnerRole: owner}}
+	in := &installer{tx: tx, owner: owner, opts: opts, rep: &Report{ToVersion: SchemaVersion, OwnerRole: owner, Server: server}}
 	if err := in.run(ctx); err != nil {
 		return nil, err
 	}

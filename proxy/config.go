@@ -111,6 +111,11 @@ type Config struct {
 	// fencegate, members of such roles). The default (false) refuses them
 	// at startup with SQLSTATE FG007.
 	AllowPrivilegedRoles bool
+	// AllowNewerServer admits sessions to an upstream whose PostgreSQL
+	// major is newer than pgfence.MaxMajor, which fencegate has not been
+	// tested on. The default (false) refuses them at startup with SQLSTATE
+	// FG005, as it always refuses a major older than pgfence.MinMajor.
+	AllowNewerServer bool
 	// ClientTLS, when set, lets clients switch to TLS with an SSLRequest.
 	// The default (nil) answers SSLRequest with 'N' (no TLS).
 	ClientTLS *tls.Config

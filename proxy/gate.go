@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/pgfence"
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
@@ -54,6 +55,9 @@ func (r *refusal) Error() string { return r.msg }
 // belonged to the application role itself, which the upgrade changes.
 func (s *session) gate() (byte, error) {
 	begun := time.Now()
+	if r := s.checkServerVersion(); r != nil {
+		return 0, r
+	}
 	c, err := s.check()
 	if err != nil {
 		return 0, err
@@ -102,6 +106,37 @@ func (s *session) gate() (byte, error) {
 		}
 	}
 	return c.status, nil
+}
+
+// checkServerVersion refuses a session to an upstream whose PostgreSQL major
+// fencegate does not support (pgfence.MinMajor to MaxMajor; a newer one with
+// Config.AllowNewerServer), from the server_version the server reported at
+// startup. The schema's checks are written against the catalogs of the
+// supported majors: on another one they may pass without meaning what they
+// say. An upstream that reports no server_version (every PostgreSQL since
+// 7.4 does; so does PgBouncer) is left to the health query.
+func (s *session) checkServerVersion() *refusal {
+	if s.serverVersion == "" {
+		return nil
+	}
+	v, err := pgfence.ParseServerVersion(s.serverVersion)
+	if err == nil {
+		err = v.Check(s.p.cfg.AllowNewerServer)
+	}
+	if err == nil {
+		return nil
+	}
+	hint := "Run the database on " + pgfence.SupportedRange + "."
+	if errors.Is(err, pgfence.ErrUntestedServer) {
+		hint += " To admit sessions to a newer one regardless, start the proxy with --allow-newer-postgres."
+	}
+	return &refusal{
+		reason: "server_version",
+		code:   fencegate.CodeSchemaInvalid,
+		msg:    "fencegate: " + strings.TrimPrefix(err.Error(), "pgfence: "),
+		hint:   hint,
+		detail: []string{"server_version " + s.serverVersion},
+	}
 }
 
 // checked is what the gate's query found.
@@ -210,6 +245,7 @@ func (s *session) gateQuery(queries ...string) ([][]string, byte, error) {
 		return nil, 0, err
 	}
 	var rows [][]string
+	var params [][2]string // ParameterStatus (name, value) in the order received
 	stmt, ready := 0, 0
 	var qerr *pgproto3.ErrorResponse
 	for {
@@ -249,9 +285,17 @@ func (s *session) gateQuery(queries ...string) ([][]string, byte, error) {
 			// A notice or notification raised by the gate's statements is
 			// the proxy's, not the client's.
 		case 'S':
-			if err := writeMsg(s.clientWriter, typ, body); err != nil {
-				return nil, 0, err
+			// Held back until the gate's transaction ends: its SET LOCALs
+			// change parameters the server reports (search_path, since
+			// PostgreSQL 18) and COMMIT reports them back. Only what
+			// differs in the end from what the client was last told is
+			// passed on (see forwardParams); a refused session gets none.
+			name, rest, ok1 := cstring(body)
+			value, _, ok2 := cstring(rest)
+			if !ok1 || !ok2 {
+				return nil, 0, fmt.Errorf("upstream sent a malformed ParameterStatus to the gate's query")
 			}
+			params = append(params, [2]string{string(name), string(value)})
 		case 'Z':
 			if len(body) != 1 {
 				return nil, 0, fmt.Errorf("upstream sent a bad ReadyForQuery")
@@ -270,11 +314,38 @@ func (s *session) gateQuery(queries ...string) ([][]string, byte, error) {
 			if body[0] != 'I' {
 				return nil, 0, fmt.Errorf("the gate's query left the session in transaction status %q", body[0])
 			}
+			if err := s.forwardParams(params); err != nil {
+				return nil, 0, err
+			}
 			return rows, body[0], nil
 		default:
 			return nil, 0, fmt.Errorf("upstream sent message type %q to the gate's query", typ)
 		}
 	}
+}
+
+// forwardParams passes on the last value of each parameter the server
+// reported during the gate's query when it differs from the value the client
+// was last told, in the order the server reported them.
+func (s *session) forwardParams(params [][2]string) error {
+	last := make(map[string]int, len(params))
+	for i, p := range params {
+		last[p[0]] = i
+	}
+	for i, p := range params {
+		if last[p[0]] != i || s.params[p[0]] == p[1] {
+			continue
+		}
+		if s.params == nil {
+			s.params = make(map[string]string)
+		}
+		s.params[p[0]] = p[1]
+		body := append(append(append(append([]byte(nil), p[0]...), 0), p[1]...), 0)
+		if err := writeMsg(s.clientWriter, 'S', body); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // refuse ends a session the gate refused (or could not check): a FATAL

@@ -17,7 +17,8 @@ type Metrics struct {
 	ConnectionsTotal prometheus.Counter
 	// SessionsRefused counts sessions the gate refused at startup, by
 	// reason: privileged_role (FG007), schema (FG005: missing, altered or
-	// not repairable) or check_failed (the check itself failed).
+	// not repairable), server_version (FG005: a PostgreSQL major fencegate
+	// does not support) or check_failed (the check itself failed).
 	SessionsRefused *prometheus.CounterVec
 	// SchemaRepairs counts schema installs and repairs made through
 	// Config.AdminUpstream, by database.
@@ -62,7 +63,7 @@ func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		SessionsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencegate_proxy_sessions_refused_total",
-			Help: "Sessions refused at startup by the gate, by reason (privileged_role, schema, check_failed).",
+			Help: "Sessions refused at startup by the gate, by reason (privileged_role, schema, server_version, check_failed).",
 		}, []string{"reason"}),
 		Prunes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencegate_proxy_prunes_total", Help: "Scheduled prunes of the marks (--prune-older-than), by database and result (ok, error).",
@@ -106,7 +107,7 @@ func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, code := range []string{fencegate.CodeStaleToken, fencegate.CodeMisuse, fencegate.CodeFenceTimeout} {
 		m.Rejections.WithLabelValues(code, "")
 	}
-	for _, r := range []string{"privileged_role", "schema", "check_failed"} {
+	for _, r := range []string{"privileged_role", "schema", "server_version", "check_failed"} {
 		m.SessionsRefused.WithLabelValues(r)
 	}
 	if reg == nil {

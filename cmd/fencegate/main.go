@@ -23,6 +23,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/fencegate/fencegate/pgfence"
 )
 
 // command is one top-level subcommand of the fencegate binary.
@@ -154,6 +156,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func printUsage(w io.Writer) {
 	fmt.Fprintln(w, "fencegate: fencing tokens from a Raft group, enforced inside PostgreSQL;")
 	fmt.Fprintln(w, "an optional wire-protocol proxy gates the sessions that reach it.")
+	fmt.Fprintf(w, "Supported databases: %s (%s).\n", pgfence.SupportedRange, supportedDoc)
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Usage: fencegate COMMAND [flags]")
 	fmt.Fprintln(w)

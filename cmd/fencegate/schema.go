@@ -89,6 +89,7 @@ func runSchemaInstall(ctx context.Context, sub string, args []string, stdout, st
 	fs.Var(&grant, "grant", "an application role to give what taking fences needs (USAGE on schema fencegate, EXECUTE on fence and fence_many, SELECT on the marks); repeat or separate with commas (default none)")
 	guard := fs.Bool("guard-ddl", false, "also install the DDL guard: event triggers refusing DDL on protected tables by roles outside the owner role (needs a superuser)")
 	owner := fs.String("owner", "", "the role that owns schema fencegate; created NOLOGIN when missing (default: the schema's current owner when nobody can log in as it, else "+pgfence.DefaultOwnerRole+")")
+	allowNewer := fs.Bool("allow-newer-postgres", false, allowNewerHelp)
 	pos, err := parseInterspersed(fs, args, stderr)
 	if err != nil {
 		return err
@@ -101,7 +102,7 @@ func runSchemaInstall(ctx context.Context, sub string, args []string, stdout, st
 		return err
 	}
 	defer conn.Close(context.Background())
-	rep, err := pgfence.Install(ctx, conn, pgfence.InstallOptions{OwnerRole: *owner, Grant: grant, GuardDDL: *guard, RequireInstalled: sub == "upgrade"})
+	rep, err := pgfence.Install(ctx, conn, pgfence.InstallOptions{OwnerRole: *owner, Grant: grant, GuardDDL: *guard, RequireInstalled: sub == "upgrade", AllowNewerServer: *allowNewer})
 	if err != nil {
 		if errors.Is(err, pgfence.ErrNotInstalled) {
 			return fmt.Errorf("schema fencegate is not installed in %s: run 'fencegate schema install --db DSN' first", name)
@@ -141,6 +142,7 @@ func runSchemaInstall(ctx context.Context, sub string, args []string, stdout, st
 func runSchemaStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("fencegate schema status", flag.ContinueOnError)
 	db := fs.String("db", "", dbFlagHelp)
+	allowNewer := fs.Bool("allow-newer-postgres", false, allowNewerHelp)
 	pos, err := parseInterspersed(fs, args, stderr)
 	if err != nil {
 		return err
@@ -154,10 +156,14 @@ func runSchemaStatus(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	defer conn.Close(context.Background())
 	st, err := pgfence.Inspect(ctx, conn)
+	if err == nil {
+		err = st.Server.Check(*allowNewer)
+	}
 	if err != nil {
 		return explain(err, name)
 	}
 	fmt.Fprintf(stdout, "database:          %s\n", name)
+	fmt.Fprintf(stdout, "PostgreSQL:        %s\n", st.Server.Text)
 	if !st.Installed {
 		fmt.Fprintln(stdout, "schema fencegate:  not installed")
 	} else {
@@ -537,8 +543,30 @@ func explain(err error, name string) error {
 		return fmt.Errorf("schema fencegate is not installed in %s: run 'fencegate schema install --db DSN' as a superuser first", name)
 	case errors.Is(err, pgfence.ErrPrivilege):
 		return fmt.Errorf("%s: %s; connect with --db as a superuser, or as a member of the owner role (and, for tables, their owner)", name, msg)
+	case errors.Is(err, pgfence.ErrUnsupportedServer):
+		return fmt.Errorf("%s: %s; upgrade the server (%s)", name, afterSentinel(err, pgfence.ErrUnsupportedServer), supportedDoc)
+	case errors.Is(err, pgfence.ErrUntestedServer):
+		return fmt.Errorf("%s: %s; pass --allow-newer-postgres to go on regardless (%s)", name, afterSentinel(err, pgfence.ErrUntestedServer), supportedDoc)
 	}
 	return errors.New(msg)
+}
+
+// supportedDoc is where the supported PostgreSQL majors are explained.
+const supportedDoc = "docs/operations.md#supported-postgresql-versions"
+
+// allowNewerHelp is the help of --allow-newer-postgres, on every command
+// that checks the server's version.
+var allowNewerHelp = fmt.Sprintf("go on against a PostgreSQL major newer than %d, which fencegate has not been tested on (default false: refused)", pgfence.MaxMajor)
+
+// afterSentinel is what err says after its sentinel's text: the message
+// without the operation and package prefixes ("install fencegate schema:
+// pgfence: unsupported PostgreSQL version: ").
+func afterSentinel(err, sentinel error) string {
+	msg := err.Error()
+	if i := strings.LastIndex(msg, sentinel.Error()+": "); i >= 0 {
+		return msg[i+len(sentinel.Error())+2:]
+	}
+	return msg
 }
 
 func listOrNone(l []string) string {
