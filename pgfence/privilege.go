@@ -39,6 +39,13 @@ package pgfence
 //     write the server's files or run programs as the server's OS user;
 //   - member of pg_write_all_data: can write every table, fencegate.marks
 //     included (forge a holder, lower a mark);
+//   - member of pg_maintain (PostgreSQL 17): holds MAINTAIN on every
+//     relation, fencegate.marks and the system catalogs included, so LOCK
+//     TABLE ... IN ACCESS EXCLUSIVE MODE (and CLUSTER, VACUUM FULL) on the
+//     marks stalls every fence of the database until it gives up with
+//     FG004, and the gate's own checks with it; an application role, with
+//     SELECT on the marks, can take ACCESS SHARE only. The role does not
+//     exist before 17, where the test below finds no row;
 //   - member of pg_read_all_data or pg_read_server_files: can read the
 //     signing keys a database that requires signed tokens holds (the
 //     table, or its files), and so forge proofs. Refused whether or not
@@ -152,9 +159,10 @@ UNION ALL
 SELECT pg_catalog.format('role %s is a member of %s, which can %s', me.name, r.rolname,
        CASE WHEN r.rolname OPERATOR(pg_catalog.=) 'pg_write_server_files' THEN 'write the server''s files'
                       WHEN r.rolname OPERATOR(pg_catalog.=) 'pg_write_all_data' THEN 'write every table, fencegate.marks included'
+                      WHEN r.rolname OPERATOR(pg_catalog.=) 'pg_maintain' THEN 'lock every table (LOCK TABLE ... IN ACCESS EXCLUSIVE MODE), fencegate.marks included, and so stall every fence'
                       ELSE 'run programs on the server' END)
 FROM me, pg_catalog.pg_roles r
-WHERE NOT me.rolsuper AND r.rolname OPERATOR(pg_catalog.=) ANY (ARRAY['pg_write_server_files', 'pg_execute_server_program', 'pg_write_all_data'])
+WHERE NOT me.rolsuper AND r.rolname OPERATOR(pg_catalog.=) ANY (ARRAY['pg_write_server_files', 'pg_execute_server_program', 'pg_write_all_data', 'pg_maintain'])
   AND pg_catalog.pg_has_role(me.oid, r.oid, 'MEMBER')
 UNION ALL
 SELECT pg_catalog.format('role %s %s TRIGGER on protected table %s, so it can replace its checks (CREATE OR REPLACE TRIGGER)', me.name,
