@@ -14,6 +14,9 @@
 #
 # Environment (defaults in brackets):
 #   DRIVER_SUITE_PG_ADDR  PostgreSQL host:port, trust auth for TCP [127.0.0.1:5432]
+#   DRIVER_SUITE_PG_MAJOR a PostgreSQL major (14 to 18): run against a throwaway
+#                         server of it, from scripts/postgres-versions.sh's pinned
+#                         binaries, instead of DRIVER_SUITE_PG_ADDR [unset]
 #   DRIVER_SUITE_PG_USER  a superuser, as pgx's suite logs in as one [postgres]
 #   DRIVER_SUITE_DB       database created for the run and dropped after [drv_pgx_test]
 #   DRIVER_SUITE_PKGS     pgx packages to test, relative to its module root [./...]
@@ -38,6 +41,15 @@ die() {
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 pg_addr=${DRIVER_SUITE_PG_ADDR:-127.0.0.1:5432}
+if [[ -n ${DRIVER_SUITE_PG_MAJOR:-} ]]; then
+	# shellcheck source=scripts/pgserver.sh
+	. "$root/scripts/pgserver.sh"
+	pg_bin=$("$root/scripts/postgres-versions.sh" path "$DRIVER_SUITE_PG_MAJOR") || die "no PostgreSQL $DRIVER_SUITE_PG_MAJOR"
+	trap pg_stop EXIT # until cleanup takes over
+	pg_start "$pg_bin" || die "PostgreSQL $DRIVER_SUITE_PG_MAJOR: $pg_error"
+	pg_addr=127.0.0.1:$pg_port
+	log "PostgreSQL $("$pg_bin/postgres" --version | awk '{print $NF}') on $pg_addr"
+fi
 pg_host=${pg_addr%:*}
 pg_port=${pg_addr##*:}
 pg_user=${DRIVER_SUITE_PG_USER:-postgres}
@@ -70,6 +82,7 @@ cleanup() {
 	if [[ -n $created_owner ]]; then
 		admin postgres -c "DROP ROLE IF EXISTS $owner" >/dev/null 2>&1 || log "could not drop role $owner"
 	fi
+	[[ -z ${DRIVER_SUITE_PG_MAJOR:-} ]] || pg_stop
 	exit "$rc"
 }
 trap cleanup EXIT

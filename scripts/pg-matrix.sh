@@ -33,6 +33,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 export PATH=$PATH:/usr/local/go/bin
 
+die() { echo "pg-matrix: $*" >&2; exit 1; }
+
 packages=${PG_MATRIX_PACKAGES:-./pgfence/... ./proxy/... ./cmd/fencegate/}
 except_default=
 if [ "${1:-}" = --except-default ]; then
@@ -58,20 +60,11 @@ fi
 logs=${PG_MATRIX_LOGS:-$(mktemp -d "${TMPDIR:-/tmp}/fencegate-matrix.XXXXXX")}
 mkdir -p "$logs"
 
-die() { echo "pg-matrix: $*" >&2; exit 1; }
 
-runas=()
+# shellcheck source=scripts/pgserver.sh
+. scripts/pgserver.sh
 owner=$(id -un)
-if [ "$(id -u)" = 0 ]; then
-	id postgres >/dev/null 2>&1 || die "running as root needs user postgres to run the servers as (apt-get install postgresql, or useradd postgres)"
-	# setpriv execs: the server's PID is the one this script signals.
-	runas=(setpriv --reuid=postgres --regid=postgres --init-groups)
-	owner=postgres
-fi
-
-free_port() {
-	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
+[ "$(id -u)" != 0 ] || owner=postgres
 
 # run_major MAJOR: in a subshell of its own: start a throwaway server of that
 # major, run the packages against it, stop it and remove its directory.
@@ -79,51 +72,15 @@ free_port() {
 # line) and MAJOR.version; its exit status is the tests'.
 run_major() (
 	m=$1
-	server_dir="" server_pid=""
-	stop_server() {
-		if [ -n "$server_pid" ]; then
-			kill -INT "$server_pid" 2>/dev/null || true
-			for _ in $(seq 1 200); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
-			kill -KILL "$server_pid" 2>/dev/null || true
-			wait "$server_pid" 2>/dev/null || true
-			server_pid=""
-		fi
-		[ -z "$server_dir" ] || rm -rf "$server_dir"
-		server_dir=""
-	}
-	trap stop_server EXIT
+	trap pg_stop EXIT
 	trap 'exit 130' INT TERM
 	fail() { echo "FAIL PostgreSQL $m: $*" >"$logs/$m.result"; echo "pg-matrix: PostgreSQL $m: $*" >&2; exit 1; }
 
 	bin=$(scripts/postgres-versions.sh path "$m") || fail "cannot install its binaries"
 	version=$("$bin/postgres" --version | awk '{print $NF}')
 	echo "$version" >"$logs/$m.version"
-	server_dir=$(mktemp -d "${TMPDIR:-/tmp}/fencegate-pg.XXXXXX")
-	chmod 755 "$server_dir"
-	[ ${#runas[@]} -eq 0 ] || chown postgres: "$server_dir"
-	"${runas[@]}" "$bin/initdb" -D "$server_dir/data" -U postgres --auth=trust -E UTF8 \
-		--no-sync --no-instructions >"$server_dir/initdb.log" 2>&1 ||
-		fail "initdb: $(tail -3 "$server_dir/initdb.log" | tr "\n" " ")"
-	dsn=""
-	for _ in 1 2 3 4 5; do
-		port=$(free_port)
-		"${runas[@]}" "$bin/postgres" -D "$server_dir/data" -p "$port" \
-			-c listen_addresses=127.0.0.1 -c unix_socket_directories= -c fsync=off \
-			-c max_connections=300 >>"$server_dir/server.log" 2>&1 &
-		server_pid=$!
-		for _ in $(seq 1 300); do
-			kill -0 "$server_pid" 2>/dev/null || break
-			if grep -q 'ready to accept connections' "$server_dir/server.log" 2>/dev/null; then
-				dsn="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
-				break 2
-			fi
-			sleep 0.1
-		done
-		kill -KILL "$server_pid" 2>/dev/null || true
-		wait "$server_pid" 2>/dev/null || true
-		server_pid=""
-	done
-	[ -n "$dsn" ] || fail "the server did not start: $(tail -5 "$server_dir/server.log" | tr "\n" " ")"
+	pg_start "$bin" || fail "$pg_error"
+	dsn=$pg_dsn
 	echo "=== PostgreSQL $version: $dsn, as $owner"
 	start=$(date +%s)
 	args=(-count=1 -timeout 20m)
