@@ -344,6 +344,13 @@ func TestVersionsNotNullConstraints(t *testing.T) {
 			t.Errorf("HealthQuery = %q, want constraint %s named", joined, c)
 		}
 	}
+	// The constraint is the problem, and upgrade removes it: the column
+	// it sits on is not reported as planted (whose repair would refuse).
+	for _, col := range []string{"column holder_xid", "column reason"} {
+		if strings.Contains(joined, col) {
+			t.Errorf("HealthQuery = %q, reports %s for a planted constraint on it", joined, col)
+		}
+	}
 	if _, err := pgfence.Install(ctx, f.admin, pgfence.InstallOptions{OwnerRole: f.db.Owner}); err != nil {
 		t.Fatal(err)
 	}
