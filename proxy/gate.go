@@ -155,8 +155,32 @@ type checked struct {
 // server arms it per statement); a client that asks for one of a few
 // milliseconds at startup can be refused with 57014 on a loaded server,
 // as its own first statements would be cancelled there.
-const gatePrelude = "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY; SET LOCAL statement_timeout = '" + gateTimeout + "'; " +
-	"SET LOCAL lock_timeout = '" + gateTimeout + "'; SET LOCAL search_path = pg_catalog, pg_temp"
+const gatePrelude = gateBegin + gatePins
+
+const (
+	gateBegin = "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY"
+	gatePins  = "; SET LOCAL statement_timeout = '" + gateTimeout + "'; " +
+		"SET LOCAL lock_timeout = '" + gateTimeout + "'; SET LOCAL search_path = pg_catalog, pg_temp"
+)
+
+// gatePrelude17 is gatePrelude on PostgreSQL 17 and later, with one more
+// statement right after BEGIN:
+// transaction_timeout (17) is armed at BEGIN with the session's value, which
+// the client chose (startup options, ALTER ROLE ... SET), and would end the
+// gate's transaction, refusing the session. Setting it LOCAL to 0 disarms it
+// for this transaction (a positive value would leave the client's timer
+// running); the gate's statements stay bounded by its statement_timeout.
+const gatePrelude17 = gateBegin + "; SET LOCAL transaction_timeout = 0" + gatePins
+
+// serverMajor is the upstream's major version from the server_version it
+// reported at startup, 0 when it reported none or one that does not parse.
+func (s *session) serverMajor() int {
+	v, err := pgfence.ParseServerVersion(s.serverVersion)
+	if err != nil {
+		return 0
+	}
+	return v.Major()
+}
 
 // check runs the gate's queries: two Query messages in one write, one
 // round trip. Both end in one transaction that sets nothing beyond itself.
@@ -181,13 +205,16 @@ func (s *session) check() (checked, error) {
 		return checked{status: s.startStatus}, nil
 	}
 	began := time.Now()
-	rows, status, err := s.gateQuery(gatePrelude, strings.Join(checks, ";\n")+";\nCOMMIT")
+	prelude, i := gatePrelude, 4 // BEGIN and 3 SETs
+	if s.serverMajor() >= 17 {
+		prelude, i = gatePrelude17, i+1
+	}
+	rows, status, err := s.gateQuery(prelude, strings.Join(checks, ";\n")+";\nCOMMIT")
 	if err != nil {
 		return checked{}, err
 	}
-	// Statements: BEGIN, 3 SETs, then the checks in order, then COMMIT.
+	// Statements: the prelude's, then the checks in order, then COMMIT.
 	c := checked{status: status}
-	i := 4
 	if health {
 		c.problems = rows[i]
 		i++

@@ -2,10 +2,15 @@ package proxy_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/pgfence/pgfencetest"
+	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/proxy/proxytest"
+	"github.com/jackc/pgx/v5"
 )
 
 // TestGateKeepsItsSearchPathToItself: the gate's transaction sets
@@ -35,6 +40,56 @@ func TestGateKeepsItsSearchPathToItself(t *testing.T) {
 		}
 		if reported := gc.PgConn().ParameterStatus("search_path"); reported != "" && reported != actual {
 			t.Errorf("options %q: reported search_path %q, the session's is %q", opts, reported, actual)
+		}
+	}
+}
+
+// TestGateIgnoresTheClientsTransactionTimeout: transaction_timeout (17) is
+// the client's to set, at startup or with ALTER ROLE ... SET, and is armed
+// when the gate's transaction begins. A role that set it short must not be
+// refused (or cut off) because the gate's own check took longer: the gate
+// disarms it for its transaction. The check is held up on a catalog lock
+// for longer than the client's timeout, then admitted.
+func TestGateIgnoresTheClientsTransactionTimeout(t *testing.T) {
+	db := pgfencetest.New(t)
+	admin := connect(t, db.DSN)
+	var num int
+	if err := admin.QueryRow(context.Background(), "SELECT current_setting('server_version_num')::int").Scan(&num); err != nil {
+		t.Fatal(err)
+	}
+	if num < 170000 {
+		t.Skipf("transaction_timeout is PostgreSQL 17's; the server runs %d", num)
+	}
+	execAdmin(t, db.DSN, "ALTER ROLE "+db.App+" SET transaction_timeout = '300ms'")
+	proxied := proxytest.Start(t, db.AppDSN, proxytest.WithConfig(func(c *proxy.Config) { c.CheckInterval = -1 }))
+	for _, how := range []string{"ALTER ROLE", "startup options"} {
+		dsn := proxied
+		if how == "startup options" {
+			dsn = withParams(proxied, "options=-c%20transaction_timeout%3D300ms")
+		}
+		lock := lockGateCatalog(t, db.DSN)
+		done := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			c, err := pgx.Connect(ctx, dsn)
+			if err == nil {
+				var tt string
+				err = c.QueryRow(ctx, "SHOW transaction_timeout").Scan(&tt)
+				if err == nil && tt != "300ms" {
+					err = fmt.Errorf("the session's transaction_timeout is %s, want its own 300ms", tt)
+				}
+				c.Close(ctx)
+			}
+			done <- err
+		}()
+		testutil.WaitFor(t, 10*time.Second, "the gate to wait for the lock", waitingOnLock(t, db.DSN, 1))
+		time.Sleep(time.Second) // past the client's 300 ms
+		if err := lock.Commit(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("%s: a session whose role set transaction_timeout = 300ms, through a gate held up for 1 s: %v", how, err)
 		}
 	}
 }
