@@ -103,11 +103,22 @@ const quietSQL = `SELECT ((pg_catalog.current_setting('log_statement') IN ('none
 // role may. When what it may not change would still log the keys, the keys
 // are not written (ErrPrivilege).
 func quiet(ctx context.Context, tx pgx.Tx) error {
+	server, err := ReadServerVersion(ctx, tx)
+	if err != nil {
+		return err
+	}
+	// Who may set a parameter: GRANT SET ON PARAMETER and
+	// has_parameter_privilege came with PostgreSQL 15; before, a
+	// superuser-context parameter is a superuser's alone.
+	canSetSQL := `pg_catalog.has_parameter_privilege($1::pg_catalog.text, 'SET')`
+	if server.Major() < 15 {
+		canSetSQL = `(SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) current_user)`
+	}
 	for _, q := range quietSettings {
 		var cur string
 		var canSet bool
 		if err := tx.QueryRow(ctx, `SELECT pg_catalog.current_setting($1::pg_catalog.text),
-			pg_catalog.has_parameter_privilege($1::pg_catalog.text, 'SET')
+			`+canSetSQL+`
 			OR EXISTS (SELECT 1 FROM pg_catalog.pg_settings s WHERE s.name = $1::pg_catalog.text AND s.context = 'user')`,
 			q.name).Scan(&cur, &canSet); err != nil {
 			return fmt.Errorf("read %s: %w", q.name, classify(err))
