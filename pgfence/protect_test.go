@@ -73,7 +73,9 @@ func TestProtectRefuses(t *testing.T) {
 		{"stable function", "t.wide", "now()::text", "not immutable"},
 		{"timestamp text depends on TimeZone and DateStyle", "t.wide", "'w:' || ts", "not immutable"},
 		{"date text depends on DateStyle", "t.wide", "d::text", "not immutable"},
-		{"interval text depends on IntervalStyle", "t.wide", "iv::text", "not immutable"},
+		// 15 and later refuse it themselves; 14 takes it for immutable.
+		{"interval text depends on IntervalStyle", "t.wide", "iv::text", "not immutable|IntervalStyle"},
+		{"interval in a concatenation", "t.wide", "'w:' || iv", "not immutable|IntervalStyle"},
 		{"float text depends on extra_float_digits", "t.wide", "'w:' || f", "double precision"},
 		{"real text depends on extra_float_digits", "t.wide", "'w:' || r", "real"},
 		{"a float in the middle", "t.wide", "'w:' || (id::float8 * 2)", "double precision"},
@@ -105,7 +107,7 @@ func TestProtectRefuses(t *testing.T) {
 			if !errors.Is(err, pgfence.ErrBadInput) {
 				t.Fatalf("Protect(%s, %q) = %v, want ErrBadInput", table, c.expr, err)
 			}
-			if !strings.Contains(err.Error(), c.want) {
+			if !containsAny(err.Error(), strings.Split(c.want, "|")) {
 				t.Fatalf("Protect(%s, %q) = %v, want it to say %q", table, c.expr, err, c.want)
 			}
 			if before != "" {
@@ -352,4 +354,14 @@ func (n *notices) all() []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return append([]string(nil), n.msgs...)
+}
+
+// containsAny reports whether s contains one of subs.
+func containsAny(s string, subs []string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
 }

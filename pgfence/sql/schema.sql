@@ -620,7 +620,9 @@ $fg$;
 -- and restore), a function returning cstring (an output function), or that
 -- turns into text a value whose text form depends on session settings:
 -- floats (extra_float_digits), bytea (bytea_output), times (DateStyle),
--- geometric types, money. Such values may still be used through functions
+-- geometric types, money, and intervals (IntervalStyle: PostgreSQL 14 takes
+-- interval::text for immutable in a generated column, 15 and later refuse
+-- it themselves). Such values may still be used through functions
 -- whose result does not depend on settings (f::numeric, encode(b, 'hex'),
 -- comparisons). PostgreSQL itself refuses volatile and stable functions in a
 -- generated column (after inlining: 'order:' || id is immutable for an
@@ -639,7 +641,7 @@ DECLARE
 	n      integer;
 	field  text;
 	unsafe oid[] := ARRAY['float4', 'float8', 'bytea', 'point', 'lseg', 'line', 'box', 'path', 'polygon', 'circle',
-	                      'time', 'timetz', 'money']::regtype[]::oid[];
+	                      'time', 'timetz', 'money', 'interval']::regtype[]::oid[];
 	totext oid[] := ARRAY['textanycat(text, anynonarray)', 'anytextcat(anynonarray, text)']::regprocedure[]::oid[];
 BEGIN
 	SELECT d.adbin::text INTO tree FROM pg_attrdef d JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
@@ -701,7 +703,7 @@ BEGIN
 			n := cardinality(names);
 			IF n > 1 AND (types[n] = ANY (unsafe) OR (SELECT y.typelem FROM pg_type y WHERE y.oid = types[n]) = ANY (unsafe))
 			   AND (names[n - 1] = 'COERCEVIAIO' OR funcs[n - 1] = ANY (totext)) THEN
-				RAISE EXCEPTION 'fencegate: the resource expression for % turns a value of type % into text, and that text depends on session settings (extra_float_digits, bytea_output, DateStyle)', tbl, format_type(types[n], NULL)
+				RAISE EXCEPTION 'fencegate: the resource expression for % turns a value of type % into text, and that text depends on session settings (extra_float_digits, bytea_output, DateStyle, IntervalStyle)', tbl, format_type(types[n], NULL)
 					USING ERRCODE = 'FG003',
 					HINT = 'Convert the value explicitly first: col::numeric for floats, encode(col, ''hex'') for bytea, extract(...) for times.';
 			END IF;
