@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/pgfence"
 	"github.com/fencegate/fencegate/pgfence/pgfencetest"
 	"github.com/jackc/pgx/v5"
@@ -220,6 +221,9 @@ func TestPruneFloorHealth(t *testing.T) {
 		{"GRANT SELECT ON SEQUENCE fencegate.floor TO PUBLIC", "SELECT on fencegate.floor is granted to PUBLIC"},
 		{"GRANT EXECUTE ON FUNCTION fencegate.prune(bigint) TO " + db.App, "function fencegate.prune(bigint) is executable by " + db.App},
 	} {
+		if strings.HasSuffix(c.alter, "SET UNLOGGED") && testutil.PostgresMajor(t) < 15 {
+			continue // unlogged sequences are 15's
+		}
 		mustExec(t, admin, c.alter)
 		got := strings.Join(health(t, admin), "\n")
 		if !strings.Contains(got, c.want) {

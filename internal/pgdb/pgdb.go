@@ -65,3 +65,16 @@ func RandomHex(n int) string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// ServerVersionNum connects to dsn and returns the server's
+// server_version_num (180004 for 18.4).
+func ServerVersionNum(ctx context.Context, dsn string) (int, error) {
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	var n int
+	err = c.QueryRow(ctx, "SELECT pg_catalog.current_setting('server_version_num')::pg_catalog.int4").Scan(&n)
+	return n, err
+}

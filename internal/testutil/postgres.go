@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -77,4 +79,45 @@ func PostgresBinDir(t testing.TB) string {
 func majorOf(binDir string) int {
 	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
 	return v
+}
+
+var (
+	majorOnce sync.Once
+	majorNum  int
+	majorErr  error
+)
+
+// PostgresMajor returns the major version of the test PostgreSQL server
+// (PostgresAdminDSN), asked once per test process: for tests of a statement
+// or privilege that only some majors have (MERGE is 15's, GRANT SET ON
+// PARAMETER too), which the version matrix runs on each.
+func PostgresMajor(t testing.TB) int {
+	t.Helper()
+	NeedServices(t)
+	majorOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		majorNum, majorErr = pgdb.ServerVersionNum(ctx, PostgresAdminDSN())
+		majorNum /= 10000
+	})
+	if majorErr != nil {
+		t.Fatalf("PostgreSQL at %s: %v (start it, or set FENCEGATE_TEST_PG)", PostgresAdminDSN(), majorErr)
+	}
+	return majorNum
+}
+
+// WithoutMerge drops the MERGE statements from stmts when the test server
+// predates MERGE (PostgreSQL 15).
+func WithoutMerge(t testing.TB, stmts []string) []string {
+	t.Helper()
+	if PostgresMajor(t) >= 15 {
+		return stmts
+	}
+	var out []string
+	for _, s := range stmts {
+		if !strings.HasPrefix(strings.TrimSpace(s), "MERGE") {
+			out = append(out, s)
+		}
+	}
+	return out
 }
