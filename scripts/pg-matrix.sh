@@ -8,7 +8,7 @@
 #                                          has just run everything on: make test
 #   PG_MATRIX_PACKAGES="./pgfence/..."     which packages (default below)
 #   PG_MATRIX_RUN='TestX|TestY'            passed to go test -run
-#   PG_MATRIX_SKIP='TestZ'                 passed to go test -skip
+#   PG_MATRIX_SKIP='TestZ'                 passed to go test -skip (default below)
 #   PG_MATRIX_JOBS=2                       majors tested at once
 #
 # For each major it takes the pinned server binaries (scripts/postgres-versions.sh),
@@ -20,13 +20,16 @@
 # fails the run; none is skipped. Each major's log is kept in
 # $PG_MATRIX_LOGS (default a temporary directory) and summarized at the end.
 #
-# What runs where, and why: the packages whose behaviour rests on PostgreSQL's
-# catalogs, privileges and executor (pgfence: install, upgrade, protect, the
-# fence, prune, signing, health, inventory and the attack suites; proxy: the
-# gate's admission, repair and bypass suites; cmd/fencegate's schema commands)
-# run on every major. The rest (Raft, tokens, Redis locks, clients, demos) runs
-# once, in `go test ./...`, against the default server: it uses PostgreSQL only
-# through the same fence, whose SQL the matrix has already proven.
+# What runs where, and why: the tests whose outcome rests on PostgreSQL's
+# catalogs, privileges, executor and wire protocol run on every major: all of
+# pgfence (install, upgrade, protect, the fence, prune, signing, health,
+# inventory, the attack suites), proxy but for its own mechanics (the gate's
+# admission and repair, the bypass and contract suites, psql, psycopg2, pgx,
+# PgBouncer, SCRAM, cancel, frames compared with the server's), and
+# cmd/fencegate's schema and marks commands. The proxy's mechanics (see
+# default_skip) and the rest of the suite (Raft, tokens, Redis locks, clients,
+# demos) run once, in `go test ./...`, on the default server: they use
+# PostgreSQL only through the same fence, whose SQL the matrix has proven.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,7 +38,15 @@ export PATH=$PATH:/usr/local/go/bin
 
 die() { echo "pg-matrix: $*" >&2; exit 1; }
 
-packages=${PG_MATRIX_PACKAGES:-./pgfence/... ./proxy/... ./cmd/fencegate/}
+packages=${PG_MATRIX_PACKAGES:-./pgfence/... ./proxy/...}
+# Tests of the proxy's own mechanics, whose outcome does not depend on the
+# server's major (frame parsing, the request tracker, raw sockets, TLS to
+# clients, drain and shutdown, metrics, two proxy processes, pgbench load),
+# run once, on the default server; PG_MATRIX_SKIP= (empty) runs them too.
+default_skip='^(TestTwoProxyProcesses|TestPgbench|TestRawConn.*|TestTracker.*|TestIsFenceRow|TestFrameBody|TestMetrics|TestGracefulShutdown|TestDrainAfterTrickyExchanges|TestHealthDraining|TestReadyProbeWantsPostgreSQL|TestClientTLS.*|TestCancelKeys|TestHostileInput|TestValidate.*|TestNewFillsDefaults|TestParseBool|TestProxyDrainBehindPgBouncer)$'
+skip=${PG_MATRIX_SKIP-$default_skip}
+# The schema commands of the binary, beside them.
+cmd_run='^Test(SchemaCommands|SchemaNoSecretInErrors|Marks.*|SignedTokensCommands)$'
 except_default=
 if [ "${1:-}" = --except-default ]; then
 	except_default=1
@@ -85,11 +96,16 @@ run_major() (
 	start=$(date +%s)
 	args=(-count=1 -timeout 20m)
 	[ -z "${PG_MATRIX_RUN:-}" ] || args+=(-run "$PG_MATRIX_RUN")
-	[ -z "${PG_MATRIX_SKIP:-}" ] || args+=(-skip "$PG_MATRIX_SKIP")
+	[ -z "$skip" ] || args+=(-skip "$skip")
 	rc=0
+	export FENCEGATE_TEST_PG=$dsn FENCEGATE_TEST_PGBIN=$bin
 	# shellcheck disable=SC2086
-	FENCEGATE_TEST_PG=$dsn FENCEGATE_TEST_PGBIN=$bin go test -json "${args[@]}" $packages \
-		>"$logs/$m.json" 2>"$logs/$m.stderr" || rc=$?
+	go test -json "${args[@]}" $packages >"$logs/$m.json" 2>"$logs/$m.stderr" &
+	tests=$!
+	go test -json -count=1 -timeout 10m -run "${PG_MATRIX_RUN:-$cmd_run}" ./cmd/fencegate/ \
+		>"$logs/$m.cmd.json" 2>>"$logs/$m.stderr" || rc=$?
+	wait "$tests" || rc=$?
+	cat "$logs/$m.cmd.json" >>"$logs/$m.json"
 	secs=$(($(date +%s) - start))
 	if [ "$rc" = 0 ]; then
 		echo "ok   PostgreSQL $version  $secs s" >"$logs/$m.result"
@@ -118,7 +134,7 @@ for m in "${majors[@]}"; do
 done
 for p in "${pids[@]}"; do wait "$p" || true; done
 
-echo "=== PostgreSQL matrix ($packages)"
+echo "=== PostgreSQL matrix ($packages ./cmd/fencegate/)"
 failed=0
 for m in "${majors[@]}"; do
 	[ -f "$logs/$m.result" ] || echo "FAIL PostgreSQL $m: no result" >"$logs/$m.result"
@@ -140,7 +156,7 @@ areas = [
     ("signed", r"^Test(Sign|RequireSigned|MalformedProof)"),
     ("health", r"^Test(Health|Inventory|Lookalikes|QueriesIgnore)"),
     ("gate", r"^Test(Gate|Admin|PrivilegeQuery|ReplicationConnections|CheckServerVersion)"),
-    ("attacks", r"(Attack|Bypass|Route|Hostile|ApplyWorker|Planted)"),
+    ("attacks", r"(Attack|Bypass|Route|Hostile|ApplyWorker|Planted|^TestVersions)"),
 ]
 versions = {}
 for m in majors:
