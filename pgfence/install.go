@@ -544,9 +544,13 @@ func (in *installer) privileges(ctx context.Context) error {
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("install fencegate schema: read the schema's privileges: %w", classify(err))
 	}
+	// CASCADE: what a grantee passed on under a grant option goes with it
+	// (else PostgreSQL refuses, "dependent privileges exist", and nothing
+	// is repaired). The application grants are given again below, by the
+	// installing role, so no cascade takes them.
 	revoke := func(who string) error {
 		for _, what := range []string{"SCHEMA fencegate", "ALL TABLES IN SCHEMA fencegate", "ALL SEQUENCES IN SCHEMA fencegate", "ALL FUNCTIONS IN SCHEMA fencegate"} {
-			if err := in.exec(ctx, "revoke from "+who, "REVOKE ALL ON "+what+" FROM "+who); err != nil {
+			if err := in.exec(ctx, "revoke from "+who, "REVOKE ALL ON "+what+" FROM "+who+" CASCADE"); err != nil {
 				return err
 			}
 		}

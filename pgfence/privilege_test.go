@@ -3,6 +3,7 @@ package pgfence_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -204,5 +205,31 @@ func TestInstallPrivileges(t *testing.T) {
 	}
 	if got := health(t, admin); len(got) != 0 || rep.OwnerRole != db.Owner {
 		t.Fatalf("after a member's install: %q", got)
+	}
+}
+
+// TestInstallRevokesChainedGrants: a privilege on schema fencegate's objects
+// granted WITH GRANT OPTION and passed on by its holder is revoked with
+// what it was passed on to; install used to stop on PostgreSQL's
+// "dependent privileges exist" and repair nothing, while the gate refused
+// every session of the database.
+func TestInstallRevokesChainedGrants(t *testing.T) {
+	ctx := context.Background()
+	db := pgfencetest.New(t)
+	admin := db.Admin(t)
+	holder := pgfencetest.Role(t, db.DSN, "fg_holder_", "NOLOGIN")
+	db.Exec(t, fmt.Sprintf(`GRANT USAGE ON SCHEMA fencegate TO %[1]s WITH GRANT OPTION;
+		GRANT SELECT, UPDATE ON fencegate.audit TO %[1]s WITH GRANT OPTION;
+		SET ROLE %[1]s;
+		GRANT SELECT, UPDATE ON fencegate.audit TO %[2]s;
+		RESET ROLE`, holder, db.App))
+	if got := strings.Join(health(t, admin), "\n"); !strings.Contains(got, "UPDATE on fencegate.audit is granted to "+db.App) {
+		t.Fatalf("HealthQuery = %q, want the passed-on grant named", got)
+	}
+	if _, err := pgfence.Install(ctx, admin, pgfence.InstallOptions{OwnerRole: db.Owner}); err != nil {
+		t.Fatalf("Install over a passed-on grant: %v", err)
+	}
+	if got := health(t, admin); len(got) != 0 {
+		t.Fatalf("HealthQuery after Install = %q", got)
 	}
 }
