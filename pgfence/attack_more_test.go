@@ -450,9 +450,7 @@ var moreAttacks = []struct {
 		}
 	}},
 	{"MERGE moving a row across partitions", func(t *testing.T, f *fixture) {
-		if testutil.PostgresMajor(t) < 15 {
-			t.Skip("MERGE is PostgreSQL 15's")
-		}
+		testutil.NeedMajor(t, 15, "MERGE")
 		// A MERGE whose UPDATE action moves a row to another partition:
 		// PostgreSQL carries the move out as a DELETE from the old leaf and
 		// an INSERT into the new one. The same move by a plain UPDATE is

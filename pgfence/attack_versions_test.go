@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/internal/testutil"
@@ -20,26 +19,6 @@ import (
 // and skips, saying so, on an older server; the version matrix
 // (scripts/pg-matrix.sh) runs them on every major. Every route ends with
 // the protected rows unchanged and no mark lowered.
-
-// needMajor skips the test unless the test server is PostgreSQL major or
-// newer; it asks before any fixture is built.
-func needMajor(t *testing.T, major int, what string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, testutil.PostgresAdminDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	v, err := pgfence.ReadServerVersion(ctx, conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v.Major() < major {
-		t.Skipf("%s needs PostgreSQL %d or newer; the server is %s", what, major, v.Text)
-	}
-}
 
 // unchanged fails unless the protected tables and the marks read as before.
 func (f *fixture) unchanged(t *testing.T, before string) {
@@ -60,7 +39,7 @@ func (f *fixture) unchanged(t *testing.T, before string) {
 // named pg_maintain, the gate admitted its members (PrivilegeQuery returned
 // no row for them).
 func TestVersionsMaintainRole(t *testing.T) {
-	needMajor(t, 17, "pg_maintain")
+	testutil.NeedMajor(t, 17, "pg_maintain")
 	f := newFixture(t)
 	ctx := context.Background()
 	maint := pgfencetest.Role(t, f.db.DSN, "fg_maint_", "LOGIN IN ROLE pg_maintain, "+f.db.App)
@@ -97,7 +76,7 @@ func TestVersionsMaintainRole(t *testing.T) {
 // allows (LOCK, CLUSTER, VACUUM FULL, ANALYZE, REINDEX), rewrite no row's
 // values and leave the checks in place.
 func TestVersionsMaintainGranted(t *testing.T) {
-	needMajor(t, 17, "the MAINTAIN privilege")
+	testutil.NeedMajor(t, 17, "the MAINTAIN privilege")
 	f := newFixture(t)
 	ctx := context.Background()
 	mustExec(t, f.admin, fmt.Sprintf("GRANT MAINTAIN ON fencegate.marks, fencegate.signing_keys, fencegate.audit TO %[1]s; GRANT MAINTAIN ON shop.orders, shop.events, shop.ledger TO %[1]s", f.db.App))
@@ -145,7 +124,7 @@ func TestVersionsMaintainGranted(t *testing.T) {
 // checked, straight at a protected table and through a view over it; COPY
 // FROM with ON_ERROR ignore (17) skips bad rows, not the check.
 func TestVersionsMergeReturning(t *testing.T) {
-	needMajor(t, 17, "MERGE ... RETURNING")
+	testutil.NeedMajor(t, 17, "MERGE ... RETURNING")
 	f := newFixture(t)
 	ctx := context.Background()
 	mustExec(t, f.app, "CREATE VIEW app.ov AS SELECT id, customer, state, amount FROM shop.orders")
@@ -174,7 +153,7 @@ func TestVersionsMergeReturning(t *testing.T) {
 // the session of a transaction that runs too long; a fenced write in it
 // never commits, and the next holder's fence is not held up beyond it.
 func TestVersionsTransactionTimeout(t *testing.T) {
-	needMajor(t, 17, "transaction_timeout")
+	testutil.NeedMajor(t, 17, "transaction_timeout")
 	f := newFixture(t)
 	ctx := context.Background()
 	before := f.snapshot(t)
@@ -197,7 +176,7 @@ func TestVersionsTransactionTimeout(t *testing.T) {
 // TestVersionsReturningOldNew: PostgreSQL 18's RETURNING old/new reads the
 // row before and after; the writes it reports are checked as ever.
 func TestVersionsReturningOldNew(t *testing.T) {
-	needMajor(t, 18, "RETURNING old/new")
+	testutil.NeedMajor(t, 18, "RETURNING old/new")
 	f := newFixture(t)
 	ctx := context.Background()
 	mustExec(t, f.app, "CREATE VIEW app.ov AS SELECT id, customer, state, amount FROM shop.orders")
@@ -228,7 +207,7 @@ func TestVersionsReturningOldNew(t *testing.T) {
 // every other, and its owner (not a member of the owner role) cannot
 // change either generated column under the DDL guard.
 func TestVersionsVirtualGeneratedColumns(t *testing.T) {
-	needMajor(t, 18, "virtual generated columns")
+	testutil.NeedMajor(t, 18, "virtual generated columns")
 	db := pgfencetest.New(t, pgfencetest.Options{GuardDDL: true})
 	admin := db.Admin(t)
 	ctx := context.Background()
@@ -283,7 +262,7 @@ func TestVersionsVirtualGeneratedColumns(t *testing.T) {
 // key allows no cascading action, so it writes nothing; the writes to both
 // tables are checked, and protect handles the tables as any other.
 func TestVersionsTemporalConstraints(t *testing.T) {
-	needMajor(t, 18, "temporal constraints")
+	testutil.NeedMajor(t, 18, "temporal constraints")
 	f := newFixture(t)
 	ctx := context.Background()
 	mustExec(t, f.admin, fmt.Sprintf(`SET ROLE %[1]s;
@@ -331,7 +310,7 @@ func TestVersionsTemporalConstraints(t *testing.T) {
 // make set_mark or the fence fail; HealthQuery names them and Install
 // removes them, keeping the marks.
 func TestVersionsNotNullConstraints(t *testing.T) {
-	needMajor(t, 18, "NOT NULL constraints in pg_constraint")
+	testutil.NeedMajor(t, 18, "NOT NULL constraints in pg_constraint")
 	f := newFixture(t)
 	ctx := context.Background()
 	mustExec(t, f.admin, "SELECT fencegate.set_mark('order:1', 7, 'test')")
@@ -369,7 +348,7 @@ func TestVersionsNotNullConstraints(t *testing.T) {
 // TestVersionsGetACL: PostgreSQL 18's pg_get_acl shows an object's ACL to
 // anyone, fencegate.signing_keys' included: the ACL, never the rows.
 func TestVersionsGetACL(t *testing.T) {
-	needMajor(t, 18, "pg_get_acl")
+	testutil.NeedMajor(t, 18, "pg_get_acl")
 	f := newFixture(t)
 	var acl string
 	if err := f.app.QueryRow(context.Background(), "SELECT coalesce(pg_get_acl('pg_class'::regclass, 'fencegate.signing_keys'::regclass, 0)::text, '')").Scan(&acl); err != nil {
@@ -393,7 +372,7 @@ func TestVersionsGetACL(t *testing.T) {
 // CREATEROLE role can no longer grant itself the owner role nor alter it
 // (the gate still refuses it: on 14 and 15 it can).
 func TestVersionsMembershipOptions(t *testing.T) {
-	needMajor(t, 16, "GRANT ... WITH INHERIT/SET")
+	testutil.NeedMajor(t, 16, "GRANT ... WITH INHERIT/SET")
 	f := newFixture(t)
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -462,7 +441,7 @@ func TestVersionsMembershipOptions(t *testing.T) {
 // TestApplyWorker runs on every major), pg_signal_autovacuum_worker (18).
 // Their members read no key and write no mark, so the gate admits them.
 func TestVersionsPredefinedRoles(t *testing.T) {
-	needMajor(t, 16, "pg_create_subscription and pg_use_reserved_connections")
+	testutil.NeedMajor(t, 16, "pg_create_subscription and pg_use_reserved_connections")
 	f := newFixture(t)
 	ctx := context.Background()
 	roles := []string{"pg_use_reserved_connections", "pg_create_subscription"}

@@ -81,8 +81,8 @@ func TestWritePaths(t *testing.T) {
 	for _, wp := range writePaths {
 		t.Run(wp.name, func(t *testing.T) {
 			t.Parallel()
-			if strings.HasPrefix(wp.name, "merge") && testutil.PostgresMajor(t) < 15 {
-				t.Skip("MERGE is PostgreSQL 15's")
+			if strings.HasPrefix(wp.name, "merge") {
+				testutil.NeedMajor(t, 15, "MERGE")
 			}
 			f := newFixture(t)
 			if wp.adminSetup != "" {

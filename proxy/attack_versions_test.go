@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/internal/testutil"
@@ -12,32 +11,11 @@ import (
 	"github.com/fencegate/fencegate/pgfence/pgfencetest"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/proxy/proxytest"
-	"github.com/jackc/pgx/v5"
 )
 
 // Attacks on the gate that PostgreSQL 16, 17 and 18 opened: each test
 // needs the major its route appeared in and skips, saying so, on an older
 // server (the version matrix runs them on every major).
-
-// needMajor skips the test unless the test server is PostgreSQL major or
-// newer.
-func needMajor(t *testing.T, major int, what string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, testutil.PostgresAdminDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	v, err := pgfence.ReadServerVersion(ctx, conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v.Major() < major {
-		t.Skipf("%s needs PostgreSQL %d or newer; the server is %s", what, major, v.Text)
-	}
-}
 
 // TestGateRefusesMaintainRoles: a member of PostgreSQL 17's pg_maintain,
 // directly or through a role it belongs to (NOINHERIT too: SET ROLE needs
@@ -48,7 +26,7 @@ func needMajor(t *testing.T, major int, what string) {
 // MAINTAIN granted on an object of schema fencegate is a widened grant:
 // every session is refused with FG005 until Install revokes it.
 func TestGateRefusesMaintainRoles(t *testing.T) {
-	needMajor(t, 17, "pg_maintain")
+	testutil.NeedMajor(t, 17, "pg_maintain")
 	db := pgfencetest.New(t)
 	proxied := proxytest.Start(t, db.AppDSN, proxytest.WithConfig(func(c *proxy.Config) { c.CheckInterval = -1 }))
 	maint := pgfencetest.Role(t, db.DSN, "fg_maint_", "LOGIN IN ROLE pg_maintain, "+db.App)

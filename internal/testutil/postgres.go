@@ -121,3 +121,13 @@ func WithoutMerge(t testing.TB, stmts []string) []string {
 	}
 	return out
 }
+
+// NeedMajor skips the test, saying why, unless the test server runs
+// PostgreSQL major or newer: for a route that appeared in that major (the
+// version matrix runs the test on every supported one).
+func NeedMajor(t testing.TB, major int, what string) {
+	t.Helper()
+	if got := PostgresMajor(t); got < major {
+		t.Skipf("%s needs PostgreSQL %d or newer; the server is %d", what, major, got)
+	}
+}
