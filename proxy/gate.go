@@ -116,10 +116,11 @@ func (s *session) gate() (byte, error) {
 // say. An upstream that reports no server_version (every PostgreSQL since
 // 7.4 does; so does PgBouncer) is left to the health query.
 func (s *session) checkServerVersion() *refusal {
-	if s.serverVersion == "" {
+	reported := s.params["server_version"]
+	if reported == "" {
 		return nil
 	}
-	v, err := pgfence.ParseServerVersion(s.serverVersion)
+	v, err := pgfence.ParseServerVersion(reported)
 	if err == nil {
 		err = v.Check(s.p.cfg.AllowNewerServer)
 	}
@@ -135,7 +136,7 @@ func (s *session) checkServerVersion() *refusal {
 		code:   fencegate.CodeSchemaInvalid,
 		msg:    "fencegate: " + strings.TrimPrefix(err.Error(), "pgfence: "),
 		hint:   hint,
-		detail: []string{"server_version " + s.serverVersion},
+		detail: []string{"server_version " + reported},
 	}
 }
 
@@ -175,7 +176,7 @@ const gatePrelude17 = gateBegin + "; SET LOCAL transaction_timeout = 0" + gatePi
 // serverMajor is the upstream's major version from the server_version it
 // reported at startup, 0 when it reported none or one that does not parse.
 func (s *session) serverMajor() int {
-	v, err := pgfence.ParseServerVersion(s.serverVersion)
+	v, err := pgfence.ParseServerVersion(s.params["server_version"])
 	if err != nil {
 		return 0
 	}

@@ -41,12 +41,9 @@ type session struct {
 	// authenticated, from its session_authorization ParameterStatus (""
 	// when it sent none). Admission decisions rest on role.
 	user, database, role string
-	// serverVersion is the upstream's server_version ParameterStatus
-	// ("" when it sent none): the gate refuses a major fencegate does not
-	// support.
-	serverVersion string
 	// params holds the value of each parameter the server reported during
-	// startup: what the client was told (see forwardParams).
+	// startup: what the client was told (see forwardParams), and the
+	// server_version the gate checks (see checkServerVersion).
 	params map[string]string
 	// upPID and upSecret are the upstream's BackendKeyData; the client got
 	// upPID and secret, the proxy's own (keySet once registered).

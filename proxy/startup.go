@@ -291,23 +291,18 @@ func (s *session) upstreamStartup(sp *startupParams) error {
 			// change it there (the server sets it with a higher priority
 			// than startup options and role settings), so it is the role
 			// the gate checks and caches its verdict for.
+			// Every reported value is kept (what the client was told, see
+			// forwardParams); server_version is fixed when the server was
+			// built, and no client setting changes it either.
 			if name, rest, ok := cstring(body); ok {
 				if v, _, ok := cstring(rest); ok {
 					if s.params == nil {
 						s.params = make(map[string]string)
 					}
 					s.params[string(name)] = string(v)
-				}
-			}
-			if name, rest, ok := cstring(body); ok && string(name) == "session_authorization" {
-				if v, _, ok := cstring(rest); ok {
-					s.role = string(v)
-				}
-			} else if ok && string(name) == "server_version" {
-				// Fixed when the server was built: no client setting
-				// changes it.
-				if v, _, ok := cstring(rest); ok {
-					s.serverVersion = string(v)
+					if string(name) == "session_authorization" {
+						s.role = string(v)
+					}
 				}
 			}
 			if err := writeMsg(s.clientWriter, typ, body); err != nil {

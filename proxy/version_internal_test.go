@@ -25,7 +25,7 @@ func TestCheckServerVersion(t *testing.T) {
 		{"19.1", true, ""},
 		{"garbage", false, "does not start with a major version"},
 	} {
-		s := &session{p: &Proxy{cfg: Config{AllowNewerServer: c.allowNewer}}, serverVersion: c.version}
+		s := &session{p: &Proxy{cfg: Config{AllowNewerServer: c.allowNewer}}, params: map[string]string{"server_version": c.version}}
 		r := s.checkServerVersion()
 		switch {
 		case c.refused == "" && r != nil:
