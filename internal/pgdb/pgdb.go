@@ -1,5 +1,6 @@
 // Package pgdb creates and drops the throwaway databases of tests, demos
-// and campaigns on a PostgreSQL server, as its administrator. It imports
+// and campaigns on a PostgreSQL server, as its administrator, and finds the
+// server binaries and the user to start a throwaway server with. It imports
 // nothing of fencegate, so that every package's tests can use it.
 package pgdb
 

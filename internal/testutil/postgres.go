@@ -3,9 +3,6 @@ package testutil
 import (
 	"context"
 	"os"
-	"path/filepath"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -63,22 +60,11 @@ func PostgresBinDir(t testing.TB) string {
 	if v := os.Getenv("FENCEGATE_TEST_PGBIN"); v != "" {
 		return v
 	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	sort.Slice(dirs, func(i, j int) bool { return majorOf(dirs[i]) > majorOf(dirs[j]) })
-	for _, d := range dirs {
-		_, e1 := os.Stat(filepath.Join(d, "initdb"))
-		_, e2 := os.Stat(filepath.Join(d, "postgres"))
-		if e1 == nil && e2 == nil {
-			return d
-		}
+	if dirs := pgdb.ServerBinDirs(pgdb.DistroBinGlob); len(dirs) > 0 {
+		return dirs[0]
 	}
 	t.Fatal("no PostgreSQL server binaries (initdb, postgres) in /usr/lib/postgresql/*/bin; install the postgresql package or set FENCEGATE_TEST_PGBIN")
 	return ""
-}
-
-func majorOf(binDir string) int {
-	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
-	return v
 }
 
 var (

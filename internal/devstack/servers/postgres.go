@@ -9,15 +9,13 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/fencegate/fencegate/internal/freeport"
+	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -208,7 +206,7 @@ func refused(err error) bool {
 }
 
 // postgresBinGlob is where distributions put the server binaries.
-var postgresBinGlob = "/usr/lib/postgresql/*/bin"
+var postgresBinGlob = pgdb.DistroBinGlob
 
 // postgresBinDir finds a directory holding both initdb and postgres.
 func postgresBinDir() (string, error) {
@@ -218,21 +216,10 @@ func postgresBinDir() (string, error) {
 			return dir, nil
 		}
 	}
-	dirs, _ := filepath.Glob(postgresBinGlob)
-	sort.Slice(dirs, func(i, j int) bool { return pgVersion(dirs[i]) > pgVersion(dirs[j]) })
-	for _, d := range dirs {
-		_, e1 := os.Stat(filepath.Join(d, "postgres"))
-		_, e2 := os.Stat(filepath.Join(d, "initdb"))
-		if e1 == nil && e2 == nil {
-			return d, nil
-		}
+	if dirs := pgdb.ServerBinDirs(postgresBinGlob); len(dirs) > 0 {
+		return dirs[0], nil
 	}
 	return "", errors.New("no PostgreSQL server binaries (postgres, initdb) on PATH or in /usr/lib/postgresql/*/bin")
-}
-
-func pgVersion(binDir string) int {
-	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
-	return v
 }
 
 // startPostgres initializes DataDir/postgres when needed and starts a server
@@ -242,7 +229,7 @@ func startPostgres(ctx context.Context, bin string, o PostgresOptions) (*Postgre
 	if err != nil {
 		return nil, err
 	}
-	cred, owner, err := postgresCredential()
+	cred, owner, err := pgdb.ServerCredential()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoPostgres, err)
 	}
@@ -287,24 +274,6 @@ func startPostgres(ctx context.Context, bin string, o PostgresOptions) (*Postgre
 	}
 	o.Logger.Info("started PostgreSQL", "addr", addr, "dir", dir)
 	return &Postgres{DSN: dsn, Source: "started by fencegate in " + dir, srv: srv}, nil
-}
-
-// postgresCredential returns the user to run PostgreSQL as: nil (ourselves)
-// unless we are root, then "postgres" or else "nobody".
-func postgresCredential() (*syscall.Credential, string, error) {
-	if os.Geteuid() != 0 {
-		return nil, "", nil
-	}
-	for _, name := range []string{"postgres", "nobody"} {
-		u, err := user.Lookup(name)
-		if err != nil {
-			continue
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, name, nil
-	}
-	return nil, "", errors.New("running as root and neither user postgres nor nobody exists to run PostgreSQL as; create user postgres")
 }
 
 // traversable reports whether every directory from dir up to / can be
