@@ -24,8 +24,13 @@ type ProxyOptions struct {
 	Logger                   *slog.Logger
 }
 
+// devDrain is how long stop lets open sessions finish.
+const devDrain = time.Second
+
 // StartProxy starts the fencegate proxy in this process. stop shuts it
-// down, letting sessions finish for up to 5s.
+// down, letting sessions finish for up to a second: this is a development
+// stack stopped by Ctrl-C, where a user waits for the prompt, not a
+// production gate draining its clients (fencegate proxy --drain-timeout).
 func StartProxy(o ProxyOptions) (addr string, stop func() error, err error) {
 	p, err := proxy.New(proxy.Config{Listen: o.Listen, Upstream: o.Upstream, AdminUpstream: o.AdminUpstream,
 		SchemaOwnerRole: o.OwnerRole, Logger: o.Logger})
@@ -39,7 +44,7 @@ func StartProxy(o ProxyOptions) (addr string, stop func() error, err error) {
 		return "", nil, fmt.Errorf("devstack: start proxy: %w", err)
 	}
 	stop = func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), devDrain)
 		defer cancel()
 		if err := p.Shutdown(ctx); err != nil {
 			return p.Close()
