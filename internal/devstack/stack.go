@@ -231,7 +231,7 @@ func start(ctx context.Context, cfg stackConfig) (_ *Stack, err error) {
 			servers.Port{Addr: cfg.TokenRaft[i], What: fmt.Sprintf("token node n%d Raft", i+1), Setting: cfg.flag("token-raft")})
 	}
 	if err := servers.CheckPorts(ports...); err != nil {
-		return nil, fmt.Errorf("%w\n(is another fencegate dev running? stop it first)", err)
+		return nil, fmt.Errorf("%w (is another fencegate dev running? stop it first)", err)
 	}
 	s := &Stack{}
 	defer func() {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
+	"strings"
 	"syscall"
 )
 
@@ -15,16 +17,27 @@ type Port struct {
 	Setting string // e.g. "PersistentConfig.ProxyListen"
 }
 
-// CheckPorts tries to listen on each address and returns an error naming
-// every one that is taken, what wanted it and the setting that moves it.
+// CheckPorts tries to listen on each address and returns one error, one
+// line, naming every one that is taken, what wanted it and the settings
+// that move them.
 func CheckPorts(ports ...Port) error {
-	var errs []error
+	var taken, settings []string
 	for _, p := range ports {
 		if err := checkPort(p.Addr); err != nil {
-			errs = append(errs, fmt.Errorf("%w: %s (%s) is taken; stop what listens there or move it with %s", ErrPortInUse, p.Addr, p.What, p.Setting))
+			taken = append(taken, fmt.Sprintf("%s (%s)", p.Addr, p.What))
+			if !slices.Contains(settings, p.Setting) {
+				settings = append(settings, p.Setting)
+			}
 		}
 	}
-	return errors.Join(errs...)
+	switch len(taken) {
+	case 0:
+		return nil
+	case 1:
+		return fmt.Errorf("%w: %s is taken; stop what listens there or move it with %s", ErrPortInUse, taken[0], settings[0])
+	}
+	return fmt.Errorf("%w: %s are taken; stop what listens there or move them with %s",
+		ErrPortInUse, strings.Join(taken, ", "), strings.Join(settings, ", "))
 }
 
 func checkPort(addr string) error {

@@ -165,6 +165,21 @@ func TestCheckPortsNamesPortAndSetting(t *testing.T) {
 	if strings.Contains(err.Error(), "token node") {
 		t.Fatalf("CheckPorts blamed a free port: %v", err)
 	}
+	// Several taken ports are still one line, naming each port and each
+	// setting once: a user reads it at a glance.
+	l2, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	err = CheckPorts(Port{Addr: l.Addr().String(), What: "proxy", Setting: "--proxy-listen"},
+		Port{Addr: l2.Addr().String(), What: "token node n1 API", Setting: "--token-api"},
+		Port{Addr: l2.Addr().String(), What: "token node n2 API", Setting: "--token-api"})
+	msg := err.Error()
+	if !errors.Is(err, ErrPortInUse) || strings.Contains(msg, "\n") || strings.Count(msg, "--token-api") != 1 ||
+		!strings.Contains(msg, l.Addr().String()) || !strings.Contains(msg, "token node n2 API") {
+		t.Fatalf("CheckPorts with three taken = %q; want one line naming each port and each setting once", msg)
+	}
 }
 
 func TestMain(m *testing.M) { testutil.Main(m) }
