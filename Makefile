@@ -17,7 +17,9 @@ services-servers:
 	@bash scripts/services.sh servers
 
 demo: services-servers ## replay the paused-holder scenario with the whole stack
-	$(GO) run ./cmd/fencegate demo paused-holder
+	@echo "make demo: building bin/fencegate (a minute or two the first time, while Go fetches and compiles the modules)..."
+	@$(MAKE) --no-print-directory build
+	bin/fencegate demo paused-holder
 
 dev: services-servers build ## run the whole stack (3 token nodes, proxy) until Ctrl-C
 	exec bin/fencegate dev
