@@ -55,6 +55,7 @@ func issueTLS(t *testing.T, ca, trust *pki.CA, name string, o pki.Options, roles
 // caller: no identity gets 401, the wrong role 403 (each naming the role
 // the route needs), the right role neither.
 func TestEveryRouteRefusesWithoutItsRole(t *testing.T) {
+	t.Parallel()
 	ca, other := newCA(t, "cluster"), newCA(t, "other")
 	creds, bearer := credentials(t, map[string][]tokenapi.Role{
 		"app": {tokenapi.RoleClient}, "ops": {tokenapi.RoleAdmin}, "both": {tokenapi.RoleClient, tokenapi.RoleAdmin},
@@ -275,6 +276,7 @@ func benignBody(rt tokenservice.Route) []byte {
 // Bad lines of a node's credentials file are refused with their line
 // number; a client's file likewise; a credential never shows its secret.
 func TestCredentialsFiles(t *testing.T) {
+	t.Parallel()
 	good, err := tokenclient.NewClientCredential("app")
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 // old one handed out, also after a crash of every node; a second restore
 // with a smaller value never lowers the counter.
 func TestSnapshotRestore(t *testing.T) {
+	t.Parallel()
 	old := tokenservicetest.StartCluster(t, 3)
 	servers := strings.Join(old.APIURLs(), ",")
 	tokenservicetest.Mint(t, old.Client(t), 100)
@@ -85,6 +86,7 @@ func TestSnapshotRestore(t *testing.T) {
 // Bad input to snapshot and restore: one line that says what is wrong, and
 // nothing changes.
 func TestSnapshotRestoreBadInput(t *testing.T) {
+	t.Parallel()
 	c := tokenservicetest.StartCluster(t, 3)
 	servers := strings.Join(c.APIURLs(), ",")
 	tokenservicetest.Mint(t, c.Client(t), 5)

@@ -74,6 +74,7 @@ func oneLine(t *testing.T, s string, want ...string) {
 }
 
 func TestCLIBadInput(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	// A data dir that belongs to a one-node cluster n1.
 	raft1, api1 := loopbackAddr(t), loopbackAddr(t)
@@ -177,6 +178,7 @@ func TestCLIBadInput(t *testing.T) {
 }
 
 func TestHTTPBadRequests(t *testing.T) {
+	t.Parallel()
 	c := tokenservicetest.StartCluster(t, 3)
 	for i, u := range c.APIURLs() {
 		for _, body := range []string{`{"resource":""}`, `{"resource":"   "}`, `not json`, ``} {
@@ -205,6 +207,7 @@ func TestHTTPBadRequests(t *testing.T) {
 // prints it on one line, and nothing is minted; with its peers back, tokens
 // continue.
 func TestNoQuorum(t *testing.T) {
+	t.Parallel()
 	c := tokenservicetest.StartCluster(t, 3)
 	cl := c.Client(t)
 	last := tokenservicetest.Mint(t, cl, 5)[4]
@@ -270,6 +273,7 @@ func TestNoQuorum(t *testing.T) {
 }
 
 func TestCLINextAndStatus(t *testing.T) {
+	t.Parallel()
 	c := tokenservicetest.StartCluster(t, 3)
 	servers := strings.Join(c.APIURLs(), ",")
 	code, out, stderr := runCLI(t, "token", "next", "orders/42", "--servers", servers)

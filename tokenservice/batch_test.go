@@ -42,6 +42,7 @@ func postTokens(t *testing.T, url, body string) (int, batchAnswer) {
 // whole with 400 and mint nothing; good ones get consecutive tokens in
 // request order, above every earlier token.
 func TestHTTPBatchForm(t *testing.T) {
+	t.Parallel()
 	c := tokenservicetest.StartCluster(t, 3)
 	c.Leader(t)
 	tooMany := `{"resources":["a"` + strings.Repeat(`,"a"`, tokenservice.MaxBatchResources) + `]}`

@@ -29,6 +29,7 @@ var campaignFaults = []string{"pause-leader", "pause-leader", "pause-leader", "p
 // pass the real-time check. FENCEGATE_TOKEN_CAMPAIGN_RUNS sets the number
 // of runs (default 2), each on fresh processes with its own seed.
 func TestTokenFaultCampaign(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs processes under faults for seconds")
 	}

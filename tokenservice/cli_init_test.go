@@ -11,6 +11,7 @@ import (
 // floor leaves the counter alone, and a missing or negative floor is a
 // usage error.
 func TestCLIInitialToken(t *testing.T) {
+	t.Parallel()
 	c := tokenservicetest.StartCluster(t, 3)
 	servers := strings.Join(c.APIURLs(), ",")
 	cl := c.Client(t)
@@ -45,6 +46,7 @@ func TestCLIInitialToken(t *testing.T) {
 // token next with no node running ends at once with one line naming the
 // fix, not after its 30 s timeout with "deadline exceeded".
 func TestCLINextWithNothingRunning(t *testing.T) {
+	t.Parallel()
 	addrs := []string{closedAddr(t), closedAddr(t), closedAddr(t)}
 	code, out, stderr := runCLI(t, "token", "next", "--servers", strings.Join(addrs, ","), "order:1")
 	if code != 1 || out != "" {

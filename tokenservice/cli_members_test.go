@@ -19,6 +19,7 @@ import (
 // and remove with one line each, an add that waits for the promotion, and
 // a remove; bad command lines are usage errors.
 func TestCLIMembers(t *testing.T) {
+	t.Parallel()
 	c := tokenservicetest.StartCluster(t, 3)
 	servers := strings.Join(c.APIURLs(), ",")
 	tokenservicetest.Mint(t, c.Client(t), 3)

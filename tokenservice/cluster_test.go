@@ -16,6 +16,7 @@ import (
 // three nodes: all tokens distinct, and a request that started after another
 // returned got a larger token.
 func TestConcurrentTokensDistinctAndOrdered(t *testing.T) {
+	t.Parallel()
 	c := tokenservicetest.StartCluster(t, 3)
 	var clients []*tokenclient.Client
 	for _, u := range c.APIURLs() {
@@ -32,6 +33,7 @@ func TestConcurrentTokensDistinctAndOrdered(t *testing.T) {
 // Must show 2: the leader is killed; a new leader is elected, and every token
 // after is larger than every token before.
 func TestLeaderKilled(t *testing.T) {
+	t.Parallel()
 	c := tokenservicetest.StartCluster(t, 3)
 	cl := c.Client(t)
 	before := tokenservicetest.Mint(t, cl, 20)
@@ -65,6 +67,7 @@ func TestLeaderKilled(t *testing.T) {
 // Must show 4: a minority node cut off from the others cannot mint; after
 // healing it catches up. Then the same with the leader cut off.
 func TestMinorityCutOffCannotMint(t *testing.T) {
+	t.Parallel()
 	c := tokenservicetest.StartCluster(t, 3)
 	cl := c.Client(t)
 	tokenservicetest.Mint(t, cl, 10)
@@ -130,6 +133,7 @@ func TestMinorityCutOffCannotMint(t *testing.T) {
 // Must show 6: histories recorded while leaders are killed and nodes are cut
 // off are linearizable under the porcupine model.
 func TestLinearizableUnderFaults(t *testing.T) {
+	t.Parallel()
 	c := tokenservicetest.StartCluster(t, 3)
 	var clients []*tokenclient.Client
 	for i := range 3 {

@@ -26,6 +26,7 @@ import (
 // tokens below the top were never handed out and the error was a generic
 // internal one.
 func TestCounterExhausted(t *testing.T) {
+	t.Parallel()
 	c := tokenservicetest.StartCluster(t, 3)
 	servers := strings.Join(c.APIURLs(), ",")
 	nearTop := strconv.FormatInt(math.MaxInt64-20, 10)

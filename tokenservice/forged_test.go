@@ -103,6 +103,7 @@ func (l *countingListener) Accept() (net.Conn, error) {
 // machines minted, and the attacker was contacted (else the test tested
 // nothing).
 func TestForgedLeaderAddressNeverRelayed(t *testing.T) {
+	t.Parallel()
 	ca, other := newCA(t, "cluster"), newCA(t, "attacker")
 	disguises := []struct {
 		name string

@@ -100,6 +100,7 @@ func urlsOf(srvs []*tokenservice.Server) []string {
 // Three empty nodes started at once found one cluster with one random id;
 // a cluster founded again on the same addresses gets another id.
 func TestFoundingAllAtOnce(t *testing.T) {
+	t.Parallel()
 	cfgs := foundingConfigs(t, 3)
 	var ids []string
 	for round := range 2 {
@@ -144,6 +145,7 @@ func c0(t *testing.T, srvs []*tokenservice.Server) *tokenclient.Client {
 // links to them were down) finds its own data directory id in their
 // founding record and founds the same cluster, as a voter.
 func TestFoundingSlowFounder(t *testing.T) {
+	t.Parallel()
 	cfgs := foundingConfigs(t, 3)
 	var blocked atomic.Bool
 	blocked.Store(true)
@@ -201,6 +203,7 @@ func TestFoundingSlowFounder(t *testing.T) {
 // naming the peer; with WaitForFounding they wait until it comes and found
 // then.
 func TestFoundingPeerDown(t *testing.T) {
+	t.Parallel()
 	cfgs := foundingConfigs(t, 3)
 	for i := range cfgs {
 		cfgs[i].FoundingTimeout = time.Second
@@ -257,6 +260,7 @@ func TestFoundingPeerDown(t *testing.T) {
 // --peers next to a running cluster, and a wiped node whose peers were all
 // down when it started and come back while it waits.
 func TestFoundingPeerWithState(t *testing.T) {
+	t.Parallel()
 	c := tokenservicetest.StartCluster(t, 3)
 	tokenservicetest.Mint(t, c.Client(t), 5)
 	peers := []tokenservice.Peer{}
@@ -304,6 +308,7 @@ func TestFoundingPeerWithState(t *testing.T) {
 // A data directory that holds another cluster's state is refused when its
 // peers report their own cluster, before Raft starts.
 func TestFoundingPeerOfAnotherCluster(t *testing.T) {
+	t.Parallel()
 	a := tokenservicetest.StartCluster(t, 3)
 	tokenservicetest.Mint(t, a.Client(t), 3)
 	sameCluster(t, []*tokenservice.Server{a.Node(0), a.Node(1), a.Node(2)})

@@ -68,6 +68,7 @@ func startImpostor(t *testing.T, cfg *tls.Config, id string, voters []raftstore.
 // waits, its own founding questions refuse a caller without a peer
 // certificate (401) and one with a client certificate (403).
 func TestFoundingProbeRefusesStrangers(t *testing.T) {
+	t.Parallel()
 	ca, other := newCA(t, "cluster"), newCA(t, "stranger")
 	for _, d := range []struct {
 		name  string

@@ -14,6 +14,7 @@ import (
 // not as JSON that is not the expected one; a body just under it still
 // reads as JSON.
 func TestBodyTooLargeNamesLimit(t *testing.T) {
+	t.Parallel()
 	c := tokenservicetest.StartCluster(t, 1)
 	url := c.APIURL(0) + "/v1/tokens"
 	post := func(body []byte) (int, string) {

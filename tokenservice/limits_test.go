@@ -83,6 +83,7 @@ func waitClosed(t *testing.T, c net.Conn, what string) {
 // client gets its token at once, the node closing the stranger's oldest
 // connections to make room, and the stranger never holds more than the cap.
 func TestStrangerAtConnectionCapDoesNotBlockClient(t *testing.T) {
+	t.Parallel()
 	ca := newCA(t, "limits")
 	c := tokenservicetest.StartCluster(t, 1, pkitest.WithTLS(ca, nil), tokenservicetest.WithConfig(func(i int, cfg *tokenservice.Config) {
 		cfg.MaxConns, cfg.MaxConnsPerIP = 6, 3
@@ -128,6 +129,7 @@ func TestStrangerAtConnectionCapDoesNotBlockClient(t *testing.T) {
 // read-header timeout; and a caller refused for want of an identity loses
 // its connection with the answer.
 func TestStrangerConnectionsAreBounded(t *testing.T) {
+	t.Parallel()
 	ca := newCA(t, "limits")
 	c := tokenservicetest.StartCluster(t, 1, pkitest.WithTLS(ca, nil), tokenservicetest.WithConfig(func(i int, cfg *tokenservice.Config) {
 		cfg.ReadHeaderTimeout, cfg.ReadTimeout, cfg.IdleTimeout = time.Second, 2*time.Second, time.Second
@@ -204,6 +206,7 @@ func TestStrangerConnectionsAreBounded(t *testing.T) {
 // small RLIMIT_NOFILE still hands the client a token while a stranger
 // holds every connection it can open.
 func TestStrangerAtFileLimitDoesNotBlockClient(t *testing.T) {
+	t.Parallel()
 	prlimit, err := exec.LookPath("prlimit")
 	if err != nil {
 		t.Fatalf("prlimit (util-linux) not found: %v", err)

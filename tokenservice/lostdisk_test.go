@@ -28,6 +28,7 @@ import (
 // node comes back through the replacement procedure, as a voter, and hands
 // out tokens above everything before.
 func TestLostDiskEachNode(t *testing.T) {
+	t.Parallel()
 	for w := range 3 {
 		stale, stopped := (w+1)%3, (w+2)%3
 		t.Run(fmt.Sprintf("n%d wiped, n%d stale, n%d stopped", w+1, stale+1, stopped+1), func(t *testing.T) {
@@ -130,6 +131,7 @@ func mintUntil(t *testing.T, cl *tokenclient.Client, what string, cond func() bo
 // tokens continue above everything before, and the replacement procedure
 // brings the node back.
 func TestLostRaftDBKeptSnapshots(t *testing.T) {
+	t.Parallel()
 	const w, stale, stopped = 0, 1, 2
 	dirs, rec := dataDirs(3)
 	c := tokenservicetest.StartCluster(t, 3, rec, tokenservicetest.WithSnapshotThreshold(16, 4),
@@ -187,6 +189,7 @@ func TestLostRaftDBKeptSnapshots(t *testing.T) {
 // A raft.db copied from another member (the operator "repairs" a node with
 // a peer's log) is another node's state, votes included: refused.
 func TestRaftDBFromPeerRefused(t *testing.T) {
+	t.Parallel()
 	dirs, rec := dataDirs(3)
 	c := tokenservicetest.StartCluster(t, 3, rec)
 	highest := tokenservicetest.Mint(t, c.Client(t), 20)[19]
@@ -228,6 +231,7 @@ func TestRaftDBFromPeerRefused(t *testing.T) {
 // directory is lost and how to replace the node; the other two keep
 // handing out tokens above every token before.
 func TestProcessLostRaftDBRefused(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("waits for a Raft snapshot, taken every 30 to 60 s by a real process")
 	}

@@ -41,6 +41,7 @@ func memberLine(t *testing.T, cl *tokenclient.Client) string {
 // that does not answer (a voter that does not exist would cost the quorum
 // for good), and a node that answers as someone else.
 func TestAddMemberRefusals(t *testing.T) {
+	t.Parallel()
 	c := tokenservicetest.StartCluster(t, 3)
 	cl := c.Client(t)
 	leader := c.Leader(t)
@@ -135,6 +136,7 @@ func TestAddMemberRefusals(t *testing.T) {
 // cluster, and the refusal says to remove n3 instead; that works. The
 // last voter cannot be removed.
 func TestRemoveMemberKeepsQuorum(t *testing.T) {
+	t.Parallel()
 	c := tokenservicetest.StartCluster(t, 3)
 	cl := c.Client(t)
 	tokenservicetest.Mint(t, cl, 3)
@@ -172,6 +174,7 @@ func TestRemoveMemberKeepsQuorum(t *testing.T) {
 // A member's API address changes only on its own word: restarted on a new
 // address, a node publishes it, and followers forward to it there.
 func TestMemberPublishesOwnAPIAddress(t *testing.T) {
+	t.Parallel()
 	c := tokenservicetest.StartCluster(t, 3)
 	tokenservicetest.Mint(t, c.Client(t), 3)
 	leader := c.Leader(t)
@@ -206,6 +209,7 @@ func TestMemberPublishesOwnAPIAddress(t *testing.T) {
 // A node started to join while the cluster still lists it as a voter
 // refuses to start Raft: the lost member must be removed first.
 func TestJoinWhileStillVoterRefused(t *testing.T) {
+	t.Parallel()
 	c := tokenservicetest.StartCluster(t, 3)
 	tokenservicetest.Mint(t, c.Client(t), 3)
 	victim := (c.Leader(t) + 1) % 3

@@ -17,6 +17,7 @@ import (
 // snapshot; a fourth node joins from a snapshot; a node is removed; join and
 // remove are idempotent.
 func TestSnapshotCompactionJoinRemove(t *testing.T) {
+	t.Parallel()
 	// One reservation per token on the read-index path, so that 200
 	// tokens make enough entries to snapshot.
 	c := tokenservicetest.StartCluster(t, 3, tokenservicetest.WithSnapshotThreshold(64, 16),

@@ -51,6 +51,7 @@ func scrape(t *testing.T, url string) map[string]float64 {
 // On the commit path (one entry per batch); TestReadIndexStatusAndMetrics
 // covers the read-index path.
 func TestMetrics(t *testing.T) {
+	t.Parallel()
 	c := tokenservicetest.StartCluster(t, 3, tokenservicetest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.CommitPerBatch = true }))
 	leader := c.Leader(t)
 	follower := (leader + 1) % 3
@@ -101,6 +102,7 @@ func TestMetrics(t *testing.T) {
 // limit, so the leader never refuses one (it refuses above 1,048,576, and
 // a node's limit may not exceed that).
 func TestFollowerForwardsWithinBatchLimit(t *testing.T) {
+	t.Parallel()
 	const limit = 128 // a bucket bound of the histogram
 	c := tokenservicetest.StartCluster(t, 3, tokenservicetest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.MaxBatch = limit }))
 	leader := c.Leader(t)
@@ -114,9 +116,10 @@ func TestFollowerForwardsWithinBatchLimit(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 5 {
-				// A retryable 503 (a slow forward on a loaded machine) is
-				// retried, as a client does; a 400 is the failure sought.
-				for attempt := 0; ; attempt++ {
+				// A retryable 503 (a slow forward, or an election, on a
+				// loaded machine) is retried for up to 30 s, as a client
+				// does; a 400 is the failure sought.
+				for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 					resp, err := http.Post(c.APIURL(follower)+"/v1/tokens", "application/json", strings.NewReader(body))
 					if err != nil {
 						errs <- err
@@ -126,7 +129,7 @@ func TestFollowerForwardsWithinBatchLimit(t *testing.T) {
 					if resp.StatusCode == http.StatusOK {
 						break
 					}
-					if resp.StatusCode != http.StatusServiceUnavailable || attempt == 10 {
+					if resp.StatusCode != http.StatusServiceUnavailable || time.Now().After(deadline) {
 						errs <- fmt.Errorf("batch of 60 through the follower: HTTP %d", resp.StatusCode)
 						return
 					}

@@ -18,6 +18,7 @@ import (
 // says so.) On the read-index path the cut-off leader's confirmation round
 // fails instead, and the answer says that no token was handed out.
 func TestNoQuorumMessageAfterLeadershipLost(t *testing.T) {
+	t.Parallel()
 	t.Run("commit per batch", func(t *testing.T) { testNoQuorumMessage(t, true) })
 	t.Run("read index", func(t *testing.T) { testNoQuorumMessage(t, false) })
 }

@@ -20,6 +20,7 @@ import (
 // keep it from handing out tokens below the new leader's. The history
 // must be linearizable (porcupine) and pass the real-time check.
 func TestPausedLeaderProcessLinearizable(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("pauses processes for seconds")
 	}

@@ -69,6 +69,7 @@ func (s *syncBuf) String() string {
 // address or allocate ranges: those answer only to loopback and to the
 // hosts of the members.
 func TestPlaintextOffLoopback(t *testing.T) {
+	t.Parallel()
 	ip := outsideIP(t)
 	dir := t.TempDir()
 	raftAddr := loopbackAddr(t)
@@ -154,6 +155,7 @@ func TestPlaintextOffLoopback(t *testing.T) {
 // `fencegate token serve` without TLS on an address other hosts reach
 // refuses in one line naming --insecure-plaintext, and serves with it.
 func TestCLIPlaintextOffLoopback(t *testing.T) {
+	t.Parallel()
 	ip := outsideIP(t)
 	dir := t.TempDir()
 	raft := testutil.FreeAddr(t)
@@ -177,6 +179,7 @@ func TestCLIPlaintextOffLoopback(t *testing.T) {
 // tokenapi.ValidateResource): 400 bad_request, nothing signed or echoed. JSON turns
 // bytes that are not UTF-8 into U+FFFD, which the rule refuses too.
 func TestAPIRefusesBadResourceNames(t *testing.T) {
+	t.Parallel()
 	c := tokenservicetest.StartCluster(t, 1)
 	for _, body := range []string{
 		`{"resource":"a\u0000b"}`, "{\"resource\":\"a\xffb\"}", `{"resource":"a\ud800b"}`,

@@ -162,6 +162,7 @@ func startProcCluster(t *testing.T, n int) ([]*proc, []string) {
 // restarted from their data dirs: tokens continue above the largest ever
 // returned.
 func TestAllProcessesKilledTokensContinue(t *testing.T) {
+	t.Parallel()
 	procs, urls := startProcCluster(t, 3)
 	cl, err := tokenclient.NewClient(urls, tokenclient.WithMaxWait(30*time.Second))
 	if err != nil {

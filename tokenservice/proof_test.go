@@ -65,6 +65,7 @@ func clusterID(t testing.TB, cl *tokenclient.Client) string {
 // that verifies for its cluster, resource and token; a cluster without keys
 // hands out none.
 func TestProofsFromEveryNode(t *testing.T) {
+	t.Parallel()
 	keys := signingKeys(t, proofKeyNew, proofKeyOld)
 	c := signedCluster(t, keys)
 	cid := clusterID(t, c.Client(t))
@@ -112,6 +113,7 @@ func TestProofsFromEveryNode(t *testing.T) {
 // are refused with FG008 and advance nothing; after a rotation on the
 // database (new key first, old kept) old and new proofs pass.
 func TestProofsInPostgres(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	oldKeys := signingKeys(t, proofKeyOld)
 	c := signedCluster(t, oldKeys)

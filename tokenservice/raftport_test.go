@@ -38,6 +38,7 @@ func (d *dialOnly) Addr() net.Addr            { return &net.TCPAddr{IP: net.IPv4
 // of a member, speaking for that member, is answered: the probe itself
 // works.
 func TestRaftPortRefusesWithoutPeerCertificate(t *testing.T) {
+	t.Parallel()
 	ca, other := newCA(t, "cluster"), newCA(t, "attacker")
 	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, nil))
 	leader := c.Leader(t)

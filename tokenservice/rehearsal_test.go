@@ -32,6 +32,7 @@ import (
 // the whole history is linearizable and strictly increasing in real time.
 // Namespaces, veths and rules are removed afterwards, also on failure.
 func TestThreeHostRehearsal(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("three-host rehearsal in network namespaces: not in -short")
 	}

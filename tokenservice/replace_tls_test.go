@@ -25,6 +25,7 @@ import (
 // refused as that member's. After the replacement every token is above
 // every token handed out before the wipe, also through the replaced node.
 func TestReplaceOverMutualTLS(t *testing.T) {
+	t.Parallel()
 	ca := newCA(t, "cluster")
 	creds, bearer := credentials(t, map[string][]tokenapi.Role{
 		"app": {tokenapi.RoleClient}, "ops": {tokenapi.RoleAdmin},

@@ -19,6 +19,7 @@ import (
 // startup naming the file (and the line) and what to do, before anything
 // listens or is written.
 func TestCLIBadTLSInput(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca, other := newCA(t, "cluster"), newCA(t, "other")
 	write := func(name string, l *pki.Leaf) (string, string) {

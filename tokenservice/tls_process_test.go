@@ -17,6 +17,7 @@ import (
 // credential"; "token next" and "token status" carry a certificate or the
 // credential, and are refused without one.
 func TestCLITLSCluster(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	certs := filepath.Join(dir, "certs")
 	args := []string{"token", "certs", "--out", certs, "--client", "app", "--admin", "ops"}

@@ -63,6 +63,7 @@ func credentials(t testing.TB, roles map[string][]tokenapi.Role) (*tokenservice.
 // A TLS cluster mints through every node, for a certificate client and a
 // bearer client alike, and forwards from followers over mutual TLS.
 func TestTLSClusterMints(t *testing.T) {
+	t.Parallel()
 	ca := newCA(t, "cluster")
 	creds, bearer := credentials(t, map[string][]tokenapi.Role{"app": {tokenapi.RoleClient}})
 	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, creds))
@@ -102,6 +103,7 @@ func TestTLSClusterMints(t *testing.T) {
 // member table still records http API addresses, and nodes and clients use
 // https for them.
 func TestPlainClusterRestartedWithTLS(t *testing.T) {
+	t.Parallel()
 	ca := newCA(t, "cluster")
 	var tlsOn atomic.Bool
 	c := tokenservicetest.StartCluster(t, 3, tokenservicetest.WithConfig(func(_ int, cfg *tokenservice.Config) {

@@ -12,6 +12,7 @@ import (
 // /v1/members, POST /v1/members and GET /v1/internal/configuration: field
 // names, order and which fields are left out when empty.
 func TestStatusAndMembersJSON(t *testing.T) {
+	t.Parallel()
 	yes := true
 	st := statusFrom(raftstore.Status{StatusFields: raftstore.StatusFields{
 		ID: "n1", ClusterID: "c1", State: "Leader", Term: 3, LastIndex: 10, CommitIndex: 9, AppliedIndex: 8,
