@@ -37,12 +37,19 @@ type NodeState struct {
 	Founding *Founding `json:"founding,omitempty"`
 
 	// Raft's view, while running.
-	RaftState    string `json:"raft_state,omitempty"`
-	Term         uint64 `json:"term,omitempty"`
-	LastIndex    uint64 `json:"last_index,omitempty"`
-	CommitIndex  uint64 `json:"commit_index,omitempty"`
+	RaftState   string `json:"raft_state,omitempty"`
+	Term        uint64 `json:"term,omitempty"`
+	LastIndex   uint64 `json:"last_index,omitempty"`
+	CommitIndex uint64 `json:"commit_index,omitempty"`
+	// CommitTerm is the term of the entry at CommitIndex (0: unknown).
+	CommitTerm   uint64 `json:"commit_term,omitempty"`
 	AppliedIndex uint64 `json:"applied_index,omitempty"`
 	LeaderID     string `json:"leader_id,omitempty"`
+
+	// Held is what this node saw each peer's data directory hold while
+	// the peer ran, by node id: a node that starts from a directory
+	// below it was put back from an older copy.
+	Held map[string]Held `json:"held,omitempty"`
 }
 
 // Configuration is the cluster's membership as its leader has committed it.

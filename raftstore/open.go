@@ -38,6 +38,12 @@ type Pending struct {
 	// needRecord is set while raft.db holds no record of this directory,
 	// or one without the cluster id: Start writes it before Raft runs.
 	needRecord bool
+	// diskTerm, diskLast and diskSnap are what the directory holds:
+	// raft.db's current term, the last index of its log or latest
+	// snapshot, and the latest snapshot's index.
+	diskTerm, diskLast, diskSnap uint64
+	// held is this node's record of what its peers held.
+	held *heldBook
 
 	mu      sync.Mutex
 	ident   identity
@@ -134,6 +140,14 @@ func Prepare(cfg Config) (_ *Pending, err error) {
 	if p.needRecord, err = checkDisk(&cfg, id, disk, p.snaps); err != nil {
 		return nil, err
 	}
+	p.diskTerm, p.diskLast = disk.term, disk.last
+	if len(disk.snaps) > 0 {
+		p.diskSnap = disk.snaps[0].Index
+		p.diskLast = max(p.diskLast, p.diskSnap)
+	}
+	if p.held, err = readHeld(cfg.DataDir); err != nil {
+		return nil, err
+	}
 	if id == nil {
 		id = &identity{NodeID: cfg.ID}
 	}
@@ -164,7 +178,7 @@ func (p *Pending) State() NodeState {
 	defer p.mu.Unlock()
 	st := NodeState{
 		NodeID: p.ident.NodeID, DataDirID: p.ident.DataDirID, Phase: p.phase, HasState: p.existing,
-		ClusterID: p.ident.ClusterID, Founding: p.ident.Founding,
+		ClusterID: p.ident.ClusterID, Founding: p.ident.Founding, Held: p.held.snapshot(),
 	}
 	if p.phase == PhaseFounding {
 		st.Peers = p.cfg.Peers
@@ -264,7 +278,7 @@ func (p *Pending) Start(ctx context.Context) (_ *Store, err error) {
 		Timeout: cfg.TransportTimeout,
 		Logger:  hcl,
 	})
-	s := &Store{cfg: *cfg, log: p.log, fsm: newFSM(), bolt: p.bolt, trans: trans, notify: make(chan bool, 16), done: make(chan struct{})}
+	s := &Store{cfg: *cfg, log: p.log, fsm: newFSM(), bolt: p.bolt, trans: trans, held: p.held, notify: make(chan bool, 16), done: make(chan struct{})}
 	// From here the store owns the listener (through the transport) and
 	// the log; p must not close them again.
 	p.mu.Lock()
@@ -372,6 +386,10 @@ func (p *Pending) Start(ctx context.Context) (_ *Store, err error) {
 	go s.watchLeadership()
 	go s.watchClusterID()
 	go s.watchObservations()
+	if cfg.Probe != nil {
+		s.wg.Add(1)
+		go s.watchHeld()
+	}
 	return s, nil
 }
 
@@ -441,36 +459,6 @@ func (p *Pending) probeAll(ctx context.Context, peers []Server, timeout time.Dur
 	}
 	wg.Wait()
 	return out
-}
-
-// checkResume asks the peers a node with state knows of whether they hold
-// another cluster's state. Peers that do not answer within a second are
-// not waited for: a restart must not depend on them.
-func (p *Pending) checkResume(ctx context.Context) error {
-	if p.cfg.Probe == nil {
-		return nil
-	}
-	var peers []Server
-	add := func(s Server) {
-		if s.ID != p.cfg.ID && s.APIAddr != "" && !slices.ContainsFunc(peers, func(o Server) bool { return o.APIAddr == s.APIAddr }) {
-			peers = append(peers, s)
-		}
-	}
-	for _, v := range p.cfg.Peers {
-		add(v)
-	}
-	if p.ident.Founding != nil {
-		for _, v := range p.ident.Founding.Peers {
-			add(v)
-		}
-	}
-	for _, api := range p.cfg.Join {
-		add(Server{ID: api, APIAddr: api})
-	}
-	if len(peers) == 0 {
-		return nil
-	}
-	return checkForeign(p.ident, p.probeAll(ctx, peers, resumeProbeTimeout))
 }
 
 // waitFounding waits until the founding rule lets this node found (found

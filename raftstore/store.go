@@ -68,6 +68,11 @@ var (
 	// ErrConflict means a membership change names an id or an address that
 	// belongs to another member, or a member that already votes.
 	ErrConflict = errors.New("raftstore: membership conflict")
+	// ErrRolledBack means the data directory holds less than a peer saw
+	// it hold while it ran (a lower term, or a log that ends before an
+	// index it knew committed): it was put back from an older copy.
+	// It is always wrapped with ErrDataDirLost.
+	ErrRolledBack = errors.New("raftstore: data dir put back from an older copy")
 	// ErrQuorumAtRisk means a membership change would leave fewer live
 	// voters than a quorum needs.
 	ErrQuorumAtRisk = errors.New("raftstore: change would lose quorum")
@@ -210,6 +215,11 @@ type Config struct {
 	TrailingLogs uint64
 	// RetainSnapshots is how many snapshots are kept on disk. The default is 2.
 	RetainSnapshots int
+	// HeldInterval is how often a running node asks its peers (through
+	// Probe) for their term and commit index, and records them in its
+	// data directory, so that a peer put back from an older copy is
+	// refused when it starts (see DESIGN.md). The default is 1s.
+	HeldInterval time.Duration
 }
 
 // DefaultConfig returns a Config with every setting that has a default set
@@ -228,6 +238,7 @@ func DefaultConfig() Config {
 		SnapshotInterval:   DefaultSnapshotInterval,
 		TrailingLogs:       DefaultTrailingLogs,
 		RetainSnapshots:    DefaultRetainSnapshots,
+		HeldInterval:       DefaultHeldInterval,
 	}
 }
 
@@ -251,6 +262,7 @@ func (c *Config) setDefaults() {
 	def(&c.TransportTimeout, DefaultTransportTimeout)
 	def(&c.SnapshotInterval, DefaultSnapshotInterval)
 	def(&c.FoundingTimeout, DefaultFoundingTimeout)
+	def(&c.HeldInterval, DefaultHeldInterval)
 	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
 		c.LeaderLeaseTimeout = c.HeartbeatTimeout
 	}
@@ -279,7 +291,7 @@ func (c *Config) Validate() error {
 		v     time.Duration
 	}{{"FoundingTimeout", c.FoundingTimeout}, {"HeartbeatTimeout", c.HeartbeatTimeout}, {"ElectionTimeout", c.ElectionTimeout},
 		{"LeaderLeaseTimeout", c.LeaderLeaseTimeout}, {"CommitTimeout", c.CommitTimeout}, {"TransportTimeout", c.TransportTimeout},
-		{"SnapshotInterval", c.SnapshotInterval}} {
+		{"SnapshotInterval", c.SnapshotInterval}, {"HeldInterval", c.HeldInterval}} {
 		if d.v < 0 {
 			return fieldErr(fmt.Errorf("%w: Config.%s is negative (%v); give a positive duration, or 0 for the default", ErrBadConfig, d.field, d.v), d.field)
 		}
@@ -333,6 +345,7 @@ type Store struct {
 	stable *closingStable // bolt as Raft's stable store, closed before bolt
 	trans  *raft.NetworkTransport
 	gate   *voteGate // nil unless the node joined and is not yet promoted
+	held   *heldBook // what the peers were seen to hold
 	notify chan bool
 
 	identMu sync.Mutex
@@ -584,11 +597,17 @@ func (s *Store) State() NodeState {
 	ident := s.ident
 	s.identMu.Unlock()
 	lid, _ := s.Leader()
+	term, commit := s.raft.CurrentTerm(), s.raft.CommitIndex()
+	var entry raft.Log
+	if commit > 0 && s.bolt.GetLog(commit, &entry) != nil {
+		entry.Term = 0 // compacted away: unknown
+	}
 	return NodeState{
 		NodeID: s.cfg.ID, DataDirID: ident.DataDirID, Phase: PhaseRunning, HasState: true,
 		ClusterID: cmp.Or(s.fsm.clusterID(), ident.ClusterID), Founding: ident.Founding,
-		RaftState: s.raft.State().String(), Term: s.raft.CurrentTerm(), LastIndex: s.raft.LastIndex(),
-		CommitIndex: s.raft.CommitIndex(), AppliedIndex: s.raft.AppliedIndex(), LeaderID: lid,
+		RaftState: s.raft.State().String(), Term: term, LastIndex: s.raft.LastIndex(),
+		CommitIndex: commit, CommitTerm: entry.Term, AppliedIndex: s.raft.AppliedIndex(), LeaderID: lid,
+		Held: s.held.snapshot(),
 	}
 }
 

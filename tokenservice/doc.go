@@ -44,7 +44,9 @@
 // and, between nodes (role peer): POST /v1/internal/allocate (a follower's
 // batch; members only), GET /v1/internal/state and
 // /v1/internal/configuration (what an empty node asks before it founds or
-// joins), GET /v1/internal/view (a leader's confirmation round: the
+// joins; the state also what a node with state asks before it resumes,
+// and what every member asks each other once a second, to catch a data
+// directory put back from an older copy), GET /v1/internal/view (a leader's confirmation round: the
 // node's current term and the leader it follows, read when it answers),
 // PUT /v1/members/{id}/api-addr (a member publishes its own API address:
 // only the peer whose certificate names {id} may call it).

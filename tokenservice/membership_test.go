@@ -37,17 +37,19 @@ func TestSnapshotCompactionJoinRemove(t *testing.T) {
 		return nil
 	})
 	// A node restarted from its data dir restores its snapshot by itself:
-	// restarted while cut off from the others, it has nothing else to go on.
+	// restarted while cut off from the others' Raft, it has nothing else
+	// to go on. (Its API stays reachable: before it starts Raft it asks its
+	// peers whether they saw it hold more than it does.)
 	follower := (c.Leader(t) + 1) % 3
 	c.Kill(follower)
-	c.Cut(follower)
+	c.CutRaft(follower)
 	c.Restart(follower)
 	if got := c.Node(follower).LocalStatus().LastToken; got == 0 {
 		t.Fatalf("restarted %s has last token 0; want its snapshot's counter restored", c.ID(follower))
 	} else {
 		t.Logf("restarted %s restored last token %d from its snapshot (last minted %d)", c.ID(follower), got, last)
 	}
-	c.Heal(follower)
+	c.HealRaft(follower)
 	testutil.WaitFor(t, 30*time.Second, "restarted node to catch up", func() error {
 		if got := c.Node(follower).LocalStatus().LastToken; got < last {
 			return fmt.Errorf("last token %d < %d", got, last)

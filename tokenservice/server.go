@@ -78,7 +78,9 @@ type Server struct {
 }
 
 // Start starts a node: it listens on the API address, then opens the
-// node's store. A data directory that holds state resumes. An empty one
+// node's store. A data directory that holds state resumes once peers that
+// make a majority with it answered and none saw it hold more than it does
+// (raftstore.ErrRolledBack: it was put back from an older copy). An empty one
 // founds the cluster with Config.Peers or joins it with Config.Join,
 // waiting for its peers as those fields say, while the API already answers
 // them; Start returns once Raft runs, or with the reason it must not run

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -121,9 +122,14 @@ func TestPlainClusterRestartedWithTLS(t *testing.T) {
 	for i := range 3 {
 		c.Kill(i)
 	}
+	// At once: a node that holds state starts Raft only once a peer
+	// answers it.
+	var wg sync.WaitGroup
 	for i := range 3 {
-		c.Restart(i)
+		wg.Add(1)
+		go func() { defer wg.Done(); c.Restart(i) }()
 	}
+	wg.Wait()
 	leader := c.Leader(t)
 	for _, m := range c.Node(leader).LocalStatus().Members {
 		t.Logf("member table: %s at %s", m.ID, m.APIAddr)
