@@ -3,6 +3,7 @@ package tokenservice_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,8 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/pkitest"
 	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenclient"
+	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
@@ -239,5 +244,61 @@ func copyFile(t *testing.T, from, to string) {
 	}
 	if err := os.WriteFile(to, b, 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The same over mutual TLS, with every peer up: n2 is put back from a copy
+// while the leader, which saw it hold more, runs. Its peers' records,
+// taken over mutual TLS from n2's own certificate, refuse it before Raft
+// starts; the replacement procedure brings it back, and the replaced node,
+// a new data directory, is not refused for what the old one held.
+func TestRolledBackRefusedOverMutualTLS(t *testing.T) {
+	ca := newCA(t, "cluster")
+	creds, _ := credentials(t, map[string][]tokenapi.Role{"app": {tokenapi.RoleClient}})
+	dirs, rec := dataDirs(3)
+	c := tokenservicetest.StartCluster(t, 3, rec, pkitest.WithTLS(ca, creds),
+		tokenservicetest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.ReserveSize = 4 }))
+	cl := c.Client(t, pkitest.ClientTLS(t, ca, "app", tokenapi.RoleClient)...)
+	tokenservicetest.Mint(t, cl, 20)
+
+	victim := (c.Leader(t) + 1) % 3
+	copied := c.Node(victim).Store().Status().LastIndex
+	c.Kill(victim)
+	backup := filepath.Join(t.TempDir(), "copy")
+	copyDir(t, dirs[victim], backup)
+	c.Restart(victim)
+	toks := tokenservicetest.Mint(t, cl, 100)
+	highest := toks[len(toks)-1]
+	testutil.WaitFor(t, 30*time.Second, "every peer to see "+c.ID(victim)+" hold more than the copy", func() error {
+		for i := range 3 {
+			if i == victim {
+				continue
+			}
+			if h := c.Node(i).Store().State().Held[c.ID(victim)]; h.CommitIndex <= copied {
+				return fmt.Errorf("%s saw %s at %+v, the copy holds index %d", c.ID(i), c.ID(victim), h, copied)
+			}
+		}
+		return nil
+	})
+
+	c.Kill(victim)
+	if err := os.RemoveAll(dirs[victim]); err != nil {
+		t.Fatal(err)
+	}
+	copyDir(t, backup, dirs[victim])
+	err := c.StartErr(victim)
+	if err == nil {
+		t.Fatalf("%s started from an older copy of its data directory", c.ID(victim))
+	}
+	if !errors.Is(err, raftstore.ErrRolledBack) || !errors.Is(err, raftstore.ErrDataDirLost) || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("%s from an older copy: Start = %v; want one line, ErrRolledBack and ErrDataDirLost", c.ID(victim), err)
+	}
+	t.Logf("%s refuses to start: %v", c.ID(victim), err)
+
+	c.Replace(t, victim)
+	c.Restart(victim) // its new directory resumes, whatever its peers still hold of the old one
+	c.Leader(t)
+	if got := tokenservicetest.Mint(t, cl, 3); got[0] <= highest {
+		t.Fatalf("token after the replacement %d <= %d handed out before it", got[0], highest)
 	}
 }
