@@ -22,6 +22,7 @@ const (
 	FaultSlowDisk          = "slow-disk"
 	FaultWipeNode          = "wipe-node"
 	FaultReplaceNode       = "replace-node"
+	FaultRestoreCopy       = "restore-copy"
 	FaultPruneMarks        = "prune-marks"
 )
 
@@ -79,6 +80,8 @@ var Catalog = []Fault{
 		inject: (*Nemesis).wipeNode},
 	{Name: FaultReplaceNode, Doc: "stop a token node, empty its data dir, replace it through membership", Weight: 1,
 		inject: (*Nemesis).replaceNode},
+	{Name: FaultRestoreCopy, Doc: "copy a token node's data dir, let the cluster move on, put the copy back and restart it (it must refuse), replace it", Weight: 1,
+		inject: (*Nemesis).restoreCopy},
 	{Name: FaultPruneMarks, Doc: "prune the marks to a floor drawn from the clients' tokens, up to the newest holder's", Weight: 2,
 		inject: func(n *Nemesis, ctx context.Context) error { return n.pruneMarks(ctx, n.rng) }},
 }

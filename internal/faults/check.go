@@ -224,7 +224,7 @@ func checkAfterWipes(r *Result, evs []Event) {
 		}
 	}
 	for _, w := range evs {
-		if w.Kind != KindFaultStart || (w.Fault != FaultWipeNode && w.Fault != FaultReplaceNode) {
+		if w.Kind != KindFaultStart || (w.Fault != FaultWipeNode && w.Fault != FaultReplaceNode && w.Fault != FaultRestoreCopy) {
 			continue
 		}
 		var before int64

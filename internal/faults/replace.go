@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/poll"
+	"github.com/fencegate/fencegate/raftstore"
 )
 
 // refusalWait bounds how long a wiped node restarted with its usual flags
@@ -33,7 +35,7 @@ func (n *Nemesis) wipeNode(ctx context.Context) error {
 			if err := os.RemoveAll(t.DataDir); err != nil {
 				return fmt.Errorf("wipe %s: %w", t.DataDir, err)
 			}
-			return n.expectRefusal(ctx, t)
+			return n.expectRefusal(ctx, t, "an empty data dir")
 		}, func() {}, func() error { return n.stack.Replace(context.WithoutCancel(ctx), t) })
 }
 
@@ -51,8 +53,9 @@ func (n *Nemesis) replaceNode(ctx context.Context) error {
 }
 
 // expectRefusal starts t with its command line and requires it to exit
-// with a message that names the replacement procedure.
-func (n *Nemesis) expectRefusal(ctx context.Context, t *TokenNode) error {
+// with a message that names the replacement procedure; what says what
+// its data directory went through ("an empty data dir").
+func (n *Nemesis) expectRefusal(ctx context.Context, t *TokenNode, what string) error {
 	if err := t.Proc.Start(); err != nil {
 		return err
 	}
@@ -60,8 +63,8 @@ func (n *Nemesis) expectRefusal(ctx context.Context, t *TokenNode) error {
 	case <-t.Proc.Exited():
 	case <-time.After(refusalWait):
 		_ = t.Proc.Kill()
-		return fmt.Errorf("%w: %s, restarted with an empty data dir and its usual flags, still runs after %v instead of refusing; its log ends:\n%s",
-			ErrCheckFailed, t.ID, refusalWait, t.Proc.LogTail(8))
+		return fmt.Errorf("%w: %s, restarted with %s and its usual flags, still runs after %v instead of refusing; its log ends:\n%s",
+			ErrCheckFailed, t.ID, what, refusalWait, t.Proc.LogTail(8))
 	case <-ctx.Done():
 		_ = t.Proc.Kill()
 		return ctx.Err()
@@ -69,10 +72,10 @@ func (n *Nemesis) expectRefusal(ctx context.Context, t *TokenNode) error {
 	_ = t.Proc.Kill() // reap: the next start needs a stopped process
 	tail := t.Proc.LogTail(3)
 	if !strings.Contains(tail, "members remove "+t.ID) {
-		return fmt.Errorf("%w: %s, restarted with an empty data dir, exited without naming the replacement procedure; its log ends:\n%s",
-			ErrCheckFailed, t.ID, tail)
+		return fmt.Errorf("%w: %s, restarted with %s, exited without naming the replacement procedure; its log ends:\n%s",
+			ErrCheckFailed, t.ID, what, tail)
 	}
-	n.log.Info("wiped node refused to start", "node", t.ID)
+	n.log.Info("node refused to start", "node", t.ID, "data_dir", what)
 	return nil
 }
 
@@ -189,4 +192,120 @@ func (s *Stack) Operator(ctx context.Context, args ...string) (string, error) {
 		return out.String(), fmt.Errorf("fencegate %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(out.String()))
 	}
 	return out.String(), nil
+}
+
+// restoreCopy is a data directory put back from an older copy (a VM
+// snapshot rolled back, a backup restored by hand): a token node is killed
+// with -9 and its data directory copied; it runs again, and the leader is
+// killed and restarted (a term the copy does not hold, and an entry of
+// it), until every other node saw it hold more than the copy. It is then
+// killed, the copy put back and the node started with its usual command
+// line: it must refuse to start and name the replacement procedure; the
+// nemesis then runs that procedure.
+func (n *Nemesis) restoreCopy(ctx context.Context) error {
+	t := n.stack.Tokens[n.rng.IntN(len(n.stack.Tokens))]
+	backup := t.DataDir + ".copy"
+	return n.windowUntil(ctx, FaultRestoreCopy, t.ID, "data dir copied, leader restarted, copy put back, restarted with its usual flags, replaced",
+		func() error {
+			st, err := n.stack.status(ctx, t)
+			if err != nil {
+				return fmt.Errorf("status of %s before the copy: %w", t.ID, err)
+			}
+			if err := t.Proc.Kill(); err != nil {
+				return err
+			}
+			if err := copyTree(t.DataDir, backup); err != nil {
+				return err
+			}
+			if err := t.Proc.Start(); err != nil {
+				return err
+			}
+			if l, err := n.stack.WaitLeader(ctx, 30*time.Second); err == nil && l != t {
+				if err := l.Proc.Kill(); err != nil {
+					return err
+				}
+				if err := l.Proc.Start(); err != nil {
+					return err
+				}
+			}
+			if err := poll.Until(ctx, "the other nodes to see "+t.ID+" hold more than the copy", 50*time.Millisecond, 60*time.Second, func(ctx context.Context) error {
+				for _, o := range n.stack.Tokens {
+					if o == t {
+						continue
+					}
+					h, err := n.stack.held(ctx, o, t.ID)
+					if err != nil {
+						return err
+					}
+					if h.Term <= st.Term && h.CommitIndex <= st.LastIndex {
+						return fmt.Errorf("%s saw %s at term %d, index %d committed; the copy holds term %d, index %d", o.ID, t.ID, h.Term, h.CommitIndex, st.Term, st.LastIndex)
+					}
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
+			if err := t.Proc.Kill(); err != nil {
+				return err
+			}
+			if err := os.RemoveAll(t.DataDir); err != nil {
+				return err
+			}
+			if err := os.Rename(backup, t.DataDir); err != nil {
+				return fmt.Errorf("put back the copy of %s: %w", t.DataDir, err)
+			}
+			return n.expectRefusal(ctx, t, "an older copy of its data dir")
+		}, func() {}, func() error {
+			_ = os.RemoveAll(backup)
+			if t.Proc.Running() {
+				_ = t.Proc.Kill()
+			}
+			if err := os.RemoveAll(t.DataDir); err != nil {
+				return err
+			}
+			return n.stack.Replace(context.WithoutCancel(ctx), t)
+		})
+}
+
+// held returns what token node o saw node id's data directory hold, from
+// its GET /v1/internal/state.
+func (s *Stack) held(ctx context.Context, o *TokenNode, id string) (raftstore.Held, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+o.APIAddr+"/v1/internal/state", nil)
+	if err != nil {
+		return raftstore.Held{}, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return raftstore.Held{}, err
+	}
+	defer resp.Body.Close()
+	var st raftstore.NodeState
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return raftstore.Held{}, fmt.Errorf("state of %s: %w", o.ID, err)
+	}
+	return st.Held[id], nil
+}
+
+// copyTree copies the directory from to a new directory to, file by file.
+func copyTree(from, to string) error {
+	return filepath.WalkDir(from, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(from, path)
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(to, rel)
+		if d.IsDir() {
+			return os.MkdirAll(dst, 0o755)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(dst, b, 0o644)
+	})
 }

@@ -47,6 +47,11 @@ var Scenarios = map[string][]string{
 	// A healthy token node replaced through membership (remove, start with
 	// --join, add, promoted once caught up); then a holder is paused.
 	"node-replacement": {FaultReplaceNode, FaultPauseClient},
+	// A token node's data directory put back from an older copy while the
+	// cluster moved on (a VM snapshot rolled back): its peers saw it hold
+	// more, so it must refuse to start, and comes back through the
+	// replacement procedure; then a holder is paused.
+	"restored-copy": {FaultRestoreCopy, FaultPauseClient},
 }
 
 // ScenarioNames returns the scenario names, sorted.
