@@ -111,6 +111,22 @@ func (b *heldBook) observe(id, api string, st NodeState) bool {
 	return true
 }
 
+// keepOnly forgets the nodes that are not in members, and reports whether
+// it forgot any: the record follows the configuration, so that a member
+// removed for good is neither asked nor waited for at the next start.
+func (b *heldBook) keepOnly(members map[string]bool) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	forgot := false
+	for id := range b.m {
+		if !members[id] {
+			delete(b.m, id)
+			forgot = true
+		}
+	}
+	return forgot
+}
+
 // save writes the record atomically and durably.
 func (b *heldBook) save() error {
 	b.saveMu.Lock()
@@ -271,7 +287,12 @@ func (p *Pending) checkResume(ctx context.Context) error {
 	if len(peers) == 0 {
 		return nil
 	}
+	// A majority of the members this node last saw, or, before it saw
+	// any, of the nodes it was given.
 	need := (len(peers) + 1) / 2
+	if n := len(p.held.snapshot()); n > 0 {
+		need = (n + 1) / 2
+	}
 	lastLog := time.Now()
 	for {
 		answers := p.probeAll(ctx, peers, resumeProbeTimeout)
@@ -328,7 +349,8 @@ func (s *Store) watchHeld() {
 	}
 }
 
-// recordHeld asks the members once and saves the record if it grew.
+// recordHeld asks the members once, forgets the nodes that are no longer
+// members, and saves the record if it changed.
 func (s *Store) recordHeld() {
 	ms, err := s.RaftMembers()
 	if err != nil {
@@ -345,7 +367,13 @@ func (s *Store) recordHeld() {
 	}()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	grew := false
+	members := map[string]bool{}
+	for _, m := range ms {
+		if m.ID != s.cfg.ID {
+			members[m.ID] = true
+		}
+	}
+	grew := s.held.keepOnly(members)
 	for _, m := range ms {
 		if m.ID == s.cfg.ID {
 			continue

@@ -107,3 +107,23 @@ func TestCheckRolledBack(t *testing.T) {
 		t.Fatalf("refused on the word of another node: %v", err)
 	}
 }
+
+// The record follows the configuration: a removed member is forgotten.
+func TestHeldBookKeepOnly(t *testing.T) {
+	b, err := readHeld(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"n2", "n3"} {
+		b.observe(id, "api-"+id, NodeState{NodeID: id, DataDirID: "d-" + id, Phase: PhaseRunning, HasState: true, Term: 2, CommitIndex: 9})
+	}
+	if b.keepOnly(map[string]bool{"n2": true, "n3": true}) {
+		t.Fatal("forgot a member")
+	}
+	if !b.keepOnly(map[string]bool{"n2": true, "n4": true}) {
+		t.Fatal("kept removed n3")
+	}
+	if got := b.snapshot(); len(got) != 1 || got["n2"].CommitIndex != 9 {
+		t.Fatalf("record %+v; want n2 alone", got)
+	}
+}
