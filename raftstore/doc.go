@@ -20,7 +20,11 @@
 // A Store is one node. Prepare opens its data directory and takes its
 // Raft Layer (Config.Layer, or plain TCP on Config.RaftAddr); Pending.Start
 // decides how the node starts and starts Raft on that layer. A directory
-// that holds state resumes. An empty one founds a new cluster with
+// that holds state resumes once peers that make a majority with it have
+// answered, and is refused (ErrRolledBack) when one saw it hold a higher
+// term or more committed entries than it does: it was put back from an
+// older copy; every running node records what its peers hold, each
+// Config.HeldInterval. An empty one founds a new cluster with
 // Config.Peers only once every other voter has answered (through
 // Config.Probe) and none holds the state of a cluster founded without this
 // directory; otherwise it is refused with ErrMustReplace, because an empty
