@@ -327,8 +327,17 @@ func (s *session) endBackend(err error) {
 		return
 	}
 	if err != nil {
-		s.log.Warn("upstream connection lost", "err", err)
-		s.writeFatal("08006", "fencegate: lost the connection to the upstream PostgreSQL server: "+err.Error())
+		// Nothing may be said on the server's behalf while a request is in
+		// flight: a COMMIT may have committed before the link broke, and an
+		// error with a SQLSTATE reads as PostgreSQL's answer to it ("not
+		// committed"). The client then sees what a broken link straight to
+		// the server shows: the connection closed, the outcome unknown.
+		if s.track.closeOnLoss() {
+			s.log.Warn("upstream connection lost", "err", err)
+			s.writeFatal("08006", "fencegate: lost the connection to the upstream PostgreSQL server: "+err.Error())
+		} else {
+			s.log.Warn("upstream connection lost with a request in flight; closing the client's connection without an answer", "err", err)
+		}
 	}
 	s.client.Close()
 }

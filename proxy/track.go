@@ -180,6 +180,26 @@ func (t *tracker) closeIfIdle() bool {
 	return true
 }
 
+// quiet reports whether nothing the proxy forwarded is still unanswered:
+// no request, extended batch or COPY in flight, and the answers followed.
+// Call with mu held.
+func (t *tracker) quiet() bool {
+	return !t.lost && t.pending == 0 && t.unsynced == 0 && !t.skipping && !t.copyIn
+}
+
+// closeOnLoss runs when the upstream connection is lost. It marks the
+// session closing, so that nothing the client sends from now on is
+// forwarded, and reports whether nothing forwarded was in flight: only then
+// may the proxy tell the client anything. With a request in flight (a
+// COMMIT among them, perhaps already committed) any error the proxy made up
+// would read as the server's answer to it.
+func (t *tracker) closeOnLoss() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.closing = true
+	return t.quiet()
+}
+
 // closeIfStalled marks the session closing when it has been idle in a
 // transaction (status 'T' or 'E', every request answered, no extended
 // batch or COPY under way) for stallLimit since the last ReadyForQuery,
