@@ -46,6 +46,56 @@ import (
 // creates pin their own.
 const adminSearchPath = "pg_catalog, pg_temp"
 
+// PinnedSettings are the settings, with their values as SQL, under which the
+// catalog queries (HealthQuery, PrivilegeQuery, InventoryQuery) and every
+// admin transaction run, whatever the session chose (startup options, ALTER
+// ROLE or ALTER DATABASE ... SET, a SET of its own). The inventory compares
+// definitions as PostgreSQL prints them (pg_get_constraintdef,
+// pg_get_expr, format('%I'), regclass), and these settings change what it
+// prints: quote_all_identifiers quotes every name; DateStyle, IntervalStyle
+// and TimeZone how date and time constants print; extra_float_digits
+// floats; bytea_output byte strings; standard_conforming_strings whether a
+// string constant with a backslash prints as E'...'; lc_monetary,
+// lc_numeric and lc_time what to_char prints; xmloption and xmlbinary XML;
+// transform_null_equals and array_nulls how the query's own text is read.
+// search_path is pinned for what it resolves (see adminSearchPath). Every
+// one of them can be set by any role (PGC_USERSET), so SET LOCAL works on
+// any session.
+var PinnedSettings = [][2]string{
+	{"search_path", adminSearchPath},
+	{"quote_all_identifiers", "off"},
+	{"DateStyle", "'ISO, MDY'"},
+	{"IntervalStyle", "postgres"},
+	{"TimeZone", "'UTC'"},
+	{"extra_float_digits", "1"},
+	{"bytea_output", "hex"},
+	{"standard_conforming_strings", "on"},
+	{"lc_monetary", "'C'"},
+	{"lc_numeric", "'C'"},
+	{"lc_time", "'C'"},
+	{"xmloption", "content"},
+	{"xmlbinary", "base64"},
+	{"transform_null_equals", "off"},
+	{"array_nulls", "on"},
+}
+
+// PinSQL returns the statements that pin PinnedSettings, separated by
+// semicolons (no trailing one): SET LOCAL when local, else SET.
+func PinSQL(local bool) string {
+	set := "SET "
+	if local {
+		set = "SET LOCAL "
+	}
+	var b strings.Builder
+	for i, p := range PinnedSettings {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(set + p[0] + " = " + p[1])
+	}
+	return b.String()
+}
+
 // RepairLockTimeout bounds each lock wait of an install, upgrade or repair
 // (lock_timeout). A repair needs strong locks on the marks and on protected
 // tables; a lock request waiting in the queue blocks every later request
@@ -56,26 +106,28 @@ const RepairLockTimeout = 2 * time.Second
 
 // AdminSession pins conn's search_path to pg_catalog, pg_temp for the rest
 // of the session, so that no statement sent on it afterwards resolves a
-// name to an application's function, operator or type. Every admin command
+// name to an application's function, operator or type, and the other
+// PinnedSettings, so that what PostgreSQL prints is what the inventory
+// expects whatever the database's or role's defaults. Every admin command
 // calls it right after connecting; the package's own transactions pin the
 // path again with SET LOCAL, so they are safe on any connection.
 func AdminSession(ctx context.Context, conn *pgx.Conn) error {
-	if _, err := conn.Exec(ctx, "SET search_path = "+adminSearchPath); err != nil {
-		return fmt.Errorf("pin the admin session's search_path: %w", classify(err))
+	if _, err := conn.Exec(ctx, PinSQL(false)); err != nil {
+		return fmt.Errorf("pin the admin session's search_path and settings: %w", classify(err))
 	}
 	return nil
 }
 
 // beginAdmin begins a transaction on conn whose first statement pins the
-// search_path.
+// search_path and the other PinnedSettings.
 func beginAdmin(ctx context.Context, conn *pgx.Conn) (pgx.Tx, error) {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := tx.Exec(ctx, "SET LOCAL search_path = "+adminSearchPath); err != nil {
+	if _, err := tx.Exec(ctx, PinSQL(true)); err != nil {
 		tx.Rollback(ctx) //nolint:errcheck // the error that matters is err
-		return nil, fmt.Errorf("pin the search_path: %w", classify(err))
+		return nil, fmt.Errorf("pin the search_path and settings: %w", classify(err))
 	}
 	return tx, nil
 }

@@ -31,28 +31,42 @@ const installTimeout = 30 * time.Second
 // Every admin session it opens is pinned (pgfence.AdminSession), and the
 // repair's lock waits are bounded by pgfence.RepairLockTimeout.
 type keeper struct {
-	cfg   *pgx.ConnConfig // the admin connection; Database is replaced per database
-	owner string          // Config.SchemaOwnerRole
-	log   *slog.Logger
-	m     *Metrics
+	cfg      *pgx.ConnConfig // the admin connection; Database is replaced per database
+	owner    string          // Config.SchemaOwnerRole
+	interval time.Duration   // Config.RepairInterval
+	log      *slog.Logger
+	m        *Metrics
 
 	mu  sync.Mutex
 	dbs map[string]*dbKeeper
 }
 
-// dbKeeper serializes the repairs of one database.
+// dbKeeper serializes the checks and repairs of one database, and keeps
+// the last verdict of the admin connection on it.
 type dbKeeper struct {
-	mu       sync.Mutex
-	repaired time.Time // when the last successful repair began
+	mu   sync.Mutex
+	last verdict
 }
 
-func newKeeper(dsn, owner string, log *slog.Logger, m *Metrics) (*keeper, error) {
+// verdict is what the admin connection found in a database. A client's
+// session decides nothing here: it only asks.
+type verdict struct {
+	checked  time.Time // when the admin connection's check began (zero: never)
+	problems []string  // its HealthQuery rows then (after a repair, if one ran)
+	err      error     // why it could not check, or could not repair
+	// tried is when the last repair began (zero: never); repaired whether
+	// it succeeded.
+	tried    time.Time
+	repaired bool
+}
+
+func newKeeper(dsn, owner string, interval time.Duration, log *slog.Logger, m *Metrics) (*keeper, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		// The parse error may quote the string, password and all.
 		return nil, fmt.Errorf("%w: the admin connection string does not parse (want postgres://user:password@host:port/db?sslmode=... or host=... user=... key=value pairs)", ErrBadUpstream)
 	}
-	return &keeper{cfg: cfg, owner: owner, log: log, m: m, dbs: map[string]*dbKeeper{}}, nil
+	return &keeper{cfg: cfg, owner: owner, interval: interval, log: log, m: m, dbs: map[string]*dbKeeper{}}, nil
 }
 
 // describe names the admin connection for logs: user, host and port, no
@@ -72,33 +86,96 @@ func (k *keeper) db(name string) *dbKeeper {
 	return d
 }
 
-// repair installs or upgrades the schema of database db, which a session
-// found unsound (problems) in a check that began at checked. Sessions that
-// find the same problems at once wait for one repair rather than each
-// making their own.
-func (k *keeper) repair(ctx context.Context, db string, checked time.Time, problems []string) error {
+// fresh reports whether t is less than the keeper's interval ago.
+func (k *keeper) fresh(t time.Time) bool {
+	return !t.IsZero() && k.interval > 0 && time.Since(t) < k.interval
+}
+
+// judge returns the admin connection's own verdict on the schema of
+// database db, which a session found unsound in a check that began at
+// asked. Sessions that ask at once wait for one check. The admin
+// connection checks at most once per interval: a verdict from a check that
+// began after the session's, or less than the interval ago, is returned as
+// it is. When its own check finds a problem it repairs the schema, at most
+// once per interval, and checks again. What the session saw is never a
+// reason to repair: a session's settings can change what the health query
+// prints, the admin connection's are pinned (pgfence.AdminSession).
+func (k *keeper) judge(ctx context.Context, db string, asked time.Time) verdict {
 	d := k.db(db)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.repaired.After(checked) {
-		return nil // repaired since this session looked
+	if d.last.checked.After(asked) || k.fresh(d.last.checked) {
+		return d.last
 	}
-	began := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, installTimeout)
 	defer cancel()
+	v := verdict{checked: time.Now(), tried: d.last.tried}
+	v.problems, v.err = k.check(ctx, db)
+	if v.err == nil && len(v.problems) > 0 && !k.fresh(d.last.tried) {
+		v.tried = time.Now()
+		v.err = k.repair(ctx, db, v.problems)
+		v.repaired = v.err == nil
+		if v.err == nil {
+			v.problems, v.err = k.check(ctx, db)
+		}
+	}
+	d.last = v
+	return v
+}
+
+// connect opens an admin session (pinned) to database db, after checking
+// that the keeper may change it.
+func (k *keeper) connect(ctx context.Context, db string) (*pgx.Conn, error) {
 	if err := k.eligible(ctx, db); err != nil {
-		return err
+		return nil, err
 	}
 	cfg := k.cfg.Copy()
 	cfg.Database = db
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("connect as the admin role (%s): %w", k.describe(), err)
+		return nil, fmt.Errorf("connect as the admin role (%s): %w", k.describe(), err)
+	}
+	if err := pgfence.AdminSession(ctx, conn); err != nil {
+		conn.Close(context.Background())
+		return nil, fmt.Errorf("admin session (%s): %w", k.describe(), err)
+	}
+	return conn, nil
+}
+
+// check runs the health query on an admin session of database db.
+func (k *keeper) check(ctx context.Context, db string) ([]string, error) {
+	conn, err := k.connect(ctx, db)
+	if err != nil {
+		return nil, err
 	}
 	defer conn.Close(context.Background())
-	if err := pgfence.AdminSession(ctx, conn); err != nil {
-		return fmt.Errorf("admin session (%s): %w", k.describe(), err)
+	var problems []string
+	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{IsoLevel: pgx.ReadCommitted, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, pgfence.PinSQL(true)); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, healthQuery)
+		if err != nil {
+			return err
+		}
+		problems, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("check the schema as the admin role (%s): %w", k.describe(), err)
 	}
+	return problems, nil
+}
+
+// repair installs or upgrades the schema of database db, which the admin
+// connection found unsound (problems).
+func (k *keeper) repair(ctx context.Context, db string, problems []string) error {
+	began := time.Now()
+	conn, err := k.connect(ctx, db)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
 	var hasSchema bool
 	if err := conn.QueryRow(ctx, "SELECT pg_catalog.to_regnamespace('fencegate') IS NOT NULL").Scan(&hasSchema); err != nil {
 		return fmt.Errorf("read the state of schema fencegate: %w", err)
@@ -111,7 +188,6 @@ func (k *keeper) repair(ctx context.Context, db string, checked time.Time, probl
 	if err != nil {
 		return fmt.Errorf("install the fencegate schema as the admin role (%s): %w", k.describe(), err)
 	}
-	d.repaired = began
 	k.m.SchemaRepairs.WithLabelValues(db).Inc()
 	k.log.Warn("fencegate schema repaired through the admin connection", "database", db,
 		"problems", strings.Join(problems, "; "), "from_version", rep.FromVersion, "to_version", rep.ToVersion,

@@ -46,6 +46,7 @@ func withAdmin(admin, owner string, logs *logBuffer) proxytest.Option {
 		c.AdminUpstream = admin
 		c.SchemaOwnerRole = owner
 		c.CheckInterval = -1
+		c.RepairInterval = -1
 		if logs != nil {
 			c.Logger = slog.New(slog.NewTextHandler(logs, nil))
 		}

@@ -23,6 +23,8 @@ const (
 	DefaultListen = "127.0.0.1:6432"
 	// DefaultCheckInterval is the default Config.CheckInterval.
 	DefaultCheckInterval = time.Second
+	// DefaultRepairInterval is the default Config.RepairInterval.
+	DefaultRepairInterval = 10 * time.Second
 	// DefaultMaxMessageSize is the default Config.MaxMessageSize: it bounds
 	// the length of one frontend message.
 	DefaultMaxMessageSize = 64 << 20
@@ -106,6 +108,15 @@ type Config struct {
 	// default is DefaultCheckInterval (1s); a negative value checks at
 	// every session.
 	CheckInterval time.Duration
+	// RepairInterval bounds what the admin connection (AdminUpstream) does
+	// for a database whose sessions find its schema unsound: it checks the
+	// schema itself at most once per RepairInterval (sessions in between
+	// get that verdict), and repairs it only when its own check finds a
+	// problem, at most once per RepairInterval. What a client's session
+	// finds never triggers a repair by itself. The default is
+	// DefaultRepairInterval (10s); a negative value checks (and repairs)
+	// whenever a session finds a problem.
+	RepairInterval time.Duration
 	// AllowPrivilegedRoles admits sessions whose role could switch
 	// enforcement off (superusers, owners of protected tables or of schema
 	// fencegate, members of such roles). The default (false) refuses them
@@ -164,8 +175,8 @@ func DefaultConfig() Config {
 }
 
 // setDefaults gives the settings left zero their DefaultConfig values, and
-// the sizes and intervals that are negative too, except CheckInterval
-// (negative: check at every session).
+// the sizes and intervals that are negative too, except CheckInterval and
+// RepairInterval (negative: check at every session).
 func (c *Config) setDefaults() {
 	d := DefaultConfig()
 	if c.PruneInterval == 0 {
@@ -179,6 +190,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.CheckInterval == 0 {
 		c.CheckInterval = d.CheckInterval
+	}
+	if c.RepairInterval == 0 {
+		c.RepairInterval = DefaultRepairInterval
 	}
 	if c.MaxMessageSize <= 0 {
 		c.MaxMessageSize = d.MaxMessageSize
@@ -217,7 +231,7 @@ func (c *Config) check() (upstream, error) {
 		return upstream{}, err
 	}
 	if c.AdminUpstream != "" {
-		if _, err := newKeeper(c.AdminUpstream, c.SchemaOwnerRole, nil, nil); err != nil {
+		if _, err := newKeeper(c.AdminUpstream, c.SchemaOwnerRole, 0, nil, nil); err != nil {
 			return upstream{}, err
 		}
 	}

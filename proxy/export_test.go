@@ -22,3 +22,14 @@ func (p *Proxy) SessionStates() []string {
 	}
 	return out
 }
+
+// SetGatePins replaces, for tests, the settings the gate pins after its
+// BEGIN (statements joined by "; ", each starting with SET LOCAL; the
+// timeouts stay), and returns a function that restores them.
+func SetGatePins(pins string) (restore func()) {
+	old, old17 := gatePrelude, gatePrelude17
+	p := "; SET LOCAL statement_timeout = '" + gateTimeout + "'; SET LOCAL lock_timeout = '" + gateTimeout + "'; " + pins
+	gatePrelude = gateBegin + p
+	gatePrelude17 = gateBegin + "; SET LOCAL transaction_timeout = 0" + p
+	return func() { gatePrelude, gatePrelude17 = old, old17 }
+}

@@ -63,33 +63,22 @@ func (s *session) gate() (byte, error) {
 		return 0, err
 	}
 	if len(c.problems) > 0 && s.p.keeper != nil {
-		if err := s.p.keeper.repair(context.Background(), s.database, begun, c.problems); err != nil {
-			return 0, &refusal{
-				reason: "schema",
-				code:   fencegate.CodeSchemaInvalid,
-				msg: fmt.Sprintf("fencegate: the fencegate schema of database %q is not sound (%s), and the proxy could not repair it: %v",
-					s.database, strings.Join(c.problems, "; "), err),
-				hint:   `Check the role and the reach of the proxy's --admin-upstream, or repair the schema with "fencegate schema upgrade --db DSN".`,
-				detail: c.problems,
+		if r, err := s.judged(begun, &c); r != nil || err != nil {
+			if r == nil {
+				return 0, err
 			}
-		}
-		if c, err = s.check(); err != nil {
-			return 0, err
+			return 0, r
 		}
 	}
 	s.p.metrics.GateSeconds.Observe(time.Since(begun).Seconds())
 	if len(c.problems) > 0 {
-		hint := `An administrator repairs it as the problems say ("fencegate schema status --db DSN" lists them again), ` +
-			`or starts the proxy with --admin-upstream so that it repairs the schema itself.`
-		if s.p.keeper != nil {
-			hint = `The proxy repaired what "fencegate schema upgrade" repairs; an administrator fixes the rest as the problems say.`
-		}
 		return 0, &refusal{
 			reason: "schema",
 			code:   fencegate.CodeSchemaInvalid,
 			msg: fmt.Sprintf("fencegate: the fencegate schema of database %q is not sound, so the proxy refuses sessions until it is repaired: %s",
 				s.database, strings.Join(c.problems, "; ")),
-			hint:   hint,
+			hint: `An administrator repairs it as the problems say ("fencegate schema status --db DSN" lists them again), ` +
+				`or starts the proxy with --admin-upstream so that it repairs the schema itself.`,
 			detail: c.problems,
 		}
 	}
@@ -106,6 +95,65 @@ func (s *session) gate() (byte, error) {
 		}
 	}
 	return c.status, nil
+}
+
+// judged handles a session whose own check found the schema unsound, with
+// an admin connection: the proxy asks its admin connection, whose verdict
+// alone decides a repair (see keeper.judge). It returns the refusal for
+// the session, or nil with c updated by a check the session ran again after
+// a repair (whose problems, if any, refuse it as usual).
+func (s *session) judged(begun time.Time, c *checked) (*refusal, error) {
+	v := s.p.keeper.judge(context.Background(), s.database, begun)
+	at := func(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+	schemaRefusal := func(msg, hint string, detail []string) *refusal {
+		return &refusal{reason: "schema", code: fencegate.CodeSchemaInvalid, msg: msg, hint: hint, detail: detail}
+	}
+	switch {
+	case v.err != nil:
+		problems := v.problems
+		if len(problems) == 0 {
+			problems = c.problems
+		}
+		return schemaRefusal(
+			fmt.Sprintf("fencegate: the fencegate schema of database %q is not sound (%s), and the proxy could not repair it through its admin connection: %v",
+				s.database, strings.Join(problems, "; "), v.err),
+			`Check the role and the reach of the proxy's --admin-upstream, or repair the schema with "fencegate schema upgrade --db DSN".`,
+			problems), nil
+	case len(v.problems) > 0:
+		hint := fmt.Sprintf(`The proxy's admin connection found these problems at %s and tried no repair: it repairs at most once every %s, and its last repair began at %s. `,
+			at(v.checked), s.p.cfg.RepairInterval, at(v.tried))
+		if v.repaired {
+			hint = fmt.Sprintf(`The proxy repaired what "fencegate schema upgrade" repairs at %s, and its admin connection still finds these problems. `, at(v.tried))
+		}
+		hint += `An administrator fixes them as the problems say ("fencegate schema status --db DSN" lists them again).`
+		return schemaRefusal(
+			fmt.Sprintf("fencegate: the fencegate schema of database %q is not sound, so the proxy refuses sessions until it is repaired: %s",
+				s.database, strings.Join(v.problems, "; ")), hint, v.problems), nil
+	case v.repaired && v.tried.After(begun):
+		// Repaired since this session looked: look again, on its session.
+		again, err := s.check()
+		if err != nil {
+			return nil, err
+		}
+		*c = again
+		if len(c.problems) == 0 {
+			return nil, nil
+		}
+	}
+	// The admin connection finds the schema sound and this session does
+	// not: its own settings changed what the check reads (or the schema
+	// changed since the admin connection looked, less than RepairInterval
+	// ago).
+	done := "Nothing was repaired for this session."
+	if v.repaired && v.tried.After(begun) {
+		done = fmt.Sprintf("The proxy repaired the schema at %s; this session still finds problems.", at(v.tried))
+	}
+	return schemaRefusal(
+		fmt.Sprintf("fencegate: this session's check of the fencegate schema of database %q found problems that the proxy's own check, on its admin connection at %s, does not find: %s",
+			s.database, at(v.checked), strings.Join(c.problems, "; ")),
+		`Settings of the session (startup options, ALTER ROLE or ALTER DATABASE ... SET) can change how PostgreSQL prints what the check compares: `+
+			`connect without them, or run "fencegate schema status --db DSN". `+done,
+		c.problems), nil
 }
 
 // checkServerVersion refuses a session to an upstream whose PostgreSQL major
@@ -156,13 +204,16 @@ type checked struct {
 // server arms it per statement); a client that asks for one of a few
 // milliseconds at startup can be refused with 57014 on a loaded server,
 // as its own first statements would be cancelled there.
-const gatePrelude = gateBegin + gatePins
+var gatePrelude = gateBegin + gatePins
 
-const (
-	gateBegin = "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY"
-	gatePins  = "; SET LOCAL statement_timeout = '" + gateTimeout + "'; " +
-		"SET LOCAL lock_timeout = '" + gateTimeout + "'; SET LOCAL search_path = pg_catalog, pg_temp"
-)
+const gateBegin = "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY"
+
+// gatePins sets the gate's timeouts and pgfence.PinnedSettings (the
+// search_path among them) for the gate's transaction: whatever the client
+// set at startup or its role's defaults say, the checks read and print the
+// catalogs as on the admin connection.
+var gatePins = "; SET LOCAL statement_timeout = '" + gateTimeout + "'; " +
+	"SET LOCAL lock_timeout = '" + gateTimeout + "'; " + pgfence.PinSQL(true)
 
 // gatePrelude17 is gatePrelude on PostgreSQL 17 and later, with one more
 // statement right after BEGIN:
@@ -171,7 +222,7 @@ const (
 // gate's transaction, refusing the session. Setting it LOCAL to 0 disarms it
 // for this transaction (a positive value would leave the client's timer
 // running); the gate's statements stay bounded by its statement_timeout.
-const gatePrelude17 = gateBegin + "; SET LOCAL transaction_timeout = 0" + gatePins
+var gatePrelude17 = gateBegin + "; SET LOCAL transaction_timeout = 0" + gatePins
 
 // serverMajor is the upstream's major version from the server_version it
 // reported at startup, 0 when it reported none or one that does not parse.
@@ -206,10 +257,11 @@ func (s *session) check() (checked, error) {
 		return checked{status: s.startStatus}, nil
 	}
 	began := time.Now()
-	prelude, i := gatePrelude, 4 // BEGIN and 3 SETs
+	prelude := gatePrelude
 	if s.serverMajor() >= 17 {
-		prelude, i = gatePrelude17, i+1
+		prelude = gatePrelude17
 	}
+	i := strings.Count(prelude, ";") + 1 // its statements' answers come first
 	rows, status, err := s.gateQuery(prelude, strings.Join(checks, ";\n")+";\nCOMMIT")
 	if err != nil {
 		return checked{}, err
@@ -219,7 +271,12 @@ func (s *session) check() (checked, error) {
 	if health {
 		c.problems = rows[i]
 		i++
-		s.p.checked(&s.p.soundAt, s.database, began, len(c.problems) == 0)
+		// A session's failed check does not end the trust others earned:
+		// its settings may be what failed it (see judged), and a passed
+		// check is trusted for CheckInterval in any case.
+		if len(c.problems) == 0 {
+			s.p.checked(&s.p.soundAt, s.database, began, true)
+		}
 	}
 	if role {
 		c.privileges = rows[i]

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencegate/fencegate/pgfence"
 	"github.com/jackc/pgpassfile"
 	"github.com/jackc/pgx/v5"
 )
@@ -256,7 +257,7 @@ func (h *healthChecker) check(ctx context.Context) error {
 	defer conn.Close(context.Background())
 	var problems []string
 	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{IsoLevel: pgx.ReadCommitted, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SET LOCAL search_path = pg_catalog, pg_temp"); err != nil {
+		if _, err := tx.Exec(ctx, pgfence.PinSQL(true)); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, healthQuery)

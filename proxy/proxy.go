@@ -66,7 +66,7 @@ func New(cfg Config) (*Proxy, error) {
 		return nil, err
 	}
 	if cfg.AdminUpstream != "" {
-		if p.keeper, err = newKeeper(cfg.AdminUpstream, cfg.SchemaOwnerRole, p.log, m); err != nil {
+		if p.keeper, err = newKeeper(cfg.AdminUpstream, cfg.SchemaOwnerRole, cfg.RepairInterval, p.log, m); err != nil {
 			return nil, err
 		}
 	}
