@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -435,4 +436,90 @@ func TestGateCachesOnlyTheServersRole(t *testing.T) {
 	admitted(t, proxied)
 	execAdmin(t, fx.admin, "GRANT pg_execute_server_program TO "+fx.role)
 	refusedWith(t, proxied, fencegate.CodePrivilegedRole)
+}
+
+// TestGateTimesAPipelinedHolder: a client that pipelines more requests
+// than the request tracker holds (2^18 small ones, behind a slow query, in
+// a transaction holding a fence) used to make the tracker give up on its
+// session, and an untracked session was never closed by
+// IdleInTransactionTimeout: it then sat idle in its fenced transaction
+// for good. The proxy now stops reading from such a client until the
+// server has answered; the session stays tracked, and once idle in its
+// transaction it is closed like any other.
+func TestGateTimesAPipelinedHolder(t *testing.T) {
+	fx := newFixture(t, proxytest.WithConfig(func(c *proxy.Config) { c.IdleInTransactionTimeout = 300 * time.Millisecond }))
+	ctx := context.Background()
+	w := dialWire(t, fx.proxied)
+	_ = w.c.SetDeadline(time.Now().Add(2 * time.Minute))
+	w.send(&pgproto3.Query{String: "SET idle_in_transaction_session_timeout = 0; BEGIN; SELECT fencegate.fence('order:42', 70)"})
+	w.ready(1)
+	for _, f := range w.got {
+		if f.typ == 'E' {
+			t.Fatalf("fence: %s", errorOf(t, f).Message)
+		}
+	}
+	const n = 1<<18 + 4096
+	answered := make(chan error, 1)
+	go func() {
+		// Read while the pipeline is written, as a client must.
+		closes := 0
+		for closes < n {
+			var h [5]byte
+			if _, err := io.ReadFull(w.r, h[:]); err != nil {
+				answered <- fmt.Errorf("after %d CloseComplete: %w", closes, err)
+				return
+			}
+			body := make([]byte, binary.BigEndian.Uint32(h[1:])-4)
+			if _, err := io.ReadFull(w.r, body); err != nil {
+				answered <- err
+				return
+			}
+			switch h[0] {
+			case '3':
+				closes++
+			case 'E':
+				answered <- fmt.Errorf("error in the pipeline: %q", body)
+				return
+			}
+		}
+		for {
+			f := w.next()
+			if f.typ == 'Z' {
+				if f.body[0] != 'T' {
+					answered <- fmt.Errorf("status after the pipeline: %q", f.body)
+				}
+				break
+			}
+		}
+		answered <- nil
+	}()
+	var b []byte
+	b, _ = (&pgproto3.Parse{Query: "SELECT pg_sleep(0.5)"}).Encode(b)
+	b, _ = (&pgproto3.Bind{}).Encode(b)
+	b, _ = (&pgproto3.Execute{}).Encode(b)
+	closeMsg, _ := (&pgproto3.Close{ObjectType: 'S', Name: "x"}).Encode(nil)
+	for range n {
+		b = append(b, closeMsg...)
+	}
+	b, _ = (&pgproto3.Sync{}).Encode(b)
+	if _, err := w.c.Write(b); err != nil {
+		t.Fatalf("write the pipeline: %v", err)
+	}
+	if err := <-answered; err != nil {
+		t.Fatal(err)
+	}
+	// Now idle in the fenced transaction: the proxy's limit ends it.
+	pid := int32(w.pid)
+	admin := connect(t, fx.admin)
+	testutil.WaitFor(t, 30*time.Second, "the pipelined holder's backend to end", func() error {
+		var alive int
+		if err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&alive); err != nil {
+			return err
+		}
+		if alive != 0 {
+			return errors.New("still there, idle in its transaction")
+		}
+		return nil
+	})
+	fencedExec(t, fx.proxied, "order:42", 71, "UPDATE orders SET state = 'next' WHERE id = 42")
 }

@@ -49,11 +49,22 @@ func (s *session) frontendPump() error {
 		default:
 			return fmt.Errorf("%w: unexpected frontend message type %q", errProtocol, typ)
 		}
-		if !t.push(r) {
+		pr := t.push(r)
+		if pr == refused {
 			return errDraining
 		}
 		if err := s.clientFrames.copyTo(s.upstreamWriter, n); err != nil {
 			return err
+		}
+		if pr == pushedFull {
+			// Push back: read nothing more from the client until the
+			// server has answered some of what it sent.
+			if err := s.upstreamWriter.Flush(); err != nil {
+				return err
+			}
+			if !t.waitRoom() {
+				return errDraining
+			}
 		}
 	}
 }

@@ -95,6 +95,7 @@ var (
 	errKilled     = errors.New("proxy: session closed by the proxy")
 	errDraining   = errors.New("proxy: shutting down")
 	errClientGone = errors.New("proxy: client went away")
+	errUntracked  = errors.New("proxy: the server answered in a way the request tracker does not model")
 )
 
 // kill closes the session's connections at once.
@@ -311,6 +312,7 @@ func (s *session) endFrontend(err error) {
 // endBackend closes the session from the backend pump's side.
 func (s *session) endBackend(err error) {
 	defer close(s.backendDone)
+	defer s.track.end() // a frontend pump pushed back stops waiting
 	first := s.setClosing(err)
 	if !first {
 		switch r := s.reason(); {
@@ -323,6 +325,12 @@ func (s *session) endBackend(err error) {
 			s.writeFatal("25P03", fmt.Sprintf("fencegate: terminating the session: it was idle in a transaction for longer than the proxy's limit (%s); the transaction was rolled back",
 				s.p.cfg.IdleInTransactionTimeout))
 		}
+		s.client.Close()
+		return
+	}
+	if errors.Is(err, errUntracked) {
+		s.track.closeOnLoss()
+		s.log.Warn("the proxy cannot follow this session's requests any more (it could not drain it nor time it); closing it without an answer")
 		s.client.Close()
 		return
 	}

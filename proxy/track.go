@@ -3,6 +3,7 @@ package proxy
 import (
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -39,9 +40,21 @@ import (
 // of closing the session at once. Any answer the model does not expect
 // marks the session lost, with the same conservative effect.
 
-// maxTracked bounds a session's tracked requests: a client that sends more
-// without reading the answers is no longer tracked (see tracker.lost).
+// maxTracked bounds a session's tracked requests: a client that has sent
+// this many without the server answering them is pushed back (the frontend
+// pump reads nothing more from it until answers arrive, see waitRoom), so
+// the tracker never has to give up on a session for its size, and the
+// session stays timed (Config.IdleInTransactionTimeout).
 const maxTracked = 1 << 18
+
+// pushResult is what push decided about a frontend message.
+type pushResult int
+
+const (
+	pushed     pushResult = iota // forward it
+	pushedFull                   // forward it, then wait for room (waitRoom)
+	refused                      // the session is closing: do not forward it
+)
 
 // request is one tracked frontend message.
 type request struct {
@@ -85,6 +98,11 @@ type tracker struct {
 	// Frontend side.
 	unsynced int  // extended messages pushed since the last Sync, Query or FunctionCall
 	closing  bool // the drain closed the session: forward nothing more
+	// room wakes a frontend pump waiting for the queue to shrink below
+	// maxTracked (waiting says one is), or for the session to end (ended).
+	room    *sync.Cond
+	waiting bool
+	ended   bool
 
 	// stallLimit is Config.IdleInTransactionTimeout (0: off); readyAt is
 	// when the last ReadyForQuery came (by now), kept only with a limit.
@@ -98,7 +116,10 @@ type tracker struct {
 	// ignorable counts Syncs sent during a COPY that failed, which the
 	// server may have ignored: see settle.
 	ignorable int
-	lost      bool // an answer the model did not expect, or too many requests
+	lost      bool // an answer the model did not expect
+	// gaveUp is lost, readable without mu: the backend pump then closes
+	// the session (a session the proxy cannot follow cannot be timed).
+	gaveUp atomic.Bool
 	// qFence: the current statement of a simple Query returns a fence
 	// result (its RowDescription matched).
 	qFence bool
@@ -107,6 +128,7 @@ type tracker struct {
 }
 
 func (t *tracker) init(status byte) {
+	t.room = sync.NewCond(&t.mu)
 	t.base = time.Now()
 	t.status = status
 	t.stmtFence = map[uint64]struct{}{}
@@ -116,16 +138,19 @@ func (t *tracker) init(status byte) {
 // now returns the time for request.at.
 func (t *tracker) now() int64 { return int64(time.Since(t.base)) }
 
-// push records a frontend message about to be forwarded. It returns false
-// when the session is closing and the message must not be forwarded.
-func (t *tracker) push(r request) bool {
+// push records a frontend message about to be forwarded. It returns
+// refused when the session is closing and the message must not be
+// forwarded, and pushedFull when the tracker now holds maxTracked
+// requests: the frontend pump forwards the message, then waits for room
+// (waitRoom) before it reads another.
+func (t *tracker) push(r request) pushResult {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closing {
-		return false
+		return refused
 	}
 	if t.lost {
-		return true
+		return pushed
 	}
 	switch r.typ {
 	case 'S', 'Q', 'F':
@@ -133,16 +158,12 @@ func (t *tracker) push(r request) bool {
 		t.pending++
 		if r.typ == 'S' && len(t.queue) > t.head && t.queue[len(t.queue)-1].typ == 'S' {
 			t.queue[len(t.queue)-1].n++
-			return true
+			return pushed
 		}
 		r.n = 1
 	case 'c', 'f':
 	default:
 		t.unsynced++
-	}
-	if len(t.queue)-t.head >= maxTracked {
-		t.loseTrack()
-		return true
 	}
 	if t.head > 0 && t.head == len(t.queue) {
 		t.queue, t.head = t.queue[:0], 0
@@ -151,13 +172,55 @@ func (t *tracker) push(r request) bool {
 		t.queue, t.head = t.queue[:n], 0
 	}
 	t.queue = append(t.queue, r)
-	return true
+	if len(t.queue)-t.head >= maxTracked {
+		return pushedFull
+	}
+	return pushed
+}
+
+// waitRoom blocks until the tracker holds fewer than maxTracked requests,
+// the session ends, or the tracker gave up on it. The frontend pump calls
+// it after push said pushedFull, having flushed what it forwarded (the
+// server must see the requests to answer them). It reports false when the
+// session ended meanwhile.
+func (t *tracker) waitRoom() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.room == nil {
+		t.room = sync.NewCond(&t.mu)
+	}
+	for len(t.queue)-t.head >= maxTracked && !t.lost && !t.ended && !t.closing {
+		t.waiting = true
+		t.room.Wait()
+	}
+	t.waiting = false
+	return !t.ended && !t.closing
+}
+
+// wake lets a frontend pump waiting in waitRoom look again. Call with mu
+// held, after popping requests.
+func (t *tracker) wake() {
+	if t.waiting {
+		t.room.Broadcast()
+	}
+}
+
+// end marks the session ended, waking a frontend pump waiting for room.
+func (t *tracker) end() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.ended = true
+	if t.room != nil {
+		t.room.Broadcast()
+	}
 }
 
 // loseTrack gives up tracking the session: it is then never idle, and its
 // fences are no longer counted.
 func (t *tracker) loseTrack() {
 	t.lost = true
+	t.gaveUp.Store(true)
+	t.wake()
 	t.queue, t.head = nil, 0
 	t.stmtFence, t.portalFence = nil, nil
 }
@@ -303,6 +366,7 @@ type answer struct {
 func (t *tracker) ready(st byte, draining bool) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	defer t.wake()
 	t.status = st
 	if t.stallLimit > 0 {
 		t.readyAt = t.now()
@@ -346,6 +410,7 @@ func (t *tracker) ready(st byte, draining bool) bool {
 func (t *tracker) response(typ byte) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	defer t.wake()
 	if t.lost {
 		return
 	}
@@ -406,6 +471,7 @@ func (t *tracker) forget(r request) {
 func (t *tracker) rowDescription(fence bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	defer t.wake()
 	if t.lost {
 		return
 	}
@@ -432,6 +498,7 @@ func (t *tracker) rowDescription(fence bool) {
 func (t *tracker) commandComplete(tag []byte) answer {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	defer t.wake()
 	if t.lost {
 		return answer{}
 	}
@@ -533,6 +600,7 @@ func (t *tracker) endCopy() {
 func (t *tracker) errorResponse() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	defer t.wake()
 	if t.lost {
 		return
 	}

@@ -1,6 +1,10 @@
 package proxy
 
-import "testing"
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
 
 // The request tracker's limits, which the exchanges with a real server
 // (TestFramesMatchDirect) do not reach.
@@ -20,18 +24,29 @@ func TestTrackerLimits(t *testing.T) {
 	if !tr.idle() {
 		t.Fatalf("not idle after every Sync was answered")
 	}
-	// Requests past the bound are not tracked: the session is lost, never
-	// idle, and stays so.
-	for range maxTracked + 1 {
-		tr.push(request{typ: 'P'})
+	// At the bound the frontend pump is told to wait for room; the
+	// session stays tracked.
+	for i := range maxTracked {
+		if got := tr.push(request{typ: 'P'}); (got == pushedFull) != (i == maxTracked-1) {
+			t.Fatalf("push %d of %d: %v", i+1, maxTracked, got)
+		}
 	}
-	if !tr.lost || tr.queue != nil {
-		t.Fatalf("past %d requests: lost=%v entries=%d", maxTracked, tr.lost, len(tr.queue))
+	if tr.lost {
+		t.Fatalf("lost at %d requests", maxTracked)
 	}
-	tr.response('1')
-	tr.ready('I', true)
-	if tr.idle() || tr.closeIfIdle() {
-		t.Fatalf("a lost session counts as idle")
+	waited := make(chan bool)
+	go func() { waited <- tr.waitRoom() }()
+	tr.response('1') // one ParseComplete: room for one more
+	if !<-waited {
+		t.Fatal("waitRoom reported the session ended")
+	}
+	if got := tr.push(request{typ: 'P'}); got != pushedFull {
+		t.Fatalf("push at the bound again: %v", got)
+	}
+	go func() { waited <- tr.waitRoom() }()
+	tr.end()
+	if <-waited {
+		t.Fatal("waitRoom did not report the session ended")
 	}
 }
 
@@ -70,7 +85,7 @@ func TestTrackerClosing(t *testing.T) {
 	if !tr.closeIfIdle() {
 		t.Fatal("an idle session was not closed")
 	}
-	if tr.push(request{typ: 'Q'}) {
+	if tr.push(request{typ: 'Q'}) != refused {
 		t.Fatal("a Query was let through after the drain closed the session")
 	}
 }
@@ -102,5 +117,28 @@ func TestIsFenceRow(t *testing.T) {
 	}
 	if got := selectRows([]byte("UPDATE 1\x00")); got != 0 {
 		t.Errorf("selectRows(UPDATE 1) = %d", got)
+	}
+}
+
+// A session whose answers the tracker cannot follow is ended by the
+// backend pump at once: left open it could neither be drained nor closed
+// when it stalls in a transaction. The answer that lost it is the last
+// thing the client gets; nothing is said on the server's behalf.
+func TestUntrackedSessionIsClosed(t *testing.T) {
+	q := frame('Q', "SELECT 1\x00")
+	// A ParseComplete answers nothing the client sent; the rest never
+	// reaches the client.
+	up := append(frame('1', ""), frame('Z', "I")...)
+	s, cc, _ := memSession(t, q, up)
+	if err := s.frontendPump(); err == nil || s.track.pending != 1 {
+		t.Fatalf("frontend pump: %v, pending %d", err, s.track.pending)
+	}
+	s.backendPump()
+	<-s.backendDone
+	if got := cc.w.Bytes(); !bytes.Equal(got, frame('1', "")) {
+		t.Fatalf("client got %q, want only the ParseComplete", got)
+	}
+	if !errors.Is(s.reason(), errUntracked) {
+		t.Fatalf("closing reason %v", s.reason())
 	}
 }
