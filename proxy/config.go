@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -157,6 +158,18 @@ type Config struct {
 	// 25P03. Unlike PostgreSQL's idle_in_transaction_session_timeout, no
 	// session can switch it off. The default (0) is off.
 	IdleInTransactionTimeout time.Duration
+	// ReapUpstream, with ReapAfter, runs a reaper (pgfence.Reaper) for
+	// sessions that do not come through the proxy: a connection string
+	// (URL or key=value) of a role that holds pg_signal_backend and nothing
+	// more, and of the database to watch; its host, port and TLS mode are
+	// Upstream's. Every quarter of ReapAfter it ends the sessions whose
+	// transaction has held a fence for ReapAfter (only those idle that
+	// long, when the role can see sessions' states). The default (empty)
+	// runs none.
+	ReapUpstream string
+	// ReapAfter is the reaper's limit; it must be positive with
+	// ReapUpstream.
+	ReapAfter time.Duration
 }
 
 // DefaultConfig returns the defaults New applies to the settings left zero:
@@ -233,6 +246,15 @@ func (c *Config) check() (upstream, error) {
 	if c.AdminUpstream != "" {
 		if _, err := newKeeper(c.AdminUpstream, c.SchemaOwnerRole, 0, nil, nil); err != nil {
 			return upstream{}, err
+		}
+	}
+	if c.ReapUpstream != "" {
+		if c.ReapAfter <= 0 {
+			return upstream{}, fmt.Errorf("proxy: ReapUpstream needs a positive ReapAfter (the limit a stalled fence holder is ended at), not %v", c.ReapAfter)
+		}
+		if _, err := pgx.ParseConfig(c.ReapUpstream); err != nil {
+			// The parse error may quote the string, password and all.
+			return upstream{}, fmt.Errorf("%w: the reaper's connection string does not parse (want postgres://user:password@/database or user=... dbname=... key=value pairs)", ErrBadUpstream)
 		}
 	}
 	switch {

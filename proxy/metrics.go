@@ -23,6 +23,10 @@ type Metrics struct {
 	// SchemaRepairs counts schema installs and repairs made through
 	// Config.AdminUpstream, by database.
 	SchemaRepairs *prometheus.CounterVec
+	// SessionsReaped counts sessions straight to PostgreSQL that the
+	// reaper (Config.ReapUpstream) ended for holding a fence past
+	// Config.ReapAfter.
+	SessionsReaped prometheus.Counter
 	// FencesAccepted counts fence calls that returned their token to the
 	// client, as the proxy recognizes them: see DESIGN.md for what it
 	// counts and what it misses.
@@ -78,6 +82,9 @@ func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "fencegate_proxy_schema_repairs_total",
 			Help: "Installs and repairs of the fencegate schema through the admin connection, by database.",
 		}, []string{"database"}),
+		SessionsReaped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fencegate_proxy_sessions_reaped_total", Help: "Sessions the reaper ended for holding a fence in a stalled transaction past the limit.",
+		}),
 		FencesAccepted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fencegate_proxy_fences_accepted_total", Help: "Fence calls that returned their token (recognized by their result column).",
 		}),
@@ -113,7 +120,7 @@ func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.Connections, m.ConnectionsTotal, m.SessionsRefused, m.SchemaRepairs, m.Prunes, m.MarksPruned, m.PruneFloor,
+	for _, c := range []prometheus.Collector{m.Connections, m.ConnectionsTotal, m.SessionsRefused, m.SchemaRepairs, m.SessionsReaped, m.Prunes, m.MarksPruned, m.PruneFloor,
 		m.FencesAccepted, m.Rejections, m.ProtocolErrors, m.FenceSeconds, m.GateSeconds, m.UpstreamHealthy} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError

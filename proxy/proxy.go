@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Proxy is a PostgreSQL wire-protocol proxy in front of a database whose
@@ -79,6 +81,13 @@ func (p *Proxy) Metrics() *Metrics { return p.metrics }
 // Start binds the listen address and serves clients in the background
 // until Shutdown or Close.
 func (p *Proxy) Start() error {
+	var reapCfg *pgx.ConnConfig
+	if p.cfg.ReapUpstream != "" {
+		var err error
+		if reapCfg, err = p.reapConfig(); err != nil {
+			return err
+		}
+	}
 	ln, err := net.Listen("tcp", p.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", p.cfg.Listen, err)
@@ -96,6 +105,9 @@ func (p *Proxy) Start() error {
 	if prune {
 		p.healthWG.Add(1)
 	}
+	if reapCfg != nil {
+		p.healthWG.Add(1)
+	}
 	p.mu.Unlock()
 	go p.acceptLoop(ln)
 	hctx, hcancel := context.WithCancel(context.Background())
@@ -103,6 +115,9 @@ func (p *Proxy) Start() error {
 	go func() { defer p.healthWG.Done(); p.checker.loop(hctx, p.cfg.HealthInterval) }()
 	if prune {
 		go func() { defer p.healthWG.Done(); p.pruneLoop(hctx) }()
+	}
+	if reapCfg != nil {
+		go func() { defer p.healthWG.Done(); p.reapLoop(hctx, reapCfg) }()
 	}
 	admin := "none"
 	if p.keeper != nil {

@@ -14,7 +14,7 @@ func TestHelpListsFlagsOnce(t *testing.T) {
 		{"proxy"}, {"dev"}, {"demo"}, {"demo", "paused-holder"}, {"demo", "lost-updates"}, {"faults"},
 		{"token", "serve"}, {"token", "next"}, {"token", "status"}, {"token", "init"},
 		{"token", "snapshot"}, {"token", "restore"}, {"token", "members", "list"},
-		{"schema", "install"}, {"schema", "status"}, {"protect"}, {"marks", "show"}, {"marks", "holders"},
+		{"schema", "install"}, {"schema", "status"}, {"protect"}, {"marks", "show"}, {"marks", "holders"}, {"reap"},
 	} {
 		name := strings.Join(args, " ")
 		var stdout, stderr bytes.Buffer

@@ -58,6 +58,8 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	tokenServers := fs.String("token-servers", "", "comma-separated API URLs of the token service's nodes, asked for the floor of --prune-older-than (default empty: needed only with --prune-older-than)")
 	tokenTLS := addTokenTLSFlags(fs)
 	fs.DurationVar(&cfg.IdleInTransactionTimeout, "idle-in-transaction-timeout", 0, "close a session that stays idle in a transaction longer than this: PostgreSQL rolls the transaction back and releases its fences, the client gets SQLSTATE 25P03; unlike the server's own setting, no session can turn it off (default 0: off)")
+	fs.StringVar(&cfg.ReapUpstream, "reap-db", "", "`DSN` of a role holding pg_signal_backend and nothing more, and of the database to watch (host and port are the --upstream's): with --reap-after, end sessions straight to PostgreSQL whose transaction has held a fence that long (see fencegate reap) (default none)")
+	fs.DurationVar(&cfg.ReapAfter, "reap-after", 0, "with --reap-db: how long a transaction may hold a fence before the reaper ends it; above the longest fenced transaction you run")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
