@@ -77,14 +77,5 @@ func (s *session) backendPump() {
 			s.endBackend(err)
 			return
 		}
-		if t.gaveUp.Load() {
-			// The proxy can no longer tell when this session is idle: it
-			// could neither drain it nor close it when it stalls in a
-			// transaction, so it ends it now, saying nothing on the
-			// server's behalf (a request may be in flight).
-			_ = s.clientWriter.Flush()
-			s.endBackend(errUntracked)
-			return
-		}
 	}
 }

@@ -91,11 +91,11 @@ func (s *session) reason() error {
 }
 
 var (
-	errStalled    = errors.New("proxy: idle in a transaction for too long")
-	errKilled     = errors.New("proxy: session closed by the proxy")
-	errDraining   = errors.New("proxy: shutting down")
-	errClientGone = errors.New("proxy: client went away")
-	errUntracked  = errors.New("proxy: the server answered in a way the request tracker does not model")
+	errStalled     = errors.New("proxy: idle in a transaction for too long")
+	errKilled      = errors.New("proxy: session closed by the proxy")
+	errDraining    = errors.New("proxy: shutting down")
+	errClientGone  = errors.New("proxy: client went away")
+	errStalledLost = errors.New("proxy: quiet in a transaction for too long, in a session the request tracker lost")
 )
 
 // kill closes the session's connections at once.
@@ -115,13 +115,24 @@ func (s *session) kill() {
 // it. The backend pump resets the timer at every ReadyForQuery of a
 // transaction, and tells the client.
 func (s *session) checkStalled() {
-	wait := s.track.closeIfStalled(func() { s.setClosing(errStalled) })
+	wait := s.track.closeIfStalled(func(lost bool) {
+		if lost {
+			s.setClosing(errStalledLost)
+		} else {
+			s.setClosing(errStalled)
+		}
+	})
 	if wait > 0 {
 		s.stallTimer.Reset(wait)
 		return
 	}
-	if errors.Is(s.reason(), errStalled) {
+	switch r := s.reason(); {
+	case errors.Is(r, errStalled):
 		s.log.Info("session idle in a transaction past the limit; closed", "limit", s.p.cfg.IdleInTransactionTimeout.String())
+		s.up.Close()
+	case errors.Is(r, errStalledLost):
+		// No FATAL: the proxy cannot tell whether a request is in flight.
+		s.log.Warn("session the proxy could not follow, quiet in a transaction past the limit; closed without an answer", "limit", s.p.cfg.IdleInTransactionTimeout.String())
 		s.up.Close()
 	}
 }
@@ -325,12 +336,6 @@ func (s *session) endBackend(err error) {
 			s.writeFatal("25P03", fmt.Sprintf("fencegate: terminating the session: it was idle in a transaction for longer than the proxy's limit (%s); the transaction was rolled back",
 				s.p.cfg.IdleInTransactionTimeout))
 		}
-		s.client.Close()
-		return
-	}
-	if errors.Is(err, errUntracked) {
-		s.track.closeOnLoss()
-		s.log.Warn("the proxy cannot follow this session's requests any more (it could not drain it nor time it); closing it without an answer")
 		s.client.Close()
 		return
 	}

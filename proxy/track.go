@@ -3,7 +3,6 @@ package proxy
 import (
 	"hash/maphash"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -117,9 +116,9 @@ type tracker struct {
 	// server may have ignored: see settle.
 	ignorable int
 	lost      bool // an answer the model did not expect
-	// gaveUp is lost, readable without mu: the backend pump then closes
-	// the session (a session the proxy cannot follow cannot be timed).
-	gaveUp atomic.Bool
+	// sentAt is when the frontend pump last forwarded a message of a lost
+	// session (by now), kept only with a stall limit: see closeIfStalled.
+	sentAt int64
 	// qFence: the current statement of a simple Query returns a fence
 	// result (its RowDescription matched).
 	qFence bool
@@ -150,6 +149,9 @@ func (t *tracker) push(r request) pushResult {
 		return refused
 	}
 	if t.lost {
+		if t.stallLimit > 0 {
+			t.sentAt = t.now()
+		}
 		return pushed
 	}
 	switch r.typ {
@@ -219,7 +221,6 @@ func (t *tracker) end() {
 // fences are no longer counted.
 func (t *tracker) loseTrack() {
 	t.lost = true
-	t.gaveUp.Store(true)
 	t.wake()
 	t.queue, t.head = nil, 0
 	t.stmtFence, t.portalFence = nil, nil
@@ -273,9 +274,27 @@ func (t *tracker) closeOnLoss() bool {
 // sent extended messages without their Sync is not idle here, as for
 // PostgreSQL's idle_in_transaction_session_timeout, which is armed only
 // before a ReadyForQuery; nor is a session whose answers the tracker lost.
-func (t *tracker) closeIfStalled(closed func()) time.Duration {
+func (t *tracker) closeIfStalled(closed func(lost bool)) time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.lost && !t.closing && (t.status == 'T' || t.status == 'E') {
+		// The tracker cannot tell what is in flight. It closes the session
+		// when the last ReadyForQuery said a transaction is open, came
+		// after everything the client sent, and nothing came from either
+		// side for the limit since: a stricter rule than for a tracked
+		// session (a statement pipelined behind that ReadyForQuery and
+		// running that long is ended too), and the close is bare.
+		last := max(t.readyAt, t.sentAt)
+		if t.sentAt > t.readyAt {
+			return t.stallLimit // the client sent more: wait for its answer
+		}
+		if left := t.stallLimit - time.Duration(t.now()-last); left > 0 {
+			return left
+		}
+		t.closing = true
+		closed(true)
+		return 0
+	}
 	if t.closing || t.lost || (t.status != 'T' && t.status != 'E') || t.pending > 0 || t.unsynced > 0 || t.skipping || t.copyIn {
 		return 0
 	}
@@ -283,7 +302,7 @@ func (t *tracker) closeIfStalled(closed func()) time.Duration {
 		return left
 	}
 	t.closing = true
-	closed()
+	closed(false)
 	return 0
 }
 

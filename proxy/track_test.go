@@ -1,9 +1,8 @@
 package proxy
 
 import (
-	"bytes"
-	"errors"
 	"testing"
+	"time"
 )
 
 // The request tracker's limits, which the exchanges with a real server
@@ -120,25 +119,36 @@ func TestIsFenceRow(t *testing.T) {
 	}
 }
 
-// A session whose answers the tracker cannot follow is ended by the
-// backend pump at once: left open it could neither be drained nor closed
-// when it stalls in a transaction. The answer that lost it is the last
-// thing the client gets; nothing is said on the server's behalf.
-func TestUntrackedSessionIsClosed(t *testing.T) {
-	q := frame('Q', "SELECT 1\x00")
-	// A ParseComplete answers nothing the client sent; the rest never
-	// reaches the client.
-	up := append(frame('1', ""), frame('Z', "I")...)
-	s, cc, _ := memSession(t, q, up)
-	if err := s.frontendPump(); err == nil || s.track.pending != 1 {
-		t.Fatalf("frontend pump: %v, pending %d", err, s.track.pending)
+// A session whose answers the tracker lost is still timed: once the last
+// ReadyForQuery said a transaction is open, came after everything the
+// client sent, and nothing followed for the limit, it is closed (as lost,
+// so that the proxy says nothing). A client that sent more is waited for.
+func TestLostSessionIsStillTimed(t *testing.T) {
+	var tr tracker
+	tr.init('I')
+	tr.stallLimit = 50 * time.Millisecond
+	tr.push(request{typ: 'Q'})
+	tr.ready('T', false)
+	tr.response('1') // answers nothing the client sent
+	if !tr.lost {
+		t.Fatal("not lost after an unexpected answer")
 	}
-	s.backendPump()
-	<-s.backendDone
-	if got := cc.w.Bytes(); !bytes.Equal(got, frame('1', "")) {
-		t.Fatalf("client got %q, want only the ParseComplete", got)
+	var closedLost []bool
+	closed := func(lost bool) { closedLost = append(closedLost, lost) }
+	if wait := tr.closeIfStalled(closed); wait <= 0 || len(closedLost) != 0 {
+		t.Fatalf("closed at once (wait %v, closed %v)", wait, closedLost)
 	}
-	if !errors.Is(s.reason(), errUntracked) {
-		t.Fatalf("closing reason %v", s.reason())
+	tr.push(request{typ: 'Q'}) // the client sends more: its answer is awaited
+	time.Sleep(60 * time.Millisecond)
+	if wait := tr.closeIfStalled(closed); wait != tr.stallLimit || len(closedLost) != 0 {
+		t.Fatalf("closed with a request just sent (wait %v, closed %v)", wait, closedLost)
+	}
+	tr.ready('T', false)
+	time.Sleep(60 * time.Millisecond)
+	if wait := tr.closeIfStalled(closed); wait != 0 || len(closedLost) != 1 || !closedLost[0] {
+		t.Fatalf("a lost session quiet in its transaction past the limit: wait %v, closed %v", wait, closedLost)
+	}
+	if tr.push(request{typ: 'Q'}) != refused {
+		t.Fatal("a Query was let through after the session was closed")
 	}
 }
