@@ -250,7 +250,7 @@ func (c *Config) check() (upstream, error) {
 	}
 	if c.ReapUpstream != "" {
 		if c.ReapAfter <= 0 {
-			return upstream{}, fmt.Errorf("proxy: ReapUpstream needs a positive ReapAfter (the limit a stalled fence holder is ended at), not %v", c.ReapAfter)
+			return upstream{}, fmt.Errorf("proxy: the reaper (--reap-db, ReapUpstream) needs a positive --reap-after (ReapAfter), not %v: how long a transaction may hold a fence before it is ended", c.ReapAfter)
 		}
 		if _, err := pgx.ParseConfig(c.ReapUpstream); err != nil {
 			// The parse error may quote the string, password and all.

@@ -53,6 +53,8 @@ func TestProxyCommandLine(t *testing.T) {
 		{[]string{"proxy", "--idle-in-transaction-timeout", "soon"}, 2, "invalid value"},
 		{[]string{"proxy", "--help"}, 0, "prune-older-than"},
 		{[]string{"proxy", "--prune-older-than", "720h"}, 2, "--prune-older-than needs --admin-upstream"},
+		{[]string{"proxy", "--reap-db", "postgres://r:" + secret + "@/db"}, 2, "needs a positive --reap-after"},
+		{[]string{"proxy", "--reap-db", "host=x port=y password=" + secret, "--reap-after", "1m"}, 2, "reaper's connection string does not parse"},
 		{[]string{"proxy", "--prune-older-than", "720h", "--admin-upstream", "postgres://postgres@127.0.0.1:5432/postgres"}, 2, "--prune-older-than needs --token-servers"},
 		{[]string{"proxy", "--token-servers", "http://127.0.0.1:1"}, 2, "--token-servers is used only with --prune-older-than"},
 		{[]string{"proxy", "--prune-older-than", "720h", "--admin-upstream", "postgres://postgres@127.0.0.1:5432/postgres", "--token-servers", "http://127.0.0.1:1", "--token-tls-cert", "c.pem"}, 2, "--token-tls-cert and --token-tls-key go together"},
