@@ -129,12 +129,12 @@ func TestHostileSessionsCostOnlyThemselves(t *testing.T) {
 }
 
 // measureSeconds is how long TestHostileSessionLoopsLeaveFencesAlone
-// measures: FENCEGATE_MEASURE_SECONDS, else 2.
+// measures: FENCEGATE_MEASURE_SECONDS, else 1.
 func measureSeconds() time.Duration {
 	if n, err := strconv.Atoi(os.Getenv("FENCEGATE_MEASURE_SECONDS")); err == nil && n > 0 {
 		return time.Duration(n) * time.Second
 	}
-	return 2 * time.Second
+	return time.Second
 }
 
 // TestHostileSessionLoopsLeaveFencesAlone: two loops of sessions that
