@@ -62,6 +62,20 @@ func TestGatePinsTheClientsOutputSettings(t *testing.T) {
 			if want := map[bool]string{true: "on", false: "off"}[strings.Contains(opts, "quote_all_identifiers=on")]; qai != want {
 				t.Errorf("the session's quote_all_identifiers after the gate: %s, want %s", qai, want)
 			}
+			// What the client was told is its session's own, not the
+			// gate's pins: a driver escapes strings by it.
+			for _, p := range []string{"standard_conforming_strings", "DateStyle", "IntervalStyle"} {
+				var shown string
+				if err := c.QueryRow(context.Background(), "SHOW "+p).Scan(&shown); err != nil {
+					t.Fatal(err)
+				}
+				if told := c.PgConn().ParameterStatus(p); told != shown {
+					t.Errorf("%s: the client was told %q, the session has %q", p, told, shown)
+				}
+			}
+			if strings.Contains(opts, "standard_conforming_strings=off") && c.PgConn().ParameterStatus("standard_conforming_strings") != "off" {
+				t.Errorf("standard_conforming_strings the client was told: %q, want off", c.PgConn().ParameterStatus("standard_conforming_strings"))
+			}
 		})
 	}
 	// The same through the role's defaults.
