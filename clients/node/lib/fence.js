@@ -6,6 +6,7 @@ import {
   CommitUnknownError,
   FENCE_ERRORS,
   FenceError,
+  FencegateError,
   FenceMisuseError,
   FenceTimeoutError,
   NoTokenError,
@@ -132,21 +133,58 @@ function giveUp(locks, attempt, why, err) {
 
 async function attemptOnce(db, ordered, fn) {
   const pooled = isPool(db);
-  const client = pooled ? await db.connect() : db;
+  let client = db;
+  if (pooled) {
+    try {
+      client = await db.connect();
+    } catch (e) {
+      // The gate refuses a session when it starts (FG007 privileged role,
+      // FG005 schema invalid): the same errors as on a connected Client.
+      const one = ordered.length === 1 ? ordered[0] : null;
+      throw mapError(e, one ? one.resource : null, one ? one.token : null) || e;
+    }
+  }
+  // The connection may end while fencegate holds it (the server terminated
+  // the backend, an idle-in-transaction timeout, a lost link): pg then emits
+  // 'error' on the client, and a pooled client that is checked out has no
+  // listener of its own, so the process would die. The listener keeps the
+  // error; the attempt reports it.
+  const state = { lost: null };
+  const onError = (e) => {
+    if (!state.lost) state.lost = e;
+  };
+  const listens = typeof client.on === 'function';
+  if (listens) client.on('error', onError);
   let broken = null;
   try {
-    return await onClient(client, ordered, fn);
+    return await onClient(client, ordered, fn, state);
   } catch (e) {
-    if (sqlstate(e) === null && !(e instanceof FenceError)) broken = e;
-    throw e;
+    if (state.lost || (sqlstate(e) === null && !(e instanceof FenceError)) || connectionClass(sqlstate(e))) broken = state.lost || e;
+    throw state.lost && !(e instanceof FencegateError) ? state.lost : e;
   } finally {
+    if (listens) {
+      if (state.lost && !pooled) {
+        // A Client of the caller's that broke: nothing it emits later may
+        // end the process either.
+        client.on('error', () => {});
+      }
+      client.off?.('error', onError);
+    }
     // A connection that failed without a SQLSTATE may be broken: the pool
     // must not hand it out again.
     if (pooled) client.release(broken || undefined);
   }
 }
 
-async function onClient(client, ordered, fn) {
+// connectionClass says whether a SQLSTATE means the session is over or its
+// link broke: class 08 (connection exception, the gate's 08006 when it lost
+// PostgreSQL), 57P01-57P03 (the server shut the session down or cannot
+// serve it). During COMMIT such an error leaves the outcome unknown.
+export function connectionClass(code) {
+  return !!code && (code.startsWith('08') || code === '57P01' || code === '57P02' || code === '57P03');
+}
+
+async function onClient(client, ordered, fn, state = { lost: null }) {
   const names = ordered.map((l) => JSON.stringify(l.resource)).join(', ');
   // Errors name the lock they concern: the one being fenced, or the only one.
   let who = ordered.length === 1 ? [ordered[0].resource, ordered[0].token] : [null, null];
@@ -181,15 +219,18 @@ async function onClient(client, ordered, fn) {
     throw mapError(e, who[0], who[1]) || e;
   }
   const one = ordered.length === 1 ? ordered[0] : null;
+  // A connection that ended before COMMIT was sent: nothing committed.
+  const lostBefore = state.lost;
+  if (lostBefore) throw lostBefore;
   let r;
   try {
     r = await client.query('COMMIT');
   } catch (e) {
     const code = sqlstate(e);
-    if (code) throw mapError(e, one ? one.resource : null, one ? one.token : null) || e;
-    if (/not queryable|Client has already been connected|Cannot use a pool after/i.test(String(e.message))) {
+    if (code && !connectionClass(code)) throw mapError(e, one ? one.resource : null, one ? one.token : null) || e;
+    if (!code && (lostBefore || /not queryable|Client has already been connected|Cannot use a pool after/i.test(String(e.message)))) {
       // COMMIT never left: the server rolls the transaction back.
-      throw e;
+      throw lostBefore || e;
     }
     const tokens = ordered.map((l) => `${JSON.stringify(l.resource)} with token ${l.token}`).join(', ');
     throw new CommitUnknownError(
