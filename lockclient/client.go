@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -279,6 +280,11 @@ func (c *Client) TryAcquire(ctx context.Context, resource string) (*Lock, error)
 // tryAcquire makes one attempt, waiting at most tokenBudget for a token; it
 // returns how long it waited for one.
 func (c *Client) tryAcquire(ctx context.Context, resource string, tokenBudget time.Duration) (*Lock, time.Duration, error) {
+	// The one resource-name rule, before anything is sent, with a token
+	// source or without (an efficiency lock names its key by it too).
+	if err := tokenapi.ValidateResource(resource); err != nil {
+		return nil, 0, fmt.Errorf("lockclient: acquire %.64q: %w", resource, err)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, 0, fmt.Errorf("lockclient: acquire %q: %w", resource, err)
 	}

@@ -15,11 +15,18 @@ const MaxResource = 1024
 // answers it with 400 and code bad_request.
 var ErrBadResource = fmt.Errorf("%w: bad resource name", ErrBadRequest)
 
-// ValidateResource checks a resource name by the one rule the service, the
-// Go client and the Python client share: not empty (nor only spaces), valid
-// UTF-8 without NUL or U+FFFD, and at most MaxResource bytes. The client
-// checks it before any network write; the API refuses a name that breaks
-// it with ErrEmptyResource or ErrBadResource (400, CodeBadRequest).
+// ResourceSpaces lists the runes a resource name may not consist of alone:
+// Go's unicode.IsSpace (Unicode White_Space). The Python and Node.js
+// clients spell out the same list; a test checks it against the Go table.
+const ResourceSpaces = "\t\n\v\f\r \u0085\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+
+// ValidateResource checks a resource name by the one rule the service and
+// every client (Go lockclient and tokenclient, Python, Node.js) share: not
+// empty nor only ResourceSpaces, valid UTF-8 without NUL or U+FFFD, and at
+// most MaxResource bytes. The clients check it before any network write;
+// the API refuses a name that breaks it with ErrEmptyResource or
+// ErrBadResource (400, CodeBadRequest). testdata/resource-names.json holds
+// the rule case by case; every client's suite runs it.
 func ValidateResource(res string) error {
 	switch {
 	case strings.TrimSpace(res) == "":

@@ -75,11 +75,21 @@ function readToken(resource, item, outer) {
   };
 }
 
-// checkResource applies the resource-name rule every fencegate client
-// shares, before anything is sent: a string, not empty nor only spaces,
-// valid UTF-8 (no lone surrogate), no NUL, at most 1024 bytes as UTF-8.
+// RESOURCE_SPACES lists the characters a resource name may not consist of
+// alone: Unicode White_Space, as the Go service's unicode.IsSpace
+// (tokenapi.ResourceSpaces). Not String.prototype.trim's set, which also
+// holds the BOM (U+FEFF) and lacks NEL (U+0085).
+export const RESOURCE_SPACES = new Set(
+  '\t\n\v\f\r \u0085\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000',
+);
+
+// checkResource applies the one resource-name rule the service and every
+// client share (tokenapi.ValidateResource; tokenapi/testdata/
+// resource-names.json holds it case by case), before anything is sent: a
+// string, not empty nor only white space, valid UTF-8 (no lone surrogate),
+// no NUL, no U+FFFD, at most 1024 bytes as UTF-8.
 export function checkResource(resource) {
-  if (typeof resource !== 'string' || !resource.trim()) {
+  if (typeof resource !== 'string' || [...resource].every((ch) => RESOURCE_SPACES.has(ch))) {
     throw new TypeError(`fencegate: resource ${JSON.stringify(resource)} is empty; name the resource the lock protects`);
   }
   if (resource.includes('\0')) {
@@ -88,9 +98,12 @@ export function checkResource(resource) {
   if (!wellFormed(resource)) {
     throw new TypeError('fencegate: resource name is not valid UTF-8 (it holds a lone surrogate)');
   }
+  if (resource.includes('\ufffd')) {
+    throw new TypeError('fencegate: resource name holds U+FFFD, the mark of bytes that were not UTF-8');
+  }
   const n = Buffer.byteLength(resource, 'utf8');
   if (n > MAX_RESOURCE_BYTES) {
-    throw new RangeError(`fencegate: resource name is ${n} bytes; keep it under ${MAX_RESOURCE_BYTES}`);
+    throw new RangeError(`fencegate: resource name is ${n} bytes; keep it to at most ${MAX_RESOURCE_BYTES}`);
   }
 }
 

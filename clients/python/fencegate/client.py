@@ -377,6 +377,4 @@ def _positive(x: object) -> bool:
 
 
 def _check_resource(resource: object) -> None:
-    if not isinstance(resource, str) or not resource.strip():
-        raise ValueError(f"fencegate: resource {resource!r} is empty; name the resource the lock protects")
     validate_resource(resource)

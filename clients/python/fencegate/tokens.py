@@ -22,25 +22,36 @@ from .errors import TokenAuthError, TokenRequestError, TokenServiceError, TokenU
 MAX_RESOURCE_BYTES = 1024
 
 
+#: The runes a resource name may not consist of alone: Unicode White_Space,
+#: as the Go service's unicode.IsSpace (tokenapi.ResourceSpaces). Not
+#: str.isspace, which also counts U+001C-U+001F.
+RESOURCE_SPACES = frozenset(
+    "\t\n\v\f\r \u0085\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
+    "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+
+
 def validate_resource(resource: str) -> None:
-    """Check a resource name by the rule the service and the Go client share
-    (tokenclient.ValidateResource): not empty (nor only spaces), valid UTF-8
+    """Check a resource name by the one rule the service and every client
+    share (tokenapi.ValidateResource; tokenapi/testdata/resource-names.json
+    holds it case by case): not empty nor only white space, valid UTF-8
     without NUL or U+FFFD, at most MAX_RESOURCE_BYTES bytes. Raises
     ValueError before anything is sent."""
-    if not isinstance(resource, str) or not resource.strip():
+    if not isinstance(resource, str) or all(ch in RESOURCE_SPACES for ch in resource):
         raise ValueError(f"fencegate: resource {resource!r} is empty; name the resource the token fences")
     try:
         raw = resource.encode("utf-8")
     except UnicodeEncodeError:
-        raise ValueError(f"fencegate: bad resource name {resource!r}: it is not valid UTF-8") from None
+        raise ValueError(f"fencegate: bad resource name {resource[:64]!r}: it is not valid UTF-8") from None
     if len(raw) > MAX_RESOURCE_BYTES:
         raise ValueError(
             f"fencegate: bad resource name: it is {len(raw)} bytes; keep it to at most {MAX_RESOURCE_BYTES}"
         )
     if "\x00" in resource:
-        raise ValueError(f"fencegate: bad resource name {resource!r}: it holds a NUL byte")
+        raise ValueError(f"fencegate: bad resource name {resource[:64]!r}: it holds a NUL byte")
     if "\ufffd" in resource:
-        raise ValueError(f"fencegate: bad resource name {resource!r}: it holds U+FFFD, the mark of bytes that were not UTF-8")
+        raise ValueError(f"fencegate: bad resource name {resource[:64]!r}: it holds U+FFFD, the mark of bytes that were not UTF-8")
+
 
 #: The response headers in which a node names the leader's API URL and ID.
 LEADER_HEADER = "X-Fencegate-Leader-Api"
