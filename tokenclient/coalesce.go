@@ -3,6 +3,7 @@ package tokenclient
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync/atomic"
@@ -11,17 +12,27 @@ import (
 	"github.com/fencegate/fencegate/tokenapi"
 )
 
-// Limits of one coalesced request: resources named and body bytes (the
-// server reads at most 64 KiB and takes at most MaxBatchResources).
+// Limits of one coalesced request: resources named and body bytes as
+// encoded (the server reads at most 64 KiB and takes at most
+// MaxBatchResources). A name counts by its JSON encoding, which can be six
+// times its bytes ("<" is written \u003c, a control character \u0001).
 const (
 	coalesceMaxResources = 1024
 	coalesceMaxBytes     = 48 << 10
 )
 
+// encodedSize is what resource adds to a batch body: its JSON string and a
+// comma.
+func encodedSize(resource string) int {
+	b, _ := json.Marshal(resource)
+	return len(b) + 1
+}
+
 // pendingToken is one caller waiting in a node's coalescing queue.
 type pendingToken struct {
 	ctx      context.Context
 	resource string
+	size     int                // encodedSize(resource)
 	res      chan pendingResult // buffered 1
 	gone     atomic.Bool        // the caller stopped waiting
 }
@@ -36,7 +47,12 @@ type pendingResult struct {
 // caller and waits for the request that carries it. The caller is only ever
 // put into a request that is sent after it was queued.
 func (c *Client) tryCoalesced(ctx context.Context, srv, resource string) (Token, leaderHint, error) {
-	p := &pendingToken{ctx: ctx, resource: resource, res: make(chan pendingResult, 1)}
+	// A name joins a batch only if the service takes it: one caller's bad
+	// name must not fail the callers batched with it.
+	if err := tokenapi.ValidateResource(resource); err != nil {
+		return Token{}, leaderHint{}, err
+	}
+	p := &pendingToken{ctx: ctx, resource: resource, size: encodedSize(resource), res: make(chan pendingResult, 1)}
 	c.queueMu.Lock()
 	if c.ctx.Err() != nil {
 		c.queueMu.Unlock()
@@ -84,10 +100,10 @@ func (c *Client) sendQueued(srv string) {
 			if p.gone.Load() || p.ctx.Err() != nil {
 				continue // its caller has given up
 			}
-			if len(batch) > 0 && size+len(p.resource)+8 > coalesceMaxBytes {
+			if len(batch) > 0 && size+p.size > coalesceMaxBytes {
 				break
 			}
-			size += len(p.resource) + 8
+			size += p.size
 			batch = append(batch, p)
 		}
 		if i == len(q) {
@@ -115,14 +131,7 @@ func (c *Client) sendBatch(srv string, batch []*pendingToken) {
 	// it.
 	ctx := c.ctx
 	if len(batch) == 1 {
-		p := batch[0]
-		body, _ := json.Marshal(tokenapi.TokenRequest{Resource: p.resource})
-		var resp tokenapi.TokenResponse
-		leader, err := c.try(ctx, srv, http.MethodPost, "/v1/tokens", body, &resp)
-		p.res <- pendingResult{
-			tok:    Token{Resource: resp.Resource, Value: resp.Token, Proof: resp.Proof, Term: resp.Term, Index: resp.Index, Leader: resp.Leader},
-			leader: leader, err: err,
-		}
+		c.sendOne(ctx, srv, batch[0])
 		return
 	}
 	req := tokenapi.TokenRequest{Resources: make([]string, len(batch))}
@@ -135,6 +144,20 @@ func (c *Client) sendBatch(srv string, batch []*pendingToken) {
 	if err == nil && len(resp.Tokens) != len(batch) {
 		err = fmt.Errorf("%w: asked for %d tokens, got %d", tokenapi.ErrInternal, len(batch), len(resp.Tokens))
 	}
+	if errors.Is(err, tokenapi.ErrBadRequest) {
+		// Every name was checked before it joined, so the refusal is the
+		// batch's (its size, a limit of the server's that the client does
+		// not know), not any one caller's: each caller is asked for alone,
+		// and a refusal of that request is its own.
+		for _, p := range batch {
+			if p.gone.Load() || p.ctx.Err() != nil {
+				p.res <- pendingResult{err: fmt.Errorf("%w: %w", tokenapi.ErrUnavailable, context.Cause(p.ctx))}
+				continue
+			}
+			c.sendOne(ctx, srv, p)
+		}
+		return
+	}
 	for i, p := range batch {
 		if err != nil {
 			p.res <- pendingResult{err: err}
@@ -145,5 +168,16 @@ func (c *Client) sendBatch(srv string, batch []*pendingToken) {
 			tok:    Token{Resource: t.Resource, Value: t.Token, Proof: t.Proof, Term: resp.Term, Index: resp.Index, Leader: resp.Leader},
 			leader: leader,
 		}
+	}
+}
+
+// sendOne sends the single-resource request for p and hands it the answer.
+func (c *Client) sendOne(ctx context.Context, srv string, p *pendingToken) {
+	body, _ := json.Marshal(tokenapi.TokenRequest{Resource: p.resource})
+	var resp tokenapi.TokenResponse
+	leader, err := c.try(ctx, srv, http.MethodPost, "/v1/tokens", body, &resp)
+	p.res <- pendingResult{
+		tok:    Token{Resource: resp.Resource, Value: resp.Token, Proof: resp.Proof, Term: resp.Term, Index: resp.Index, Leader: resp.Leader},
+		leader: leader, err: err,
 	}
 }
