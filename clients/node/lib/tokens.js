@@ -38,6 +38,7 @@ const now = () => performance.now();
 
 // The most resources one batch request names (the service takes 4096).
 const MAX_BATCH = 256;
+const MAX_BATCH_BYTES = 48 << 10;
 
 // How long after its limit a call's own timer refuses it, when the request
 // it waits for has not given up by itself.
@@ -290,7 +291,22 @@ export class TokenClient {
     this.sending = true;
     try {
       while (this.waiting.length) {
-        const batch = this.waiting.splice(0, MAX_BATCH).filter((w) => !w.settled);
+        // A batch holds at most MAX_BATCH calls and MAX_BATCH_BYTES of
+        // names as JSON encodes them (a control character takes six bytes),
+        // under the service's 64 KiB body limit; the first call always goes.
+        const batch = [];
+        let bytes = 0;
+        while (this.waiting.length && batch.length < MAX_BATCH) {
+          const w = this.waiting[0];
+          if (w.settled) {
+            this.waiting.shift();
+            continue;
+          }
+          const size = Buffer.byteLength(JSON.stringify(w.resource), 'utf8') + 1;
+          if (batch.length && bytes + size > MAX_BATCH_BYTES) break;
+          bytes += size;
+          batch.push(this.waiting.shift());
+        }
         if (batch.length === 0) continue;
         if (batch.length === 1) {
           const w = batch[0];
@@ -334,6 +350,21 @@ export class TokenClient {
       const got = batch.map((w, i) => readToken(w.resource, items[i], out));
       batch.forEach((w, i) => w.resolve(got[i]));
     } catch (e) {
+      if (e instanceof TokenRequestError) {
+        // Every name was checked before it joined, so the service refused
+        // the batch as a whole (a limit the client does not know), not any
+        // one call: each call is asked for alone, and only a refusal of its
+        // own request reaches it.
+        for (const w of batch) {
+          if (w.settled) continue;
+          try {
+            w.resolve(await this.nextOne(w.resource, Math.max(w.deadline - now(), 0)));
+          } catch (e2) {
+            w.reject(e2);
+          }
+        }
+        return;
+      }
       for (const w of batch) w.reject(e);
     }
   }
