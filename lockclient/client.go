@@ -88,7 +88,7 @@ func New(nodes []redis.UniversalClient, tokens TokenSource, opts ...Option) (*Cl
 		if rc, ok := rdb.(*redis.Client); ok {
 			name = rc.Options().Addr
 		}
-		c.nodes = append(c.nodes, &node{name: name, rdb: rdb, timeout: o.nodeTimeout, spawn: c.goFunc,
+		c.nodes = append(c.nodes, &node{name: name, rdb: rdb, timeout: o.nodeTimeout, spawn: c.goFunc, closed: c.closed,
 			base: context.WithValue(context.Background(), nodeLogKey{}, c.log)})
 	}
 	return c, nil

@@ -62,10 +62,16 @@ type node struct {
 	// the client is closed, when the caller flushes itself.
 	spawn func(func()) bool
 
+	closed <-chan struct{} // the client's: closed by Close
+
 	mu      sync.Mutex
 	queue   []*op
 	spare   []*op
 	running bool
+
+	lateMu      sync.Mutex
+	late        map[lateKey]*lateEntry // releases to repeat until the node answered twice
+	lateRunning bool
 }
 
 // submit queues o and makes sure a flusher is running; it does not wait.

@@ -18,6 +18,7 @@ const (
 // tally collects the replies of one request sent to every node.
 type tally struct {
 	state  []uint8
+	wrote  []bool // failed, but the request may have reached the node (not a failed dial)
 	ok     int
 	no     int // refused + failed
 	errs   []error
@@ -41,7 +42,7 @@ func (t *tally) names(c *Client, s uint8) []string {
 // still go out) and is reported in ctxErr.
 func (c *Client) fanout(ctx context.Context, kind opKind, key, value string, all bool) *tally {
 	n := len(c.nodes)
-	t := &tally{state: make([]uint8, n)}
+	t := &tally{state: make([]uint8, n), wrote: make([]bool, n)}
 	out := make(chan reply, n)
 	deadline := time.Now().Add(c.opts.nodeTimeout)
 	ops := make([]op, n)
@@ -77,6 +78,7 @@ func (c *Client) fanout(ctx context.Context, kind opKind, key, value string, all
 				for i, st := range t.state {
 					if st == statePending {
 						t.state[i] = stateFailed
+						t.wrote[i] = true
 						t.no++
 						t.errs = append(t.errs, newNodeError(c.nodes[i].name,
 							fmt.Errorf("no answer within %v: %w", c.opts.nodeTimeout, context.DeadlineExceeded)))
@@ -91,6 +93,7 @@ func (c *Client) fanout(ctx context.Context, kind opKind, key, value string, all
 		switch {
 		case r.err != nil:
 			t.state[r.node] = stateFailed
+			t.wrote[r.node] = !dialFailed(r.err)
 			t.no++
 			t.errs = append(t.errs, newNodeError(c.nodes[r.node].name, r.err))
 		case r.ok:
@@ -134,7 +137,7 @@ func (c *Client) grant(ctx context.Context, resource, key, value string) (time.D
 	if t.ctxErr == nil && t.ok >= c.quorum && c.clk.now() < validUntil {
 		return validUntil, nil
 	}
-	c.cleanup(key, value)
+	c.cleanupAfter(key, value, t)
 	return 0, c.notAcquired(resource, opAcquire, t, t.ok >= c.quorum)
 }
 
@@ -163,6 +166,31 @@ func (c *Client) extend(ctx context.Context, resource, key, value string) (*exte
 // resent finds the key it set itself), and one that failed or did not
 // answer in time may have applied the SET all the same. It ignores the
 // caller's context: a lock half taken must not stay behind.
+//
+// A node that may have received a write without answering (paused, slow,
+// its link cut) can apply it after the release was answered or given up
+// on: a release sent on another connection does not queue behind a SET
+// whose connection timed out. Such nodes get a late cleanup (lateRelease).
 func (c *Client) cleanup(key, value string) *tally {
-	return c.fanout(context.Background(), opRelease, key, value, true)
+	return c.cleanupAfter(key, value, nil)
+}
+
+// cleanupAfter is cleanup after the grant round grant (nil when the grant
+// succeeded and a later step failed): a node whose SET got no answer is
+// suspect even when the release answered, since the SET may come after it.
+func (c *Client) cleanupAfter(key, value string, grant *tally) *tally {
+	t := c.fanout(context.Background(), opRelease, key, value, true)
+	for i, nd := range c.nodes {
+		if t.state[i] == stateOK {
+			continue // deleted: the SET had been applied before
+		}
+		suspect := t.state[i] == stateFailed && t.wrote[i]
+		if grant != nil && (grant.state[i] == statePending || (grant.state[i] == stateFailed && grant.wrote[i])) {
+			suspect = true
+		}
+		if suspect {
+			nd.lateRelease(key, value, c.opts.ttl)
+		}
+	}
+	return t
 }
