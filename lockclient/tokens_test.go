@@ -24,6 +24,7 @@ func TestWithTokens(t *testing.T) {
 		{"PausedHolder", testPausedHolder},
 		{"RedlockRestartDoubleGrant", testRedlockRestartDoubleGrant},
 		{"CommitInFlight", testCommitInFlight},
+		{"CommitOutcome", testCommitOutcome},
 		{"SerializationRetry", testSerializationRetry},
 		{"DeadlockRetry", testDeadlockRetry},
 		{"FenceTimeoutRetry", testFenceTimeoutRetry},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/fencegate/fencegate"
@@ -148,6 +149,10 @@ func (l *Lock) rollback(ctx context.Context, tx pgx.Tx) {
 func (l *Lock) commitError(err error) error {
 	var pgErr *pgconn.PgError
 	switch {
+	case errors.As(err, &pgErr) && connectionClass(pgErr.Code):
+		// The session ended or its link broke while COMMIT was under way:
+		// a server shutting down (57P01-57P03) or the gate that lost
+		// PostgreSQL (08006) says nothing of what became of the COMMIT.
 	case errors.As(err, &pgErr):
 		return fmt.Errorf("lockclient: commit fenced transaction on %q: %w", l.resource, fenceError(err))
 	case errors.Is(err, pgx.ErrTxCommitRollback):
@@ -163,6 +168,15 @@ func (l *Lock) commitError(err error) error {
 			l.resource, err)
 	}
 	return fmt.Errorf("%w: fenced transaction on %q with token %d: %w", ErrCommitUnknown, l.resource, l.token, err)
+}
+
+// connectionClass reports whether a SQLSTATE means that the session is
+// over or its link broke, not that PostgreSQL refused a statement: class 08
+// (connection exception; the fencegate gate sends 08006 when it loses
+// PostgreSQL) and 57P01-57P03 (admin shutdown, crash shutdown, cannot
+// connect now). During COMMIT such an error leaves the outcome unknown.
+func connectionClass(code string) bool {
+	return strings.HasPrefix(code, "08") || code == "57P01" || code == "57P02" || code == "57P03"
 }
 
 func attempts(n int) string {
