@@ -1,179 +1,18 @@
 package lockclient
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/url"
-	"sync"
 	"testing"
+	"time"
 
+	"github.com/fencegate/fencegate/internal/netfault"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/proxy/proxytest"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
+	"github.com/jackc/pgx/v5"
 )
-
-// Where a cutter breaks the link it relays, relative to a trigger: a
-// simple-query or Parse message from the client holding a word.
-type cutPoint int
-
-const (
-	cutBefore      cutPoint = iota // the trigger is never forwarded
-	cutAfterServer                 // forwarded; the server's answer is dropped
-	cutAfterAnswer                 // forwarded and answered; then the link breaks
-)
-
-func (p cutPoint) String() string {
-	return [...]string{"before COMMIT was sent", "after COMMIT reached the server", "after the answer"}[p]
-}
-
-// cutter is a TCP relay in front of a PostgreSQL server that, once armed,
-// breaks the first connection whose client sends the trigger word, at the
-// point asked for. It reads the client's stream as PostgreSQL frames, so
-// the trigger is matched in a Query ('Q') or Parse ('P') message only.
-type cutter struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	word   []byte
-	point  cutPoint
-	fired  chan struct{}
-}
-
-func newCutter(t *testing.T, dsn string) (*cutter, string) {
-	t.Helper()
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &cutter{ln: ln, target: u.Host}
-	t.Cleanup(func() { ln.Close() })
-	go c.accept()
-	u.Host = ln.Addr().String()
-	return c, u.String()
-}
-
-// arm makes the next connection that sends word break at point.
-func (c *cutter) arm(word string, point cutPoint) chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.word, c.point, c.fired = bytes.ToLower([]byte(word)), point, make(chan struct{})
-	return c.fired
-}
-
-// take returns the armed trigger if msg holds it, and disarms.
-func (c *cutter) take(typ byte, msg []byte) (cutPoint, chan struct{}, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.word == nil || (typ != 'Q' && typ != 'P') || !bytes.Contains(bytes.ToLower(msg), c.word) {
-		return 0, nil, false
-	}
-	c.word = nil
-	return c.point, c.fired, true
-}
-
-func (c *cutter) accept() {
-	for {
-		cl, err := c.ln.Accept()
-		if err != nil {
-			return
-		}
-		go c.serve(cl)
-	}
-}
-
-func (c *cutter) serve(cl net.Conn) {
-	defer cl.Close()
-	up, err := net.Dial("tcp", c.target)
-	if err != nil {
-		return
-	}
-	defer up.Close()
-	var mu sync.Mutex
-	mode := -1 // after a trigger: what to do with the server's answer
-	var fired chan struct{}
-	go func() {
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := up.Read(buf)
-			if n > 0 {
-				mu.Lock()
-				m := mode
-				mu.Unlock()
-				switch cutPoint(m) {
-				case cutAfterServer:
-					// The server answered: it committed. Nothing of the
-					// answer reaches the client.
-					cl.Close()
-					up.Close()
-					close(fired)
-					return
-				case cutAfterAnswer:
-					cl.Write(buf[:n])
-					if bytes.IndexByte(buf[:n], 'Z') >= 0 {
-						cl.Close()
-						up.Close()
-						close(fired)
-						return
-					}
-				default:
-					if _, err := cl.Write(buf[:n]); err != nil {
-						return
-					}
-				}
-			}
-			if err != nil {
-				cl.Close()
-				return
-			}
-		}
-	}()
-	// The client's side: the startup message (no type byte), then frames.
-	var hdr [4]byte
-	if _, err := io.ReadFull(cl, hdr[:]); err != nil {
-		return
-	}
-	n := int(uint32(hdr[0])<<24 | uint32(hdr[1])<<16 | uint32(hdr[2])<<8 | uint32(hdr[3]))
-	body := make([]byte, n-4)
-	if _, err := io.ReadFull(cl, body); err != nil {
-		return
-	}
-	if _, err := up.Write(append(hdr[:], body...)); err != nil {
-		return
-	}
-	if n == 8 { // SSLRequest or GSSENCRequest: refused by the server, a startup follows
-		return
-	}
-	for {
-		var h [5]byte
-		if _, err := io.ReadFull(cl, h[:]); err != nil {
-			return
-		}
-		l := int(uint32(h[1])<<24 | uint32(h[2])<<16 | uint32(h[3])<<8 | uint32(h[4]))
-		msg := make([]byte, l-4)
-		if _, err := io.ReadFull(cl, msg); err != nil {
-			return
-		}
-		if p, f, ok := c.take(h[0], msg); ok {
-			if p == cutBefore {
-				close(f)
-				return
-			}
-			mu.Lock()
-			mode, fired = int(p), f
-			mu.Unlock()
-		}
-		if _, err := up.Write(append(h[:], msg...)); err != nil {
-			return
-		}
-	}
-}
 
 // testCommitOutcome cuts the link at each point around COMMIT, straight to
 // PostgreSQL and between the gate and PostgreSQL, and checks InTx's verdict
@@ -187,40 +26,40 @@ func testCommitOutcome(t *testing.T, cluster *tokenservicetest.Cluster) {
 	f := fencedDB(t)
 	tr := sharedRedis(t)
 	c := tr.client(t, cluster.Client(t))
-	straight, straightDSN := newCutter(t, f.app)
-	gateCut, gateUpDSN := newCutter(t, f.app)
+	straight, straightDSN := pgCutter(t, f.app)
+	gateCut, gateUpDSN := pgCutter(t, f.app)
 	gateDSN := proxytest.Start(t, gateUpDSN)
 	n := 0
 	for _, path := range []struct {
 		name string
-		cut  *cutter
+		cut  *netfault.PGCutter
 		dsn  string
 	}{{"straight", straight, straightDSN}, {"through the gate", gateCut, gateDSN}} {
-		for _, point := range []cutPoint{cutBefore, cutAfterServer, cutAfterAnswer} {
+		for _, point := range []netfault.CutPoint{netfault.CutBefore, netfault.CutAfterServer, netfault.CutAfterAnswer} {
 			t.Run(fmt.Sprintf("%s, %s", path.name, point), func(t *testing.T) {
 				n++
 				db := connect(t, path.dsn)
 				l := mustAcquire(t, c, fmt.Sprintf("outcome-%d-%s", n, testutil.RandomName("")))
 				defer l.Release(ctxT(t))
 				word := "commit"
-				if point == cutBefore {
+				if point == netfault.CutBefore {
 					word = "insert into ledger"
 				}
-				fired := path.cut.arm(word, point)
+				fired := path.cut.Arm(word, point)
 				err := l.InTx(l.Context(), db, insertAs("w", l))
 				<-fired
 				landed := hasRow(t, f.direct, "w", l.Token())
 				t.Logf("InTx: %v; row committed: %v", err, landed)
 				switch point {
-				case cutBefore:
+				case netfault.CutBefore:
 					if err == nil || errors.Is(err, ErrCommitUnknown) || landed {
 						t.Fatalf("InTx = %v, committed %v; want a plain failure and no row", err, landed)
 					}
-				case cutAfterServer:
+				case netfault.CutAfterServer:
 					if !errors.Is(err, ErrCommitUnknown) || !landed {
 						t.Fatalf("InTx = %v, committed %v; want ErrCommitUnknown and the row", err, landed)
 					}
-				case cutAfterAnswer:
+				case netfault.CutAfterAnswer:
 					if err != nil || !landed {
 						t.Fatalf("InTx = %v, committed %v; want nil and the row", err, landed)
 					}
@@ -228,4 +67,66 @@ func testCommitOutcome(t *testing.T, cluster *tokenservicetest.Cluster) {
 			})
 		}
 	}
+}
+
+// testKilledBeforeCommit: PostgreSQL ends the session (pg_terminate_backend)
+// while fn runs; fn returns nil, so InTx would send COMMIT on a session
+// that is over and read the server's FATAL 57P01 as COMMIT's answer, which
+// is "unknown" during a COMMIT. Nothing was committed: InTx says so with a
+// plain failure, straight and through the gate.
+func testKilledBeforeCommit(t *testing.T, cluster *tokenservicetest.Cluster) {
+	f := fencedDB(t)
+	tr := sharedRedis(t)
+	c := tr.client(t, cluster.Client(t))
+	for _, path := range []struct{ name, dsn string }{{"straight", f.app}, {"through the gate", f.proxy}} {
+		t.Run(path.name, func(t *testing.T) {
+			db := connect(t, path.dsn)
+			l := mustAcquire(t, c, "killed-"+testutil.RandomName(""))
+			defer l.Release(ctxT(t))
+			err := l.InTx(l.Context(), db, func(tx pgx.Tx) error {
+				if err := insertAs("k", l)(tx); err != nil {
+					return err
+				}
+				var pid int
+				if err := tx.QueryRow(ctxT(t), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+					return err
+				}
+				if _, err := f.direct.Exec(ctxT(t), "SELECT pg_terminate_backend($1)", pid); err != nil {
+					t.Fatal(err)
+				}
+				// The backend is gone once it left pg_stat_activity: its
+				// FATAL was sent before.
+				testutil.Eventually(t, 30*time.Second, "the backend to exit", func() bool {
+					var n int
+					_ = f.direct.QueryRow(ctxT(t), "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&n)
+					return n == 0
+				})
+				return nil
+			})
+			landed := hasRow(t, f.direct, "k", l.Token())
+			t.Logf("InTx: %v; committed: %v", err, landed)
+			if err == nil || errors.Is(err, ErrCommitUnknown) || landed {
+				t.Fatalf("InTx = %v, committed %v; want a plain failure and no row", err, landed)
+			}
+		})
+	}
+}
+
+// pgCutter puts a netfault.PGCutter in front of the server of dsn.
+func pgCutter(t *testing.T, dsn string) (*netfault.PGCutter, string) {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := netfault.NewPGCutter(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	out, err := c.DSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, out
 }

@@ -25,6 +25,7 @@ func TestWithTokens(t *testing.T) {
 		{"RedlockRestartDoubleGrant", testRedlockRestartDoubleGrant},
 		{"CommitInFlight", testCommitInFlight},
 		{"CommitOutcome", testCommitOutcome},
+		{"KilledBeforeCommit", testKilledBeforeCommit},
 		{"SerializationRetry", testSerializationRetry},
 		{"DeadlockRetry", testDeadlockRetry},
 		{"FenceTimeoutRetry", testFenceTimeoutRetry},

@@ -124,6 +124,14 @@ func (l *Lock) inTx(ctx context.Context, db Beginner, fn func(pgx.Tx) error) err
 		l.rollback(ctx, tx)
 		return fenceError(err)
 	}
+	if err := sessionEnded(tx); err != nil {
+		// PostgreSQL ended the session while fn ran (its FATAL waits
+		// unread): COMMIT was never sent and nothing committed. Sent now,
+		// COMMIT would read that FATAL as its answer, which during a COMMIT
+		// means "unknown".
+		return fmt.Errorf("lockclient: fenced transaction on %q: the session ended before COMMIT was sent; nothing committed: %w",
+			l.resource, fenceError(err))
+	}
 	cctx, cancel := l.endContext(ctx)
 	defer cancel()
 	if err := tx.Commit(cctx); err != nil {
@@ -168,6 +176,23 @@ func (l *Lock) commitError(err error) error {
 			l.resource, err)
 	}
 	return fmt.Errorf("%w: fenced transaction on %q with token %d: %w", ErrCommitUnknown, l.resource, l.token, err)
+}
+
+// sessionEnded returns the error that ended tx's session when the server
+// has ended it (an unread message waits on the idle connection and reading
+// it fails), else nil. It costs a non-blocking peek at the socket.
+func sessionEnded(tx pgx.Tx) error {
+	pc := tx.Conn().PgConn()
+	if !pendingInput(pc.Conn()) {
+		return nil
+	}
+	if err := pc.CheckConn(); err != nil {
+		return err
+	}
+	if pc.IsClosed() {
+		return errors.New("the connection is closed")
+	}
+	return nil
 }
 
 // connectionClass reports whether a SQLSTATE means that the session is

@@ -92,6 +92,7 @@ type Stack struct {
 	tlsRedis   string // rediss://127.0.0.1:PORT?ssl_ca_certs=CA
 	peer       *peer
 	signed     *signed
+	cut        *cut
 }
 
 // Start starts the stack for the tests of the client name ("node",
@@ -129,6 +130,7 @@ func Start(t *testing.T, name string) *Stack {
 
 	s.peer = startPeer(t, s)
 	s.signed = startSigned(t, name)
+	s.cut = startCut(t, s.appDirect)
 	return s
 }
 
@@ -203,7 +205,7 @@ func (s *Stack) Env() []string {
 		"FENCEGATE_TEST_REDIS_AUTH_URL=" + s.authRedis,
 		"FENCEGATE_TEST_REDIS_TLS_URL=" + s.tlsRedis,
 		"FENCEGATE_TEST_REDIS_TLS_CA=" + s.certs.CA,
-	}, s.signed.env()...)
+	}, append(s.signed.env(), s.cut.env()...)...)
 }
 
 // quiet is the servers' logger: warnings and errors only, so that a failed
