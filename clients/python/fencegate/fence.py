@@ -4,6 +4,7 @@ fencegate's SQLSTATEs to exceptions."""
 from __future__ import annotations
 
 import contextlib
+import select
 from typing import Any, Iterator
 
 from .errors import (
@@ -174,13 +175,56 @@ def _names(locks: list) -> str:
     return ", ".join(repr(lk.resource) for lk in locks)
 
 
+def connection_class(code: str | None) -> bool:
+    """Whether a SQLSTATE means the session is over or its link broke, not
+    that PostgreSQL refused a statement: class 08 (the fencegate gate sends
+    08006 when it loses PostgreSQL) and 57P01-57P03. During COMMIT such an
+    error leaves the outcome unknown."""
+    return bool(code) and (code.startswith("08") or code in ("57P01", "57P02", "57P03"))
+
+
+def _session_ended(conn: Any) -> BaseException | None:
+    """The error that ended conn's session when PostgreSQL ended it while the
+    block ran (its FATAL waits unread on the idle connection), else None. A
+    COMMIT sent on such a session would read that FATAL as its answer."""
+    try:
+        fd = conn.fileno()
+    except Exception:  # noqa: BLE001 - cannot tell: COMMIT will
+        return None
+    pgconn = getattr(conn, "pgconn", None)
+    # A FATAL and the end of the stream may come in two reads.
+    for _ in range(4):
+        try:
+            ready, _, _ = select.select([fd], [], [], 0)
+        except (OSError, ValueError):
+            return None
+        if not ready:
+            return None
+        try:
+            if pgconn is not None:  # psycopg 3
+                pgconn.consume_input()
+            else:  # psycopg2: poll reads what waits, as for notifications
+                conn.poll()
+        except Exception as e:  # noqa: BLE001 - the session's end, as the driver saw it
+            return e
+        if conn.closed:
+            return ConnectionError("the connection to PostgreSQL is closed")
+    return None
+
+
 def _commit(conn: Any, locks: list) -> None:
     one = locks[0] if len(locks) == 1 else None
+    ended = _session_ended(conn)
+    if ended is not None:
+        # COMMIT was never sent: the server rolled the transaction back.
+        _rollback_quietly(conn)
+        raise ended
     closed_before = bool(conn.closed)
     try:
         conn.commit()
     except Exception as e:
-        if sqlstate(e) is None and not closed_before and conn.closed:
+        code = sqlstate(e)
+        if connection_class(code) or (code is None and not closed_before and conn.closed):
             # The connection broke while COMMIT was on its way or its answer
             # was: the server may have committed or not.
             tokens = ", ".join(f"{lk.resource!r} with token {lk.token}" for lk in locks)
