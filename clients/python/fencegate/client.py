@@ -243,12 +243,32 @@ class LockClient:
             raise ValueError(f"fencegate: timeout {timeout!r} must be a number of seconds >= 0")
         deadline = time.monotonic() + limit
         attempt = 0
+        outage_since = None
         while True:
             attempt += 1
+            started = time.monotonic()
             try:
                 return self._try_acquire(resource, deadline)
             except NotAcquiredError as e:
                 last = e
+            # What retrying cannot bring ends the call now, whatever the
+            # timeout: nodes that reject the credentials, the ACL or the
+            # protocol; nodes that stay unreachable for MAX_UNREACHABLE.
+            verdict = _diagnose(last)
+            if verdict == "hopeless":
+                raise _give_up(last, "the Redis nodes reject this client: fix the password, user or ACL in the Redis URLs, or the scheme (redis:// or rediss://)")
+            if verdict == "outage":
+                outage_since = started if outage_since is None else outage_since
+                now = time.monotonic()
+                # Give up once the next attempt would start past the bound.
+                if now + (self._retry(attempt) or 0) - outage_since >= MAX_UNREACHABLE:
+                    raise _give_up(
+                        last,
+                        f"too few Redis nodes reachable for {now - outage_since:.1f} s: check that the servers run "
+                        "at the addresses of the Redis URLs and that the scheme (redis:// or rediss://) is theirs",
+                    )
+            else:
+                outage_since = None
             left = deadline - time.monotonic()
             if left <= 0:
                 raise last
@@ -374,6 +394,47 @@ def _ms(seconds: float) -> int | None:
 
 def _positive(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+#: How long acquire() keeps trying while too few Redis nodes can be reached
+#: (refused, no answer, a TLS handshake that never completes), in seconds;
+#: a held lock is waited for until the timeout.
+MAX_UNREACHABLE = 2.0
+
+# Error replies after which the node may answer otherwise soon.
+_BUSY_REPLIES = ("LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN")
+
+
+def _diagnose(e: NotAcquiredError) -> str:
+    """What a failed attempt says about the next: "hopeless" when more nodes
+    reject this client (credentials, ACL, protocol) than the quorum can
+    spare, "outage" when too few nodes answered, else "busy"."""
+    permanent = 0
+    for n in e.failed:
+        what = e.node_errors.get(n, "")
+        if what.startswith("authentication failed") or (
+            what.startswith("error reply") and not any(b in what for b in _BUSY_REPLIES)
+        ):
+            permanent += 1
+    if permanent > e.nodes - e.quorum:
+        return "hopeless"
+    if e.nodes - len(e.failed) < e.quorum or e.expired:
+        return "outage"
+    return "busy"
+
+
+def _give_up(e: NotAcquiredError, why: str) -> NotAcquiredError:
+    return NotAcquiredError(
+        e.resource,
+        nodes=e.nodes,
+        quorum=e.quorum,
+        granted=e.granted,
+        taken=e.taken,
+        failed=e.failed,
+        expired=e.expired,
+        node_errors=e.node_errors,
+        reason=why,
+    )
 
 
 def _check_resource(resource: object) -> None:

@@ -239,7 +239,11 @@ def describe(err: BaseException) -> str:
         return f"unreachable ({text})"
     if isinstance(err, redis.exceptions.ResponseError):
         text = str(err)
-        if text.startswith(("WRONGPASS", "NOAUTH", "NOPERM")) or "invalid password" in text:
+        if (
+            text.startswith(("WRONGPASS", "NOAUTH", "NOPERM", "AUTH "))
+            or "invalid password" in text
+            or "invalid username-password" in text
+        ):
             return f"authentication failed ({text})"
         return f"error reply ({text})"
     return f"{type(err).__name__}: {err}"
