@@ -122,14 +122,33 @@ export class LockClient {
     const limit = timeoutMs ?? this.acquireTimeoutMs;
     if (!(positive(limit) || limit === Infinity || limit === 0)) throw new RangeError(`fencegate: timeoutMs ${timeoutMs} must be a number of milliseconds >= 0`);
     const deadline = now() + limit;
+    let outageSince = null;
     for (let attempt = 1; ; attempt++) {
       let last;
+      const started = now();
       try {
         return await this._tryAcquire(resource, deadline);
       } catch (e) {
         if (!(e instanceof NotAcquiredError)) throw e;
         last = e;
       }
+      // What retrying cannot bring ends the call now, whatever the timeout:
+      // nodes that reject the credentials, the ACL or the protocol; nodes
+      // that stay unreachable for MAX_UNREACHABLE_MS. A held lock waits.
+      const verdict = diagnose(last);
+      if (verdict === 'hopeless') {
+        throw giveUp(last, 'the Redis nodes reject this client: fix the password, user or ACL in the Redis URLs, or the scheme (redis:// or rediss://)');
+      }
+      if (verdict === 'outage') {
+        if (outageSince === null) outageSince = started;
+        const d = this.retry(attempt) ?? 0;
+        if (now() + d - outageSince >= MAX_UNREACHABLE_MS) {
+          throw giveUp(
+            last,
+            `too few Redis nodes reachable for ${((now() - outageSince) / 1000).toFixed(1)} s: check that the servers run at the addresses of the Redis URLs and that the scheme (redis:// or rediss://) is theirs`,
+          );
+        }
+      } else outageSince = null;
       const left = deadline - now();
       if (left <= 0) throw last;
       const d = this.retry(attempt);
@@ -243,4 +262,38 @@ export class LockClient {
   _warn(msg) {
     if (this.logger && typeof this.logger.warn === 'function') this.logger.warn(msg);
   }
+}
+
+// MAX_UNREACHABLE_MS is how long acquire() keeps trying while too few Redis
+// nodes can be reached (refused, no answer, a TLS handshake that never
+// completes); a lock held by another client is waited for until the timeout.
+export const MAX_UNREACHABLE_MS = 2000;
+
+const BUSY_REPLIES = ['LOADING', 'BUSY', 'TRYAGAIN', 'MASTERDOWN'];
+
+// diagnose says what a failed attempt means for the next: 'hopeless' when
+// more nodes reject this client (credentials, ACL, protocol) than the
+// quorum can spare, 'outage' when too few nodes answered, else 'busy'.
+function diagnose(e) {
+  let permanent = 0;
+  for (const n of e.failed) {
+    const what = e.nodeErrors[n] || '';
+    if (what.startsWith('authentication failed') || (what.startsWith('error reply') && !BUSY_REPLIES.some((b) => what.includes(b)))) permanent++;
+  }
+  if (permanent > e.nodes - e.quorum) return 'hopeless';
+  if (e.nodes - e.failed.length < e.quorum || e.expired) return 'outage';
+  return 'busy';
+}
+
+function giveUp(e, reason) {
+  return new NotAcquiredError(e.resource, {
+    nodes: e.nodes,
+    quorum: e.quorum,
+    granted: e.granted,
+    taken: e.taken,
+    failed: e.failed,
+    expired: e.expired,
+    nodeErrors: e.nodeErrors,
+    reason,
+  });
 }

@@ -226,7 +226,7 @@ export function describe(err) {
   if (err instanceof Late) return "not sent: the attempt's time had run out";
   const msg = String((err && err.message) || err);
   const code = err && err.code;
-  if (/^(WRONGPASS|NOAUTH|NOPERM)/.test(msg) || msg.includes('invalid password') || msg.includes('invalid username-password')) {
+  if (/^(WRONGPASS|NOAUTH|NOPERM|ERR AUTH|AUTH )/.test(msg) || msg.includes('invalid password') || msg.includes('invalid username-password')) {
     return `authentication failed (${msg.split('\n')[0]})`;
   }
   if (code === 'ECONNREFUSED' || /ECONNREFUSED/.test(msg)) return 'connection refused';
