@@ -182,6 +182,7 @@ func (c *Client) Acquire(ctx context.Context, resource string) (*Lock, error) {
 		tokenBudget = c.opts.tokenTimeout
 	)
 	for attempt := 1; ; attempt++ {
+		started := time.Now()
 		l, waited, err := c.tryAcquire(ctx, resource, tokenBudget)
 		tokenBudget -= waited
 		if err == nil || !errors.Is(err, ErrNotAcquired) {
@@ -193,6 +194,18 @@ func (c *Client) Acquire(ctx context.Context, resource string) (*Lock, error) {
 			}
 			return nil, err
 		}
+		// The retry delay, asked for once, only when there is a next attempt.
+		var (
+			d         time.Duration
+			ok, asked bool
+		)
+		delay := func() (time.Duration, bool) {
+			if !asked {
+				d, ok = c.opts.retry.Delay(attempt)
+				asked = true
+			}
+			return d, ok
+		}
 		var nae *NotAcquiredError
 		if errors.As(err, &nae) {
 			switch c.diagnose(nae) {
@@ -200,10 +213,13 @@ func (c *Client) Acquire(ctx context.Context, resource string) (*Lock, error) {
 				return nil, err
 			case attemptOutage:
 				if outageSince.IsZero() {
-					outageSince = time.Now()
+					outageSince = started // the first attempt that found too few nodes
 				}
-				if waited := time.Since(outageSince); waited >= c.opts.maxUnreachable {
-					return nil, fmt.Errorf("lockclient: acquire %q: too few Redis nodes reachable for %v: %w",
+				// The bound counts from that attempt's start, and the call
+				// ends when the next attempt would begin past it.
+				next, _ := delay()
+				if waited := time.Since(outageSince); waited+next >= c.opts.maxUnreachable {
+					return nil, fmt.Errorf("lockclient: acquire %q: too few Redis nodes reachable for %v (check that the servers run at the addresses given and that the scheme, redis:// or rediss://, is theirs): %w",
 						resource, waited.Round(time.Millisecond), err)
 				}
 			default:
@@ -214,8 +230,7 @@ func (c *Client) Acquire(ctx context.Context, resource string) (*Lock, error) {
 					ErrTokenUnavailable, resource, c.opts.tokenTimeout, attempts(attempt), err)
 			}
 		}
-		d, ok := c.opts.retry.Delay(attempt)
-		if !ok {
+		if d, ok = delay(); !ok {
 			return nil, err
 		}
 		if timer == nil {

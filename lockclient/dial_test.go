@@ -595,3 +595,30 @@ func TestNoRedisLogOnStderr(t *testing.T) {
 	}
 	mustNotContainSecret(t, "child output", out)
 }
+
+// TestUnreachableBound: with every node unreachable and a context without
+// deadline, Acquire returns within WithMaxUnreachable, counted from the
+// start of the first attempt that found too few nodes: it does not sleep
+// past the bound to find out again. Before, it returned one retry delay or
+// more after it (seen: 600 ms for a 500 ms bound; 2.45 s for the default
+// 2 s).
+func TestUnreachableBound(t *testing.T) {
+	const bound = 500 * time.Millisecond
+	log, _ := captureLog(t)
+	c, err := Dial([]string{"redis://" + testutil.ClosedAddr(t)}, nil, WithLogger(log), WithMaxUnreachable(bound),
+		WithRetry(FixedRetry(200*time.Millisecond)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	_, err = c.Acquire(context.Background(), "bound")
+	took := time.Since(start)
+	t.Logf("%v after %v", err, took)
+	if !errors.Is(err, NodeUnreachable) || !strings.Contains(err.Error(), "too few Redis nodes reachable") {
+		t.Fatalf("Acquire: %v; want too few nodes reachable", err)
+	}
+	if took >= bound {
+		t.Fatalf("Acquire returned after %v; the bound is %v", took, bound)
+	}
+}

@@ -35,7 +35,7 @@ func (l *Lock) Fence(ctx context.Context, tx pgx.Tx) error {
 		return ErrNoToken
 	}
 	if err := l.fenceExec(ctx, tx); err != nil {
-		return fmt.Errorf("lockclient: fence %q with token %d: %w", l.resource, l.token, fenceError(err))
+		return lostCause(ctx, fmt.Errorf("lockclient: fence %q with token %d: %w", l.resource, l.token, fenceError(err)))
 	}
 	return nil
 }

@@ -26,6 +26,7 @@ func TestWithTokens(t *testing.T) {
 		{"CommitInFlight", testCommitInFlight},
 		{"CommitOutcome", testCommitOutcome},
 		{"KilledBeforeCommit", testKilledBeforeCommit},
+		{"LapsedLeaseSaysLockLost", testLapsedLeaseSaysLockLost},
 		{"SerializationRetry", testSerializationRetry},
 		{"DeadlockRetry", testDeadlockRetry},
 		{"FenceTimeoutRetry", testFenceTimeoutRetry},

@@ -72,6 +72,24 @@ const (
 //
 // A lock without a token (efficiency mode) is refused with ErrNoToken.
 func (l *Lock) InTx(ctx context.Context, db Beginner, fn func(pgx.Tx) error) error {
+	return lostCause(ctx, l.inTxRetried(ctx, db, fn))
+}
+
+// lostCause makes an error that ctx's end caused say why ctx ended when
+// that was the loss of a lease (ctx is l.Context() or derived from it):
+// the error then matches ErrLockLost as well as context.Canceled.
+func lostCause(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil || errors.Is(err, ErrLockLost) ||
+		!(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		return err
+	}
+	if cause := context.Cause(ctx); errors.Is(cause, ErrLockLost) {
+		return fmt.Errorf("%w: %w", cause, err)
+	}
+	return err
+}
+
+func (l *Lock) inTxRetried(ctx context.Context, db Beginner, fn func(pgx.Tx) error) error {
 	if l.token == 0 {
 		return ErrNoToken
 	}
