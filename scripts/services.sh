@@ -56,6 +56,7 @@ present() {
 	etcd-server) command -v etcd >/dev/null ;;
 	etcd-client) command -v etcdctl >/dev/null ;;
 	python3-psycopg2) "$python" -c 'import psycopg2' >/dev/null 2>&1 ;;
+	python3-psycopg) "$python" -c 'import psycopg' >/dev/null 2>&1 ;;
 	python3-redis) "$python" -c 'import redis' >/dev/null 2>&1 ;;
 	faketime) command -v faketime >/dev/null ;;
 	libfaketime) compgen -G '/usr/lib/*/faketime/libfaketime.so.1' >/dev/null || [[ -e /usr/lib/faketime/libfaketime.so.1 ]] ;;
@@ -81,6 +82,7 @@ what() {
 	etcd-server) echo "etcd" ;;
 	etcd-client) echo "etcdctl" ;;
 	python3-psycopg2) echo "psycopg2 for $python" ;;
+	python3-psycopg) echo "psycopg 3 for $python" ;;
 	python3-redis) echo "redis for $python" ;;
 	libfaketime) echo "libfaketime.so.1" ;;
 	iproute2) echo "ip" ;;
@@ -91,7 +93,7 @@ what() {
 }
 wanted=(postgresql postgresql-client redis-server redis-tools)
 if [[ $mode != servers ]]; then
-	wanted+=(pgbouncer etcd-server etcd-client python3-psycopg2 python3-redis faketime libfaketime iproute2 nftables nodejs npm jq openssl)
+	wanted+=(pgbouncer etcd-server etcd-client python3-psycopg python3-psycopg2 python3-redis faketime libfaketime iproute2 nftables nodejs npm jq openssl)
 fi
 missing=()
 reasons=()

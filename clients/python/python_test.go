@@ -72,9 +72,9 @@ func TestPythonClient(t *testing.T) {
 func checkPython(t *testing.T) {
 	t.Helper()
 	if _, err := os.Stat(python); err != nil {
-		t.Fatalf("%s not found: install python3 (Debian's), with python3-redis and python3-psycopg2", python)
+		t.Fatalf("%s not found: install python3 (Debian's), with python3-redis and python3-psycopg", python)
 	}
-	for _, mod := range []struct{ name, pkg string }{{"redis", "python3-redis"}, {"psycopg2", "python3-psycopg2"}} {
+	for _, mod := range []struct{ name, pkg string }{{"redis", "python3-redis"}, {"psycopg", "python3-psycopg"}, {"psycopg2", "python3-psycopg2"}} {
 		if out, err := exec.Command(python, "-c", "import "+mod.name).CombinedOutput(); err != nil {
 			t.Fatalf("%s cannot import %s: install %s (scripts/services.sh does): %s", python, mod.name, mod.pkg, strings.TrimSpace(string(out)))
 		}

@@ -34,7 +34,7 @@ import os
 import sys
 import uuid
 
-import psycopg2
+import psycopg
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import fencegate  # noqa: E402
@@ -70,7 +70,7 @@ def main():
     args = p.parse_args()
 
     locks = fencegate.LockClient(redis_urls=[args.redis], token_servers=args.tokens.split(","), ttl=10)
-    conn = psycopg2.connect(args.db)
+    conn = psycopg.connect(args.db)
     transfer_id = str(uuid.uuid4())
     try:
         for attempt in range(3):
@@ -84,7 +84,7 @@ def main():
             except fencegate.CommitUnknownError:
                 # The transfer id tells on the next attempt whether it committed.
                 print("the commit's answer was lost; checking", file=sys.stderr)
-                conn = psycopg2.connect(args.db)
+                conn = psycopg.connect(args.db)
         sys.exit("gave up after 3 attempts")
     finally:
         conn.close()

@@ -6,7 +6,7 @@ in the repository). It speaks exactly the Go lockclient's wire protocol (the
 same Redis keys, values and scripts), so Go and Python processes contend for
 the same locks correctly::
 
-    import psycopg2
+    import psycopg
     import fencegate
 
     locks = fencegate.LockClient(
@@ -14,7 +14,7 @@ the same locks correctly::
         token_servers=["http://127.0.0.1:7101", "http://127.0.0.1:7102", "http://127.0.0.1:7103"],
         ttl=10,
     )
-    conn = psycopg2.connect("postgresql://app@127.0.0.1:6432/shop")
+    conn = psycopg.connect("postgresql://app@127.0.0.1:6432/shop")
     with locks.acquire("account:42") as lock:        # granted -> token -> confirmed
         try:
             with lock.transaction(conn) as cur:      # BEGIN; fence; ...; COMMIT
@@ -27,8 +27,8 @@ keeps the token's proof (``lock.proof``) and ``lock.transaction`` passes it
 to ``fencegate.fence(resource, token, proof)``; a database that requires
 signed tokens refuses a proof that does not verify with BadProofError.
 
-Dependencies: the standard library, redis-py and psycopg2 (Debian's
-python3-redis and python3-psycopg2). Python 3.11 or later.
+Dependencies: the standard library, redis-py and psycopg 3 (Debian's
+python3-redis and python3-psycopg). Python 3.11 or later.
 """
 
 import logging as _logging

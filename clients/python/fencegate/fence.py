@@ -1,5 +1,7 @@
-"""Fenced PostgreSQL transactions on a psycopg2 connection, and the mapping of
-fencegate's SQLSTATEs to exceptions."""
+"""Fenced PostgreSQL transactions on a psycopg (3) connection, and the mapping
+of fencegate's SQLSTATEs to exceptions. A psycopg2 connection works for
+tokens without proof: psycopg2 writes parameters into the statement text,
+and a proof must not be there."""
 
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ from .errors import (
 )
 
 #: The statement a fenced transaction runs first, with the resource and the
-#: token as parameters (psycopg2's placeholders). It check-and-advances the
+#: token as parameters (psycopg binds them: they are not in the statement
+#: text that pg_stat_activity shows). It check-and-advances the
 #: resource's high-water mark, holds the mark's row lock to the end of the
 #: transaction, and fails with FG001 when a higher token was accepted before.
 FENCE_SQL = "SELECT fencegate.fence(%s::text, %s::bigint)"
@@ -113,6 +116,14 @@ def transaction(conn: Any, *locks: Any) -> Iterator[Any]:
                 f"fencegate: lock {lock.resource!r} has no fencing token (efficiency mode); "
                 "build the LockClient with token_servers"
             )
+    if any(getattr(lk, "proof", None) for lk in locks) and type(conn).__module__.startswith("psycopg2"):
+        # psycopg2 writes parameters into the statement text, where
+        # pg_stat_activity shows them to the role's other sessions; a proof is
+        # a bearer credential while its token is current.
+        raise FenceMisuseError(
+            "fencegate: a signed token's proof must not travel in statement text, and psycopg2 puts parameters "
+            "there: use a psycopg (3) connection, which binds them (Debian: python3-psycopg)"
+        )
     ordered = sorted(locks, key=lambda lk: lk.resource.encode())
     for a, b in zip(ordered, ordered[1:]):
         if a.resource == b.resource:
@@ -200,13 +211,30 @@ def _session_ended(conn: Any) -> BaseException | None:
             return None
         if not ready:
             return None
+        # libpq hands a FATAL that arrives while no query runs to the
+        # notice processor: watch the notices while reading.
+        fatal: list[str] = []
         try:
             if pgconn is not None:  # psycopg 3
-                pgconn.consume_input()
+
+                def notice(diag: Any) -> None:
+                    if getattr(diag, "severity_nonlocalized", None) in ("FATAL", "PANIC") or diag.severity in ("FATAL", "PANIC"):
+                        fatal.append(f"{diag.message_primary} (SQLSTATE {diag.sqlstate})")
+
+                conn.add_notice_handler(notice)
+                try:
+                    pgconn.consume_input()
+                    pgconn.is_busy()  # parses what was read: notices reach the handler
+                finally:
+                    conn.remove_notice_handler(notice)
             else:  # psycopg2: poll reads what waits, as for notifications
+                before = list(conn.notices)
                 conn.poll()
+                fatal += [n.strip() for n in conn.notices if n not in before and n.startswith(("FATAL", "PANIC"))]
         except Exception as e:  # noqa: BLE001 - the session's end, as the driver saw it
             return e
+        if fatal:
+            return ConnectionError(f"PostgreSQL ended the session: {fatal[0]}")
         if conn.closed:
             return ConnectionError("the connection to PostgreSQL is closed")
     return None

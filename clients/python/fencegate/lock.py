@@ -254,7 +254,7 @@ class Lock:
     # --- fenced transactions -------------------------------------------------
 
     def transaction(self, conn: Any) -> Iterator[Any]:
-        """A context manager for a fenced transaction on a psycopg2
+        """A context manager for a fenced transaction on a psycopg (3)
         connection: it begins, runs ``SELECT fencegate.fence(resource,
         token, proof)`` (``fencegate.fence(resource, token)`` when the lock
         has no proof) before anything else, yields a cursor, and commits when

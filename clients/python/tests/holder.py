@@ -10,13 +10,13 @@ import sys
 from support import env, key_prefix, redis_url, token_servers
 
 import fencegate
-import psycopg2
+import psycopg
 
 
 def main():
     resource, account, ttl = sys.argv[1], sys.argv[2], float(sys.argv[3])
     locks = fencegate.LockClient([redis_url()], token_servers(), ttl=ttl, key_prefix=key_prefix(), node_timeout=1.0)
-    conn = psycopg2.connect(env("FENCEGATE_TEST_DSN"))
+    conn = psycopg.connect(env("FENCEGATE_TEST_DSN"))
     lock = locks.acquire(resource)
     with lock.transaction(conn) as cur:
         cur.execute("SELECT balance FROM accounts WHERE id = %s", (account,))

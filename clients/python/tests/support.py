@@ -19,7 +19,7 @@ import urllib.error
 import urllib.request
 import uuid
 
-import psycopg2
+import psycopg
 import redis
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -118,13 +118,13 @@ class StackTest(unittest.TestCase):
         return r
 
     def connect(self, admin: bool = False, dsn: str | None = None):
-        conn = psycopg2.connect(dsn or env("FENCEGATE_TEST_ADMIN_DSN" if admin else "FENCEGATE_TEST_DSN"))
+        conn = psycopg.connect(dsn or env("FENCEGATE_TEST_ADMIN_DSN" if admin else "FENCEGATE_TEST_DSN"))
         self.addCleanup(conn.close)
         return conn
 
     def query(self, sql: str, args=()):
         """Run one read on a fresh owner connection and return all rows."""
-        conn = psycopg2.connect(env("FENCEGATE_TEST_ADMIN_DSN"))
+        conn = psycopg.connect(env("FENCEGATE_TEST_ADMIN_DSN"))
         try:
             with conn, conn.cursor() as cur:
                 cur.execute(sql, args)

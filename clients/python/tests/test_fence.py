@@ -5,7 +5,7 @@ import socket
 import threading
 import urllib.parse
 
-import psycopg2
+import psycopg
 
 from support import StackTest, env, unique
 
@@ -51,7 +51,7 @@ class CommitCutter:
     def _up(self, c, s, cut):
         try:
             while data := c.recv(65536):
-                if data[:1] == b"Q" and self.cut_on in data:
+                if data[:1] in (b"Q", b"P") and self.cut_on in data:
                     cut.set()
                     if self.forward_cut:
                         s.sendall(data)
@@ -119,8 +119,8 @@ class FenceTest(StackTest):
         self.assertEqual(ran, [], "the block ran although the fence refused the token")
         self.assertEqual((e.sqlstate, e.resource, e.token), ("FG001", res, old.token))
         self.assertFalse(e.retryable)
-        self.assertIsInstance(e.__cause__, psycopg2.Error)
-        self.assertEqual(e.__cause__.pgcode, "FG001")
+        self.assertIsInstance(e.__cause__, psycopg.Error)
+        self.assertEqual(e.__cause__.sqlstate, "FG001")
         self.assertIn(str(old.token), str(e))
         self.assertEqual(self.balance(acct), 101)
         # The connection is usable again.
@@ -225,7 +225,7 @@ class FenceTest(StackTest):
                 self.assertEqual(e.retryable, code == "FG004")
                 self.assertIn("raised by the test", str(e))
         # Other errors pass unchanged.
-        with self.assertRaises(psycopg2.errors.DivisionByZero):
+        with self.assertRaises(psycopg.errors.DivisionByZero):
             with fencegate.fence_errors():
                 with conn.cursor() as cur:
                     cur.execute("SELECT 1/0")
@@ -252,7 +252,7 @@ class FenceTest(StackTest):
                     cur.execute("UPDATE accounts SET balance = 0 WHERE id = %s", (acct,))
                     raise KeyError("the application changed its mind")
         self.assertEqual(self.balance(acct), 100)
-        self.assertEqual(conn.info.transaction_status, psycopg2.extensions.TRANSACTION_STATUS_IDLE)
+        self.assertEqual(conn.info.transaction_status, psycopg.pq.TransactionStatus.IDLE)
 
     def test_error_caught_inside_the_block_commits_nothing(self):
         locks = self.lock_client()
@@ -264,7 +264,7 @@ class FenceTest(StackTest):
                     cur.execute("UPDATE accounts SET balance = 0 WHERE id = %s", (acct,))
                     try:
                         cur.execute("SELECT 1/0")
-                    except psycopg2.Error:
+                    except psycopg.Error:
                         pass  # and the block goes on
         self.assertEqual(self.balance(acct), 100)
 
@@ -372,7 +372,7 @@ class FenceTest(StackTest):
         relay = CommitCutter(self, env("FENCEGATE_TEST_DSN"), cut_on=b"UPDATE", forward_cut=False)
         conn = self.connect(dsn=relay.dsn)
         with locks.acquire("account:" + acct) as lock:
-            with self.assertRaises(psycopg2.OperationalError):
+            with self.assertRaises(psycopg.OperationalError):
                 with lock.transaction(conn) as cur:
                     cur.execute("UPDATE accounts SET balance = 0 WHERE id = %s", (acct,))
         self.assertEqual(self.balance(acct), 100)

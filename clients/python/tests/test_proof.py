@@ -194,3 +194,34 @@ class SignedTokenTest(StackTest):
             with lock.transaction(self.connect()) as cur:
                 cur.execute("UPDATE accounts SET balance = balance - 20 WHERE id = %s", (acct,))
         self.assertEqual(self.balance(acct), 50)
+
+class BoundProofTest(SignedTokenTest):
+    def test_proof_is_not_in_statement_text(self):
+        """While a signed fence's transaction is open, pg_stat_activity shows
+        the fence statement of the session with placeholders, never the
+        proof (a bearer credential while its token is current). psycopg2,
+        which writes parameters into the text, is refused for a proof."""
+        locks = self.signed_locks()
+        res = unique("bound")
+        conn = self.signed_conn()
+        with locks.acquire(res) as lock:
+            self.assertTrue(lock.proof)
+            with lock.transaction(conn):
+                rows = self.query_signed(
+                    "SELECT query FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND pid <> pg_backend_pid() AND query LIKE %s",
+                    ("%fencegate.fence%",),
+                )
+            self.assertTrue(rows, "the fence statement is not in pg_stat_activity")
+            for (q,) in rows:
+                self.assertNotIn(lock.proof, q)
+                self.assertNotIn(lock.proof.split(".")[1], q)
+            print(f"pg_stat_activity during a signed fence: {rows}", flush=True)
+            import psycopg2
+
+            old = psycopg2.connect(env("FENCEGATE_TEST_SIGNED_DSN"))
+            self.addCleanup(old.close)
+            with self.assertRaises(fencegate.FenceMisuseError):
+                with lock.transaction(old):
+                    pass
+
