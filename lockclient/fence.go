@@ -49,6 +49,7 @@ var fenceSentinels = map[string]error{
 	fencegate.CodeSchemaInvalid:  ErrSchemaInvalid,
 	fencegate.CodeProtectedDDL:   ErrProtectedDDL,
 	fencegate.CodePrivilegedRole: ErrPrivilegedRole,
+	fencegate.CodeBadProof:       ErrBadProof,
 }
 
 // fenceError adds the sentinel matching a fencegate SQLSTATE, keeping err

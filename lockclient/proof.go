@@ -3,11 +3,9 @@ package lockclient
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/fencegate/fencegate"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Signed tokens. A token service started with signing keys returns a proof
@@ -58,9 +56,5 @@ func (l *Lock) fenceExec(ctx context.Context, tx pgx.Tx) error {
 	} else {
 		_, err = tx.Exec(ctx, FenceSQL, l.resource, l.token)
 	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == fencegate.CodeBadProof {
-		return fmt.Errorf("%w: %w", ErrBadProof, err)
-	}
-	return err
+	return err // fenceError adds ErrBadProof for FG008, as the other sentinels
 }

@@ -27,6 +27,7 @@ func TestWithTokens(t *testing.T) {
 		{"CommitOutcome", testCommitOutcome},
 		{"KilledBeforeCommit", testKilledBeforeCommit},
 		{"LapsedLeaseSaysLockLost", testLapsedLeaseSaysLockLost},
+		{"ErrorMap", testErrorMap},
 		{"SerializationRetry", testSerializationRetry},
 		{"DeadlockRetry", testDeadlockRetry},
 		{"FenceTimeoutRetry", testFenceTimeoutRetry},
