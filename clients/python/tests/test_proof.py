@@ -195,7 +195,6 @@ class SignedTokenTest(StackTest):
                 cur.execute("UPDATE accounts SET balance = balance - 20 WHERE id = %s", (acct,))
         self.assertEqual(self.balance(acct), 50)
 
-class BoundProofTest(SignedTokenTest):
     def test_proof_is_not_in_statement_text(self):
         """While a signed fence's transaction is open, pg_stat_activity shows
         the fence statement of the session with placeholders, never the
