@@ -200,8 +200,12 @@ func (l *Lock) commitError(err error) error {
 // has ended it (an unread message waits on the idle connection and reading
 // it fails), else nil. It costs a non-blocking peek at the socket.
 func sessionEnded(tx pgx.Tx) error {
-	pc := tx.Conn().PgConn()
-	if !pendingInput(pc.Conn()) {
+	c := tx.Conn()
+	if c == nil {
+		return nil // a Tx of the caller's own making, without a connection to look at
+	}
+	pc := c.PgConn()
+	if pc == nil || !pendingInput(pc.Conn()) {
 		return nil
 	}
 	if err := pc.CheckConn(); err != nil {

@@ -445,6 +445,8 @@ func (tx *fakeTx) Commit(context.Context) error {
 
 func (tx *fakeTx) Rollback(context.Context) error { return nil }
 
+func (tx *fakeTx) Conn() *pgx.Conn { return nil }
+
 // TestInTxRetryBounds: InTx runs a transaction that keeps failing with
 // 40001 or 40P01 (at the fence or at COMMIT) 1+WithTxRetries times, no
 // more once the lease has no time left, and not past its context.
