@@ -92,3 +92,24 @@ test('the gate refusing a pooled session is PrivilegedRoleError, not the raw err
   );
   await lock.release();
 });
+
+for (const [where, dsnVar] of paths) {
+  test(`a session ended before COMMIT was sent is a plain failure, ${where}`, async (t) => {
+    const s = new Stack(t);
+    const locks = s.locks();
+    const acct = await s.newAccount(locks, 100);
+    const db = barePool(s, env(dsnVar));
+    const lock = await locks.acquire('account:' + acct);
+    await assert.rejects(
+      lock.transaction(db, async (c) => {
+        await c.query('UPDATE accounts SET balance = 0 WHERE id = $1', [acct]);
+        const { rows } = await c.query('SELECT pg_backend_pid() AS pid');
+        await s.query('SELECT pg_terminate_backend($1)', [rows[0].pid]);
+        await sleep(300); // the FATAL arrives; the callback then returns and COMMIT would follow
+      }),
+      (e) => !(e instanceof CommitUnknownError) && !(e instanceof FenceError),
+    );
+    await lock.release();
+    assert.equal(await s.balance(acct), 100);
+  });
+}
