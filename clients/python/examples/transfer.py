@@ -8,23 +8,23 @@ overwriting a newer holder's balances, and nothing of its transaction
 commits. Each transfer carries an id, so a COMMIT whose answer was lost can
 be checked and never applied twice.
 
-Once, as an administrator (against `fencegate dev`: postgres straight at
-127.0.0.1:5432): the schema with an application role's grants, the tables,
-their protection, and the role's table grants. The proxy admits the
+Once, as an administrator, in the database `fencegate dev` made (postgres
+straight at 127.0.0.1:5432; dev installed schema fencegate there with the
+grants of its application role fencegate_app): the tables, their
+protection, and the role's table grants. The proxy admits the
 application role and refuses the administrator.
 
-    ADMIN=postgres://postgres@127.0.0.1:5432/postgres
-    psql $ADMIN -c 'CREATE ROLE app LOGIN'
-    fencegate schema install --db $ADMIN --grant app
+    ADMIN=postgres://postgres@127.0.0.1:5432/fencegate_dev
     psql $ADMIN -c 'CREATE TABLE accounts (id text PRIMARY KEY, balance bigint NOT NULL)'
     psql $ADMIN -c 'CREATE TABLE transfers (id text PRIMARY KEY, src text NOT NULL, dst text NOT NULL, cents bigint NOT NULL)'
     psql $ADMIN -c "INSERT INTO accounts VALUES ('alice', 5000), ('bob', 0)"
     fencegate protect accounts --resource "'account:' || id" --db $ADMIN
     fencegate protect transfers --resource "'account:' || src" --db $ADMIN
-    psql $ADMIN -c 'GRANT SELECT, INSERT, UPDATE, DELETE ON accounts, transfers TO app'
+    psql $ADMIN -c 'GRANT SELECT, INSERT, UPDATE, DELETE ON accounts, transfers TO fencegate_app'
 
 Then, as the application, through the proxy (Redis, three token nodes and
-the proxy of `fencegate dev`):
+the proxy of `fencegate dev`), from the checkout (the password of
+fencegate_app is in the pgpass file dev wrote):
 
     python3 clients/python/examples/transfer.py alice bob 1000
 """
@@ -63,7 +63,7 @@ def main():
     p.add_argument("src")
     p.add_argument("dst")
     p.add_argument("cents", type=int)
-    p.add_argument("--db", default="postgresql://app@127.0.0.1:6432/postgres?sslmode=disable",
+    p.add_argument("--db", default="postgresql://fencegate_app@127.0.0.1:6432/fencegate_dev?sslmode=disable&passfile=fencegate-data/pgpass",
                    help="PostgreSQL through the fencegate proxy, as the application role")
     p.add_argument("--redis", default="redis://127.0.0.1:6379")
     p.add_argument("--tokens", default="http://127.0.0.1:7101,http://127.0.0.1:7102,http://127.0.0.1:7103")
