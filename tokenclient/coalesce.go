@@ -151,7 +151,7 @@ func (c *Client) sendBatch(srv string, batch []*pendingToken) {
 		// and a refusal of that request is its own.
 		for _, p := range batch {
 			if p.gone.Load() || p.ctx.Err() != nil {
-				p.res <- pendingResult{err: fmt.Errorf("%w: %w", tokenapi.ErrUnavailable, context.Cause(p.ctx))}
+				p.res <- pendingResult{err: fmt.Errorf("%w: the caller stopped waiting", tokenapi.ErrUnavailable)}
 				continue
 			}
 			c.sendOne(ctx, srv, p)
