@@ -111,3 +111,14 @@ const FenceSignedSQL = "SELECT fencegate.fence($1::text, $2::bigint, $3::text)"
 // resources, which no proof does: a database that requires signed tokens
 // refuses it with CodeMisuse.
 const FenceManySQL = "SELECT fencegate.fence_many($1::text[], $2::bigint)"
+
+// EffectSQL records an effect in the calling transaction, which must hold a
+// standing fence on the resource (FenceSQL first): $1 is the resource, $2
+// the name of the relay's target, $3 the JSON payload (jsonb; text that is
+// JSON converts). It returns the effect's id. Once the transaction commits,
+// a relay ("fencegate relay") POSTs the payload to the target with an
+// Idempotency-Key that stays the same across retries; a rollback leaves no
+// trace. It fails with CodeUnfenced without a standing fence and with
+// CodeMisuse for an empty or overlong resource, a target that is not a name
+// or a payload that is NULL or larger than 1 MiB.
+const EffectSQL = "SELECT fencegate.effect($1::text, $2::text, $3::jsonb)"

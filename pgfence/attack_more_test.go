@@ -711,7 +711,8 @@ var moreAttacks = []struct {
 		}
 	}},
 	{"privileges left to PUBLIC or to the application", func(t *testing.T, f *fixture) {
-		// Nothing of schema fencegate but the three fence functions is
+		// Nothing of schema fencegate but the three fence functions and
+		// effect is
 		// executable by the application role or a role without any grant,
 		// and no table or sequence of it is writable by them, even after
 		// the application tried default privileges and an upgrade ran.
@@ -746,7 +747,7 @@ var moreAttacks = []struct {
 			rows, err := f.admin.Query(ctx, `
 				SELECT p.oid::regprocedure::text FROM pg_proc p
 				WHERE p.pronamespace = 'fencegate'::regnamespace AND has_function_privilege($1::name, p.oid, 'EXECUTE')
-				  AND NOT (p.proname IN ('fence', 'fence_many') AND $1::name <> 'public' AND $1::name <> $2::name)
+				  AND NOT (p.proname IN ('fence', 'fence_many', 'effect') AND $1::name <> 'public' AND $1::name <> $2::name)
 				UNION ALL
 				SELECT c.oid::regclass::text || ' ' || x.priv FROM pg_class c,
 				       unnest(ARRAY['INSERT', 'UPDATE', 'DELETE', 'TRUNCATE', 'REFERENCES', 'TRIGGER']) x(priv)
@@ -759,7 +760,7 @@ var moreAttacks = []struct {
 				SELECT 'CREATE on schema fencegate' WHERE has_schema_privilege($1::name, 'fencegate', 'CREATE')
 				UNION ALL
 				SELECT 'SELECT on ' || c.oid::regclass::text FROM pg_class c
-				WHERE c.relnamespace = 'fencegate'::regnamespace AND c.relname IN ('signing_keys', 'audit') AND has_table_privilege($1::name, c.oid, 'SELECT')`,
+				WHERE c.relnamespace = 'fencegate'::regnamespace AND c.relname IN ('signing_keys', 'audit', 'effects') AND has_table_privilege($1::name, c.oid, 'SELECT')`,
 				role, nobody)
 			if err != nil {
 				t.Fatal(err)

@@ -10,13 +10,16 @@ package pgfence
 // What it checks: the schema exists and belongs to a role that cannot log in;
 // every function of the schema is there, unaltered (body, SECURITY DEFINER,
 // pinned settings, owner, kind) and executable only by whom it should be
-// (application roles: the fence functions; owners of protected tables: the
-// row-level check their new partitions clone);
+// (application roles: the fence functions and effect; relay roles: the
+// effect_* functions; owners of protected tables: the row-level check their
+// new partitions clone);
 // there is no other function (an overload, an addition); the marks and the
 // audit belong to the owner role, have the expected columns, no trigger, rule
 // or row security, and grant nothing beyond SELECT; the floor sequence is
 // there, unaltered (a permanent bigint sequence from 0 up, by 1, without
-// cycling), and grants nothing to anyone; the signing keys belong
+// cycling), and grants nothing to anyone; the effects table is there and
+// grants nothing to anyone (applications and relays reach it only through
+// functions); the signing keys belong
 // to the owner role and grant nothing to anyone (a SELECT would let a role
 // forge proofs); nothing else lives in the schema; every table of every protected hierarchy computes the root's
 // resource expression and carries every check, enabled; a protected table is
@@ -122,10 +125,11 @@ UNION ALL
 	       CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC' ELSE a.grantee::pg_catalog.regrole::pg_catalog.text END)
 	FROM have h JOIN want w ON w.name OPERATOR(pg_catalog.=) h.name AND w.args OPERATOR(pg_catalog.=) h.args,
 	     pg_catalog.aclexplode(coalesce(h.proacl, pg_catalog.acldefault('f', h.proowner))) a
-	WHERE a.grantee OPERATOR(pg_catalog.<>) h.proowner AND (a.grantee OPERATOR(pg_catalog.=) 0 OR NOT (w.app OR w.name OPERATOR(pg_catalog.=) 'check_row'))
+	WHERE a.grantee OPERATOR(pg_catalog.<>) h.proowner AND (a.grantee OPERATOR(pg_catalog.=) 0 OR NOT (w.app OR w.name OPERATOR(pg_catalog.=) 'check_row'
+	      OR w.name OPERATOR(pg_catalog.=) ANY (ARRAY[` + relayFunctionNamesSQL + `])))
 UNION ALL
 	SELECT pg_catalog.format('table fencegate.%s is missing: run "fencegate schema upgrade --db DSN"', x.name)
-	FROM fg, (VALUES ('marks'), ('audit'), ('signing_keys')) x(name)
+	FROM fg, (VALUES ('marks'), ('audit'), ('signing_keys'), ('effects')) x(name)
 	WHERE NOT EXISTS (SELECT 1 FROM rels r WHERE r.name OPERATOR(pg_catalog.=) x.name AND r.relkind OPERATOR(pg_catalog.=) 'r')
 UNION ALL
 	SELECT 'sequence fencegate.floor is missing or altered (it must be a permanent bigint sequence from 0 up, by 1, without cycling): run "fencegate schema upgrade --db DSN"'

@@ -47,7 +47,7 @@ func TestHealthFunctions(t *testing.T) {
 	}
 	var b strings.Builder
 	for i, f := range fns {
-		app := f.name == "fence" || f.name == "fence_many"
+		app := f.name == "fence" || f.name == "fence_many" || f.name == "effect"
 		guard := strings.HasPrefix(f.name, "guard_")
 		sep := ","
 		if i == len(fns)-1 {

@@ -22,10 +22,16 @@ type InstallOptions struct {
 	// DefaultOwnerRole ("fencegate_owner").
 	OwnerRole string
 	// Grant names application roles to receive what taking fences needs:
-	// USAGE on schema fencegate, EXECUTE on fencegate.fence and
-	// fencegate.fence_many, SELECT on fencegate.marks. Nothing else; their
-	// tables' grants are theirs to give. The default is none.
+	// USAGE on schema fencegate, EXECUTE on fencegate.fence,
+	// fencegate.fence_many and fencegate.effect, SELECT on fencegate.marks.
+	// Nothing else; their tables' grants are theirs to give. The default is
+	// none.
 	Grant []string
+	// Relay names roles to receive what a relay needs: USAGE on schema
+	// fencegate and EXECUTE on fencegate.effect_claim, effect_record,
+	// effect_stats and effect_prune. Nothing else: no right on any table,
+	// no fence. The default is none.
+	Relay []string
 	// GuardDDL installs the DDL guard: event triggers that refuse DDL on
 	// protected tables (and on the types of their columns) by roles outside
 	// OwnerRole, and give partitions and inheritance children created later
@@ -80,7 +86,7 @@ type Report struct {
 // lockInstall); each lock wait is bounded by RepairLockTimeout, after which
 // Install fails with ErrLocked naming the sessions that held the locks.
 func Install(ctx context.Context, conn *pgx.Conn, opts InstallOptions) (*Report, error) {
-	for _, g := range opts.Grant {
+	for _, g := range append(slices.Clone(opts.Grant), opts.Relay...) {
 		if g == "" {
 			return nil, fmt.Errorf("%w: empty role name to grant", ErrBadInput)
 		}
@@ -132,6 +138,14 @@ func install(ctx context.Context, tx pgx.Tx, opts InstallOptions) (*Report, erro
 	for _, g := range opts.Grant {
 		if g == owner {
 			return nil, fmt.Errorf("%w: the owner role %s cannot be an application role", ErrBadInput, owner)
+		}
+	}
+	for _, g := range opts.Relay {
+		if g == owner {
+			return nil, fmt.Errorf("%w: the owner role %s cannot be a relay role", ErrBadInput, owner)
+		}
+		if slices.Contains(opts.Grant, g) {
+			return nil, fmt.Errorf("%w: role %s cannot be both an application role and a relay role: a relay reads every effect's payload", ErrBadInput, g)
 		}
 	}
 	in := &installer{tx: tx, owner: owner, opts: opts, rep: &Report{ToVersion: SchemaVersion, OwnerRole: owner, Server: server}}
@@ -449,16 +463,16 @@ func (in *installer) cleanFunctions(ctx context.Context) error {
 // triggers, rules, policies, row-level security.
 func (in *installer) cleanTables(ctx context.Context) error {
 	rows, err := in.tx.Query(ctx, `SELECT pg_catalog.format('DROP TRIGGER %I ON %s', t.tgname, t.tgrelid::pg_catalog.regclass), pg_catalog.format('dropped trigger %s on %s', t.tgname, t.tgrelid::pg_catalog.regclass)
-		FROM pg_catalog.pg_trigger t WHERE t.tgrelid IN ('fencegate.marks'::pg_catalog.regclass, 'fencegate.audit'::pg_catalog.regclass, 'fencegate.signing_keys'::pg_catalog.regclass) AND NOT t.tgisinternal
+		FROM pg_catalog.pg_trigger t WHERE t.tgrelid IN ('fencegate.marks'::pg_catalog.regclass, 'fencegate.audit'::pg_catalog.regclass, 'fencegate.signing_keys'::pg_catalog.regclass, 'fencegate.effects'::pg_catalog.regclass) AND NOT t.tgisinternal
 		UNION ALL
 		SELECT pg_catalog.format('DROP RULE %I ON %s', r.rulename, r.ev_class::pg_catalog.regclass), pg_catalog.format('dropped rule %s on %s', r.rulename, r.ev_class::pg_catalog.regclass)
-		FROM pg_catalog.pg_rewrite r WHERE r.ev_class IN ('fencegate.marks'::pg_catalog.regclass, 'fencegate.audit'::pg_catalog.regclass, 'fencegate.signing_keys'::pg_catalog.regclass)
+		FROM pg_catalog.pg_rewrite r WHERE r.ev_class IN ('fencegate.marks'::pg_catalog.regclass, 'fencegate.audit'::pg_catalog.regclass, 'fencegate.signing_keys'::pg_catalog.regclass, 'fencegate.effects'::pg_catalog.regclass)
 		UNION ALL
 		SELECT pg_catalog.format('DROP POLICY %I ON %s', p.polname, p.polrelid::pg_catalog.regclass), pg_catalog.format('dropped policy %s on %s', p.polname, p.polrelid::pg_catalog.regclass)
-		FROM pg_catalog.pg_policy p WHERE p.polrelid IN ('fencegate.marks'::pg_catalog.regclass, 'fencegate.audit'::pg_catalog.regclass, 'fencegate.signing_keys'::pg_catalog.regclass)
+		FROM pg_catalog.pg_policy p WHERE p.polrelid IN ('fencegate.marks'::pg_catalog.regclass, 'fencegate.audit'::pg_catalog.regclass, 'fencegate.signing_keys'::pg_catalog.regclass, 'fencegate.effects'::pg_catalog.regclass)
 		UNION ALL
 		SELECT pg_catalog.format('ALTER TABLE %s DISABLE ROW LEVEL SECURITY, NO FORCE ROW LEVEL SECURITY', c.oid::pg_catalog.regclass), pg_catalog.format('disabled row-level security on %s', c.oid::pg_catalog.regclass)
-		FROM pg_catalog.pg_class c WHERE c.oid IN ('fencegate.marks'::pg_catalog.regclass, 'fencegate.audit'::pg_catalog.regclass, 'fencegate.signing_keys'::pg_catalog.regclass) AND (c.relrowsecurity OR c.relforcerowsecurity)`)
+		FROM pg_catalog.pg_class c WHERE c.oid IN ('fencegate.marks'::pg_catalog.regclass, 'fencegate.audit'::pg_catalog.regclass, 'fencegate.signing_keys'::pg_catalog.regclass, 'fencegate.effects'::pg_catalog.regclass) AND (c.relrowsecurity OR c.relforcerowsecurity)`)
 	if err != nil {
 		return fmt.Errorf("install fencegate schema: inspect the marks: %w", classify(err))
 	}
@@ -514,10 +528,13 @@ func (in *installer) privileges(ctx context.Context) error {
 		       pg_catalog.bool_or(a.obj IN ('fencegate.fence(text,bigint)', 'fencegate.fence(text,bigint,text)') AND a.privilege_type = 'EXECUTE'),
 		       pg_catalog.bool_or(a.obj = 'fencegate.fence_many(text[],bigint)' AND a.privilege_type = 'EXECUTE'),
 		       pg_catalog.bool_or(a.obj = 'fencegate.check_row()' AND a.privilege_type = 'EXECUTE'),
+		       pg_catalog.bool_or(a.obj = 'fencegate.effect(text,text,jsonb)' AND a.privilege_type = 'EXECUTE'),
+		       pg_catalog.bool_or(a.obj LIKE 'fencegate.effect\_%' AND a.privilege_type = 'EXECUTE'),
 		       pg_catalog.array_agg(DISTINCT a.privilege_type || ' on ' || a.obj) FILTER (WHERE NOT (
 		           (a.obj = 'schema' AND a.privilege_type = 'USAGE') OR
 		           (a.obj IN ('marks', 'audit') AND a.privilege_type = 'SELECT') OR
-		           (a.obj IN ('fencegate.fence(text,bigint)', 'fencegate.fence(text,bigint,text)', 'fencegate.fence_many(text[],bigint)', 'fencegate.check_row()') AND a.privilege_type = 'EXECUTE')))
+		           (a.obj IN ('fencegate.fence(text,bigint)', 'fencegate.fence(text,bigint,text)', 'fencegate.fence_many(text[],bigint)', 'fencegate.check_row()', 'fencegate.effect(text,text,jsonb)') AND a.privilege_type = 'EXECUTE') OR
+		           (a.obj LIKE 'fencegate.effect\_%' AND a.privilege_type = 'EXECUTE')))
 		FROM acl a
 		JOIN pg_catalog.pg_namespace n ON n.nspname = 'fencegate'
 		WHERE a.grantee <> n.nspowner AND NOT (a.grantee <> 0 AND EXISTS (
@@ -530,13 +547,13 @@ func (in *installer) privileges(ctx context.Context) error {
 	type grantee struct {
 		name                                  string
 		usage, marks, audit, fence, fenceMany bool
-		checkRow                              bool
+		checkRow, effect, relay               bool
 		extra                                 []string
 	}
 	var gs []grantee
 	for rows.Next() {
 		var g grantee
-		if err := rows.Scan(&g.name, &g.usage, &g.marks, &g.audit, &g.fence, &g.fenceMany, &g.checkRow, &g.extra); err != nil {
+		if err := rows.Scan(&g.name, &g.usage, &g.marks, &g.audit, &g.fence, &g.fenceMany, &g.checkRow, &g.effect, &g.relay, &g.extra); err != nil {
 			return fmt.Errorf("install fencegate schema: %w", err)
 		}
 		gs = append(gs, g)
@@ -561,7 +578,7 @@ func (in *installer) privileges(ctx context.Context) error {
 	}
 	for _, g := range gs {
 		if g.name == "PUBLIC" {
-			if len(g.extra) > 0 || g.usage || g.marks || g.audit || g.fence || g.fenceMany || g.checkRow {
+			if len(g.extra) > 0 || g.usage || g.marks || g.audit || g.fence || g.fenceMany || g.checkRow || g.effect || g.relay {
 				var all []string
 				all = append(all, g.extra...)
 				in.did("revoked from PUBLIC: %s", strings.Join(all, ", "))
@@ -593,6 +610,12 @@ func (in *installer) privileges(ctx context.Context) error {
 		}
 		if g.checkRow {
 			grants = append(grants, "GRANT EXECUTE ON FUNCTION fencegate.check_row() TO "+ident(g.name))
+		}
+		if g.effect {
+			grants = append(grants, "GRANT EXECUTE ON FUNCTION fencegate.effect(text, text, jsonb) TO "+ident(g.name))
+		}
+		if g.relay {
+			grants = append(grants, "GRANT EXECUTE ON FUNCTION "+relayFunctionSigs+" TO "+ident(g.name))
 		}
 		for _, q := range grants {
 			if err := in.exec(ctx, "keep the grants of "+g.name, q); err != nil {
@@ -631,6 +654,7 @@ func (in *installer) privileges(ctx context.Context) error {
 			pg_catalog.has_function_privilege(r.oid, 'fencegate.fence(text,bigint)', 'EXECUTE')
 			AND pg_catalog.has_function_privilege(r.oid, 'fencegate.fence(text,bigint,text)', 'EXECUTE')
 			AND pg_catalog.has_function_privilege(r.oid, 'fencegate.fence_many(text[],bigint)', 'EXECUTE')
+			AND pg_catalog.has_function_privilege(r.oid, 'fencegate.effect(text,text,jsonb)', 'EXECUTE')
 			AND pg_catalog.has_table_privilege(r.oid, 'fencegate.marks', 'SELECT')
 			AND pg_catalog.has_schema_privilege(r.oid, 'fencegate', 'USAGE')
 			FROM pg_catalog.pg_roles r WHERE r.rolname = $1`, role).Scan(&super, &has)
@@ -643,7 +667,7 @@ func (in *installer) privileges(ctx context.Context) error {
 		r := ident(role)
 		for _, q := range []string{
 			"GRANT USAGE ON SCHEMA fencegate TO " + r,
-			"GRANT EXECUTE ON FUNCTION fencegate.fence(text, bigint), fencegate.fence(text, bigint, text), fencegate.fence_many(text[], bigint) TO " + r,
+			"GRANT EXECUTE ON FUNCTION fencegate.fence(text, bigint), fencegate.fence(text, bigint, text), fencegate.fence_many(text[], bigint), fencegate.effect(text, text, jsonb) TO " + r,
 			"GRANT SELECT ON fencegate.marks TO " + r,
 		} {
 			if err := in.exec(ctx, "grant to "+role, q); err != nil {
@@ -651,11 +675,47 @@ func (in *installer) privileges(ctx context.Context) error {
 			}
 		}
 		if !has {
-			in.did("granted %s USAGE on schema fencegate, EXECUTE on fence and fence_many, SELECT on marks", role)
+			in.did("granted %s USAGE on schema fencegate, EXECUTE on fence, fence_many and effect, SELECT on marks", role)
 			in.rep.Granted = append(in.rep.Granted, role)
 		}
 		if super {
 			in.rep.Warnings = append(in.rep.Warnings, fmt.Sprintf("role %s is a superuser: fences taken by it work, but it can switch every check off; applications should use ordinary roles", role))
+		}
+	}
+	return in.relayGrants(ctx, apps)
+}
+
+// relayGrants gives each role of InstallOptions.Relay what a relay needs:
+// USAGE on the schema and EXECUTE on the effect_* functions. A role that
+// may take fences is refused: a relay reads every effect's payload and
+// settles effects, which no application role may.
+func (in *installer) relayGrants(ctx context.Context, apps []string) error {
+	for _, role := range in.opts.Relay {
+		if slices.Contains(apps, role) {
+			return fmt.Errorf("%w: role %s is an application role (it may take fences); a relay role must be another role, since a relay reads every effect's payload", ErrBadInput, role)
+		}
+		var has bool
+		err := in.tx.QueryRow(ctx, `SELECT pg_catalog.has_function_privilege(r.oid, 'fencegate.effect_claim(text[],integer)', 'EXECUTE')
+			AND pg_catalog.has_schema_privilege(r.oid, 'fencegate', 'USAGE')
+			FROM pg_catalog.pg_roles r WHERE r.rolname = $1`, role).Scan(&has)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%w: role %s does not exist; create it first (CREATE ROLE %s LOGIN ...), then grant", ErrNoRole, role, role)
+		}
+		if err != nil {
+			return fmt.Errorf("install fencegate schema: read role %s: %w", role, classify(err))
+		}
+		r := ident(role)
+		for _, q := range []string{
+			"GRANT USAGE ON SCHEMA fencegate TO " + r,
+			"GRANT EXECUTE ON FUNCTION " + relayFunctionSigs + " TO " + r,
+		} {
+			if err := in.exec(ctx, "grant to relay role "+role, q); err != nil {
+				return err
+			}
+		}
+		if !has {
+			in.did("granted %s USAGE on schema fencegate, EXECUTE on effect_claim, effect_record, effect_stats and effect_prune (a relay)", role)
+			in.rep.Granted = append(in.rep.Granted, role)
 		}
 	}
 	return nil

@@ -354,7 +354,8 @@ func refuseUnexpectedRelations(ctx context.Context, tx pgx.Tx) error {
 // creates and that are already there although fencegate did not create
 // them: a version before the table's own (version 1 had only the marks,
 // version 2 added the audit, version 3 the signing keys, version 5 the
-// floor sequence, whose value a planted one would carry over), an owner or a
+// floor sequence, whose value a planted one would carry over, version 6 the
+// effects, whose rows a relay would deliver), an owner or a
 // schema owner that can log in or is a superuser (fencegate creates its
 // tables as the owner role, which can do neither; version 1's schema
 // belonged to the application role), or not of its kind (a plain table; the
@@ -367,7 +368,7 @@ const plantedTablesSQL = `SELECT c.oid::pg_catalog.regclass::pg_catalog.text,
 	CASE WHEN c.relkind OPERATOR(pg_catalog.=) 'v' THEN 'VIEW' WHEN c.relkind OPERATOR(pg_catalog.=) 'm' THEN 'MATERIALIZED VIEW' WHEN c.relkind OPERATOR(pg_catalog.=) 'f' THEN 'FOREIGN TABLE' WHEN c.relkind OPERATOR(pg_catalog.=) 'S' THEN 'SEQUENCE' ELSE 'TABLE' END,
 	c.relkind OPERATOR(pg_catalog.<>) 'S' AND (pg_catalog.pg_relation_size(c.oid) OPERATOR(pg_catalog.>) 0 OR (c.reltoastrelid OPERATOR(pg_catalog.<>) 0 AND pg_catalog.pg_relation_size(c.reltoastrelid) OPERATOR(pg_catalog.>) 0) OR EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i WHERE i.inhparent OPERATOR(pg_catalog.=) c.oid)),
 	ro.rolname::pg_catalog.text
-	FROM (VALUES ('audit', 2, 'r'), ('signing_keys', 3, 'r'), ('floor', 5, 'S')) x(name, since, kind)
+	FROM (VALUES ('audit', 2, 'r'), ('signing_keys', 3, 'r'), ('floor', 5, 'S'), ('effects', 6, 'r')) x(name, since, kind)
 	JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) 'fencegate'
 	JOIN pg_catalog.pg_roles so ON so.oid OPERATOR(pg_catalog.=) n.nspowner
 	JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid AND c.relname OPERATOR(pg_catalog.=) x.name

@@ -148,6 +148,7 @@ var unplantable = map[string]bool{
 	"unnest": true, "generate_subscripts": true, "trim_array": true, "array_in": true, "array_out": true,
 	"max": true, "min": true, "row_number": true, "rank": true, "first_value": true, "last_value": true,
 	"pg_advisory_xact_lock": true, // returns void, a pseudo-type
+	"pg_notify":             true, // returns void; called only inside fencegate.effect, whose search_path is pinned
 }
 
 // plantedLogSQL creates what every planted object calls: a WARNING and a

@@ -277,7 +277,7 @@ func TestUpgradeToFloor(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rep.FromVersion != v || rep.ToVersion != 5 {
+			if rep.FromVersion != v || rep.ToVersion != pgfence.SchemaVersion {
 				t.Fatalf("report: %+v", rep)
 			}
 			if got := marks(t, admin); !sameMarks(got, want) {

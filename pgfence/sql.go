@@ -10,8 +10,10 @@ import (
 // (marks owned by the application role, no protected tables); version 3
 // added signed tokens (fencegate.signing_keys and the fence with a proof);
 // version 4 checks UPDATEs of tables that hold rows row by row; version 5
-// added the floor (fencegate.floor) and the prune of marks below it.
-const SchemaVersion = 5
+// added the floor (fencegate.floor) and the prune of marks below it;
+// version 6 added the effects (fencegate.effects, fencegate.effect and the
+// relay's functions).
+const SchemaVersion = 6
 
 // DefaultOwnerRole is the role that owns schema fencegate when
 // InstallOptions.OwnerRole is empty.
@@ -42,6 +44,7 @@ type function struct {
 	result   string // pg_get_function_result
 	definer  bool   // SECURITY DEFINER
 	app      bool   // EXECUTE granted to application roles
+	relay    bool   // EXECUTE granted to relay roles
 	guard    bool   // part of the DDL guard, owned by a superuser
 	file     string // the embedded file that defines it
 	bodyFrom string // body text, filled in by init from the file
@@ -65,6 +68,11 @@ var functions = []*function{
 	{name: "set_mark", args: "resource text, token bigint, reason text", result: "bigint", definer: true, file: "schema"},
 	{name: "prune_batch", args: "floor bigint, after text, batch integer", result: "TABLE(deleted bigint, last_resource text)", file: "schema"},
 	{name: "prune", args: "floor bigint", result: "bigint", file: "schema"},
+	{name: "effect", args: "resource text, target text, payload jsonb", result: "bigint", definer: true, app: true, file: "schema"},
+	{name: "effect_claim", args: "targets text[], batch integer", result: "TABLE(id bigint, resource text, token bigint, target text, payload jsonb, idem_key uuid, attempts integer, created_at timestamp with time zone)", definer: true, relay: true, file: "schema"},
+	{name: "effect_record", args: "id bigint, outcome text, status integer, response text, error text, retry_at timestamp with time zone", result: "boolean", definer: true, relay: true, file: "schema"},
+	{name: "effect_stats", args: "", result: "TABLE(pending bigint, failed bigint, oldest_pending timestamp with time zone)", definer: true, relay: true, file: "schema"},
+	{name: "effect_prune", args: "retain interval, batch integer", result: "bigint", definer: true, relay: true, file: "schema"},
 	{name: "guard_ddl", args: "", result: "event_trigger", guard: true, file: "guard"},
 	{name: "guard_drop", args: "", result: "event_trigger", guard: true, file: "guard"},
 }
@@ -91,3 +99,11 @@ func init() {
 		panic("pgfence: the embedded SQL defines functions the package does not list")
 	}
 }
+
+// relayFunctionNamesSQL lists, quoted for SQL, the functions a relay role
+// may execute (InstallOptions.Relay).
+const relayFunctionNamesSQL = `'effect_claim', 'effect_record', 'effect_stats', 'effect_prune'`
+
+// relayFunctionSigs are the signatures of the relay's functions, as GRANT
+// takes them.
+const relayFunctionSigs = "fencegate.effect_claim(text[], integer), fencegate.effect_record(bigint, text, integer, text, text, timestamp with time zone), fencegate.effect_stats(), fencegate.effect_prune(interval, integer)"

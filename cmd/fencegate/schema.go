@@ -20,7 +20,7 @@ import (
 
 // The in-database half: schema fencegate, protected tables, marks.
 //
-//	fencegate schema install|upgrade|status --db DSN [--grant ROLE...] [--guard-ddl] [--owner ROLE]
+//	fencegate schema install|upgrade|status --db DSN [--grant ROLE...] [--relay ROLE...] [--guard-ddl] [--owner ROLE]
 //	fencegate schema require-signed --db DSN --signing-keys FILE [--cluster-id ID | --servers URLS] [--off]
 //	fencegate protect TABLE --resource EXPR --db DSN
 //	fencegate unprotect TABLE --db DSN
@@ -86,7 +86,9 @@ func runSchemaInstall(ctx context.Context, sub string, args []string, stdout, st
 	fs := flag.NewFlagSet("fencegate schema "+sub, flag.ContinueOnError)
 	db := fs.String("db", "", dbFlagHelp)
 	var grant stringList
-	fs.Var(&grant, "grant", "an application role to give what taking fences needs (USAGE on schema fencegate, EXECUTE on fence and fence_many, SELECT on the marks); repeat or separate with commas (default none)")
+	fs.Var(&grant, "grant", "an application role to give what taking fences needs (USAGE on schema fencegate, EXECUTE on fence, fence_many and effect, SELECT on the marks); repeat or separate with commas (default none)")
+	var relayRoles stringList
+	fs.Var(&relayRoles, "relay", "a role to give what 'fencegate relay' needs (USAGE on schema fencegate, EXECUTE on the effect_* functions; no fence, no table); repeat or separate with commas (default none)")
 	guard := fs.Bool("guard-ddl", false, "also install the DDL guard: event triggers refusing DDL on protected tables by roles outside the owner role (needs a superuser)")
 	owner := fs.String("owner", "", "the role that owns schema fencegate; created NOLOGIN when missing (default: the schema's current owner when nobody can log in as it, else "+pgfence.DefaultOwnerRole+")")
 	allowNewer := fs.Bool("allow-newer-postgres", false, allowNewerHelp)
@@ -102,7 +104,7 @@ func runSchemaInstall(ctx context.Context, sub string, args []string, stdout, st
 		return err
 	}
 	defer conn.Close(context.Background())
-	rep, err := pgfence.Install(ctx, conn, pgfence.InstallOptions{OwnerRole: *owner, Grant: grant, GuardDDL: *guard, RequireInstalled: sub == "upgrade", AllowNewerServer: *allowNewer})
+	rep, err := pgfence.Install(ctx, conn, pgfence.InstallOptions{OwnerRole: *owner, Grant: grant, Relay: relayRoles, GuardDDL: *guard, RequireInstalled: sub == "upgrade", AllowNewerServer: *allowNewer})
 	if err != nil {
 		if errors.Is(err, pgfence.ErrNotInstalled) {
 			return fmt.Errorf("schema fencegate is not installed in %s: run 'fencegate schema install --db DSN' first", name)

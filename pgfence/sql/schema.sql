@@ -1,10 +1,11 @@
--- fencegate schema, version 5: the marks, the floor, the fence and the
--- checks of protected tables. Install.go runs this file as the owner role
+-- fencegate schema, version 6: the marks, the floor, the fence, the
+-- checks of protected tables and the effects (the fenced outbox). Install.go runs this file as the owner role
 -- (SET LOCAL ROLE), inside the install transaction, after it has made sure
 -- the schema exists and belongs to that role. Every statement is
--- idempotent: the file runs on a fresh schema, on a version 1, 2, 3 or 4
--- schema (whose marks it keeps; the floor starts at 0) and on a version 5
--- schema that was altered (it puts every function back).
+-- idempotent: the file runs on a fresh schema, on a version 1, 2, 3, 4 or
+-- 5 schema (whose marks it keeps; the floor starts at 0, the effects
+-- empty) and on a version 6 schema that was altered (it puts every
+-- function back).
 --
 -- Rules every function below keeps (pgfence/DESIGN.md argues why):
 --   * search_path is pinned to pg_catalog, pg_temp by a SET clause;
@@ -94,7 +95,7 @@ COMMENT ON SEQUENCE fencegate.floor IS 'fencegate: the floor: last_value is the 
 CREATE OR REPLACE FUNCTION fencegate.schema_version() RETURNS integer
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
-AS $fg$SELECT 5$fg$;
+AS $fg$SELECT 6$fg$;
 
 -- fence check-and-advances the mark of one resource and records that this
 -- top-level transaction holds it. It runs as the owner role, which alone may
@@ -986,6 +987,183 @@ CREATE OR REPLACE FUNCTION fencegate.prune(floor bigint) RETURNS bigint
 LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fg$SELECT p.deleted FROM fencegate.prune_batch(prune.floor, NULL, NULL) p$fg$;
+
+-- effects is the fenced outbox (version 6): each row is a call to another
+-- system that a fenced transaction asked for (fencegate.effect), to be
+-- made by a relay once that transaction has committed. Only the owner role
+-- reads or writes it; applications add rows through fencegate.effect,
+-- relays claim and settle them through the effect_* functions below. The
+-- id is taken from its identity sequence (CACHE 1) inside fencegate.effect,
+-- while the writing transaction holds its resource's fence, that is the
+-- lock on the resource's mark: so among the effects of one resource, id
+-- order is the order in which their transactions committed
+-- (pgfence/DESIGN.md, "Effects"). idem_key is random per effect: it is the
+-- Idempotency-Key of every attempt, unique across databases and restores.
+CREATE TABLE IF NOT EXISTS fencegate.effects (
+	id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	resource   text COLLATE "C" NOT NULL,
+	token      bigint NOT NULL,
+	target     text COLLATE "C" NOT NULL,
+	payload    jsonb NOT NULL,
+	idem_key   uuid NOT NULL,
+	state      text COLLATE "C" NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'delivered', 'failed', 'dropped')),
+	created_at timestamptz NOT NULL DEFAULT now(),
+	attempts   integer NOT NULL DEFAULT 0,
+	next_at    timestamptz NOT NULL DEFAULT '-infinity',
+	status     integer,
+	response   text,
+	last_error text,
+	done_at    timestamptz
+);
+CREATE INDEX IF NOT EXISTS effects_pending ON fencegate.effects (resource, id) WHERE state = 'pending';
+CREATE INDEX IF NOT EXISTS effects_done ON fencegate.effects (done_at) WHERE state IN ('delivered', 'dropped');
+COMMENT ON TABLE fencegate.effects IS 'fencegate: calls to other systems that fenced transactions committed, for a relay to deliver (fencegate.effect)';
+
+-- effect records, in the calling transaction, that payload is to be POSTed
+-- to the relay's target named target once the transaction commits, and
+-- returns the effect's id. Like a write to a protected table it needs a
+-- standing fence on resource taken by this very transaction (FG002); the
+-- fence already refused a stale token (FG001), and the floor is read again
+-- here. It runs as the owner role, which alone may write the effects.
+CREATE OR REPLACE FUNCTION fencegate.effect(resource text, target text, payload jsonb) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fg$
+#variable_conflict use_column
+DECLARE
+	tok bigint;
+	flr bigint;
+	eid bigint;
+BEGIN
+	IF effect.resource IS NULL OR effect.resource = '' OR octet_length(convert_to(effect.resource, 'UTF8')) > 1024 THEN
+		RAISE EXCEPTION 'fencegate: effect needs a resource name of 1 to 1024 bytes (UTF-8), the one the lock was taken on'
+			USING ERRCODE = 'FG003',
+			HINT = 'Call SELECT fencegate.effect(resource, target, payload) after SELECT fencegate.fence(resource, token) in the same transaction.';
+	END IF;
+	IF effect.target IS NULL OR effect.target COLLATE "C" !~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$' THEN
+		RAISE EXCEPTION 'fencegate: effect target % is not a target name: 1 to 63 letters, digits, ".", "_" or "-", starting with a letter or digit', coalesce(quote_literal(effect.target), 'NULL')
+			USING ERRCODE = 'FG003',
+			HINT = 'Use a name the relay was started with (fencegate relay --target NAME=URL).';
+	END IF;
+	IF effect.payload IS NULL OR octet_length(effect.payload::text) > 1048576 THEN
+		RAISE EXCEPTION 'fencegate: effect payload for target % must be a JSON value of at most 1 MiB', effect.target
+			USING ERRCODE = 'FG003',
+			HINT = 'Pass the request body as jsonb; keep large documents elsewhere and send their reference.';
+	END IF;
+	SELECT m.token INTO tok FROM fencegate.marks m
+	WHERE m.resource = effect.resource AND m.holder_xid = pg_current_xact_id() AND m.holder_boot = pg_postmaster_start_time();
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'fencegate: effect refused: this transaction holds no fence on resource %', quote_literal(effect.resource)
+			USING ERRCODE = 'FG002',
+			HINT = format('Take the lock on %s, then run SELECT fencegate.fence(%s, token) in this transaction before recording an effect.', quote_literal(effect.resource), quote_literal(effect.resource));
+	END IF;
+	SELECT f.last_value INTO flr FROM fencegate.floor f;
+	IF tok <= flr THEN
+		RAISE EXCEPTION 'fencegate: stale token % for resource %: marks at or below % were pruned (floor %)', tok, quote_literal(effect.resource), flr, flr
+			USING ERRCODE = 'FG001',
+			HINT = 'Tokens at or below the floor are refused for every resource; this holder must not act.';
+	END IF;
+	INSERT INTO fencegate.effects (resource, token, target, payload, idem_key)
+	VALUES (effect.resource, tok, effect.target, effect.payload, gen_random_uuid())
+	RETURNING id INTO eid;
+	PERFORM pg_notify('fencegate_effects', effect.target);
+	RETURN eid;
+END
+$fg$;
+
+-- effect_claim locks, in the calling transaction, at most batch effects that
+-- are due, each the oldest pending effect of its resource, whose target is
+-- one of targets, skipping those another transaction holds (another relay
+-- delivering them), and returns them. The locks last until the caller's
+-- transaction ends: the relay delivers, settles each with effect_record and
+-- commits; a relay that dies releases them with its connection.
+CREATE OR REPLACE FUNCTION fencegate.effect_claim(targets text[], batch integer) RETURNS TABLE(id bigint, resource text, token bigint, target text, payload jsonb, idem_key uuid, attempts integer, created_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fg$
+#variable_conflict use_column
+BEGIN
+	RETURN QUERY
+	SELECT e.id, e.resource::text, e.token, e.target::text, e.payload, e.idem_key, e.attempts, e.created_at
+	FROM fencegate.effects e
+	WHERE e.id IN (SELECT h.id FROM (SELECT DISTINCT ON (p.resource) p.id, p.target, p.next_at
+	                                 FROM fencegate.effects p WHERE p.state = 'pending'
+	                                 ORDER BY p.resource, p.id) h
+	               WHERE h.target = ANY (effect_claim.targets) AND h.next_at <= clock_timestamp())
+	  AND e.state = 'pending'
+	ORDER BY e.id
+	LIMIT greatest(coalesce(effect_claim.batch, 1), 1)
+	FOR UPDATE OF e SKIP LOCKED;
+END
+$fg$;
+
+-- effect_record settles one attempt of an effect the calling transaction
+-- claimed: outcome 'delivered' or 'failed' ends it, 'retry' leaves it
+-- pending until retry_at. It counts the attempt and keeps the response.
+CREATE OR REPLACE FUNCTION fencegate.effect_record(id bigint, outcome text, status integer, response text, error text, retry_at timestamp with time zone) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET lock_timeout = '5s'
+AS $fg$
+#variable_conflict use_column
+DECLARE
+	n bigint;
+BEGIN
+	IF effect_record.outcome IS NULL OR effect_record.outcome NOT IN ('delivered', 'failed', 'retry') THEN
+		RAISE EXCEPTION 'fencegate: effect_record needs outcome delivered, failed or retry, got %', coalesce(quote_literal(effect_record.outcome), 'NULL')
+			USING ERRCODE = 'FG003';
+	END IF;
+	-- Held by this transaction (effect_claim): taken again at once. Held by
+	-- another: refused, never waited for.
+	PERFORM 1 FROM fencegate.effects e WHERE e.id = effect_record.id FOR UPDATE NOWAIT;
+	UPDATE fencegate.effects e
+	SET attempts = e.attempts + 1,
+	    state = CASE effect_record.outcome WHEN 'retry' THEN 'pending' ELSE effect_record.outcome END,
+	    status = effect_record.status,
+	    response = left(effect_record.response, 4096),
+	    last_error = left(effect_record.error, 1024),
+	    next_at = CASE WHEN effect_record.outcome = 'retry' THEN coalesce(effect_record.retry_at, clock_timestamp()) ELSE e.next_at END,
+	    done_at = CASE WHEN effect_record.outcome = 'retry' THEN NULL ELSE clock_timestamp() END
+	WHERE e.id = effect_record.id AND e.state = 'pending';
+	GET DIAGNOSTICS n = ROW_COUNT;
+	RETURN n = 1;
+END
+$fg$;
+
+-- effect_stats counts the effects for a relay's metrics: pending, failed,
+-- and the creation time of the oldest pending one.
+CREATE OR REPLACE FUNCTION fencegate.effect_stats() RETURNS TABLE(pending bigint, failed bigint, oldest_pending timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fg$
+SELECT count(*) FILTER (WHERE e.state = 'pending'), count(*) FILTER (WHERE e.state = 'failed'),
+       min(e.created_at) FILTER (WHERE e.state = 'pending')
+FROM fencegate.effects e WHERE e.state IN ('pending', 'failed')
+$fg$;
+
+-- effect_prune deletes at most batch delivered and dropped effects settled
+-- more than retain ago, and returns how many it deleted. Pending and failed
+-- effects stay.
+CREATE OR REPLACE FUNCTION fencegate.effect_prune(retain interval, batch integer) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fg$
+#variable_conflict use_column
+DECLARE
+	n bigint;
+BEGIN
+	IF effect_prune.retain IS NULL OR effect_prune.retain < interval '0' THEN
+		RAISE EXCEPTION 'fencegate: effect_prune needs a non-negative retention' USING ERRCODE = 'FG003';
+	END IF;
+	DELETE FROM fencegate.effects e WHERE e.id IN (
+		SELECT d.id FROM fencegate.effects d
+		WHERE d.state IN ('delivered', 'dropped') AND d.done_at < clock_timestamp() - effect_prune.retain
+		ORDER BY d.done_at LIMIT greatest(coalesce(effect_prune.batch, 1000), 1)
+		FOR UPDATE SKIP LOCKED);
+	GET DIAGNOSTICS n = ROW_COUNT;
+	RETURN n;
+END
+$fg$;
 
 -- protected lists every protected table: the table protect was called on
 -- (root) and each of its partitions and children, with the resource
