@@ -120,6 +120,15 @@ export class Lock extends EventEmitter {
 /** A fenced transaction under several locks (fenced in byte-wise order of the resources). */
 export function transaction<T>(db: Queryable, locks: Lock[], fn: (client: any) => Promise<T> | T): Promise<T>;
 
+/** The statement that records an effect ($1 resource, $2 target name, $3 JSON payload). */
+export const EFFECT_SQL: string;
+/**
+ * Records, in the fenced transaction of client (the one lock.transaction hands to its callback), that payload is
+ * to be POSTed to the relay's target named target once the transaction commits. Resolves to the effect's id.
+ * A Buffer is taken as JSON as it is; anything else is JSON.stringify'd. Throws UnfencedWriteError without the fence.
+ */
+export function recordEffect(client: any, lock: Lock, target: string, payload: unknown): Promise<bigint>;
+
 export class TokenClient {
   constructor(
     servers: string[],

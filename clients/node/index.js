@@ -9,5 +9,6 @@ export { LockClient, DEFAULT_KEY_PREFIX, noRetry, fixedRetry, exponentialRetry }
 export { Lock } from './lib/lock.js';
 export { TokenClient, MAX_RESOURCE_BYTES, checkResource } from './lib/tokens.js';
 export { transaction, mapError, sqlstate, FENCE_SQL, FENCE_SIGNED_SQL } from './lib/fence.js';
+export { recordEffect, EFFECT_SQL } from './lib/effect.js';
 export { EXTEND_SCRIPT, RELEASE_SCRIPT, EXTEND_SHA, RELEASE_SHA } from './lib/nodes.js';
 export * from './lib/errors.js';

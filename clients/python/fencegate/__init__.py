@@ -67,6 +67,7 @@ from .errors import (
     TransactionAbortedError,
     UnfencedWriteError,
 )
+from .effect import EFFECT_SQL, record_effect
 from .fence import FENCE_SIGNED_SQL, FENCE_SQL, fence_errors, map_error, sqlstate, transaction
 from .lock import Lock
 from .nodes import EXTEND_SCRIPT, RELEASE_SCRIPT
