@@ -393,3 +393,26 @@ func TestEffectFloor(t *testing.T) {
 	_, err = tx.Exec(ctx, fencegate.FenceSQL, "fresh", int64(50))
 	wantRefused(t, err, fencegate.CodeStaleToken, "floor")
 }
+
+// TestEffectSequenceAltered: a cached or stepping id sequence would break
+// the per-resource order; health reports it and an upgrade repairs it.
+func TestEffectSequenceAltered(t *testing.T) {
+	ctx := context.Background()
+	db := pgfencetest.New(t)
+	admin := db.Admin(t)
+	for _, alter := range []string{"CACHE 50", "INCREMENT 2", "CYCLE"} {
+		if _, err := admin.Exec(ctx, "ALTER SEQUENCE fencegate.effects_id_seq "+alter); err != nil {
+			t.Fatal(err)
+		}
+		h := health(t, admin)
+		if len(h) != 1 || !strings.Contains(h[0], "effects_id_seq") {
+			t.Fatalf("%s: health %q", alter, h)
+		}
+		if _, err := pgfence.Install(ctx, admin, pgfence.InstallOptions{OwnerRole: db.Owner}); err != nil {
+			t.Fatal(err)
+		}
+		if h := health(t, admin); len(h) != 0 {
+			t.Fatalf("after the upgrade: %q", h)
+		}
+	}
+}

@@ -139,6 +139,12 @@ UNION ALL
 		  AND q.seqtypid OPERATOR(pg_catalog.=) 'pg_catalog.int8'::pg_catalog.regtype AND q.seqincrement OPERATOR(pg_catalog.=) 1
 		  AND q.seqmin OPERATOR(pg_catalog.=) 0 AND q.seqmax OPERATOR(pg_catalog.=) 9223372036854775807 AND NOT q.seqcycle)
 UNION ALL
+	SELECT 'sequence fencegate.effects_id_seq is missing or altered (it orders each resource''s effects: it must count up by 1, one value at a time, without cycling): run "fencegate schema upgrade --db DSN"'
+	FROM fg WHERE NOT EXISTS (
+		SELECT 1 FROM rels r JOIN pg_catalog.pg_sequence q ON q.seqrelid OPERATOR(pg_catalog.=) r.oid
+		WHERE r.name OPERATOR(pg_catalog.=) 'effects_id_seq' AND r.relkind OPERATOR(pg_catalog.=) 'S'
+		  AND q.seqincrement OPERATOR(pg_catalog.=) 1 AND q.seqcache OPERATOR(pg_catalog.=) 1 AND NOT q.seqcycle)
+UNION ALL
 	SELECT pg_catalog.format('view fencegate.protected is missing: run "fencegate schema upgrade --db DSN"')
 	FROM fg WHERE NOT EXISTS (SELECT 1 FROM rels r WHERE r.name OPERATOR(pg_catalog.=) 'protected' AND r.relkind OPERATOR(pg_catalog.=) 'v')
 UNION ALL

@@ -1015,6 +1015,18 @@ CREATE TABLE IF NOT EXISTS fencegate.effects (
 	last_error text,
 	done_at    timestamptz
 );
+-- The id's sequence must hand out values one at a time (CACHE 1), in
+-- steps of 1, without cycling: per resource, id order is commit order only
+-- because each nextval sees every earlier one (pgfence/DESIGN.md, "Effects").
+DO $do$
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_sequence s
+	               WHERE s.seqrelid = 'fencegate.effects_id_seq'::pg_catalog.regclass
+	                 AND s.seqincrement = 1 AND s.seqcache = 1 AND NOT s.seqcycle) THEN
+		ALTER SEQUENCE fencegate.effects_id_seq INCREMENT 1 CACHE 1 NO CYCLE;
+	END IF;
+END
+$do$;
 CREATE INDEX IF NOT EXISTS effects_pending ON fencegate.effects (resource, id) WHERE state = 'pending';
 CREATE INDEX IF NOT EXISTS effects_done ON fencegate.effects (done_at) WHERE state IN ('delivered', 'dropped');
 COMMENT ON TABLE fencegate.effects IS 'fencegate: calls to other systems that fenced transactions committed, for a relay to deliver (fencegate.effect)';
