@@ -23,7 +23,7 @@ const healthFunctions = `	('schema_version', '', false, false, false, '{"search_
 	('prune_batch', 'floor bigint, after text, batch integer', false, false, false, '{"search_path=pg_catalog, pg_temp",lock_timeout=5s}', 'a56e8f8133e34280e0ff61174db47625'),
 	('prune', 'floor bigint', false, false, false, '{"search_path=pg_catalog, pg_temp"}', '7743b9425f2c3f2b57926e23b5dead7e'),
 	('effect', 'resource text, target text, payload jsonb', true, true, false, '{"search_path=pg_catalog, pg_temp"}', '28523a599e8788f51e65c3d9a7a3e317'),
-	('effect_claim', 'targets text[], batch integer', true, false, false, '{"search_path=pg_catalog, pg_temp"}', '730ebaba50542b0bfb7ad12cbde32b16'),
+	('effect_claim', 'targets text[], batch integer', true, false, false, '{"search_path=pg_catalog, pg_temp"}', '0883b8c7348d527a2c59caad6203fc2f'),
 	('effect_record', 'id bigint, outcome text, status integer, response text, error text, retry_at timestamp with time zone', true, false, false, '{"search_path=pg_catalog, pg_temp",lock_timeout=5s}', 'c49c64848f8b6cf8733300b5928b05dc'),
 	('effect_stats', '', true, false, false, '{"search_path=pg_catalog, pg_temp"}', '8975980bc3f97fb8e7569b3263f6599a'),
 	('effect_prune', 'retain interval, batch integer', true, false, false, '{"search_path=pg_catalog, pg_temp"}', '24e198e682a7c2f82d6fff4712f14a8f'),

@@ -325,6 +325,8 @@ func (r *Relay) round(ctx, hard context.Context, conn *pgx.Conn, t *target) (int
 		}()
 	}
 	wg.Wait()
+	// The outcomes go in one round trip (a pipeline), then COMMIT.
+	var b pgx.Batch
 	for i, e := range effs {
 		o := outs[i]
 		if o.kind == "retry" && r.cfg.MaxAttempts > 0 && e.attempts+1 >= r.cfg.MaxAttempts {
@@ -336,9 +338,10 @@ func (r *Relay) round(ctx, hard context.Context, conn *pgx.Conn, t *target) (int
 			o.retryAt = &at
 		}
 		outs[i] = o
-		if _, err := tx.Exec(hard, "SELECT fencegate.effect_record($1, $2, $3, $4, $5, $6)", e.id, o.kind, o.status, nullIfEmpty(o.response), nullIfEmpty(o.err), o.retryAt); err != nil {
-			return len(effs), err
-		}
+		b.Queue("SELECT fencegate.effect_record($1, $2, $3, $4, $5, $6)", e.id, o.kind, o.status, nullIfEmpty(o.response), nullIfEmpty(o.err), o.retryAt)
+	}
+	if err := tx.SendBatch(hard, &b).Close(); err != nil {
+		return len(effs), err
 	}
 	if err := tx.Commit(hard); err != nil {
 		return len(effs), err

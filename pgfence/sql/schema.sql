@@ -1084,7 +1084,9 @@ END
 $fg$;
 
 -- effect_claim locks, in the calling transaction, at most batch effects that
--- are due, each the oldest pending effect of its resource, whose target is
+-- are due, each the oldest pending effect of its resource (found by a skip
+-- scan of effects_pending: one index probe per resource with pending
+-- effects, however many each has), whose target is
 -- one of targets, skipping those another transaction holds (another relay
 -- delivering them), and returns them. The locks last until the caller's
 -- transaction ends: the relay delivers, settles each with effect_record and
@@ -1098,11 +1100,14 @@ BEGIN
 	RETURN QUERY
 	SELECT e.id, e.resource::text, e.token, e.target::text, e.payload, e.idem_key, e.attempts, e.created_at
 	FROM fencegate.effects e
-	WHERE e.id IN (SELECT h.id FROM (SELECT DISTINCT ON (p.resource) p.id, p.target, p.next_at
-	                                 FROM fencegate.effects p WHERE p.state = 'pending'
-	                                 ORDER BY p.resource, p.id) h
-	               WHERE h.target = ANY (effect_claim.targets) AND h.next_at <= clock_timestamp())
-	  AND e.state = 'pending'
+	WHERE e.id IN (WITH RECURSIVE heads(resource, id) AS (
+	                   (SELECT p.resource, p.id FROM fencegate.effects p WHERE p.state = 'pending' ORDER BY p.resource, p.id LIMIT 1)
+	                   UNION ALL
+	                   SELECT n.resource, n.id FROM heads h, LATERAL (
+	                       SELECT p.resource, p.id FROM fencegate.effects p
+	                       WHERE p.state = 'pending' AND p.resource > h.resource ORDER BY p.resource, p.id LIMIT 1) n)
+	               SELECT h.id FROM heads h)
+	  AND e.state = 'pending' AND e.target = ANY (effect_claim.targets) AND e.next_at <= clock_timestamp()
 	ORDER BY e.id
 	LIMIT greatest(coalesce(effect_claim.batch, 1), 1)
 	FOR UPDATE OF e SKIP LOCKED;
