@@ -43,6 +43,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintln(stderr, "                  Redis lock with a short TTL while holders are frozen past it, unfenced")
 		fmt.Fprintln(stderr, "                  and fenced (through the proxy); run against 'fencegate dev'. Exits 0 only")
 		fmt.Fprintln(stderr, "                  when nothing was lost with the fence. See 'fencegate demo lost-updates --help'.")
+		fmt.Fprintln(stderr)
+		fmt.Fprintln(stderr, "  effects         the paused holder against a payment provider on loopback that honours")
+		fmt.Fprintln(stderr, "                  Idempotency-Key: charged twice without fencing, once with effects (the stale")
+		fmt.Fprintln(stderr, "                  holder's refused with FG001), once after a relay is killed mid-delivery.")
+		fmt.Fprintln(stderr, "                  See 'fencegate demo effects --help'.")
 		if len(args) == 0 {
 			return usagef("name a demo: paused-holder, forged-token or lost-updates")
 		}
@@ -55,8 +60,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return runForgedToken(ctx, args[1:], stdout, stderr)
 	case "lost-updates":
 		return runLostUpdates(ctx, args[1:], stdout, stderr)
+	case "effects":
+		return runEffectsDemo(ctx, args[1:], stdout, stderr)
 	}
-	return usagef("unknown demo %q; the demos are paused-holder, forged-token and lost-updates", args[0])
+	return usagef("unknown demo %q; the demos are paused-holder, forged-token, lost-updates and effects", args[0])
 }
 
 func runPausedHolder(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -147,4 +154,24 @@ func runForgedToken(ctx context.Context, args []string, stdout, stderr io.Writer
 		return fmt.Errorf("interrupted; the servers and database it started are gone: %w", ctx.Err())
 	}
 	return demoFlags.err(err)
+}
+
+func runEffectsDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("fencegate demo effects", flag.ContinueOnError)
+	var cfg demo.EffectsConfig
+	fs.StringVar(&cfg.Postgres, "postgres", "", "DSN of a PostgreSQL server to use, a role that may create databases (default: found as 'fencegate dev' does)")
+	fs.StringVar(&cfg.Redis, "redis", "", "host:port of the Redis server to use (default: found as 'fencegate dev' does)")
+	fs.DurationVar(&cfg.TTL, "ttl", time.Second, "the lock's time to live")
+	verbose := fs.Bool("v", false, "log what the demo does")
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
+	}
+	cfg.Out = stdout
+	level := slog.LevelWarn
+	if *verbose {
+		level = slog.LevelInfo
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("component", "demo")
+	_, err := demo.Effects(ctx, cfg)
+	return err
 }

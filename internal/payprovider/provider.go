@@ -56,8 +56,13 @@ type Provider struct {
 	overlaps int // requests that arrived while another of their key was in flight
 	// Reject, when set, answers 422 (and charges nothing) to a request it
 	// returns true for.
-	Reject func(body []byte) bool
+	Reject   func(body []byte) bool
+	onCharge func(Charge)
 }
+
+// SetOnCharge has f called after each new charge, before the answer is
+// sent (nil: nothing).
+func (p *Provider) SetOnCharge(f func(Charge)) { p.mu.Lock(); p.onCharge = f; p.mu.Unlock() }
 
 // Start starts a provider on a loopback port.
 func Start(f Faults) *Provider {
@@ -171,6 +176,12 @@ func (p *Provider) charge(key, res string, tok int64, body []byte) (int, bool) {
 		return i + 1, false
 	}
 	p.byKey[key] = len(p.charges)
-	p.charges = append(p.charges, Charge{Key: key, Resource: res, Token: tok, Body: append(json.RawMessage(nil), body...), At: time.Now()})
+	c := Charge{Key: key, Resource: res, Token: tok, Body: append(json.RawMessage(nil), body...), At: time.Now()}
+	p.charges = append(p.charges, c)
+	if f := p.onCharge; f != nil {
+		p.mu.Unlock()
+		f(c)
+		p.mu.Lock()
+	}
 	return len(p.charges), true
 }
