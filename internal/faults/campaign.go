@@ -206,9 +206,9 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		if !rep.Result.OK() || !rep.TokensOK {
 			status = "FAILED"
 		}
-		fmt.Fprintf(cfg.Out, "run %d seed %d: %s: faults %d, double-holds %d, stale rejected %d, stale accepted %d, committed %d, porcupine %s  (%s)\n",
+		fmt.Fprintf(cfg.Out, "run %d seed %d: %s: faults %d, double-holds %d, stale rejected %d, stale accepted %d, committed %d, effects delivered once %d, porcupine %s  (%s)\n",
 			rep.Index, rep.Seed, status, rep.Result.Faults, rep.Result.DoubleHolds, rep.Result.StaleRejected,
-			rep.Result.StaleAccepted, rep.Result.Committed, okWord(rep.TokensOK), rep.Dir)
+			rep.Result.StaleAccepted, rep.Result.Committed, rep.Result.Effects, okWord(rep.TokensOK), rep.Dir)
 		if ctx.Err() != nil {
 			break
 		}

@@ -24,6 +24,7 @@ const (
 	FaultReplaceNode       = "replace-node"
 	FaultRestoreCopy       = "restore-copy"
 	FaultPruneMarks        = "prune-marks"
+	FaultKillRelay         = "kill-relay"
 )
 
 // Fault is one fault the nemesis can inject.
@@ -84,6 +85,8 @@ var Catalog = []Fault{
 		inject: (*Nemesis).restoreCopy},
 	{Name: FaultPruneMarks, Doc: "prune the marks to a floor drawn from the clients' tokens, up to the newest holder's", Weight: 2,
 		inject: func(n *Nemesis, ctx context.Context) error { return n.pruneMarks(ctx, n.rng) }},
+	{Name: FaultKillRelay, Doc: "kill -9 the effects relay, restart it", Weight: 1,
+		inject: (*Nemesis).killRelay},
 }
 
 // faultByName indexes Catalog.

@@ -22,6 +22,19 @@ type Row struct {
 type DBState struct {
 	Counter int64
 	Rows    []Row
+	// Effects are the effects the clients' transactions recorded, after
+	// the relay had up to 30s to deliver them; Charges the Idempotency-Key
+	// of every charge the provider made, in order.
+	Effects []EffectRow
+	Charges []string
+}
+
+// EffectRow is one effect as the database holds it.
+type EffectRow struct {
+	Client string
+	Op     int64
+	Key    string
+	State  string
 }
 
 // Result is the verdict of the checkers on one run.
@@ -32,6 +45,7 @@ type Result struct {
 	StaleAccepted int // committed writes whose token is below an earlier committed one
 	Committed     int // rows in the database
 	Unknown       int // transactions whose outcome the client could not know
+	Effects       int // effects committed (one per committed increment)
 	TokenOps      int // token operations checked for real-time order
 	// Failures lists every violated property, one line each. Empty means
 	// the run passed.
@@ -94,6 +108,7 @@ func Check(evs []Event, db DBState) Result {
 	checkData(&r, db, calls, oks, unknown)
 	checkNoTrace(&r, db, rejected)
 	checkStale(&r, db)
+	checkEffects(&r, db)
 	checkFloor(&r, evs, calls, oks)
 	checkAfterWipes(&r, evs)
 	r.DoubleHolds = countDoubleHolds(evs)
@@ -292,4 +307,47 @@ func countDoubleHolds(evs []Event) int {
 		}
 	}
 	return n
+}
+
+// checkEffects: every committed increment recorded exactly one effect and
+// no effect exists without its increment (a rejected or rolled-back
+// transaction's effect never committed); every effect was delivered; the
+// provider charged exactly the effects' keys, each once, however often the
+// relay was killed.
+func checkEffects(r *Result, db DBState) {
+	r.Effects = len(db.Effects)
+	rows := map[opKey]bool{}
+	for _, row := range db.Rows {
+		rows[opKey{row.Client, row.Op}] = true
+	}
+	effects := map[opKey]int{}
+	keys := map[string]bool{}
+	for _, e := range db.Effects {
+		k := opKey{e.Client, e.Op}
+		effects[k]++
+		keys[e.Key] = true
+		if !rows[k] {
+			r.failf("effects: effect of %s op %d committed without its increment", e.Client, e.Op)
+		}
+		if e.State != "delivered" {
+			r.failf("effects: effect of %s op %d is %s 30s after the run, not delivered", e.Client, e.Op, e.State)
+		}
+	}
+	for k := range rows {
+		if effects[k] != 1 {
+			r.failf("effects: increment of %s op %d has %d effects, want 1", k.client, k.op, effects[k])
+		}
+	}
+	charged := map[string]int{}
+	for _, key := range db.Charges {
+		charged[key]++
+		if !keys[key] {
+			r.failf("effects: the provider charged key %s, which no committed effect has", key)
+		}
+	}
+	for key := range keys {
+		if charged[key] != 1 {
+			r.failf("effects: key %s charged %d times, want 1", key, charged[key])
+		}
+	}
 }

@@ -43,7 +43,13 @@ func sortByTime(evs []Event) []Event {
 }
 
 func TestCheck(t *testing.T) {
-	good := DBState{Counter: 1, Rows: []Row{{Client: "c2", Op: 1, Token: 2, Prev: 0}}}
+	good := DBState{Counter: 1, Rows: []Row{{Client: "c2", Op: 1, Token: 2, Prev: 0}},
+		Effects: []EffectRow{{Client: "c2", Op: 1, Key: "k1", State: "delivered"}}, Charges: []string{"k1"}}
+	withEffects := func(effects []EffectRow, charges ...string) DBState {
+		d := good
+		d.Effects, d.Charges = effects, charges
+		return d
+	}
 	tests := []struct {
 		name string
 		evs  []Event
@@ -81,6 +87,12 @@ func TestCheck(t *testing.T) {
 			Event{Time: 38, Client: "nemesis", Kind: KindFaultStart, Fault: FaultPruneMarks, Value: 2},
 			Event{Time: 45, Client: "nemesis", Kind: KindFaultEnd, Fault: FaultPruneMarks, Value: 2},
 		)), good, ""},
+		{"effect of a rejected transaction", paused(), withEffects([]EffectRow{good.Effects[0], {Client: "c1", Op: 1, Key: "k2", State: "delivered"}}, "k1", "k2"),
+			"effect of c1 op 1 committed without its increment"},
+		{"effect missing", paused(), withEffects(nil), "increment of c2 op 1 has 0 effects"},
+		{"effect not delivered", paused(), withEffects([]EffectRow{{Client: "c2", Op: 1, Key: "k1", State: "pending"}}), "is pending 30s after the run"},
+		{"key charged twice", paused(), withEffects(good.Effects, "k1", "k1"), "key k1 charged 2 times"},
+		{"charge without an effect", paused(), withEffects(good.Effects, "k1", "k9"), "charged key k9, which no committed effect has"},
 		{"write above the floor", sortByTime(append(paused(),
 			Event{Time: 33, Client: "nemesis", Kind: KindFaultStart, Fault: FaultPruneMarks, Value: 1},
 			Event{Time: 35, Client: "nemesis", Kind: KindFaultEnd, Fault: FaultPruneMarks, Value: 1},

@@ -180,6 +180,11 @@ func (c *client) txn(ctx context.Context, lock *lockclient.Lock) {
 			c.cfg.ID, c.op, token, prev); err != nil {
 			return fmt.Errorf("insert increment: %w", err)
 		}
+		// The increment's call to the provider, sent by the relay once
+		// this transaction commits (checkEffects).
+		if _, err := lock.Effect(tctx, tx, EffectTarget, map[string]any{"client": c.cfg.ID, "op": c.op, "token": token}); err != nil {
+			return fmt.Errorf("record effect: %w", err)
+		}
 		bodyDone = true
 		return nil
 	})

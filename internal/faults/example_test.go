@@ -8,7 +8,7 @@ import (
 
 // A paused holder's write arrives after another holder's: the fence rejects
 // it, and the checkers find a double hold, one stale write rejected and none
-// accepted.
+// accepted, and the current holder's effect charged once.
 func ExampleCheck() {
 	evs := []faults.Event{
 		{Time: 10, Client: "c1", Kind: faults.KindAcquireOK, Op: 1, Token: 1},
@@ -22,7 +22,11 @@ func ExampleCheck() {
 		{Time: 90, Client: "c1", Kind: faults.KindTxnStale, Op: 1, Token: 1},
 		{Time: 95, Client: "c1", Kind: faults.KindRelease, Op: 1},
 	}
-	db := faults.DBState{Counter: 1, Rows: []faults.Row{{Client: "c2", Op: 1, Token: 2, Prev: 0}}}
+	db := faults.DBState{Counter: 1, Rows: []faults.Row{{Client: "c2", Op: 1, Token: 2, Prev: 0}},
+		// c2's transaction recorded its call to the provider, which the
+		// relay delivered; the provider charged it once.
+		Effects: []faults.EffectRow{{Client: "c2", Op: 1, Key: "key-c2-1", State: "delivered"}},
+		Charges: []string{"key-c2-1"}}
 	r := faults.Check(evs, db)
 	fmt.Println(r.OK(), r.DoubleHolds, r.StaleRejected, r.StaleAccepted)
 	// Output: true 1 1 0

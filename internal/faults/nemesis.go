@@ -340,6 +340,11 @@ func (n *Nemesis) killProxy(ctx context.Context) error {
 	return n.window(ctx, FaultKillProxy, p.Name, "", p.Proc.Kill, down, p.Proc.Start)
 }
 
+func (n *Nemesis) killRelay(ctx context.Context) error {
+	down := 50*time.Millisecond + n.jitter(500*time.Millisecond)
+	return n.window(ctx, FaultKillRelay, "relay", "", n.stack.Relay.Kill, down, n.stack.Relay.Start)
+}
+
 // cut cuts (or heals) the links between a and b in both directions.
 func cut(a, b *TokenNode, on bool) {
 	for _, r := range []interface {

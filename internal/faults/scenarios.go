@@ -39,6 +39,9 @@ var Scenarios = map[string][]string{
 	// A proxy killed and restarted: the fences live in PostgreSQL, so the
 	// restarted proxy still rejects the paused holder's stale write.
 	"proxy-crash": {FaultKillProxy, FaultPauseClient},
+	// The effects relay killed twice around a paused holder: every committed
+	// increment's call reaches the provider once, none of the stale holder's.
+	"relay-crash": {FaultKillRelay, FaultPauseClient, FaultKillRelay},
 	// A token node loses its disk and is restarted with its usual flags:
 	// it must refuse to start (an empty node once voted a stale node into
 	// leadership and the counter restarted at 1), and comes back through

@@ -15,6 +15,7 @@ import (
 	"github.com/fencegate/fencegate/internal/devstack/servers"
 	"github.com/fencegate/fencegate/internal/freeport"
 	"github.com/fencegate/fencegate/internal/netfault"
+	"github.com/fencegate/fencegate/internal/payprovider"
 	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/internal/poll"
 	"github.com/fencegate/fencegate/internal/proc"
@@ -100,6 +101,36 @@ type Stack struct {
 	// Disk throttles a token node's writes; nil when the machine cannot.
 	Disk   *DiskThrottle
 	relays []*netfault.Relay
+	// Provider receives the effects the clients record (a payment
+	// provider that charges once per Idempotency-Key and now and then
+	// answers 503 or charges and resets the connection); Relay is the
+	// "fencegate relay" process that delivers them.
+	Provider *payprovider.Provider
+	Relay    *proc.Proc
+}
+
+// EffectTarget is the relay's name for the provider.
+const EffectTarget = "provider"
+
+func (s *Stack) startRelay() error {
+	s.Provider = payprovider.Start(payprovider.Faults{Unavailable: 0.05, CloseAfterCharge: 0.05})
+	s.Relay = s.Sup.Add("relay", s.cfg.Binary, []string{"relay", "--target", EffectTarget + "=" + s.Provider.URL(),
+		"--timeout", "2s", "--poll", "100ms", "--min-backoff", "20ms", "--max-backoff", "500ms"},
+		proc.WithEnv("DATABASE_URL="+s.DB.AdminDSN))
+	return s.Relay.Start()
+}
+
+// waitEffects waits, up to timeout, until no effect is pending: the relay
+// delivers what the run committed.
+func (s *Stack) waitEffects(ctx context.Context, c *pgx.Conn, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		var pending int
+		if err := c.QueryRow(ctx, "SELECT count(*) FROM fencegate.effects WHERE state = 'pending'").Scan(&pending); err != nil || pending == 0 {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // StartStack starts every process of a run and waits until each serves:
@@ -139,6 +170,9 @@ func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, err error) {
 		return nil, err
 	}
 	if err := s.startProxies(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.startRelay(); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -407,12 +441,36 @@ func (s *Stack) ReadState(ctx context.Context) (DBState, error) {
 		}
 		st.Rows = append(st.Rows, r)
 	}
-	return st, rows.Err()
+	if err := rows.Err(); err != nil {
+		return st, err
+	}
+	s.waitEffects(ctx, c, 30*time.Second)
+	rows, err = c.Query(ctx, "SELECT payload->>'client', (payload->>'op')::bigint, idem_key::text, state FROM fencegate.effects ORDER BY id")
+	if err != nil {
+		return st, fmt.Errorf("read effects: %w", err)
+	}
+	for rows.Next() {
+		var e EffectRow
+		if err := rows.Scan(&e.Client, &e.Op, &e.Key, &e.State); err != nil {
+			return st, fmt.Errorf("read effects: %w", err)
+		}
+		st.Effects = append(st.Effects, e)
+	}
+	if err := rows.Err(); err != nil {
+		return st, err
+	}
+	for _, ch := range s.Provider.Charges() {
+		st.Charges = append(st.Charges, ch.Key)
+	}
+	return st, nil
 }
 
 // Close kills every process, closes the relays and drops the database.
 func (s *Stack) Close() error {
 	errs := []error{s.Sup.Close()}
+	if s.Provider != nil {
+		s.Provider.Close()
+	}
 	if s.Disk != nil {
 		errs = append(errs, s.Disk.Close())
 	}
