@@ -59,12 +59,14 @@ func List(ctx context.Context, conn *pgx.Conn, states []string, limit int) ([]Ef
 	})
 }
 
-// Retry puts a failed effect back in the queue, or makes a pending one due
-// now, keeping its Idempotency-Key. A failed effect that becomes pending
+// Retry puts a failed effect back in the queue with a fresh count of
+// attempts (Config.MaxAttempts), or makes a pending one due now, keeping its
+// Idempotency-Key. A failed effect that becomes pending
 // again is once more the head of its resource: later effects of the
 // resource wait for it.
 func Retry(ctx context.Context, conn *pgx.Conn, id int64) error {
-	return settle(ctx, conn, id, `UPDATE fencegate.effects e SET state = 'pending', next_at = '-infinity', done_at = NULL
+	return settle(ctx, conn, id, `UPDATE fencegate.effects e SET state = 'pending', next_at = '-infinity', done_at = NULL,
+		attempts = CASE WHEN e.state OPERATOR(pg_catalog.=) 'failed' THEN 0 ELSE e.attempts END
 		WHERE e.id OPERATOR(pg_catalog.=) $1 AND e.state OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'failed'])`)
 }
 

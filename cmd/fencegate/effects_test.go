@@ -158,6 +158,10 @@ func TestEffectsCommands(t *testing.T) {
 	if err := admin.QueryRow(context.Background(), "SELECT last_error FROM fencegate.effects WHERE id = $1", stuck).Scan(&lastErr); err != nil || !strings.Contains(lastErr, "ledger retired") || !strings.Contains(lastErr, "dropped by postgres") {
 		t.Fatalf("the dropped effect keeps %q, %v", lastErr, err)
 	}
+	var attempts int
+	if err := admin.QueryRow(context.Background(), "SELECT attempts FROM fencegate.effects WHERE id = $1 AND state = 'pending'", failed).Scan(&attempts); err != nil || attempts != 0 {
+		t.Fatalf("the re-queued effect: attempts %d, %v; want pending with 0 attempts", attempts, err)
+	}
 	mu.Lock()
 	reject = false
 	mu.Unlock()
