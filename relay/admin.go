@@ -65,7 +65,7 @@ func List(ctx context.Context, conn *pgx.Conn, states []string, limit int) ([]Ef
 // again is once more the head of its resource: later effects of the
 // resource wait for it.
 func Retry(ctx context.Context, conn *pgx.Conn, id int64) error {
-	return settle(ctx, conn, id, `UPDATE fencegate.effects e SET state = 'pending', next_at = '-infinity', done_at = NULL,
+	return settle(ctx, conn, id, `UPDATE fencegate.effects e SET state = 'pending', pending = true, next_at = '-infinity', done_at = NULL,
 		attempts = CASE WHEN e.state OPERATOR(pg_catalog.=) 'failed' THEN 0 ELSE e.attempts END
 		WHERE e.id OPERATOR(pg_catalog.=) $1 AND e.state OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'failed'])`)
 }
@@ -78,7 +78,7 @@ func Drop(ctx context.Context, conn *pgx.Conn, id int64, reason string) error {
 	if reason == "" {
 		return errors.New("drop needs a reason")
 	}
-	return settle(ctx, conn, id, `UPDATE fencegate.effects e SET state = 'dropped', done_at = pg_catalog.clock_timestamp(),
+	return settle(ctx, conn, id, `UPDATE fencegate.effects e SET state = 'dropped', pending = false, done_at = pg_catalog.clock_timestamp(),
 		last_error = pg_catalog.format('dropped by %s at %s: %s', session_user, pg_catalog.clock_timestamp(), $2::pg_catalog.text)
 		WHERE e.id OPERATOR(pg_catalog.=) $1 AND e.state OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'failed'])`, reason)
 }
