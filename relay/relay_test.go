@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/fencegate/fencegate/pgfence/pgfencetest"
 	"github.com/fencegate/fencegate/relay"
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func TestMain(m *testing.M) { testutil.Main(m) }
@@ -234,5 +237,51 @@ func TestRelaysShare(t *testing.T) {
 			t.Fatalf("%s: %d charged after %d", body.Resource, body.Seq, prev)
 		}
 		last[body.Resource] = body.Seq
+	}
+}
+
+// TestRelayMetrics: /metrics counts what the relay did and what waits in
+// the database; /healthz answers 200 once the database was reached.
+func TestRelayMetrics(t *testing.T) {
+	s := newStack(t)
+	app := s.db.AppConn(t)
+	prov := payprovider.Start(payprovider.Faults{})
+	defer prov.Close()
+	prov.Reject = func(b []byte) bool { return strings.Contains(string(b), "declined") }
+	record(t, app, "order:1", 1, "pay", map[string]any{"amount": 1})
+	record(t, app, "order:2", 1, "pay", map[string]any{"card": "declined"})
+	record(t, app, "order:3", 1, "elsewhere", map[string]any{"amount": 3})
+	reg := prometheus.NewRegistry()
+	r, err := relay.New(relay.Config{DSN: s.relayDSN, Targets: []relay.Target{{Name: "pay", URL: prov.URL()}}, Poll: 20 * time.Millisecond,
+		Logger: testutil.Logger(t), Metrics: relay.NewMetrics(reg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := r.Handler(reg)
+	get := func(path string) (int, string) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		return rec.Code, rec.Body.String()
+	}
+	if code, _ := get("/healthz"); code != http.StatusServiceUnavailable {
+		t.Fatalf("/healthz before the relay ran: %d, want 503", code)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx, nil); close(done) }() //nolint:errcheck
+	defer func() { cancel(); <-done }()
+	want := []string{`fencegate_relay_delivered_total{target="pay"} 1`, `fencegate_relay_failed_total{target="pay"} 1`,
+		"fencegate_relay_pending 1", "fencegate_relay_failed 1", "fencegate_relay_delivery_seconds_count"}
+	testutil.Eventually(t, 20*time.Second, "the metrics to show one delivered, one failed, one pending", func() bool {
+		_, body := get("/metrics")
+		for _, w := range want {
+			if !strings.Contains(body, w) {
+				return false
+			}
+		}
+		return !strings.Contains(body, "fencegate_relay_oldest_pending_seconds 0\n")
+	})
+	if code, _ := get("/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz while running: %d, want 200", code)
 	}
 }
