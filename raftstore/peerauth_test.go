@@ -288,8 +288,11 @@ func TestMemberCannotSpeakForAnother(t *testing.T) {
 	if err := tr.AppendEntries(raft.ServerID(victim), raft.ServerAddress(c.addrs[victim]), req, &raft.AppendEntriesResponse{}); err == nil {
 		t.Errorf("AppendEntries of %s giving %s's address: answered", liar, lead)
 	}
-	if got := c.stores[victim].Status().Term; got != st.Term {
-		t.Errorf("%s's term moved from %d to %d", victim, st.Term, got)
+	// Every forged RPC carries term+100: a victim that believed one jumps
+	// there. A term a step or two higher is an election a busy machine
+	// caused (a heartbeat late under -race), not the attack's.
+	if got := c.stores[victim].Status().Term; got >= st.Term+100 {
+		t.Errorf("%s's term moved from %d to %d: it took a forged term", victim, st.Term, got)
 	}
 	// Control: the member speaking for itself, in the current term, is
 	// answered (the vote is refused: the victim has a leader).
