@@ -162,6 +162,7 @@ func runEffectsDemo(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.StringVar(&cfg.Postgres, "postgres", "", "DSN of a PostgreSQL server to use, a role that may create databases (default: found as 'fencegate dev' does)")
 	fs.StringVar(&cfg.Redis, "redis", "", "host:port of the Redis server to use (default: found as 'fencegate dev' does)")
 	fs.DurationVar(&cfg.TTL, "ttl", time.Second, "the lock's time to live")
+	fs.StringVar(&cfg.Picture, "picture", demo.DefaultEffectsPicture, "SVG timeline of the three scenes to write (default "+demo.DefaultEffectsPicture+")")
 	verbose := fs.Bool("v", false, "log what the demo does")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
