@@ -52,7 +52,13 @@ func (c *Client) nextToken(ctx context.Context, resource string) (int64, string,
 func (l *Lock) fenceExec(ctx context.Context, tx pgx.Tx) error {
 	var err error
 	if l.proof != "" {
-		_, err = tx.Exec(ctx, FenceSignedSQL, l.resource, l.token, l.proof)
+		// The proof is a bearer credential while its token is current: it
+		// goes as a bound parameter (QueryExecModeExec: the extended
+		// protocol, one round trip, an unnamed statement, so behind
+		// PgBouncer too), never in statement text where pg_stat_activity
+		// and the server's log show it, whatever the connection's default
+		// mode (simple_protocol writes parameters into the text).
+		_, err = tx.Exec(ctx, FenceSignedSQL, pgx.QueryExecModeExec, l.resource, l.token, l.proof)
 	} else {
 		_, err = tx.Exec(ctx, FenceSQL, l.resource, l.token)
 	}

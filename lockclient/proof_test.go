@@ -76,30 +76,35 @@ func TestSignedTokens(t *testing.T) {
 	l = mustAcquire(t, c, "ledger")
 	// While the signed fence's transaction is open, pg_stat_activity shows
 	// the fence with placeholders: the proof (a bearer credential while its
-	// token is current) is a bound parameter, never statement text.
+	// token is current) is a bound parameter, never statement text. Also
+	// on a connection whose default is the simple protocol (as behind
+	// PgBouncer), where pgx would write parameters into the text.
 	admin := db.Admin(t)
-	err = l.InTx(ctx, app, func(tx pgx.Tx) error {
-		rows, err := admin.Query(ctx, "SELECT query FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND query LIKE '%fencegate.fence%'")
-		if err != nil {
-			return err
-		}
-		qs, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return err
-		}
-		if len(qs) == 0 {
-			t.Errorf("the fence statement is not in pg_stat_activity")
-		}
-		for _, q := range qs {
-			if strings.Contains(q, l.Proof()) || strings.Contains(q, strings.SplitN(l.Proof(), ".", 2)[1]) {
-				t.Errorf("pg_stat_activity shows the proof: %q", q)
+	simple := pgfencetest.Connect(t, db.AppDSN+"&default_query_exec_mode=simple_protocol")
+	for _, conn := range []*pgx.Conn{app, simple} {
+		err = l.InTx(ctx, conn, func(tx pgx.Tx) error {
+			rows, err := admin.Query(ctx, "SELECT query FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND query LIKE '%fencegate.fence%'")
+			if err != nil {
+				return err
 			}
+			qs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				return err
+			}
+			if len(qs) == 0 {
+				t.Errorf("the fence statement is not in pg_stat_activity")
+			}
+			for _, q := range qs {
+				if strings.Contains(q, l.Proof()) || strings.Contains(q, strings.SplitN(l.Proof(), ".", 2)[1]) {
+					t.Errorf("pg_stat_activity shows the proof: %q", q)
+				}
+			}
+			t.Logf("pg_stat_activity during a signed fence (%v): %q", conn.Config().DefaultQueryExecMode, qs)
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("InTx on a signed database (%v): %v", conn.Config().DefaultQueryExecMode, err)
 		}
-		t.Logf("pg_stat_activity during a signed fence: %q", qs)
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("InTx on a signed database: %v", err)
 	}
 	if err := write(l, "b"); err != nil {
 		t.Fatalf("InTx on a signed database: %v", err)
