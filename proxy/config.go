@@ -155,8 +155,13 @@ type Config struct {
 	// and the server has answered everything since) for longer: the
 	// upstream connection is closed, so PostgreSQL rolls the transaction
 	// back and releases the marks it holds, and the client gets FATAL
-	// 25P03. Unlike PostgreSQL's idle_in_transaction_session_timeout, no
-	// session can switch it off. The default (0) is off.
+	// 25P03. Inside a transaction it also closes, without a message, a
+	// session that keeps the server waiting on its client that long: in
+	// the middle of a message, after an extended batch answered with no
+	// Sync, in COPY FROM STDIN with no data, or with a write to the client
+	// blocked (see DESIGN.md, "Waiting on the client"). Unlike
+	// PostgreSQL's idle_in_transaction_session_timeout, no session can
+	// switch it off. The default (0) is off.
 	IdleInTransactionTimeout time.Duration
 	// ReapUpstream, with ReapAfter, runs a reaper (pgfence.Reaper) for
 	// sessions that do not come through the proxy: a connection string

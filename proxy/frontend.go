@@ -49,12 +49,22 @@ func (s *session) frontendPump() error {
 		default:
 			return fmt.Errorf("%w: unexpected frontend message type %q", errProtocol, typ)
 		}
+		streamed, err := s.awaitWhole(n)
+		if err != nil {
+			return err
+		}
 		pr := t.push(r)
 		if pr == refused {
 			return errDraining
 		}
+		if streamed {
+			t.setReceiving(true)
+		}
 		if err := s.clientFrames.copyTo(s.upstreamWriter, n); err != nil {
 			return err
+		}
+		if streamed {
+			t.setReceiving(false)
 		}
 		if pr == pushedFull {
 			// Push back: read nothing more from the client until the

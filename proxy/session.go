@@ -56,6 +56,9 @@ type session struct {
 	track tracker // requests in flight, shared by the pumps
 	// stallTimer runs checkStalled (with Config.IdleInTransactionTimeout).
 	stallTimer *time.Timer
+	// clientIO counts the pumps' reads from and writes to the client, with
+	// the limit on (see clientwait.go).
+	clientIO *clientIO
 
 	closeMu     sync.Mutex
 	closeReason error // first reason the session is closing
@@ -96,6 +99,7 @@ var (
 	errDraining    = errors.New("proxy: shutting down")
 	errClientGone  = errors.New("proxy: client went away")
 	errStalledLost = errors.New("proxy: quiet in a transaction for too long, in a session the request tracker lost")
+	errStalledWait = errors.New("proxy: waited on the client in a transaction for too long")
 )
 
 // kill closes the session's connections at once.
@@ -116,7 +120,9 @@ func (s *session) kill() {
 // transaction, and tells the client.
 func (s *session) checkStalled() {
 	wait := s.track.closeIfStalled(func(lost bool) {
-		if lost {
+		if lost && s.track.stalledOnClient != "" {
+			s.setClosing(errStalledWait)
+		} else if lost {
 			s.setClosing(errStalledLost)
 		} else {
 			s.setClosing(errStalled)
@@ -130,6 +136,14 @@ func (s *session) checkStalled() {
 	case errors.Is(r, errStalled):
 		s.log.Info("session idle in a transaction past the limit; closed", "limit", s.p.cfg.IdleInTransactionTimeout.String())
 		s.up.Close()
+		// A client that does not read must not keep the session's
+		// goroutines waiting to write to it.
+		_ = s.client.SetWriteDeadline(time.Now().Add(time.Second))
+	case errors.Is(r, errStalledWait):
+		s.log.Warn("session waited on its client in a transaction past the limit; closed without an answer",
+			"limit", s.p.cfg.IdleInTransactionTimeout.String(), "blocked", s.track.stalledOn())
+		s.up.Close()
+		s.client.Close()
 	case errors.Is(r, errStalledLost):
 		// No FATAL: the proxy cannot tell whether a request is in flight.
 		s.log.Warn("session the proxy could not follow, quiet in a transaction past the limit; closed without an answer", "limit", s.p.cfg.IdleInTransactionTimeout.String())
@@ -239,6 +253,8 @@ func (s *session) run() {
 	if d := s.p.cfg.IdleInTransactionTimeout; d > 0 {
 		s.track.stallLimit = d
 		s.track.readyAt = s.track.now()
+		s.clientIO = &clientIO{}
+		s.track.io = s.clientIO
 		s.stallTimer = time.AfterFunc(d, s.checkStalled)
 		defer s.stallTimer.Stop()
 	}
@@ -248,6 +264,7 @@ func (s *session) run() {
 	if !killed {
 		// The pumps read and write with raw system calls (see rawio.go).
 		cref.Conn, uref.Conn = newRawConn(s.client), newRawConn(s.up)
+		s.watchClient(cref)
 	}
 	s.closeMu.Unlock()
 	if killed {

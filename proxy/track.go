@@ -107,6 +107,16 @@ type tracker struct {
 	// when the last ReadyForQuery came (by now), kept only with a limit.
 	stallLimit time.Duration
 	readyAt    int64
+	// Waiting on the client (see clientwait.go): io counts the pumps'
+	// client reads and writes (nil without a limit); receiving, that the
+	// frontend pump streams a message it pushed; watchRead/watchWrite, the
+	// read or write in progress at an earlier check (0: none) and since
+	// when; stalledOnClient, what closed the session.
+	io                        *clientIO
+	receiving                 bool
+	watchRead, watchWrite     uint64
+	watchReadAt, watchWriteAt int64
+	stalledOnClient           string
 
 	// Backend side.
 	status   byte // last ReadyForQuery status
@@ -268,12 +278,12 @@ func (t *tracker) closeOnLoss() bool {
 // transaction (status 'T' or 'E', every request answered, no extended
 // batch or COPY under way) for stallLimit since the last ReadyForQuery,
 // and then calls closed with mu held, so that nothing the client sends
-// after this decision is forwarded. Otherwise it returns how long until
-// the limit would be reached, or 0 when the session is not idle in a
-// transaction (the next ReadyForQuery arms the check again). A client that
-// sent extended messages without their Sync is not idle here, as for
-// PostgreSQL's idle_in_transaction_session_timeout, which is armed only
-// before a ReadyForQuery; nor is a session whose answers the tracker lost.
+// after this decision is forwarded. In a transaction that is not idle so,
+// it times the client instead (checkClient: the server waits on a client
+// that sends nothing, or the client reads nothing). Otherwise it returns
+// how long until it should look again, or 0 when no transaction is open
+// (the next ReadyForQuery arms the check again). A session whose answers
+// the tracker lost is held to a rule of its own, below.
 func (t *tracker) closeIfStalled(closed func(lost bool)) time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -295,10 +305,22 @@ func (t *tracker) closeIfStalled(closed func(lost bool)) time.Duration {
 		closed(true)
 		return 0
 	}
-	if t.closing || t.lost || (t.status != 'T' && t.status != 'E') || t.pending > 0 || t.unsynced > 0 || t.skipping || t.copyIn {
+	if t.closing || t.lost || (t.status != 'T' && t.status != 'E') {
 		return 0
 	}
+	if t.pending > 0 || t.unsynced > 0 || t.skipping || t.copyIn || t.receiving {
+		if t.io == nil {
+			return 0
+		}
+		return t.checkClient(t.io.reads.Load(), t.io.writes.Load(), closed)
+	}
+	t.watchRead, t.watchWrite = 0, 0
 	if left := t.stallLimit - time.Duration(t.now()-t.readyAt); left > 0 {
+		if t.io != nil {
+			// Look again within a quarter of the limit: the client may
+			// start waiting on in ways checkClient times meanwhile.
+			return min(left, t.checkEvery())
+		}
 		return left
 	}
 	t.closing = true
