@@ -25,7 +25,8 @@ import (
 //
 // The gate counts its reads from and writes to the client (odd while one
 // is in progress). The stall timer then also runs while a transaction is
-// open and the server is not idle, every quarter of the limit; when it sees
+// open and the server is not idle, every quarter of the limit (after a
+// first look a limit after the ReadyForQuery); when it sees
 // the frontend pump blocked in the same read of the client, with the
 // server owing the client nothing (one of the states above), or the
 // backend pump blocked in the same write to the client, for the limit, it
@@ -169,6 +170,7 @@ func (t *tracker) stalledOn() string {
 }
 
 // checkEvery is how often the stall timer looks at a session in a
-// transaction: a session waiting on its client is closed between the limit
-// and 1.25 times the limit after it began to wait.
+// transaction, after the first look a limit after its ReadyForQuery: a
+// session waiting on its client is closed between the limit and twice the
+// limit after it began to wait.
 func (t *tracker) checkEvery() time.Duration { return max(t.stallLimit/4, time.Millisecond) }
