@@ -8,10 +8,13 @@ import (
 
 // The request tracker follows which client requests the server has yet to
 // answer, from the message types alone, the way PostgreSQL's own loop
-// processes them. It serves two things and changes no byte of the stream:
+// processes them. It serves three things and changes no byte of the stream:
 //
 //   - a graceful shutdown closes a session only when the server has
-//     answered everything the client sent and no transaction is open, and
+//     answered everything the client sent and no transaction is open,
+//   - the idle-in-transaction limit times a session only while the server
+//     owes its client nothing (idle, or waiting on the client: see
+//     clientwait.go), never while the server works on a request, and
 //   - the fences-accepted metric tells an Execute of a prepared fence call
 //     from any other Execute.
 //
