@@ -32,6 +32,25 @@ package pgfence
 //     code runs with the rights of whoever writes or maintains the table
 //     (ANALYZE, autovacuum and REINDEX run index expressions as the
 //     table's owner), so its owner can replace it and act as the owner;
+//   - member of the owner of a function that such code reaches through
+//     calls (table -> function -> ... -> owned function): the table's
+//     owner's wrapper in an index expression calls the role's function,
+//     which the role replaces with one that runs ALTER TABLE ... DISABLE
+//     TRIGGER as the owner during the next ANALYZE. The calls are followed
+//     conservatively, from every function of the item above (fencegate's
+//     own excepted): a SQL-standard body (BEGIN ATOMIC) by pg_depend (its
+//     functions, and the functions of its operators); every other body
+//     (plpgsql, SQL in a string, any other language but internal and C) by
+//     name: any function outside pg_catalog and information_schema whose
+//     name, compared case-insensitively, appears in the body as an
+//     identifier or a quoted one, whatever its schema. The closure is a
+//     recursive query that keeps one row per call (function, caller,
+//     depth), stops at depth 8 and does not follow functions of pg_catalog,
+//     information_schema or fencegate. A call the body builds at run time
+//     (EXECUTE of a name pieced together, format('%I', ...)) is not seen;
+//     a name that merely occurs in a body counts as a call (an
+//     over-approximation: rename the function, or give it to the table's
+//     owner);
 //   - holding TRIGGER on a protected table (itself or through a role it is
 //     a member of, PUBLIC included): CREATE OR REPLACE TRIGGER needs only
 //     that privilege, and replaces a check with a trigger that does nothing;
@@ -66,7 +85,7 @@ package pgfence
 // BYPASSRLS is irrelevant (nothing relies on row security), and so are the
 // rights an application role needs on its protected tables (SELECT,
 // INSERT, UPDATE, DELETE): every write they allow is checked.
-const PrivilegeQuery = `WITH
+const PrivilegeQuery = `WITH RECURSIVE
 me AS (
 	SELECT r.oid, r.rolname::pg_catalog.text AS name, r.rolsuper, r.rolcreaterole, r.rolreplication
 	FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) session_user),
@@ -105,6 +124,51 @@ code(what, relid, fn, op, owner) AS (
 	SELECT a.what, a.relid, p.oid, NULL, p.proowner
 	FROM attached a JOIN pg_catalog.pg_depend d ON d.classid OPERATOR(pg_catalog.=) a.classid AND d.objid OPERATOR(pg_catalog.=) a.objid AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_operator'::pg_catalog.regclass
 	JOIN pg_catalog.pg_operator o ON o.oid OPERATOR(pg_catalog.=) d.refobjid JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) o.oprcode),
+cand(oid, lname) AS (
+	SELECT p.oid, pg_catalog.lower(p.proname::pg_catalog.text) FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) p.pronamespace
+	WHERE n.nspname OPERATOR(pg_catalog.<>) ALL (ARRAY['pg_catalog', 'information_schema'])),
+reach(fn, via, depth) AS (
+	SELECT DISTINCT c.fn, 0::pg_catalog.oid, 0 FROM code c WHERE c.fn IS NOT NULL
+	UNION
+	SELECT x.callee, r.fn, r.depth OPERATOR(pg_catalog.+) 1
+	FROM reach r JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) r.fn
+	JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) p.pronamespace
+	JOIN pg_catalog.pg_language l ON l.oid OPERATOR(pg_catalog.=) p.prolang,
+	LATERAL (
+		SELECT d.refobjid FROM pg_catalog.pg_depend d
+		WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass AND d.objid OPERATOR(pg_catalog.=) p.oid
+		  AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+		UNION
+		SELECT o.oprcode::pg_catalog.oid FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_operator o ON o.oid OPERATOR(pg_catalog.=) d.refobjid
+		WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass AND d.objid OPERATOR(pg_catalog.=) p.oid
+		  AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_operator'::pg_catalog.regclass
+		UNION
+		SELECT k.oid FROM (SELECT DISTINCT coalesce(m[1], m[2]) AS w
+		                   FROM pg_catalog.regexp_matches(pg_catalog.lower(p.prosrc), '"([^"]+)"|([[:alpha:]_][[:alnum:]_$]*)', 'g') m
+		                   WHERE l.lanname OPERATOR(pg_catalog.<>) ALL (ARRAY['internal', 'c'])) ws
+		JOIN cand k ON k.lname OPERATOR(pg_catalog.=) ws.w) x(callee)
+	WHERE r.depth OPERATOR(pg_catalog.<) 8
+	  AND n.nspname OPERATOR(pg_catalog.<>) ALL (ARRAY['pg_catalog', 'information_schema', 'fencegate'])),
+hit(fn, depth, owner) AS (
+	SELECT r.fn, pg_catalog.min(r.depth), p.proowner FROM reach r JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) r.fn, me
+	WHERE NOT me.rolsuper AND pg_catalog.pg_has_role(me.oid, p.proowner, 'MEMBER')
+	GROUP BY r.fn, p.proowner HAVING pg_catalog.min(r.depth) OPERATOR(pg_catalog.>) 0),
+back(target, owner, cur, depth, chain, name) AS (
+	SELECT h.fn, h.owner, h.fn, h.depth, (SELECT pg_catalog.format('%I.%I(%s)', n.nspname, p.proname, pg_catalog.oidvectortypes(p.proargtypes)) FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) p.pronamespace WHERE p.oid OPERATOR(pg_catalog.=) h.fn), (SELECT pg_catalog.format('%I.%I(%s)', n.nspname, p.proname, pg_catalog.oidvectortypes(p.proargtypes)) FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) p.pronamespace WHERE p.oid OPERATOR(pg_catalog.=) h.fn)
+	FROM hit h
+	UNION ALL
+	SELECT b.target, b.owner, v.via, b.depth OPERATOR(pg_catalog.-) 1, (SELECT pg_catalog.format('%I.%I(%s)', n.nspname, p.proname, pg_catalog.oidvectortypes(p.proargtypes)) FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) p.pronamespace WHERE p.oid OPERATOR(pg_catalog.=) v.via)
+	       OPERATOR(pg_catalog.||) ' -> ' OPERATOR(pg_catalog.||) b.chain, b.name
+	FROM back b JOIN reach v ON v.fn OPERATOR(pg_catalog.=) b.cur AND v.depth OPERATOR(pg_catalog.=) b.depth
+	WHERE b.depth OPERATOR(pg_catalog.>) 0),
+chained(what, owner) AS (
+	SELECT DISTINCT ON (b.target) pg_catalog.format('function %s, which %s of protected table %s reaches through calls (%s -> %s)',
+	       b.name, c.what, t.name, t.name, b.chain), b.owner
+	FROM back b JOIN code c ON c.fn OPERATOR(pg_catalog.=) b.cur
+	JOIN LATERAL (SELECT pg_catalog.format('%I.%I', n.nspname, r.relname) AS name FROM pg_catalog.pg_class r JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) r.relnamespace
+	              WHERE r.oid OPERATOR(pg_catalog.=) c.relid) t ON true
+	WHERE b.depth OPERATOR(pg_catalog.=) 0
+	ORDER BY b.target, c.relid, c.what COLLATE pg_catalog."C", b.chain COLLATE pg_catalog."C"),
 owned(what, owner) AS (
 	SELECT 'schema fencegate', fg.nspowner FROM fg
 	UNION
@@ -133,7 +197,9 @@ owned(what, owner) AS (
 	UNION
 	SELECT pg_catalog.format('%s %s, which %s of protected table %s runs', CASE WHEN c.fn IS NULL THEN 'operator' ELSE 'function' END,
 	       coalesce(c.fn::pg_catalog.regprocedure::pg_catalog.text, c.op::pg_catalog.regoperator::pg_catalog.text), c.what, c.relid::pg_catalog.regclass), c.owner
-	FROM code c)
+	FROM code c
+	UNION
+	SELECT c.what, c.owner FROM chained c)
 SELECT pg_catalog.format('role %s is a superuser', me.name) FROM me WHERE me.rolsuper
 UNION ALL
 SELECT pg_catalog.format('role %s is a member of %s, which is a superuser (SET ROLE makes it one)', me.name, m.name)
