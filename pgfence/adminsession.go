@@ -82,6 +82,11 @@ var PinnedSettings = [][2]string{
 	{"xmlbinary", "base64"},
 	{"transform_null_equals", "off"},
 	{"array_nulls", "on"},
+	// Not an output setting: the catalog queries (the admission check's
+	// closure of called functions above all) can cross jit_above_cost on
+	// a database with many functions, where compiling them costs hundreds
+	// of milliseconds the answer does not need.
+	{"jit", "off"},
 }
 
 // PinSQL returns the statements that pin PinnedSettings, separated by
