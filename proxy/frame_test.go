@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"runtime"
 	"testing"
 )
@@ -43,5 +44,36 @@ func TestFrameBody(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	if d := after.TotalAlloc - before.TotalAlloc; d > 16<<20 {
 		t.Fatalf("a 1 GB announcement with 9 bytes sent allocated %d bytes", d)
+	}
+}
+
+// A batch read at once forwards the whole messages before a bad one and
+// nothing from the bad one on, and the tracker counts what it forwarded.
+func TestFrameBatchStopsAtABadMessage(t *testing.T) {
+	q := frame('Q', "SELECT 1\x00")
+	bad := [][]byte{
+		frame('Z', "I"),               // not a frontend message
+		{'Q', 0, 0, 0, 2},             // length below 4
+		frame('C', "X\x00"),           // Close of neither a statement nor a portal
+		{'Q', 0x7f, 0xff, 0xff, 0xff}, // length above the maximum
+	}
+	for _, b := range bad {
+		in := bytes.Join([][]byte{q, frame('P', "s\x00SELECT 2\x00\x00\x00"), b, q}, nil)
+		s, _, up := memSession(t, in, nil)
+		err := s.frontendPump()
+		if !errors.Is(err, errProtocol) {
+			t.Fatalf("after % x: err %v, want a protocol error", b[:5], err)
+		}
+		// Nothing was flushed: the session closes on the error.
+		if up.w.Len() != 0 {
+			t.Fatalf("after % x: %d bytes flushed upstream", b[:5], up.w.Len())
+		}
+		_ = s.upstreamWriter.Flush()
+		if got, want := up.w.Bytes(), in[:len(q)+len(frame('P', "s\x00SELECT 2\x00\x00\x00"))]; !bytes.Equal(got, want) {
+			t.Fatalf("after % x: buffered upstream % x, want % x", b[:5], got, want)
+		}
+		if s.track.pending != 1 || s.track.unsynced != 1 {
+			t.Fatalf("after % x: tracker pending %d unsynced %d, want 1 and 1", b[:5], s.track.pending, s.track.unsynced)
+		}
 	}
 }

@@ -158,6 +158,12 @@ func (t *tracker) now() int64 { return int64(time.Since(t.base)) }
 func (t *tracker) push(r request) pushResult {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.pushLocked(r)
+}
+
+// pushLocked is push with mu held: the frontend pump records a whole batch
+// of messages under one lock (see frontendBatch).
+func (t *tracker) pushLocked(r request) pushResult {
 	if t.closing {
 		return refused
 	}
@@ -411,6 +417,12 @@ func (t *tracker) ready(st byte, draining bool) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	defer t.wake()
+	return t.readyLocked(st, draining)
+}
+
+// readyLocked is ready with mu held, for a batch of answers (see backendBatch);
+// the caller wakes a waiting frontend pump (wake) before it unlocks.
+func (t *tracker) readyLocked(st byte, draining bool) bool {
 	t.status = st
 	if t.stallLimit > 0 {
 		t.readyAt = t.now()
@@ -455,6 +467,12 @@ func (t *tracker) response(typ byte) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	defer t.wake()
+	t.responseLocked(typ)
+}
+
+// responseLocked is response with mu held, for a batch of answers (see backendBatch);
+// the caller wakes a waiting frontend pump (wake) before it unlocks.
+func (t *tracker) responseLocked(typ byte) {
 	if t.lost {
 		return
 	}
@@ -516,6 +534,12 @@ func (t *tracker) rowDescription(fence bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	defer t.wake()
+	t.rowDescriptionLocked(fence)
+}
+
+// rowDescriptionLocked is rowDescription with mu held, for a batch of answers (see backendBatch);
+// the caller wakes a waiting frontend pump (wake) before it unlocks.
+func (t *tracker) rowDescriptionLocked(fence bool) {
 	if t.lost {
 		return
 	}
@@ -543,6 +567,12 @@ func (t *tracker) commandComplete(tag []byte) answer {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	defer t.wake()
+	return t.commandCompleteLocked(tag)
+}
+
+// commandCompleteLocked is commandComplete with mu held, for a batch of answers (see backendBatch);
+// the caller wakes a waiting frontend pump (wake) before it unlocks.
+func (t *tracker) commandCompleteLocked(tag []byte) answer {
 	if t.lost {
 		return answer{}
 	}
