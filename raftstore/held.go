@@ -49,6 +49,9 @@ type heldBook struct {
 	dir string
 	mu  sync.Mutex
 	m   map[string]Held
+	// saved is what heldFile holds: the record a restarted node starts
+	// from, and so the only one it reports to others.
+	saved map[string]Held
 	// saveMu orders writes of the file.
 	saveMu sync.Mutex
 }
@@ -68,6 +71,7 @@ func readHeld(dir string) (*heldBook, error) {
 	if b.m == nil {
 		b.m = map[string]Held{}
 	}
+	b.saved = maps.Clone(b.m)
 	return b, nil
 }
 
@@ -131,11 +135,34 @@ func (b *heldBook) keepOnly(members map[string]bool) bool {
 func (b *heldBook) save() error {
 	b.saveMu.Lock()
 	defer b.saveMu.Unlock()
-	data, err := json.MarshalIndent(b.snapshot(), "", "  ")
+	m := b.snapshot()
+	data, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
 	}
-	return writeFileSync(b.dir, heldFile, data)
+	if err := writeFileSync(b.dir, heldFile, data); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	b.saved = m
+	b.mu.Unlock()
+	return nil
+}
+
+// durable returns a copy of the record as heldFile holds it. A node
+// reports this one, not what it observed since: a node killed between an
+// observation and its save starts again from the file, and what it
+// reported must not have promised more.
+func (b *heldBook) durable() map[string]Held {
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.saved) == 0 {
+		return nil
+	}
+	return maps.Clone(b.saved)
 }
 
 // writeFileSync writes dir/name atomically and durably: a temporary file,

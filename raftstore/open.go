@@ -178,7 +178,7 @@ func (p *Pending) State() NodeState {
 	defer p.mu.Unlock()
 	st := NodeState{
 		NodeID: p.ident.NodeID, DataDirID: p.ident.DataDirID, Phase: p.phase, HasState: p.existing,
-		ClusterID: p.ident.ClusterID, Founding: p.ident.Founding, Held: p.held.snapshot(),
+		ClusterID: p.ident.ClusterID, Founding: p.ident.Founding, Held: p.held.durable(),
 	}
 	if p.phase == PhaseFounding {
 		st.Peers = p.cfg.Peers

@@ -607,7 +607,7 @@ func (s *Store) State() NodeState {
 		ClusterID: cmp.Or(s.fsm.clusterID(), ident.ClusterID), Founding: ident.Founding,
 		RaftState: s.raft.State().String(), Term: term, LastIndex: s.raft.LastIndex(),
 		CommitIndex: commit, CommitTerm: entry.Term, AppliedIndex: s.raft.AppliedIndex(), LeaderID: lid,
-		Held: s.held.snapshot(),
+		Held: s.held.durable(),
 	}
 }
 
