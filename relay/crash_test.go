@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os/exec"
 	"sync"
 	"syscall"
@@ -69,7 +70,23 @@ func TestRelayKilled(t *testing.T) {
 
 	// The last relay, on a provider that behaves.
 	prov.SetFaults(payprovider.Faults{})
-	last := start()
+	// The last relay serves /healthz, and is stopped only once it answers:
+	// a SIGTERM that came before the process set up its handlers would kill
+	// it (when the survivors had already delivered everything, the wait
+	// below ends at once).
+	lastAddr := testutil.FreeAddr(t)
+	last := exec.Command(bin, append(args, "--listen", lastAddr)...)
+	if err := last.Start(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, "the last relay to answer /healthz", func() bool {
+		resp, err := http.Get("http://" + lastAddr + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 	var once sync.Once
 	stopLast := func() {
 		once.Do(func() {
