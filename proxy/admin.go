@@ -149,18 +149,7 @@ func (k *keeper) check(ctx context.Context, db string) ([]string, error) {
 		return nil, err
 	}
 	defer conn.Close(context.Background())
-	var problems []string
-	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{IsoLevel: pgx.ReadCommitted, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, pgfence.PinSQL(true)); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, healthQuery)
-		if err != nil {
-			return err
-		}
-		problems, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		return err
-	})
+	problems, err := runHealthQuery(ctx, conn)
 	if err != nil {
 		return nil, fmt.Errorf("check the schema as the admin role (%s): %w", k.describe(), err)
 	}

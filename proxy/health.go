@@ -155,6 +155,17 @@ func newHealthChecker(p *Proxy) (*healthChecker, error) {
 		// The parse error may quote the string, password and all.
 		return nil, fmt.Errorf("%w: the health connection string does not parse (want postgres://user:password@/database or user=... dbname=... key=value pairs)", ErrBadUpstream)
 	}
+	p.viaUpstream(cfg)
+	h.cfg = cfg
+	return h, nil
+}
+
+// viaUpstream points cfg, a connection of the proxy's own (the health
+// check, the reaper), at the upstream the sessions use: its address, a
+// password from the password file for it when cfg has none, the proxy's
+// dial with the upstream's TLS mode, and the simple protocol (no prepared
+// statements: the upstream may be a pooler in transaction mode).
+func (p *Proxy) viaUpstream(cfg *pgx.ConnConfig) {
 	host, port, _ := net.SplitHostPort(p.up.addr)
 	cfg.Host = host
 	if n, err := strconv.Atoi(port); err == nil {
@@ -162,19 +173,33 @@ func newHealthChecker(p *Proxy) (*healthChecker, error) {
 	}
 	if cfg.Password == "" {
 		// pgx looked in the password file for the host the string named
-		// (or its default); the check connects to the upstream's.
+		// (or its default); the connection goes to the upstream's.
 		cfg.Password = passfilePassword(host, port, cfg.Database, cfg.User)
 	}
-	// The check takes the sessions' own way to the upstream: the proxy's
-	// dial, with the upstream's TLS mode.
 	cfg.TLSConfig = nil
 	cfg.Fallbacks = nil
 	cfg.DialFunc = func(ctx context.Context, _, _ string) (net.Conn, error) { return p.dialUpstream(ctx) }
-	// No prepared statements: the upstream may be a pooler in
-	// transaction mode.
 	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
-	h.cfg = cfg
-	return h, nil
+}
+
+// runHealthQuery runs the schema's health query on conn in a read-only
+// transaction under pgfence's pinned settings, so that what the session's
+// role or database chose cannot change what the query prints, and returns
+// the problems it found.
+func runHealthQuery(ctx context.Context, conn *pgx.Conn) ([]string, error) {
+	var problems []string
+	err := pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{IsoLevel: pgx.ReadCommitted, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, pgfence.PinSQL(true)); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, healthQuery)
+		if err != nil {
+			return err
+		}
+		problems, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	return problems, err
 }
 
 // passfilePassword looks up a password in $PGPASSFILE, else ~/.pgpass,
@@ -255,18 +280,7 @@ func (h *healthChecker) check(ctx context.Context) error {
 		return fmt.Errorf("upstream %s: cannot log in as the health role (%s): %s", h.p.up.addr, h.describe(), oneLine(err.Error()))
 	}
 	defer conn.Close(context.Background())
-	var problems []string
-	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{IsoLevel: pgx.ReadCommitted, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, pgfence.PinSQL(true)); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, healthQuery)
-		if err != nil {
-			return err
-		}
-		problems, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		return err
-	})
+	problems, err := runHealthQuery(ctx, conn)
 	if err != nil {
 		return fmt.Errorf("upstream %s: the schema check failed as the health role (%s): %s", h.p.up.addr, h.describe(), oneLine(err.Error()))
 	}

@@ -2,8 +2,6 @@ package proxy
 
 import (
 	"context"
-	"net"
-	"strconv"
 
 	"github.com/fencegate/fencegate/pgfence"
 	"github.com/jackc/pgx/v5"
@@ -23,18 +21,7 @@ func (p *Proxy) reapConfig() (*pgx.ConnConfig, error) {
 	if err != nil {
 		return nil, ErrBadUpstream // Validate said why; the string may hold a password
 	}
-	host, port, _ := net.SplitHostPort(p.up.addr)
-	cfg.Host = host
-	if n, err := strconv.Atoi(port); err == nil {
-		cfg.Port = uint16(n)
-	}
-	if cfg.Password == "" {
-		cfg.Password = passfilePassword(host, port, cfg.Database, cfg.User)
-	}
-	cfg.TLSConfig = nil
-	cfg.Fallbacks = nil
-	cfg.DialFunc = func(ctx context.Context, _, _ string) (net.Conn, error) { return p.dialUpstream(ctx) }
-	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	p.viaUpstream(cfg)
 	return cfg, nil
 }
 
