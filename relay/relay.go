@@ -43,6 +43,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencegate/fencegate/pgfence"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -221,7 +222,17 @@ func (r *Relay) connect(ctx context.Context) (*pgx.Conn, error) {
 		return nil, fmt.Errorf("relay: parse the DSN: %w", err)
 	}
 	cfg.RuntimeParams["application_name"] = "fencegate relay"
-	return pgx.ConnectConfig(ctx, cfg)
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	// The relay often runs as a superuser: like every admin session, it
+	// resolves no name to an application's function, operator or type.
+	if err := pgfence.AdminSession(ctx, conn); err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return conn, nil
 }
 
 // worker claims and delivers effects of one target on one connection.
