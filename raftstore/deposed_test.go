@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/netfault"
 	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/hashicorp/raft"
 )
 
@@ -55,7 +56,7 @@ func newLinkedNodes(t *testing.T, ids ...string) *linkedNodes {
 }
 
 // config returns id's configuration: its Raft links go through the relays.
-func (ln *linkedNodes) config(id string, boot []Server) Config {
+func (ln *linkedNodes) config(id string, boot []tokenapi.Peer) Config {
 	cfg := fastConfig(ln.t, id, ln.t.TempDir())
 	cfg.Peers, cfg.Probe = boot, ln.probe
 	var d net.Dialer
@@ -90,7 +91,7 @@ type linkedConfirmer struct {
 	from string
 }
 
-func (c linkedConfirmer) View(ctx context.Context, v Server) (View, error) {
+func (c linkedConfirmer) View(ctx context.Context, v tokenapi.Peer) (View, error) {
 	c.ln.mu.Lock()
 	s, cut := c.ln.stores[v.ID], c.ln.apiCut[c.from] || c.ln.apiCut[v.ID]
 	c.ln.mu.Unlock()
@@ -121,9 +122,9 @@ func (ln *linkedNodes) setAPICut(id string, cut bool) {
 // memory.
 func TestDeposedLeaderHandsOutNothing(t *testing.T) {
 	ln := newLinkedNodes(t, "n1", "n2", "n3", "n4")
-	var boot []Server
+	var boot []tokenapi.Peer
 	for _, id := range []string{"n1", "n2", "n3"} {
-		boot = append(boot, Server{ID: id, RaftAddr: ln.addrs[id], APIAddr: "http://" + id})
+		boot = append(boot, tokenapi.Peer{ID: id, RaftAddr: ln.addrs[id], APIAddr: "http://" + id})
 	}
 	var pending []*Pending
 	for _, b := range boot {
@@ -192,7 +193,7 @@ func TestDeposedLeaderHandsOutNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(n4.Kill)
-	if err := n1.AddNonvoter(ctx, Server{ID: "n4", RaftAddr: ln.addrs["n4"], APIAddr: "http://n4"}); err != nil {
+	if err := n1.AddNonvoter(ctx, tokenapi.Peer{ID: "n4", RaftAddr: ln.addrs["n4"], APIAddr: "http://n4"}); err != nil {
 		t.Fatal(err)
 	}
 	ri1 := NewReadIndex(n1, ln.confirmer("n1"), ReadIndexConfig{ReserveSize: 1000, RoundTimeout: 300 * time.Millisecond})

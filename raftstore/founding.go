@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/fencegate/fencegate/tokenapi"
 )
 
 // Phases a node reports in its NodeState.
@@ -32,7 +34,7 @@ type NodeState struct {
 	HasState  bool   `json:"has_state"`
 	ClusterID string `json:"cluster_id,omitempty"`
 	// Peers are the voters a founding node was given.
-	Peers []Server `json:"peers,omitempty"`
+	Peers []tokenapi.Peer `json:"peers,omitempty"`
 	// Founding is the node's record of the founding it took part in.
 	Founding *Founding `json:"founding,omitempty"`
 
@@ -72,7 +74,7 @@ type Prober interface {
 
 // probeResult is one peer's answer to a founding probe.
 type probeResult struct {
-	peer Server
+	peer tokenapi.Peer
 	st   NodeState
 	err  error
 }
@@ -93,8 +95,8 @@ type foundingDecision struct {
 
 // samePeers reports whether two voter lists name the same nodes at the
 // same Raft addresses (API addresses may differ in spelling).
-func samePeers(a, b []Server) bool {
-	key := func(l []Server) []string {
+func samePeers(a, b []tokenapi.Peer) bool {
+	key := func(l []tokenapi.Peer) []string {
 		out := make([]string, len(l))
 		for i, s := range l {
 			out[i] = s.ID + "=" + s.RaftAddr
@@ -116,7 +118,7 @@ func samePeers(a, b []Server) bool {
 //
 // A peer that holds any other state means the cluster exists without this
 // directory: this node lost its data or is new, and must be replaced.
-func decideFounding(self identity, voters []Server, answers []probeResult) foundingDecision {
+func decideFounding(self identity, voters []tokenapi.Peer, answers []probeResult) foundingDecision {
 	d := foundingDecision{seen: map[string]string{self.NodeID: self.DataDirID}}
 	var holders []string
 	for _, a := range answers {
@@ -165,7 +167,7 @@ func orUnknown(s string) string {
 	return s
 }
 
-func peerList(ps []Server) string {
+func peerList(ps []tokenapi.Peer) string {
 	if len(ps) == 0 {
 		return "none"
 	}

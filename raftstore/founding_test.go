@@ -5,18 +5,19 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/hashicorp/raft"
 )
 
-func voters3() []Server {
-	return []Server{
+func voters3() []tokenapi.Peer {
+	return []tokenapi.Peer{
 		{ID: "n1", RaftAddr: "h1:7201", APIAddr: "http://h1:7101"},
 		{ID: "n2", RaftAddr: "h2:7201", APIAddr: "http://h2:7101"},
 		{ID: "n3", RaftAddr: "h3:7201", APIAddr: "http://h3:7101"},
 	}
 }
 
-func empty(id, dirID string, peers []Server) NodeState {
+func empty(id, dirID string, peers []tokenapi.Peer) NodeState {
 	return NodeState{NodeID: id, DataDirID: dirID, Phase: PhaseFounding, Peers: peers}
 }
 
@@ -29,7 +30,7 @@ func running(id, dirID, cluster string, f *Founding) NodeState {
 func TestDecideFounding(t *testing.T) {
 	v := voters3()
 	self := identity{NodeID: "n1", DataDirID: "d-n1"}
-	other := []Server{v[0], v[1], {ID: "n4", RaftAddr: "h4:7201"}}
+	other := []tokenapi.Peer{v[0], v[1], {ID: "n4", RaftAddr: "h4:7201"}}
 	foundedSeeingUs := &Founding{Peers: v, Seen: map[string]string{"n1": "d-n1", "n2": "d-n2", "n3": "d-n3"}}
 	foundedSeeingOldUs := &Founding{Peers: v, Seen: map[string]string{"n1": "d-n1-before-the-wipe", "n2": "d-n2", "n3": "d-n3"}}
 	down := errors.New("connection refused")
@@ -119,7 +120,7 @@ func TestDecideJoin(t *testing.T) {
 
 func TestCheckForeign(t *testing.T) {
 	self := identity{NodeID: "n1", ClusterID: "c-1"}
-	p := Server{ID: "n2", APIAddr: "http://h2:7101"}
+	p := tokenapi.Peer{ID: "n2", APIAddr: "http://h2:7101"}
 	same := []probeResult{{p, running("n2", "d", "c-1", nil), nil}}
 	other := []probeResult{{p, running("n2", "d", "c-2", nil), nil}}
 	emptyPeer := []probeResult{{p, empty("n2", "d", nil), nil}}

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/hashicorp/raft"
 )
 
@@ -255,9 +256,9 @@ func (p *Pending) disk() localDisk {
 // resumePeers are the nodes a node with state asks before it starts Raft:
 // the voters it was started with or founded with, those it joined
 // through, and every peer its record names, each once (by API address).
-func (p *Pending) resumePeers() []Server {
-	var peers []Server
-	add := func(s Server) {
+func (p *Pending) resumePeers() []tokenapi.Peer {
+	var peers []tokenapi.Peer
+	add := func(s tokenapi.Peer) {
 		if s.ID != p.cfg.ID && s.APIAddr != "" && !containsAPI(peers, s.APIAddr) {
 			peers = append(peers, s)
 		}
@@ -277,15 +278,15 @@ func (p *Pending) resumePeers() []Server {
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		add(Server{ID: id, APIAddr: held[id].APIAddr})
+		add(tokenapi.Peer{ID: id, APIAddr: held[id].APIAddr})
 	}
 	for _, api := range p.cfg.Join {
-		add(Server{ID: api, APIAddr: api})
+		add(tokenapi.Peer{ID: api, APIAddr: api})
 	}
 	return peers
 }
 
-func containsAPI(l []Server, api string) bool {
+func containsAPI(l []tokenapi.Peer, api string) bool {
 	for _, s := range l {
 		if s.APIAddr == api {
 			return true

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/fencegate/fencegate/tokenapi"
 )
 
 // What a peer records only grows for one data directory, and starts over
@@ -63,8 +65,8 @@ func TestCheckRolledBack(t *testing.T) {
 	cfg := &Config{ID: "n2", DataDir: "/data/n2"}
 	answer := func(h Held, err error) []probeResult {
 		return []probeResult{
-			{peer: Server{ID: "n1", APIAddr: "api1"}, err: errors.New("connection refused")},
-			{peer: Server{ID: "n3", APIAddr: "api3"}, err: err, st: NodeState{NodeID: "n3", Held: map[string]Held{"n2": h}}},
+			{peer: tokenapi.Peer{ID: "n1", APIAddr: "api1"}, err: errors.New("connection refused")},
+			{peer: tokenapi.Peer{ID: "n3", APIAddr: "api3"}, err: err, st: NodeState{NodeID: "n3", Held: map[string]Held{"n2": h}}},
 		}
 	}
 	// The directory's log: index 40 holds an entry of term 2.
@@ -102,7 +104,7 @@ func TestCheckRolledBack(t *testing.T) {
 		})
 	}
 	// An answer at a peer's address from another node counts for nothing.
-	wrong := []probeResult{{peer: Server{ID: "n3", APIAddr: "api3"}, st: NodeState{NodeID: "n9", Held: map[string]Held{"n2": {DataDirID: "d-a", Term: 9}}}}}
+	wrong := []probeResult{{peer: tokenapi.Peer{ID: "n3", APIAddr: "api3"}, st: NodeState{NodeID: "n9", Held: map[string]Held{"n2": {DataDirID: "d-a", Term: 9}}}}}
 	if err := checkRolledBack(cfg, self, localDisk{term: 1, last: 1}, wrong); err != nil {
 		t.Fatalf("refused on the word of another node: %v", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/hashicorp/raft"
 )
 
@@ -40,14 +41,14 @@ type identity struct {
 	Joining bool `json:"joining,omitempty"`
 	// LegacyPeers is the bootstrap voter list that earlier versions wrote
 	// as "peers"; it is read into Founding and not written again.
-	LegacyPeers []Server `json:"peers,omitempty"`
+	LegacyPeers []tokenapi.Peer `json:"peers,omitempty"`
 }
 
 // Founding records how a node founded its cluster: the voters it
 // bootstrapped with, and the data directory id of every one of them as this
 // node saw them when it decided to found.
 type Founding struct {
-	Peers []Server          `json:"peers"`
+	Peers []tokenapi.Peer   `json:"peers"`
 	Seen  map[string]string `json:"seen,omitempty"`
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/tokenapi"
 )
 
 // storeProber answers a joining node's questions from a Store directly,
@@ -79,7 +80,7 @@ func TestJoinGatesVotesUntilPromoted(t *testing.T) {
 	if b, err = Open(cfgB); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.AddNonvoter(ctx, Server{ID: "n2", RaftAddr: addrB, APIAddr: "http://n2"}); err != nil {
+	if err := a.AddNonvoter(ctx, tokenapi.Peer{ID: "n2", RaftAddr: addrB, APIAddr: "http://n2"}); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 10*time.Second, "n2 to catch up", func() bool { return b.LastToken() == 7 })

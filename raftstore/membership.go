@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/hashicorp/raft"
 )
 
@@ -56,7 +57,7 @@ func (s *Store) Configuration(ctx context.Context) (Configuration, error) {
 // a voter (remove it first), an id present at another Raft address, and a
 // Raft or API address that belongs to another member. Only the leader
 // accepts it.
-func (s *Store) AddNonvoter(ctx context.Context, srv Server) error {
+func (s *Store) AddNonvoter(ctx context.Context, srv tokenapi.Peer) error {
 	if srv.ID == "" || srv.RaftAddr == "" || srv.APIAddr == "" {
 		return fmt.Errorf("%w: a new member needs an id, a raft address and an api address", ErrBadConfig)
 	}

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
@@ -433,8 +434,8 @@ func (s *Store) updateIdentity(change func(*identity) bool) error {
 }
 
 // others returns the voters of Peers other than this node.
-func (p *Pending) others() []Server {
-	var out []Server
+func (p *Pending) others() []tokenapi.Peer {
+	var out []tokenapi.Peer
 	for _, v := range p.cfg.Peers {
 		if v.ID != p.cfg.ID {
 			out = append(out, v)
@@ -444,7 +445,7 @@ func (p *Pending) others() []Server {
 }
 
 // probeAll asks every server in peers for its state, at once.
-func (p *Pending) probeAll(ctx context.Context, peers []Server, timeout time.Duration) []probeResult {
+func (p *Pending) probeAll(ctx context.Context, peers []tokenapi.Peer, timeout time.Duration) []probeResult {
 	out := make([]probeResult, len(peers))
 	var wg sync.WaitGroup
 	for i, peer := range peers {
@@ -523,16 +524,16 @@ func listedAsNonvoter(conf Configuration, id, raftAddr string) bool {
 // through (Config.Join), or, given none, its peers. Never both: the peers
 // are the founding list, which may name a member removed since, whose
 // certificate still verifies and who would answer as its own leader.
-func (p *Pending) contacts() []Server {
-	var out []Server
+func (p *Pending) contacts() []tokenapi.Peer {
+	var out []tokenapi.Peer
 	for _, api := range p.cfg.Join {
-		out = append(out, Server{APIAddr: api})
+		out = append(out, tokenapi.Peer{APIAddr: api})
 	}
 	if len(out) > 0 {
 		return out
 	}
 	for _, v := range p.others() {
-		if !slices.ContainsFunc(out, func(o Server) bool { return o.APIAddr == v.APIAddr }) {
+		if !slices.ContainsFunc(out, func(o tokenapi.Peer) bool { return o.APIAddr == v.APIAddr }) {
 			out = append(out, v)
 		}
 	}
@@ -541,7 +542,7 @@ func (p *Pending) contacts() []Server {
 
 // configuration asks the given nodes, one after another, for the leader's
 // committed configuration, and returns the first answer.
-func (p *Pending) configuration(ctx context.Context, nodes []Server) (Configuration, error) {
+func (p *Pending) configuration(ctx context.Context, nodes []tokenapi.Peer) (Configuration, error) {
 	var errs []error
 	for _, n := range nodes {
 		cctx, cancel := context.WithTimeout(ctx, 2*probeTimeout)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/tokenapi"
 	"go.etcd.io/bbolt"
 )
 
@@ -25,7 +26,7 @@ func compactingNode(t *testing.T, dir, addr string) (*Store, error) {
 	cfg.TrailingLogs = 2
 	cfg.SnapshotInterval = time.Hour // only the snapshots the test takes
 	if addr == "" {
-		cfg.Peers = []Server{{ID: "n1", RaftAddr: cfg.Layer.Addr().String(), APIAddr: cfg.APIAddr}}
+		cfg.Peers = []tokenapi.Peer{{ID: "n1", RaftAddr: cfg.Layer.Addr().String(), APIAddr: cfg.APIAddr}}
 	}
 	return Open(cfg)
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
 )
@@ -19,7 +20,7 @@ import (
 // in it (see TLSLayerOptions.Members). It returns ErrNotRunning while the
 // node has no Raft running yet, and an empty list while Raft runs without a
 // configuration (a joining node before the leader's first contact).
-type MembersFunc func() ([]Server, error)
+type MembersFunc func() ([]tokenapi.Peer, error)
 
 // ErrNotRunning is returned by a MembersFunc while the node's Raft has not
 // started: its configuration is not known yet.
@@ -31,14 +32,14 @@ var errPeerRefused = errors.New("raftstore: raft peer refused")
 // RaftMembers returns the servers of this node's latest Raft configuration
 // (committed or not, as hashicorp/raft applies it), voters and non-voters,
 // with their Raft addresses; a TLS layer admits peers from it.
-func (s *Store) RaftMembers() ([]Server, error) {
+func (s *Store) RaftMembers() ([]tokenapi.Peer, error) {
 	f := s.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return nil, fmt.Errorf("read configuration: %w", translate(err))
 	}
-	var out []Server
+	var out []tokenapi.Peer
 	for _, srv := range f.Configuration().Servers {
-		out = append(out, Server{ID: string(srv.ID), RaftAddr: string(srv.Address)})
+		out = append(out, tokenapi.Peer{ID: string(srv.ID), RaftAddr: string(srv.Address)})
 	}
 	return out, nil
 }
@@ -83,8 +84,8 @@ func (l *tlsLayer) admit(node string, wait time.Duration) error {
 
 // checkMember reports whether node is in ms; an empty configuration (a
 // joining node before the leader's first contact) admits any peer.
-func checkMember(ms []Server, node string) error {
-	if len(ms) == 0 || slices.ContainsFunc(ms, func(s Server) bool { return s.ID == node }) {
+func checkMember(ms []tokenapi.Peer, node string) error {
+	if len(ms) == 0 || slices.ContainsFunc(ms, func(s tokenapi.Peer) bool { return s.ID == node }) {
 		return nil
 	}
 	return fmt.Errorf("%w: node %q is not in this node's Raft configuration (a removed node's certificate stays valid until it expires)", errPeerRefused, node)

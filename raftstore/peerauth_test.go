@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/pki"
 	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/hashicorp/raft"
 )
 
@@ -37,7 +38,7 @@ func newTLSCluster(t *testing.T, ids ...string) *tlsCluster {
 		t.Fatal(err)
 	}
 	c := &tlsCluster{ca: ca, ids: ids, addrs: map[string]string{}, leaves: map[string]*pki.Leaf{}, layers: map[string]Layer{}, stores: map[string]*Store{}}
-	var boot []Server
+	var boot []tokenapi.Peer
 	layers := c.layers
 	running := map[string]*atomic.Pointer[Store]{}
 	for _, id := range ids {
@@ -53,7 +54,7 @@ func newTLSCluster(t *testing.T, ids ...string) *tlsCluster {
 		running[id] = st
 		cfg := &tls.Config{Certificates: []tls.Certificate{leaf.TLSCertificate()}, RootCAs: ca.Pool(), ClientCAs: ca.Pool()}
 		l, err := NewTLSLayer(ln, nil, cfg, TLSLayerOptions{HandshakeTimeout: 2 * time.Second, Logger: testutil.Logger(t).With("node", id),
-			Members: func() ([]Server, error) {
+			Members: func() ([]tokenapi.Peer, error) {
 				if s := st.Load(); s != nil {
 					return s.RaftMembers()
 				}
@@ -63,7 +64,7 @@ func newTLSCluster(t *testing.T, ids ...string) *tlsCluster {
 			t.Fatal(err)
 		}
 		c.leaves[id], c.addrs[id], layers[id] = leaf, ln.Addr().String(), l
-		boot = append(boot, Server{ID: id, RaftAddr: ln.Addr().String(), APIAddr: "http://" + id})
+		boot = append(boot, tokenapi.Peer{ID: id, RaftAddr: ln.Addr().String(), APIAddr: "http://" + id})
 	}
 	probe := &pendingProber{nodes: map[string]*Pending{}}
 	var pending []*Pending

@@ -96,15 +96,15 @@ func (s *Store) View() View {
 // Voters returns the voters of this node's latest Raft configuration (the
 // one a leader counts its commit quorum in), with the API address the
 // replicated state holds for each.
-func (s *Store) Voters() []Server {
+func (s *Store) Voters() []tokenapi.Peer {
 	f := s.raft.GetConfiguration()
 	if f.Error() != nil {
 		return nil
 	}
-	var out []Server
+	var out []tokenapi.Peer
 	for _, srv := range f.Configuration().Servers {
 		if srv.Suffrage == raft.Voter {
-			out = append(out, Server{ID: string(srv.ID), RaftAddr: string(srv.Address), APIAddr: s.apiAddr(string(srv.ID))})
+			out = append(out, tokenapi.Peer{ID: string(srv.ID), RaftAddr: string(srv.Address), APIAddr: s.apiAddr(string(srv.ID))})
 		}
 	}
 	return out
@@ -141,7 +141,7 @@ func (s *Store) leadershipEvent() {
 // cached), and come from that voter (the implementation checks the
 // answering node's identity).
 type Confirmer interface {
-	View(ctx context.Context, voter Server) (View, error)
+	View(ctx context.Context, voter tokenapi.Peer) (View, error)
 }
 
 // ReadIndexConfig configures a ReadIndex. Zero values take the defaults.
@@ -459,7 +459,7 @@ func (ri *ReadIndex) round(ctx context.Context, term uint64) (err error) {
 	self := ri.s.cfg.ID
 	voters := ri.s.Voters()
 	need := len(voters)/2 + 1
-	var others []Server
+	var others []tokenapi.Peer
 	selfVotes := false
 	for _, v := range voters {
 		if v.ID == self {

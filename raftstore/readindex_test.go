@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/tokenapi"
 )
 
 // noPeers is the Confirmer of a single-node cluster: the leader's own
 // answer is the majority, so it is never asked.
 type noPeers struct{}
 
-func (noPeers) View(context.Context, Server) (View, error) {
+func (noPeers) View(context.Context, tokenapi.Peer) (View, error) {
 	return View{}, errors.New("a single-node cluster asks no one")
 }
 

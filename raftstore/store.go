@@ -97,11 +97,6 @@ func (e *FieldError) Unwrap() error { return e.Err }
 // fieldErr wraps err as being about fields of Config.
 func fieldErr(err error, fields ...string) error { return &FieldError{Fields: fields, Err: err} }
 
-// Server is one voter of the cluster: its Raft ID and address, and the
-// address of its token API (kept in the replicated state so every node can
-// forward to the leader).
-type Server = tokenapi.Server
-
 // Defaults of Config (see DefaultConfig) and of the Batcher and ReadIndex
 // settings the token service exposes beside it. Each is defined here only.
 const (
@@ -159,7 +154,7 @@ type Config struct {
 	// state, and then only once every other voter has answered through
 	// Probe and none holds the state of a cluster founded without this
 	// directory (see DESIGN.md, "Founding"). It must name this node.
-	Peers []Server
+	Peers []tokenapi.Peer
 	// Join lists the API addresses of members of an existing cluster. A
 	// node whose data directory holds no Raft state and that is given Join
 	// starts Raft only once the committed configuration lists it as a

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/tokenapi"
 )
 
 // bindLayer returns a plain TCP Layer on addr, dialling with dial (a plain
@@ -47,7 +48,7 @@ func singleNode(t testing.TB, dir, addr string, boot bool) *Store {
 		HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond, LeaderLeaseTimeout: 150 * time.Millisecond,
 	}
 	if boot {
-		cfg.Peers = []Server{{ID: "n1", RaftAddr: cfg.Layer.Addr().String(), APIAddr: "http://127.0.0.1:7101"}}
+		cfg.Peers = []tokenapi.Peer{{ID: "n1", RaftAddr: cfg.Layer.Addr().String(), APIAddr: "http://127.0.0.1:7101"}}
 	}
 	s, err := Open(cfg)
 	if err != nil {
@@ -108,9 +109,9 @@ func TestOpenRejectsBadInput(t *testing.T) {
 	}{
 		{"another node's data dir", Config{ID: "n2", DataDir: dir, RaftAddr: other}, ErrForeignDataDir},
 		{"peers without this node", Config{ID: "n3", DataDir: t.TempDir(), RaftAddr: other,
-			Peers: []Server{{ID: "n1", RaftAddr: addr}}}, ErrBadConfig},
+			Peers: []tokenapi.Peer{{ID: "n1", RaftAddr: addr}}}, ErrBadConfig},
 		{"peers with another address for this node", Config{ID: "n1", DataDir: t.TempDir(), RaftAddr: other,
-			Peers: []Server{{ID: "n1", RaftAddr: addr}}}, ErrBadConfig},
+			Peers: []tokenapi.Peer{{ID: "n1", RaftAddr: addr}}}, ErrBadConfig},
 		{"missing id", Config{DataDir: t.TempDir(), RaftAddr: other}, ErrBadConfig},
 	}
 	for _, tc := range cases {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/pki"
 	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/tokenapi"
 )
 
 // tlsLayerPair returns a TLS layer on 127.0.0.1:0 with a certificate of ca
@@ -158,7 +159,7 @@ func TestStoresOverTLSLayer(t *testing.T) {
 	}
 	la, _ := newTestTLSLayer(t, ca, "n1", "127.0.0.1")
 	lb, _ := newTestTLSLayer(t, ca, "n2", "127.0.0.1")
-	boot := []Server{{ID: "n1", RaftAddr: la.Addr().String(), APIAddr: "http://n1"}, {ID: "n2", RaftAddr: lb.Addr().String(), APIAddr: "http://n2"}}
+	boot := []tokenapi.Peer{{ID: "n1", RaftAddr: la.Addr().String(), APIAddr: "http://n1"}, {ID: "n2", RaftAddr: lb.Addr().String(), APIAddr: "http://n2"}}
 	probe := &pendingProber{nodes: map[string]*Pending{}}
 	var pending []*Pending
 	for i, l := range []Layer{la, lb} {

@@ -64,9 +64,6 @@ type AllocResponse struct {
 	Leader string `json:"leader"`
 }
 
-// MemberRequest is the body of POST /v1/members: the server to add.
-type MemberRequest = Server
-
 // ApiAddrRequest is the body of PUT /v1/members/{id}/api-addr: the API
 // URL a member publishes for itself.
 type ApiAddrRequest struct {
@@ -101,10 +98,12 @@ type FloorResponse struct {
 	NodeID string `json:"node_id"`
 }
 
-// Server is one server of the cluster: its Raft ID and address, and the
-// address of its token API. It is a founding peer (raftstore.Server) and
-// the body of a request to add a member.
-type Server struct {
+// Peer is one server of the cluster: its Raft ID and address, and the
+// address of its token API (kept in the replicated state so every node can
+// forward to the leader). It is a voter a new cluster is founded with
+// ("ID=RAFTADDR=APIADDR" on the command line), and the body of POST
+// /v1/members, the server to add.
+type Peer struct {
 	ID       string `json:"id"`
 	RaftAddr string `json:"raft_addr"`
 	APIAddr  string `json:"api_addr"`

@@ -24,7 +24,7 @@ func (c *Client) Members(ctx context.Context) (tokenapi.Members, error) {
 // id or an address that belongs to another member, and an id that is
 // still a voter. Adding the same non-voter again does nothing.
 func (c *Client) AddMember(ctx context.Context, id, raftAddr, apiAddr string) (tokenapi.Member, error) {
-	body, _ := json.Marshal(tokenapi.MemberRequest{ID: id, RaftAddr: raftAddr, APIAddr: apiAddr})
+	body, _ := json.Marshal(tokenapi.Peer{ID: id, RaftAddr: raftAddr, APIAddr: apiAddr})
 	var m tokenapi.Member
 	err := c.do(ctx, http.MethodPost, "/v1/members", body, &m, "add member "+id)
 	return m, err

@@ -85,7 +85,7 @@ func TestCLIBadInput(t *testing.T) {
 			RaftAddr: raft1,
 			APIAddr:  api1,
 			Logger:   testutil.Logger(t),
-			Peers:    []tokenservice.Peer{{ID: "n1", RaftAddr: raft1, APIAddr: api1}},
+			Peers:    []tokenapi.Peer{{ID: "n1", RaftAddr: raft1, APIAddr: api1}},
 		},
 	}))
 	if err != nil {
@@ -109,7 +109,7 @@ func TestCLIBadInput(t *testing.T) {
 			RaftAddr: raftB,
 			APIAddr:  apiB,
 			Logger:   testutil.Logger(t),
-			Peers:    []tokenservice.Peer{{ID: "n2", RaftAddr: raftB, APIAddr: apiB}},
+			Peers:    []tokenapi.Peer{{ID: "n2", RaftAddr: raftB, APIAddr: apiB}},
 		},
 	}))
 	if err != nil {

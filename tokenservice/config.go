@@ -8,23 +8,19 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokensign"
 )
 
-// Peer is one voter of a new cluster: "ID=RAFTADDR=APIADDR" on the command
-// line. It is raftstore's Server: the peers list is handed to the store as
-// it is.
-type Peer = raftstore.Server
-
 // ParsePeers parses "n1=127.0.0.1:7201=http://127.0.0.1:7101,n2=...". The
 // API address may omit "http://". An empty string gives no peers.
-func ParsePeers(s string) ([]Peer, error) {
+func ParsePeers(s string) ([]tokenapi.Peer, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return nil, nil
 	}
-	var peers []Peer
+	var peers []tokenapi.Peer
 	seen := map[string]bool{}
 	for _, item := range strings.Split(s, ",") {
 		item = strings.TrimSpace(item)
@@ -43,7 +39,7 @@ func ParsePeers(s string) ([]Peer, error) {
 			return nil, fmt.Errorf("%w: node %s is listed twice; list each node once", ErrBadPeers, parts[0])
 		}
 		seen[parts[0]] = true
-		peers = append(peers, Peer{ID: parts[0], RaftAddr: parts[1], APIAddr: api})
+		peers = append(peers, tokenapi.Peer{ID: parts[0], RaftAddr: parts[1], APIAddr: api})
 	}
 	return peers, nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice"
 )
@@ -35,7 +36,7 @@ func Example() {
 		Config: raftstore.Config{
 			ID:      "n1",
 			DataDir: dir,
-			Peers: []tokenservice.Peer{
+			Peers: []tokenapi.Peer{
 				{ID: "n1", RaftAddr: raftLn.Addr().String(), APIAddr: "http://" + apiLn.Addr().String()},
 			},
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),

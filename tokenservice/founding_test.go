@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
@@ -25,9 +26,9 @@ func foundingConfigs(t *testing.T, n int) []tokenservice.Config {
 	t.Helper()
 	testutil.NeedServices(t)
 	dir := t.TempDir()
-	var peers []tokenservice.Peer
+	var peers []tokenapi.Peer
 	for i := range n {
-		peers = append(peers, tokenservice.Peer{ID: fmt.Sprintf("n%d", i+1), RaftAddr: loopbackAddr(t), APIAddr: "http://" + loopbackAddr(t)})
+		peers = append(peers, tokenapi.Peer{ID: fmt.Sprintf("n%d", i+1), RaftAddr: loopbackAddr(t), APIAddr: "http://" + loopbackAddr(t)})
 	}
 	cfgs := make([]tokenservice.Config, n)
 	for i, p := range peers {
@@ -263,11 +264,11 @@ func TestFoundingPeerWithState(t *testing.T) {
 	t.Parallel()
 	c := tokenservicetest.StartCluster(t, 3)
 	tokenservicetest.Mint(t, c.Client(t), 5)
-	peers := []tokenservice.Peer{}
+	peers := []tokenapi.Peer{}
 	for i := range 3 {
-		peers = append(peers, tokenservice.Peer{ID: c.ID(i), RaftAddr: c.Node(i).RaftAddr(), APIAddr: c.APIURL(i)})
+		peers = append(peers, tokenapi.Peer{ID: c.ID(i), RaftAddr: c.Node(i).RaftAddr(), APIAddr: c.APIURL(i)})
 	}
-	n4 := tokenservice.Peer{ID: "n4", RaftAddr: loopbackAddr(t), APIAddr: "http://" + loopbackAddr(t)}
+	n4 := tokenapi.Peer{ID: "n4", RaftAddr: loopbackAddr(t), APIAddr: "http://" + loopbackAddr(t)}
 	_, err := tokenservice.Start(context.Background(), bound(t, tokenservice.Config{
 		Config: raftstore.Config{
 			ID:       "n4",
@@ -322,7 +323,7 @@ func TestFoundingPeerOfAnotherCluster(t *testing.T) {
 			DataDir:  dirB,
 			RaftAddr: raftB,
 			APIAddr:  apiB,
-			Peers:    []tokenservice.Peer{{ID: "n1", RaftAddr: raftB, APIAddr: apiB}},
+			Peers:    []tokenapi.Peer{{ID: "n1", RaftAddr: raftB, APIAddr: apiB}},
 			Logger:   testutil.Logger(t).With("node", "b1"),
 		},
 	}))
@@ -334,9 +335,9 @@ func TestFoundingPeerOfAnotherCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	// B's data dir, started as a member of A.
-	peers := []tokenservice.Peer{{ID: "n1", RaftAddr: raftB, APIAddr: apiB}}
+	peers := []tokenapi.Peer{{ID: "n1", RaftAddr: raftB, APIAddr: apiB}}
 	for i := 1; i < 3; i++ {
-		peers = append(peers, tokenservice.Peer{ID: a.ID(i), RaftAddr: a.Node(i).RaftAddr(), APIAddr: a.APIURL(i)})
+		peers = append(peers, tokenapi.Peer{ID: a.ID(i), RaftAddr: a.Node(i).RaftAddr(), APIAddr: a.APIURL(i)})
 	}
 	_, err = tokenservice.Start(context.Background(), bound(t, tokenservice.Config{
 		Config: raftstore.Config{

@@ -32,7 +32,7 @@ type impostor struct {
 	answered atomic.Int64
 }
 
-func startImpostor(t *testing.T, cfg *tls.Config, id string, voters []raftstore.Server) *impostor {
+func startImpostor(t *testing.T, cfg *tls.Config, id string, voters []tokenapi.Peer) *impostor {
 	t.Helper()
 	im := &impostor{}
 	mux := http.NewServeMux()
@@ -83,7 +83,7 @@ func TestFoundingProbeRefusesStrangers(t *testing.T) {
 	} {
 		t.Run(d.name, func(t *testing.T) {
 			raft1, api1, raft2 := loopbackAddr(t), loopbackAddr(t), closedAddr(t)
-			voters := []raftstore.Server{{ID: "n1", RaftAddr: raft1}, {ID: "n2", RaftAddr: raft2}}
+			voters := []tokenapi.Peer{{ID: "n1", RaftAddr: raft1}, {ID: "n2", RaftAddr: raft2}}
 			im := startImpostor(t, d.tls, "n2", voters)
 			leaf, err := ca.Issue("n1", []string{string(tokenapi.RolePeer)}, []string{"127.0.0.1"}, pki.Options{})
 			if err != nil {
@@ -96,7 +96,7 @@ func TestFoundingProbeRefusesStrangers(t *testing.T) {
 					DataDir:  dir,
 					RaftAddr: raft1,
 					APIAddr:  api1,
-					Peers: []tokenservice.Peer{
+					Peers: []tokenapi.Peer{
 						{ID: "n1", RaftAddr: raft1, APIAddr: "https://" + api1},
 						{ID: "n2", RaftAddr: raft2, APIAddr: "https://" + im.addr},
 					},

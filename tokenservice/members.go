@@ -92,7 +92,7 @@ func (s *Server) askMember(ctx context.Context, m raftstore.Member) (raftstore.N
 // node answers at the addresses given; the promotion loop makes it a voter
 // once it has caught up. Only the leader answers.
 func (s *Server) handleAddMember(w http.ResponseWriter, r *http.Request) {
-	var req tokenapi.MemberRequest
+	var req tokenapi.Peer
 	if err := decodeBody(r, &req); err != nil {
 		s.writeError(w, err)
 		return
@@ -138,7 +138,7 @@ func (s *Server) handleAddMember(w http.ResponseWriter, r *http.Request) {
 // peer certificate naming its id (the prober checks it), its Raft address
 // from a peer certificate that names that address and its id (dialled
 // through the Raft layer, as Raft will).
-func (s *Server) checkNewMember(ctx context.Context, req tokenapi.MemberRequest) error {
+func (s *Server) checkNewMember(ctx context.Context, req tokenapi.Peer) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	ns, err := s.probe.State(ctx, req.APIAddr)

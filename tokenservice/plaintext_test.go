@@ -16,6 +16,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
@@ -83,7 +84,7 @@ func TestPlaintextOffLoopback(t *testing.T) {
 			Config: raftstore.Config{
 				ID: "n1", DataDir: filepath.Join(dir, "n1"), RaftAddr: raftAddr, APIAddr: api,
 				Logger: slog.New(slog.NewTextHandler(logs, nil)),
-				Peers:  []tokenservice.Peer{{ID: "n1", RaftAddr: raftAddr, APIAddr: "http://" + api}},
+				Peers:  []tokenapi.Peer{{ID: "n1", RaftAddr: raftAddr, APIAddr: "http://" + api}},
 			},
 		}
 		c.InsecurePlaintext = insecure

@@ -18,7 +18,7 @@ import (
 // whose CN is that voter's ID.
 type viewConfirmer struct{ s *Server }
 
-func (c *viewConfirmer) View(ctx context.Context, v raftstore.Server) (raftstore.View, error) {
+func (c *viewConfirmer) View(ctx context.Context, v tokenapi.Peer) (raftstore.View, error) {
 	if v.APIAddr == "" {
 		return raftstore.View{}, fmt.Errorf("%w: the API address of voter %s is not known yet", tokenapi.ErrUnavailable, v.ID)
 	}

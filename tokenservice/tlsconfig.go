@@ -250,11 +250,11 @@ const joinRefresh = time.Second
 func (s *Server) raftMembers() raftstore.MembersFunc {
 	var (
 		mu     sync.Mutex
-		leader []raftstore.Server
+		leader []tokenapi.Peer
 		err    error
 		asked  time.Time
 	)
-	return func() ([]raftstore.Server, error) {
+	return func() ([]tokenapi.Peer, error) {
 		st := s.Store()
 		if st == nil {
 			return nil, raftstore.ErrNotRunning
@@ -275,14 +275,14 @@ func (s *Server) raftMembers() raftstore.MembersFunc {
 
 // joinLeader returns the leader of the committed configuration, the one
 // peer a joining node admits.
-func (s *Server) joinLeader() ([]raftstore.Server, error) {
+func (s *Server) joinLeader() ([]tokenapi.Peer, error) {
 	conf, err := s.committedConfiguration()
 	if err != nil {
 		return nil, err
 	}
 	for _, m := range conf.Members {
 		if m.ID == conf.LeaderID {
-			return []raftstore.Server{{ID: m.ID, RaftAddr: m.RaftAddr}}, nil
+			return []tokenapi.Peer{{ID: m.ID, RaftAddr: m.RaftAddr}}, nil
 		}
 	}
 	return nil, fmt.Errorf("the committed configuration names leader %q, which is not among its members", conf.LeaderID)

@@ -48,7 +48,7 @@ func TestStatusAndMembersJSON(t *testing.T) {
 		{"members", members, `{"cluster_id":"c1","leader_id":"n1","commit_index":9,"members":[` +
 			`{"id":"n1","raft_addr":"h1:7201","api_addr":"http://h1:7101","suffrage":"Voter","leader":true,"caught_up":true,"applied_index":9},` +
 			`{"id":"n2","raft_addr":"h2:7201","api_addr":"http://h2:7101","suffrage":"Nonvoter","leader":false,"problem":"does not answer"}]}`},
-		{"new member", tokenapi.MemberRequest{ID: "n4", RaftAddr: "h4:7201", APIAddr: "http://h4:7101"},
+		{"new member", tokenapi.Peer{ID: "n4", RaftAddr: "h4:7201", APIAddr: "http://h4:7101"},
 			`{"id":"n4","raft_addr":"h4:7201","api_addr":"http://h4:7101"}`},
 		{"configuration", conf, `{"cluster_id":"c1","leader_id":"n1","members":[` +
 			`{"id":"n1","raft_addr":"h1:7201","api_addr":"http://h1:7101","suffrage":"Voter","leader":true}]}`},

@@ -29,6 +29,7 @@ import (
 	"github.com/fencegate/fencegate/internal/netfault"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice"
 )
@@ -89,7 +90,7 @@ type node struct {
 	// raftLn and apiLn are the listeners bound for the node's next start,
 	// nil once it took them.
 	raftLn, apiLn net.Listener
-	peers         []tokenservice.Peer
+	peers         []tokenapi.Peer
 	join          []string // API URLs to join through; empty: found with peers
 	srv           *tokenservice.Server
 	cut           bool
@@ -117,11 +118,11 @@ func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	t.Cleanup(func() { gate.Store(true) })
 	t.Cleanup(c.stopAll)
 
-	var peers []tokenservice.Peer
+	var peers []tokenapi.Peer
 	for i := range n {
 		nd := c.newNode(t, i)
 		c.nodes = append(c.nodes, nd)
-		peers = append(peers, tokenservice.Peer{ID: nd.id, RaftAddr: nd.raftAddr, APIAddr: c.scheme() + nd.apiAddr})
+		peers = append(peers, tokenapi.Peer{ID: nd.id, RaftAddr: nd.raftAddr, APIAddr: c.scheme() + nd.apiAddr})
 	}
 	for i := range n {
 		c.nodes[i].peers = peers

@@ -12,6 +12,7 @@ import (
 	"github.com/fencegate/fencegate/internal/freeport"
 	"github.com/fencegate/fencegate/internal/poll"
 	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokensign"
@@ -63,9 +64,9 @@ func StartTokens(ctx context.Context, o TokenOptions) (_ *Tokens, err error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default().With("component", "devstack")
 	}
-	var peers []tokenservice.Peer
+	var peers []tokenapi.Peer
 	for i := range o.API {
-		peers = append(peers, tokenservice.Peer{ID: fmt.Sprintf("n%d", i+1), RaftAddr: o.Raft[i], APIAddr: "http://" + o.API[i]})
+		peers = append(peers, tokenapi.Peer{ID: fmt.Sprintf("n%d", i+1), RaftAddr: o.Raft[i], APIAddr: "http://" + o.API[i]})
 	}
 	t := &Tokens{}
 	defer func() {
