@@ -56,9 +56,9 @@ type NodeState struct {
 
 // Configuration is the cluster's membership as its leader has committed it.
 type Configuration struct {
-	ClusterID string   `json:"cluster_id"`
-	LeaderID  string   `json:"leader_id"`
-	Members   []Member `json:"members"`
+	ClusterID string            `json:"cluster_id"`
+	LeaderID  string            `json:"leader_id"`
+	Members   []tokenapi.Member `json:"members"`
 }
 
 // Prober asks other nodes about themselves, over their API; package

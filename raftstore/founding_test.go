@@ -91,19 +91,21 @@ func TestDecideFounding(t *testing.T) {
 }
 
 func TestDecideJoin(t *testing.T) {
-	conf := func(ms ...Member) Configuration { return Configuration{ClusterID: "c-1", LeaderID: "n2", Members: ms} }
-	n2 := Member{ID: "n2", RaftAddr: "h2:7201", Suffrage: "Voter"}
-	n3 := Member{ID: "n3", RaftAddr: "h3:7201", Suffrage: "Voter"}
+	conf := func(ms ...tokenapi.Member) Configuration {
+		return Configuration{ClusterID: "c-1", LeaderID: "n2", Members: ms}
+	}
+	n2 := tokenapi.Member{ID: "n2", RaftAddr: "h2:7201", Suffrage: "Voter"}
+	n3 := tokenapi.Member{ID: "n3", RaftAddr: "h3:7201", Suffrage: "Voter"}
 	cases := []struct {
 		name string
 		conf Configuration
 		want error
 	}{
 		{"not listed", conf(n2, n3), nil},
-		{"listed as non-voter", conf(n2, n3, Member{ID: "n1", RaftAddr: "h1:7201", Suffrage: "Nonvoter"}), nil},
-		{"still a voter", conf(n2, n3, Member{ID: "n1", RaftAddr: "h1:7201", Suffrage: "Voter"}), ErrStillVoter},
-		{"listed at another address", conf(n2, n3, Member{ID: "n1", RaftAddr: "h9:7201", Suffrage: "Nonvoter"}), ErrConflict},
-		{"address of another member", conf(n2, Member{ID: "n3", RaftAddr: "h1:7201", Suffrage: "Voter"}), ErrConflict},
+		{"listed as non-voter", conf(n2, n3, tokenapi.Member{ID: "n1", RaftAddr: "h1:7201", Suffrage: "Nonvoter"}), nil},
+		{"still a voter", conf(n2, n3, tokenapi.Member{ID: "n1", RaftAddr: "h1:7201", Suffrage: "Voter"}), ErrStillVoter},
+		{"listed at another address", conf(n2, n3, tokenapi.Member{ID: "n1", RaftAddr: "h9:7201", Suffrage: "Nonvoter"}), ErrConflict},
+		{"address of another member", conf(n2, tokenapi.Member{ID: "n3", RaftAddr: "h1:7201", Suffrage: "Voter"}), ErrConflict},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -12,21 +12,21 @@ import (
 )
 
 // configuration returns the latest Raft configuration with API addresses.
-func (s *Store) members() ([]Member, error) {
+func (s *Store) members() ([]tokenapi.Member, error) {
 	cf := s.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
 		return nil, fmt.Errorf("read configuration: %w", translate(err))
 	}
 	_, lid := s.raft.LeaderWithID()
 	apis := s.fsm.apiAddrs()
-	var out []Member
+	var out []tokenapi.Member
 	for _, srv := range cf.Configuration().Servers {
 		id := string(srv.ID)
 		api := apis[id]
 		if api == "" {
 			api = s.apiAddr(id)
 		}
-		out = append(out, Member{ID: id, RaftAddr: string(srv.Address), APIAddr: api, Suffrage: srv.Suffrage.String(), Leader: srv.ID == lid})
+		out = append(out, tokenapi.Member{ID: id, RaftAddr: string(srv.Address), APIAddr: api, Suffrage: srv.Suffrage.String(), Leader: srv.ID == lid})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
@@ -145,7 +145,7 @@ func (s *Store) Remove(ctx context.Context, id string, live map[string]bool) err
 	if err != nil {
 		return err
 	}
-	var target *Member
+	var target *tokenapi.Member
 	var rest, alive, dead []string
 	for i, m := range ms {
 		if m.ID == id {

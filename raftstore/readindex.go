@@ -240,14 +240,10 @@ func (ri *ReadIndex) drop(term uint64) {
 	}
 }
 
-// RangeStatus is the range a leader hands tokens out of, as GET
-// /v1/status reports it.
-type RangeStatus = tokenapi.ReservedRange
-
 // ReadIndexStats are counters for status and metrics.
 type ReadIndexStats struct {
 	// Range is the range in use; nil when none is held.
-	Range *RangeStatus
+	Range *tokenapi.ReservedRange
 	// Rounds and RoundFailures count confirmation rounds begun and
 	// failed; RoundSeconds is the time spent in rounds.
 	Rounds, RoundFailures uint64
@@ -264,7 +260,7 @@ func (ri *ReadIndex) Stats() ReadIndexStats {
 	defer ri.mu.Unlock()
 	if len(ri.ranges) > 0 {
 		h := ri.ranges[0]
-		st.Range = &RangeStatus{Next: h.next, Last: ri.ranges[len(ri.ranges)-1].last, Term: ri.term, Index: h.index}
+		st.Range = &tokenapi.ReservedRange{Next: h.next, Last: ri.ranges[len(ri.ranges)-1].last, Term: ri.term, Index: h.index}
 	}
 	return st
 }

@@ -534,20 +534,10 @@ func (s *Store) Snapshot() error {
 	return nil
 }
 
-// Member is one server of the Raft configuration as Status and
-// Configuration report it. The store leaves CaughtUp, AppliedIndex and
-// Problem zero: the token service's member list fills them.
-type Member = tokenapi.Member
-
-// StatusFields are the fields of a node's view that the token service's
-// GET /v1/status returns; tokenclient names the same type. It is exported
-// under this name so that callers can build a Status.
-type StatusFields = tokenapi.StatusFields
-
 // Status is this node's local view of the cluster: the fields the token
 // service's GET /v1/status returns, and the log's bounds.
 type Status struct {
-	StatusFields
+	tokenapi.StatusFields
 	// FirstLogIndex is the oldest entry still in the log (it grows when the
 	// log is compacted); LastSnapshotIndex the index of the last snapshot.
 	FirstLogIndex     uint64
@@ -557,7 +547,7 @@ type Status struct {
 // Status returns this node's local view (not a linearizable read).
 func (s *Store) Status() Status {
 	lid, lapi := s.Leader()
-	st := Status{StatusFields: StatusFields{
+	st := Status{StatusFields: tokenapi.StatusFields{
 		ID:           s.cfg.ID,
 		ClusterID:    s.fsm.clusterID(),
 		State:        s.raft.State().String(),
@@ -576,7 +566,7 @@ func (s *Store) Status() Status {
 	apis := s.fsm.apiAddrs()
 	if f := s.raft.GetConfiguration(); f.Error() == nil {
 		for _, srv := range f.Configuration().Servers {
-			st.Members = append(st.Members, Member{
+			st.Members = append(st.Members, tokenapi.Member{
 				ID: string(srv.ID), RaftAddr: string(srv.Address), APIAddr: cmp.Or(apis[string(srv.ID)], s.apiAddr(string(srv.ID))),
 				Suffrage: srv.Suffrage.String(), Leader: string(srv.ID) == lid,
 			})

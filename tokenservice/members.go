@@ -67,7 +67,7 @@ func (s *Server) members(ctx context.Context) (tokenapi.Members, error) {
 
 // askMember asks a running member for its state and checks that the node
 // answering is that member, of this cluster.
-func (s *Server) askMember(ctx context.Context, m raftstore.Member) (raftstore.NodeState, error) {
+func (s *Server) askMember(ctx context.Context, m tokenapi.Member) (raftstore.NodeState, error) {
 	if m.APIAddr == "" {
 		return raftstore.NodeState{}, fmt.Errorf("its api address is not known yet")
 	}

@@ -274,7 +274,7 @@ func (s *Server) LocalStatus() tokenapi.Status {
 			ph := p.State().Phase
 			state = strings.ToUpper(ph[:1]) + ph[1:]
 		}
-		return tokenapi.Status{StatusFields: raftstore.StatusFields{ID: s.cfg.ID, State: state, Members: []tokenapi.Member{}}}
+		return tokenapi.Status{StatusFields: tokenapi.StatusFields{ID: s.cfg.ID, State: state, Members: []tokenapi.Member{}}}
 	}
 	out := statusFrom(st.Status())
 	if s.readIndex != nil {

@@ -14,22 +14,22 @@ import (
 func TestStatusAndMembersJSON(t *testing.T) {
 	t.Parallel()
 	yes := true
-	st := statusFrom(raftstore.Status{StatusFields: raftstore.StatusFields{
+	st := statusFrom(raftstore.Status{StatusFields: tokenapi.StatusFields{
 		ID: "n1", ClusterID: "c1", State: "Leader", Term: 3, LastIndex: 10, CommitIndex: 9, AppliedIndex: 8,
 		LeaderID: "n1", LeaderAPI: "http://h1:7101", LastToken: 42,
-		Members: []raftstore.Member{
+		Members: []tokenapi.Member{
 			{ID: "n1", RaftAddr: "h1:7201", APIAddr: "http://h1:7101", Suffrage: "Voter", Leader: true},
 			{ID: "n2", RaftAddr: "h2:7201", APIAddr: "http://h2:7101", Suffrage: "Nonvoter"},
 		},
 	}, FirstLogIndex: 1, LastSnapshotIndex: 5})
 	st.ReadIndex = &tokenapi.ReadIndexStatus{Range: &tokenapi.ReservedRange{Next: 43, Last: 99, Term: 3, Index: 7},
 		RoundsPerSecond: 1.5, Rounds: 4, RoundFailures: 1, Reservations: 2}
-	empty := statusFrom(raftstore.Status{StatusFields: raftstore.StatusFields{ID: "n3", State: "Follower"}})
+	empty := statusFrom(raftstore.Status{StatusFields: tokenapi.StatusFields{ID: "n3", State: "Follower"}})
 	members := tokenapi.Members{ClusterID: "c1", LeaderID: "n1", CommitIndex: 9, Members: []tokenapi.Member{
 		{ID: "n1", RaftAddr: "h1:7201", APIAddr: "http://h1:7101", Suffrage: "Voter", Leader: true, CaughtUp: &yes, AppliedIndex: 9},
 		{ID: "n2", RaftAddr: "h2:7201", APIAddr: "http://h2:7101", Suffrage: "Nonvoter", Problem: "does not answer"},
 	}}
-	conf := raftstore.Configuration{ClusterID: "c1", LeaderID: "n1", Members: []raftstore.Member{
+	conf := raftstore.Configuration{ClusterID: "c1", LeaderID: "n1", Members: []tokenapi.Member{
 		{ID: "n1", RaftAddr: "h1:7201", APIAddr: "http://h1:7101", Suffrage: "Voter", Leader: true},
 	}}
 	for _, c := range []struct {
