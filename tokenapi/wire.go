@@ -64,9 +64,9 @@ type AllocResponse struct {
 	Leader string `json:"leader"`
 }
 
-// ApiAddrRequest is the body of PUT /v1/members/{id}/api-addr: the API
+// APIAddrRequest is the body of PUT /v1/members/{id}/api-addr: the API
 // URL a member publishes for itself.
-type ApiAddrRequest struct {
+type APIAddrRequest struct {
 	APIAddr string `json:"api_addr"`
 }
 

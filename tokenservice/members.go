@@ -215,7 +215,7 @@ func (s *Server) liveVoters(ctx context.Context) map[string]bool {
 // Only the leader answers.
 func (s *Server) handleSetAPIAddr(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	var req tokenapi.ApiAddrRequest
+	var req tokenapi.APIAddrRequest
 	if err := decodeBody(r, &req); err != nil {
 		s.writeError(w, err)
 		return

@@ -119,7 +119,7 @@ func (s *Server) publishAPIAddr(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	body, _ := json.Marshal(tokenapi.ApiAddrRequest{APIAddr: s.apiURL})
+	body, _ := json.Marshal(tokenapi.APIAddrRequest{APIAddr: s.apiURL})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, leader+"/v1/members/"+url.PathEscape(s.cfg.ID)+"/api-addr", bytes.NewReader(body))
 	if err != nil {
 		return err
