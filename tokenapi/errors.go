@@ -1,8 +1,10 @@
 package tokenapi
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 )
 
 // The errors the service answers with, and the errors of reading the TLS
@@ -135,4 +137,20 @@ func CodeErr(code string) error {
 	default:
 		return ErrInternal
 	}
+}
+
+// DecodeError turns a node's error answer, its HTTP status and body, into
+// an *APIError. A body that is not an ErrorResponse with a code (a proxy's
+// page, a truncated answer) becomes CodeUnavailable for 502, 503 and 504
+// and CodeInternal otherwise, with the start of the body in the message.
+func DecodeError(status int, body []byte) error {
+	var e ErrorResponse
+	if err := json.Unmarshal(body, &e); err != nil || e.Code == "" {
+		code := CodeInternal
+		if status == http.StatusServiceUnavailable || status == http.StatusBadGateway || status == http.StatusGatewayTimeout {
+			code = CodeUnavailable
+		}
+		return &APIError{Status: status, Code: code, Message: fmt.Sprintf("%v: HTTP %d: %.200s", CodeErr(code), status, body)}
+	}
+	return &APIError{Status: status, Code: e.Code, Message: e.Error, LeaderAPI: e.LeaderAPI, LeaderID: e.LeaderID}
 }

@@ -3,6 +3,7 @@ package tokenapi_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/fencegate/fencegate/tokenapi"
@@ -58,5 +59,38 @@ func TestStatusJSON(t *testing.T) {
 	}
 	if _, ok := m["read_index"]; ok {
 		t.Errorf("status JSON %s has read_index without one", b)
+	}
+}
+
+// DecodeError keeps what an error answer says, and classifies an answer
+// that is not the API's error form by its status alone.
+func TestDecodeError(t *testing.T) {
+	body := []byte(`{"error":"node n2 is not the leader","code":"not_leader","leader_api":"http://h1:7101","leader_id":"n1"}`)
+	var ae *tokenapi.APIError
+	if err := tokenapi.DecodeError(503, body); !errors.As(err, &ae) || !errors.Is(err, tokenapi.ErrNotLeader) ||
+		ae.Status != 503 || ae.Message != "node n2 is not the leader" || ae.LeaderAPI != "http://h1:7101" || ae.LeaderID != "n1" {
+		t.Errorf("error answer decoded as %#v", err)
+	}
+	for _, c := range []struct {
+		status int
+		want   error
+	}{
+		{502, tokenapi.ErrUnavailable},
+		{503, tokenapi.ErrUnavailable},
+		{504, tokenapi.ErrUnavailable},
+		{500, tokenapi.ErrInternal},
+		{404, tokenapi.ErrInternal},
+	} {
+		err := tokenapi.DecodeError(c.status, []byte("<html>bad gateway</html>"))
+		if !errors.As(err, &ae) || !errors.Is(err, c.want) || ae.Status != c.status || ae.LeaderAPI != "" {
+			t.Errorf("status %d with a page: %#v, want %v", c.status, err, c.want)
+		}
+		if want := fmt.Sprintf("%v: HTTP %d: <html>bad gateway</html>", c.want, c.status); err.Error() != want {
+			t.Errorf("status %d: message %q, want %q", c.status, err.Error(), want)
+		}
+	}
+	// A JSON answer without a code is not the API's error form either.
+	if err := tokenapi.DecodeError(500, []byte(`{"error":"x"}`)); !errors.Is(err, tokenapi.ErrInternal) {
+		t.Errorf("JSON without a code: %v", err)
 	}
 }

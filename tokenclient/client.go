@@ -385,7 +385,7 @@ func (c *Client) try(ctx context.Context, srv, method, path string, body []byte,
 				return leaderHint{}, b
 			}
 		}
-		return leaderHint{}, decodeError(resp.StatusCode, data)
+		return leaderHint{}, tokenapi.DecodeError(resp.StatusCode, data)
 	}
 	leader := leaderHint{ID: resp.Header.Get(tokenapi.LeaderIDHeader), URL: resp.Header.Get(tokenapi.LeaderHeader)}
 	if out == nil {

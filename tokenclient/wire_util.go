@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"net/http"
 	"net/url"
 	"strings"
 
@@ -25,19 +24,6 @@ func NormalizeURL(s string) (string, error) {
 		return "", fmt.Errorf("%q has no port; write HOST:PORT", s)
 	}
 	return u.Scheme + "://" + u.Host, nil
-}
-
-// decodeError turns a node's error answer into an *tokenapi.APIError.
-func decodeError(status int, body []byte) error {
-	var e tokenapi.ErrorResponse
-	if err := json.Unmarshal(body, &e); err != nil || e.Code == "" {
-		code := tokenapi.CodeInternal
-		if status == http.StatusServiceUnavailable || status == http.StatusBadGateway || status == http.StatusGatewayTimeout {
-			code = tokenapi.CodeUnavailable
-		}
-		return &tokenapi.APIError{Status: status, Code: code, Message: fmt.Sprintf("%v: HTTP %d: %.200s", tokenapi.CodeErr(code), status, body)}
-	}
-	return &tokenapi.APIError{Status: status, Code: e.Code, Message: e.Error, LeaderAPI: e.LeaderAPI, LeaderID: e.LeaderID}
 }
 
 // isAPIError reports whether body is the token API's error form: JSON with

@@ -57,7 +57,7 @@ func (s *Server) forwardAlloc(ctx context.Context, n, hops int) (raftstore.Range
 		return raftstore.Range{}, err
 	}
 	if status != http.StatusOK {
-		return raftstore.Range{}, decodeError(status, out)
+		return raftstore.Range{}, tokenapi.DecodeError(status, out)
 	}
 	var resp tokenapi.AllocResponse
 	if err := json.Unmarshal(out, &resp); err != nil || resp.Count != n || resp.First <= 0 {
@@ -93,19 +93,6 @@ func (s *Server) forwardRaw(ctx context.Context, method, path string, body []byt
 		return 0, nil, fmt.Errorf("%w: read leader's answer from %s: %w", tokenapi.ErrUnavailable, api, err)
 	}
 	return resp.StatusCode, out, nil
-}
-
-// decodeError turns an error response into an *tokenapi.APIError.
-func decodeError(status int, body []byte) error {
-	var e tokenapi.ErrorResponse
-	if err := json.Unmarshal(body, &e); err != nil || e.Code == "" {
-		code := tokenapi.CodeInternal
-		if status == http.StatusServiceUnavailable || status == http.StatusBadGateway || status == http.StatusGatewayTimeout {
-			code = tokenapi.CodeUnavailable
-		}
-		return &tokenapi.APIError{Status: status, Code: code, Message: fmt.Sprintf("%v: HTTP %d: %.200s", (&tokenapi.APIError{Code: code}).Unwrap(), status, body)}
-	}
-	return &tokenapi.APIError{Status: status, Code: e.Code, Message: e.Error, LeaderAPI: e.LeaderAPI, LeaderID: e.LeaderID}
 }
 
 // checkLeaderIdentity refuses an answer that does not come from leader:

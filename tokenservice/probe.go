@@ -91,7 +91,7 @@ func (p *httpProber) get(ctx context.Context, api, path string, out any) (string
 		return "", fmt.Errorf("%w: read answer of %s: %w", tokenapi.ErrUnavailable, u, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return "", decodeError(resp.StatusCode, body)
+		return "", tokenapi.DecodeError(resp.StatusCode, body)
 	}
 	if err := json.Unmarshal(body, out); err != nil {
 		return "", fmt.Errorf("%w: %s answered %.100q: %v", tokenapi.ErrInternal, u+path, body, err)

@@ -136,7 +136,7 @@ func (s *Server) publishAPIAddr(ctx context.Context) error {
 	if resp.StatusCode != http.StatusOK {
 		var buf bytes.Buffer
 		_, _ = buf.ReadFrom(resp.Body)
-		return decodeError(resp.StatusCode, buf.Bytes())
+		return tokenapi.DecodeError(resp.StatusCode, buf.Bytes())
 	}
 	s.log.Info("published own api address", "api", s.apiURL)
 	return nil
