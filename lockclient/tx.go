@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate"
+	"github.com/fencegate/fencegate/internal/poll"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -107,12 +108,8 @@ func (l *Lock) inTxRetried(ctx context.Context, db Beginner, fn func(pgx.Tx) err
 		}
 		l.c.log.Debug("fenced transaction: retryable failure, running it again",
 			"resource", l.resource, "token", l.token, "attempt", attempt, "err", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !poll.Sleep(ctx, wait) {
 			return l.giveUp(attempt, "", errors.Join(err, ctx.Err()))
-		case <-t.C:
 		}
 	}
 }

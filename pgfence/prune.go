@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/poll"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -117,10 +118,8 @@ func Prune(ctx context.Context, db Querier, floor int64, opts PruneOptions) (Pru
 		if res.Left == 0 || pass >= retries {
 			break
 		}
-		select {
-		case <-ctx.Done():
+		if !poll.Sleep(ctx, wait) {
 			return res, ctx.Err()
-		case <-time.After(wait):
 		}
 	}
 	res.Took = time.Since(start)

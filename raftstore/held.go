@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/poll"
 	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/hashicorp/raft"
 )
@@ -355,7 +356,7 @@ func (p *Pending) checkResume(ctx context.Context) error {
 			p.log.Info("waiting for peers before resuming", "waiting_for", reason)
 			lastLog = time.Now()
 		}
-		if !sleepCtx(ctx, 500*time.Millisecond) {
+		if !poll.Sleep(ctx, 500*time.Millisecond) {
 			return fmt.Errorf("waiting for peers before resuming (%s): %w", reason, ctx.Err())
 		}
 	}

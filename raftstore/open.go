@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/poll"
 	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
@@ -505,7 +506,7 @@ func (p *Pending) waitFounding(ctx context.Context) (found bool, seen map[string
 			return false, nil, fmt.Errorf("%w: node %s founds a cluster only when every voter answers and none holds the cluster's state; after %v: %s",
 				ErrWaitTimeout, p.cfg.ID, p.cfg.FoundingTimeout, reason)
 		}
-		if !sleepCtx(ctx, 500*time.Millisecond) {
+		if !poll.Sleep(ctx, 500*time.Millisecond) {
 			return false, nil, fmt.Errorf("waiting to found the cluster (%s): %w", reason, ctx.Err())
 		}
 	}
@@ -588,20 +589,8 @@ func (p *Pending) waitJoin(ctx context.Context) error {
 			return fmt.Errorf("%w: node %s joins only once a leader confirms the cluster lists it as a non-voter or not at all; after %v: %s",
 				ErrWaitTimeout, p.cfg.ID, p.cfg.FoundingTimeout, reason)
 		}
-		if !sleepCtx(ctx, 500*time.Millisecond) {
+		if !poll.Sleep(ctx, 500*time.Millisecond) {
 			return fmt.Errorf("waiting to join the cluster (%s): %w", reason, ctx.Err())
 		}
-	}
-}
-
-// sleepCtx sleeps d or until ctx ends; it reports whether the full time passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }

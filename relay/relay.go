@@ -43,6 +43,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/poll"
 	"github.com/fencegate/fencegate/pgfence"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -250,7 +251,7 @@ func (r *Relay) worker(ctx, hard context.Context, t *target, wake chan struct{})
 			if err != nil {
 				fails++
 				r.log.Warn("relay cannot reach the database", "target", t.Name, "err", err)
-				sleep(ctx, backoff(r.cfg.MinBackoff, 10*time.Second, fails))
+				poll.Sleep(ctx, backoff(r.cfg.MinBackoff, 10*time.Second, fails))
 				continue
 			}
 			conn = c
@@ -263,7 +264,7 @@ func (r *Relay) worker(ctx, hard context.Context, t *target, wake chan struct{})
 			}
 			conn.Close(context.Background())
 			conn = nil
-			sleep(ctx, backoff(r.cfg.MinBackoff, 10*time.Second, fails))
+			poll.Sleep(ctx, backoff(r.cfg.MinBackoff, 10*time.Second, fails))
 			continue
 		}
 		fails = 0
@@ -438,7 +439,7 @@ func (r *Relay) listen(ctx context.Context) {
 			return
 		}
 		fails++
-		sleep(ctx, backoff(r.cfg.MinBackoff, 10*time.Second, fails))
+		poll.Sleep(ctx, backoff(r.cfg.MinBackoff, 10*time.Second, fails))
 	}
 }
 
@@ -524,13 +525,6 @@ func backoff(base, maxWait time.Duration, n int) time.Duration {
 }
 
 func jitter(d time.Duration) time.Duration { return d*3/4 + rand.N(d/2+1) }
-
-func sleep(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
-}
 
 func nullIfEmpty(s string) *string {
 	if s == "" {

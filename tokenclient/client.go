@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/poll"
 	"github.com/fencegate/fencegate/internal/tlsfiles"
 	"github.com/fencegate/fencegate/tokenapi"
 )
@@ -435,15 +436,7 @@ func (c *Client) sleep(ctx context.Context, round int) bool {
 	if d > c.backoffMax || d <= 0 {
 		d = c.backoffMax
 	}
-	d = time.Duration(rand.Int64N(int64(d)) + 1)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return poll.Sleep(ctx, time.Duration(rand.Int64N(int64(d))+1))
 }
 
 // nodeErrors is errors.Join on one line: what each node answered, joined

@@ -5,6 +5,9 @@
 // Every loop of the harness that waits for something to become true (a
 // server to answer, a leader to be elected, a process to stop) goes through
 // Until, so that each says what it waited for and why it stopped waiting.
+// Sleep is the pause between the attempts of the product packages' retry
+// loops (raftstore, tokenclient, lockclient, pgfence, relay), which import
+// this package for it alone.
 package poll
 
 import (
