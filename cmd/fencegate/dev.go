@@ -38,7 +38,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
-	api, raft := splitAddrs(*tokenAPI), splitAddrs(*tokenRaft)
+	api, raft := splitList(*tokenAPI), splitList(*tokenRaft)
 	if len(api) != 3 || len(raft) != 3 {
 		return usagef("--token-api and --token-raft each take three HOST:PORT addresses, comma-separated")
 	}
@@ -147,14 +147,4 @@ func (q *quietAfter) WithAttrs(a []slog.Attr) slog.Handler {
 
 func (q *quietAfter) WithGroup(name string) slog.Handler {
 	return &quietAfter{Handler: q.Handler.WithGroup(name), off: q.off}
-}
-
-func splitAddrs(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }

@@ -44,11 +44,7 @@ type stringList []string
 
 func (l *stringList) String() string { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error {
-	for _, s := range strings.Split(v, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			*l = append(*l, s)
-		}
-	}
+	*l = append(*l, splitList(v)...)
 	return nil
 }
 

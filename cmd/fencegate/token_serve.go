@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"syscall"
 	"time"
 
@@ -154,15 +153,4 @@ func raiseFileLimit() {
 		rl.Cur = rl.Max
 		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl)
 	}
-}
-
-// splitList splits a comma-separated flag value, dropping empty items.
-func splitList(s string) []string {
-	var out []string
-	for _, item := range strings.Split(s, ",") {
-		if item = strings.TrimSpace(item); item != "" {
-			out = append(out, item)
-		}
-	}
-	return out
 }
