@@ -269,10 +269,14 @@ func (p *Proxy) sessionByKey(pid uint32, secret []byte) *session {
 	return found
 }
 
-// Shutdown stops accepting clients, lets open sessions finish the
-// transaction they are in (each session closes when it next becomes idle),
-// and closes what is left when ctx is done. It returns ctx.Err() when
-// sessions had to be cut.
+// Shutdown stops the proxy gracefully, as http.Server.Shutdown does: it
+// closes the listener and marks the proxy draining (Ready fails from then
+// on), lets each open session finish the transaction it is in (a session
+// closes, with FATAL 57P01, when it next becomes idle), then runs Close. If
+// ctx ends first it runs Close at once, cutting the sessions still open, and
+// returns ctx.Err(); otherwise it returns nil. Once Shutdown has returned
+// the proxy is closed: Start and Serve answer ErrClosed. Close stops without
+// draining.
 func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.mu.Lock()
 	p.draining.Store(true)
@@ -300,7 +304,12 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	}
 }
 
-// Close stops accepting and closes every session at once.
+// Close stops the proxy at once, as http.Server.Close does: it closes the
+// listener and every session whatever each is doing (PostgreSQL rolls back
+// the transaction of a connection that closes), and waits until the
+// sessions and the background checks (health, prune, reap) have ended.
+// Shutdown runs it last; a second call, or one after Shutdown, does nothing.
+// It always returns nil. Shutdown lets open transactions finish first.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
 	if p.closed {
