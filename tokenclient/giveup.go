@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -248,4 +249,29 @@ func giveUp(what string, order []string, last map[string]error) error {
 		msg:  fmt.Sprintf("tokenservice: %s: no fencegate token service answers: %s; %s", what, strings.Join(parts, "; "), strings.Join(fixes, "; ")),
 		errs: errs,
 	}
+}
+
+// isAPIError reports whether body is the token API's error form: JSON with
+// a "code".
+func isAPIError(body []byte) bool {
+	var e tokenapi.ErrorResponse
+	return json.Unmarshal(body, &e) == nil && e.Code != ""
+}
+
+// plausible reports whether a decoded 200 answer can come from the token
+// API: a token answer holds tokens above 0. Another JSON API's answer
+// decodes into zeros.
+func plausible(out any) bool {
+	switch v := out.(type) {
+	case *tokenapi.TokenResponse:
+		return v.Token > 0
+	case *tokenapi.BatchResponse:
+		for _, t := range v.Tokens {
+			if t.Token <= 0 {
+				return false
+			}
+		}
+		return len(v.Tokens) > 0
+	}
+	return true
 }
