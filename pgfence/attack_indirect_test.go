@@ -17,13 +17,14 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
-// More attack routes, beyond those of attack_test.go: roles with rights
-// beyond the documented grants, triggers of the application's own tables,
-// transition-table and cascade gaps, the resource column itself,
-// subtransactions, copied marks, privileges left to PUBLIC, concurrent
-// holders and protocol-level sequences. They run like the others, on a
-// fresh fixture, straight to PostgreSQL and through the gate, and end with
-// the protected rows unchanged and no mark lowered.
+// Indirect attack routes: where attack_test.go goes at the fence and
+// fencegate's own objects head-on, these go around them, through roles
+// with rights beyond the documented grants, triggers of the application's
+// own tables, transition-table and cascade gaps, the resource column
+// itself, subtransactions, copied marks, privileges left to PUBLIC,
+// concurrent holders and protocol-level sequences. They run like the
+// others, on a fresh fixture, straight to PostgreSQL and through the gate,
+// and end with the protected rows unchanged and no mark lowered.
 
 // refusedAny fails unless err is an error; any SQLSTATE will do (a
 // permission error, a syntax error: the route is closed either way).
@@ -70,7 +71,7 @@ func forgeAndLower(t *testing.T, c *pgx.Conn) {
 	}
 }
 
-var moreAttacks = []struct {
+var indirectAttacks = []struct {
 	name string
 	run  func(t *testing.T, f *fixture)
 }{
@@ -910,14 +911,14 @@ var gateOnly = map[string]bool{
 	"a function of the application in a protected table's index": true,
 }
 
-// TestAttacksMore runs every route of moreAttacks on a fresh fixture per
+// TestIndirectAttacks runs every route of indirectAttacks on a fresh fixture per
 // route and path. The routes run in parallel (as many as -parallel
 // allows): each has its own database, roles and proxies, and most of a
 // route's time is spent waiting for PostgreSQL to build its fixture.
-func TestAttacksMore(t *testing.T) {
+func TestIndirectAttacks(t *testing.T) {
 	for _, via := range []path{direct, viaProxy} {
 		t.Run(string(via), func(t *testing.T) {
-			for _, a := range moreAttacks {
+			for _, a := range indirectAttacks {
 				if via == direct && gateOnly[a.name] {
 					continue
 				}
