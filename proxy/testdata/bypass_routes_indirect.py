@@ -1,13 +1,14 @@
-"""More bypass routes from a non-Go client, beyond bypass_routes.py: triggers
-of the application's own tables, statements that write a protected table
-twice, rows moved across partitions, the resource column itself, shadow
-tables in pg_temp, fences undone in subtransactions, cursors, psycopg2's
-batch helpers and two-phase API, startup options, a stale holder racing a
-newer one; and roles with rights beyond the documented grants, which the
-gate must refuse at startup.
+"""Indirect bypass routes from a non-Go client, the ones that go around the
+fence rather than at it as bypass_routes.py does: triggers of the
+application's own tables, statements that write a protected table twice,
+rows moved across partitions, the resource column itself, shadow tables in
+pg_temp, fences undone in subtransactions, cursors, psycopg2's batch
+helpers and two-phase API, startup options, a stale holder racing a newer
+one; and roles with rights beyond the documented grants, which the gate
+must refuse at startup.
 
-Usage: bypass_routes_more.py ADMIN_DSN NAME=APP_DSN [NAME=APP_DSN...]
-                             [gate:KIND=DSN...]
+Usage: bypass_routes_indirect.py ADMIN_DSN NAME=APP_DSN [NAME=APP_DSN...]
+                                 [gate:KIND=DSN...]
 
 NAME=APP_DSN paths are the application role's (straight to PostgreSQL,
 through the gate): every route runs along each. gate:KIND=DSN is a role
@@ -321,7 +322,7 @@ def referee(admin, label, path, fn):
 
 def main(argv):
     if len(argv) < 3 or any("=" not in a.split("://")[0] for a in argv[2:]):
-        print("usage: bypass_routes_more.py ADMIN_DSN NAME=APP_DSN [NAME=APP_DSN...] [gate:KIND=DSN...]", file=sys.stderr)
+        print("usage: bypass_routes_indirect.py ADMIN_DSN NAME=APP_DSN [NAME=APP_DSN...] [gate:KIND=DSN...]", file=sys.stderr)
         return 2
     admin = psycopg2.connect(argv[1])
     admin.autocommit = True
