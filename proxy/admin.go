@@ -16,8 +16,9 @@ import (
 // installTimeout bounds one install or repair through the admin connection.
 const installTimeout = 30 * time.Second
 
-// keeper installs and repairs the fencegate schema through the admin
-// connection (Config.AdminUpstream), one database at a time.
+// repairer repairs the fencegate schema through the admin connection
+// (Config.AdminUpstream), one database at a time, installing it where it
+// may (see below); the same connection prunes marks (prune.go).
 //
 // It repairs only what is fencegate's: a database that already holds schema
 // fencegate, or the one database the admin connection string names (where
@@ -30,7 +31,7 @@ const installTimeout = 30 * time.Second
 //
 // Every admin session it opens is pinned (pgfence.AdminSession), and the
 // repair's lock waits are bounded by pgfence.RepairLockTimeout.
-type keeper struct {
+type repairer struct {
 	cfg      *pgx.ConnConfig // the admin connection; Database is replaced per database
 	owner    string          // Config.SchemaOwnerRole
 	interval time.Duration   // Config.RepairInterval
@@ -38,12 +39,12 @@ type keeper struct {
 	m        *Metrics
 
 	mu  sync.Mutex
-	dbs map[string]*dbKeeper
+	dbs map[string]*dbRepairs
 }
 
-// dbKeeper serializes the checks and repairs of one database, and keeps
+// dbRepairs serializes the checks and repairs of one database, and keeps
 // the last verdict of the admin connection on it.
-type dbKeeper struct {
+type dbRepairs struct {
 	mu   sync.Mutex
 	last verdict
 }
@@ -60,35 +61,35 @@ type verdict struct {
 	repaired bool
 }
 
-func newKeeper(dsn, owner string, interval time.Duration, log *slog.Logger, m *Metrics) (*keeper, error) {
+func newRepairer(dsn, owner string, interval time.Duration, log *slog.Logger, m *Metrics) (*repairer, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		// The parse error may quote the string, password and all.
 		return nil, fmt.Errorf("%w: the admin connection string does not parse (want postgres://user:password@host:port/db?sslmode=... or host=... user=... key=value pairs)", ErrBadUpstream)
 	}
-	return &keeper{cfg: cfg, owner: owner, interval: interval, log: log, m: m, dbs: map[string]*dbKeeper{}}, nil
+	return &repairer{cfg: cfg, owner: owner, interval: interval, log: log, m: m, dbs: map[string]*dbRepairs{}}, nil
 }
 
 // describe names the admin connection for logs: user, host and port, no
 // password.
-func (k *keeper) describe() string {
-	return fmt.Sprintf("user=%s host=%s port=%d", k.cfg.User, k.cfg.Host, k.cfg.Port)
+func (r *repairer) describe() string {
+	return fmt.Sprintf("user=%s host=%s port=%d", r.cfg.User, r.cfg.Host, r.cfg.Port)
 }
 
-func (k *keeper) db(name string) *dbKeeper {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	d := k.dbs[name]
+func (r *repairer) db(name string) *dbRepairs {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d := r.dbs[name]
 	if d == nil {
-		d = &dbKeeper{}
-		k.dbs[name] = d
+		d = &dbRepairs{}
+		r.dbs[name] = d
 	}
 	return d
 }
 
-// fresh reports whether t is less than the keeper's interval ago.
-func (k *keeper) fresh(t time.Time) bool {
-	return !t.IsZero() && k.interval > 0 && time.Since(t) < k.interval
+// fresh reports whether t is less than the repairer's interval ago.
+func (r *repairer) fresh(t time.Time) bool {
+	return !t.IsZero() && r.interval > 0 && time.Since(t) < r.interval
 }
 
 // judge returns the admin connection's own verdict on the schema of
@@ -100,23 +101,23 @@ func (k *keeper) fresh(t time.Time) bool {
 // once per interval, and checks again. What the session saw is never a
 // reason to repair: a session's settings can change what the health query
 // prints, the admin connection's are pinned (pgfence.AdminSession).
-func (k *keeper) judge(ctx context.Context, db string, asked time.Time) verdict {
-	d := k.db(db)
+func (r *repairer) judge(ctx context.Context, db string, asked time.Time) verdict {
+	d := r.db(db)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.last.checked.After(asked) || k.fresh(d.last.checked) {
+	if d.last.checked.After(asked) || r.fresh(d.last.checked) {
 		return d.last
 	}
 	ctx, cancel := context.WithTimeout(ctx, installTimeout)
 	defer cancel()
 	v := verdict{checked: time.Now(), tried: d.last.tried}
-	v.problems, v.err = k.check(ctx, db)
-	if v.err == nil && len(v.problems) > 0 && !k.fresh(d.last.tried) {
+	v.problems, v.err = r.check(ctx, db)
+	if v.err == nil && len(v.problems) > 0 && !r.fresh(d.last.tried) {
 		v.tried = time.Now()
-		v.err = k.repair(ctx, db, v.problems)
+		v.err = r.repair(ctx, db, v.problems)
 		v.repaired = v.err == nil
 		if v.err == nil {
-			v.problems, v.err = k.check(ctx, db)
+			v.problems, v.err = r.check(ctx, db)
 		}
 	}
 	d.last = v
@@ -124,43 +125,43 @@ func (k *keeper) judge(ctx context.Context, db string, asked time.Time) verdict 
 }
 
 // connect opens an admin session (pinned) to database db, after checking
-// that the keeper may change it.
-func (k *keeper) connect(ctx context.Context, db string) (*pgx.Conn, error) {
-	if err := k.eligible(ctx, db); err != nil {
+// that the repairer may change it.
+func (r *repairer) connect(ctx context.Context, db string) (*pgx.Conn, error) {
+	if err := r.eligible(ctx, db); err != nil {
 		return nil, err
 	}
-	cfg := k.cfg.Copy()
+	cfg := r.cfg.Copy()
 	cfg.Database = db
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect as the admin role (%s): %w", k.describe(), err)
+		return nil, fmt.Errorf("connect as the admin role (%s): %w", r.describe(), err)
 	}
 	if err := pgfence.AdminSession(ctx, conn); err != nil {
 		conn.Close(context.Background())
-		return nil, fmt.Errorf("admin session (%s): %w", k.describe(), err)
+		return nil, fmt.Errorf("admin session (%s): %w", r.describe(), err)
 	}
 	return conn, nil
 }
 
 // check runs the health query on an admin session of database db.
-func (k *keeper) check(ctx context.Context, db string) ([]string, error) {
-	conn, err := k.connect(ctx, db)
+func (r *repairer) check(ctx context.Context, db string) ([]string, error) {
+	conn, err := r.connect(ctx, db)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close(context.Background())
 	problems, err := runHealthQuery(ctx, conn)
 	if err != nil {
-		return nil, fmt.Errorf("check the schema as the admin role (%s): %w", k.describe(), err)
+		return nil, fmt.Errorf("check the schema as the admin role (%s): %w", r.describe(), err)
 	}
 	return problems, nil
 }
 
 // repair installs or upgrades the schema of database db, which the admin
 // connection found unsound (problems).
-func (k *keeper) repair(ctx context.Context, db string, problems []string) error {
+func (r *repairer) repair(ctx context.Context, db string, problems []string) error {
 	began := time.Now()
-	conn, err := k.connect(ctx, db)
+	conn, err := r.connect(ctx, db)
 	if err != nil {
 		return err
 	}
@@ -169,33 +170,33 @@ func (k *keeper) repair(ctx context.Context, db string, problems []string) error
 	if err := conn.QueryRow(ctx, "SELECT pg_catalog.to_regnamespace('fencegate') IS NOT NULL").Scan(&hasSchema); err != nil {
 		return fmt.Errorf("read the state of schema fencegate: %w", err)
 	}
-	if !hasSchema && db != k.cfg.Database {
+	if !hasSchema && db != r.cfg.Database {
 		return fmt.Errorf("%w: database %q holds no schema fencegate, and the admin connection names database %q; install the schema into %q with \"fencegate schema install\"",
-			errNotOurs, db, k.cfg.Database, db)
+			errNotOurs, db, r.cfg.Database, db)
 	}
-	rep, err := install(ctx, conn, k.owner)
+	rep, err := install(ctx, conn, r.owner)
 	if err != nil {
-		return fmt.Errorf("install the fencegate schema as the admin role (%s): %w", k.describe(), err)
+		return fmt.Errorf("install the fencegate schema as the admin role (%s): %w", r.describe(), err)
 	}
-	k.m.SchemaRepairs.WithLabelValues(db).Inc()
-	k.log.Warn("fencegate schema repaired through the admin connection", "database", db,
+	r.m.SchemaRepairs.WithLabelValues(db).Inc()
+	r.log.Warn("fencegate schema repaired through the admin connection", "database", db,
 		"problems", strings.Join(problems, "; "), "from_version", rep.FromVersion, "to_version", rep.ToVersion,
 		"actions", strings.Join(rep.Actions, "; "), "warnings", strings.Join(rep.Warnings, "; "),
-		"admin", k.describe(), "took", time.Since(began).Round(time.Millisecond).String())
+		"admin", r.describe(), "took", time.Since(began).Round(time.Millisecond).String())
 	return nil
 }
 
-// eligible refuses, before connecting to it, a database the keeper must
+// eligible refuses, before connecting to it, a database the repairer must
 // never change: a template, or one that takes no connections. It asks in
 // the admin connection's own database.
-func (k *keeper) eligible(ctx context.Context, db string) error {
-	conn, err := pgx.ConnectConfig(ctx, k.cfg.Copy())
+func (r *repairer) eligible(ctx context.Context, db string) error {
+	conn, err := pgx.ConnectConfig(ctx, r.cfg.Copy())
 	if err != nil {
-		return fmt.Errorf("connect as the admin role (%s): %w", k.describe(), err)
+		return fmt.Errorf("connect as the admin role (%s): %w", r.describe(), err)
 	}
 	defer conn.Close(context.Background())
 	if err := pgfence.AdminSession(ctx, conn); err != nil {
-		return fmt.Errorf("admin session (%s): %w", k.describe(), err)
+		return fmt.Errorf("admin session (%s): %w", r.describe(), err)
 	}
 	var template, allowConn bool
 	err = conn.QueryRow(ctx, "SELECT d.datistemplate, d.datallowconn FROM pg_catalog.pg_database d WHERE d.datname = $1::pg_catalog.text", db).Scan(&template, &allowConn)

@@ -243,13 +243,13 @@ func (c *Config) check() (upstream, error) {
 	if c.RequireClientTLS && c.ClientTLS == nil {
 		return upstream{}, fmt.Errorf("proxy: RequireClientTLS needs ClientTLS (a certificate and key)")
 	}
-	// The health checker and the schema keeper parse their connection
+	// The health checker and the schema repairer parse their connection
 	// strings when they are made, and make nothing else.
 	if _, err := newHealthChecker(&Proxy{cfg: *c, up: up}); err != nil {
 		return upstream{}, err
 	}
 	if c.AdminUpstream != "" {
-		if _, err := newKeeper(c.AdminUpstream, c.SchemaOwnerRole, 0, nil, nil); err != nil {
+		if _, err := newRepairer(c.AdminUpstream, c.SchemaOwnerRole, 0, nil, nil); err != nil {
 			return upstream{}, err
 		}
 	}

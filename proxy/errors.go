@@ -23,7 +23,7 @@ var (
 	// errProtocol marks a frontend protocol violation; the session answers
 	// with SQLSTATE 08P01 and closes.
 	errProtocol = errors.New("proxy: protocol violation")
-	// errNotOurs: the keeper (Config.AdminUpstream) was asked to install
+	// errNotOurs: the repairer (Config.AdminUpstream) was asked to install
 	// or repair schema fencegate in a database it must leave alone: a
 	// template, a database that takes no connections, or one without the
 	// schema other than the database the admin connection names. The

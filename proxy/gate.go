@@ -62,7 +62,7 @@ func (s *session) gate() (byte, error) {
 	if err != nil {
 		return 0, err
 	}
-	if len(c.problems) > 0 && s.p.keeper != nil {
+	if len(c.problems) > 0 && s.p.repairer != nil {
 		if r, err := s.judged(begun, &c); r != nil || err != nil {
 			if r == nil {
 				return 0, err
@@ -99,11 +99,11 @@ func (s *session) gate() (byte, error) {
 
 // judged handles a session whose own check found the schema unsound, with
 // an admin connection: the proxy asks its admin connection, whose verdict
-// alone decides a repair (see keeper.judge). It returns the refusal for
+// alone decides a repair (see repairer.judge). It returns the refusal for
 // the session, or nil with c updated by a check the session ran again after
 // a repair (whose problems, if any, refuse it as usual).
 func (s *session) judged(begun time.Time, c *checked) (*refusal, error) {
-	v := s.p.keeper.judge(context.Background(), s.database, begun)
+	v := s.p.repairer.judge(context.Background(), s.database, begun)
 	at := func(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 	schemaRefusal := func(msg, hint string, detail []string) *refusal {
 		return &refusal{reason: "schema", code: fencegate.CodeSchemaInvalid, msg: msg, hint: hint, detail: detail}

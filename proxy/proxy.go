@@ -21,13 +21,13 @@ import (
 // and admits only sessions whose role cannot switch enforcement off. Create
 // it with New, run it with Start or Serve, stop it with Shutdown or Close.
 type Proxy struct {
-	cfg     Config
-	up      upstream
-	log     *slog.Logger
-	metrics *Metrics
-	keeper  *keeper // nil without Config.AdminUpstream
-	checker *healthChecker
-	health  healthState
+	cfg      Config
+	up       upstream
+	log      *slog.Logger
+	metrics  *Metrics
+	repairer *repairer // nil without Config.AdminUpstream
+	checker  *healthChecker
+	health   healthState
 
 	mu       sync.Mutex
 	ln       net.Listener
@@ -68,7 +68,7 @@ func New(cfg Config) (*Proxy, error) {
 		return nil, err
 	}
 	if cfg.AdminUpstream != "" {
-		if p.keeper, err = newKeeper(cfg.AdminUpstream, cfg.SchemaOwnerRole, cfg.RepairInterval, p.log, m); err != nil {
+		if p.repairer, err = newRepairer(cfg.AdminUpstream, cfg.SchemaOwnerRole, cfg.RepairInterval, p.log, m); err != nil {
 			return nil, err
 		}
 	}
@@ -101,7 +101,7 @@ func (p *Proxy) Start() error {
 	p.ln = ln
 	p.wg.Add(1)
 	p.healthWG.Add(1)
-	prune := p.cfg.PruneOlderThan > 0 && p.keeper != nil
+	prune := p.cfg.PruneOlderThan > 0 && p.repairer != nil
 	if prune {
 		p.healthWG.Add(1)
 	}
@@ -120,8 +120,8 @@ func (p *Proxy) Start() error {
 		go func() { defer p.healthWG.Done(); p.reapLoop(hctx, reapCfg) }()
 	}
 	admin := "none"
-	if p.keeper != nil {
-		admin = p.keeper.describe()
+	if p.repairer != nil {
+		admin = p.repairer.describe()
 	}
 	p.log.Info("proxy listening", "addr", ln.Addr().String(), "upstream", p.up.addr,
 		"upstream_sslmode", p.up.sslmode, "client_tls", p.cfg.ClientTLS != nil,

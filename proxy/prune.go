@@ -36,7 +36,7 @@ func (p *Proxy) pruneLoop(ctx context.Context) {
 // connection names, when it holds schema fencegate. It returns the floor and the first error; each database's
 // outcome is logged and counted. Without PruneOlderThan it does nothing.
 func (p *Proxy) PruneNow(ctx context.Context) (int64, error) {
-	if p.cfg.PruneOlderThan <= 0 || p.keeper == nil || p.cfg.PruneFloor == nil {
+	if p.cfg.PruneOlderThan <= 0 || p.repairer == nil || p.cfg.PruneFloor == nil {
 		return 0, nil
 	}
 	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -52,7 +52,7 @@ func (p *Proxy) PruneNow(ctx context.Context) (int64, error) {
 	}
 	var first error
 	for _, db := range p.pruneDatabases() {
-		res, err := p.keeper.prune(ctx, db, floor)
+		res, err := p.repairer.prune(ctx, db, floor)
 		switch {
 		case errors.Is(err, errNotOurs):
 			continue
@@ -80,31 +80,31 @@ func (p *Proxy) PruneNow(ctx context.Context) (int64, error) {
 // service, whose counter is not this one's: pruned to this floor, every
 // holder of theirs could be refused.
 func (p *Proxy) pruneDatabases() []string {
-	if p.keeper.cfg.Database == "" {
+	if p.repairer.cfg.Database == "" {
 		return nil
 	}
-	return []string{p.keeper.cfg.Database}
+	return []string{p.repairer.cfg.Database}
 }
 
 // prune prunes database db to floor through the admin connection, under
 // the same rules as a repair: never a template or a database that takes
 // no connections, and only a database that holds schema fencegate
 // (errNotOurs otherwise).
-func (k *keeper) prune(ctx context.Context, db string, floor int64) (pgfence.PruneResult, error) {
+func (r *repairer) prune(ctx context.Context, db string, floor int64) (pgfence.PruneResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, pruneTimeout)
 	defer cancel()
-	if err := k.eligible(ctx, db); err != nil {
+	if err := r.eligible(ctx, db); err != nil {
 		return pgfence.PruneResult{}, err
 	}
-	cfg := k.cfg.Copy()
+	cfg := r.cfg.Copy()
 	cfg.Database = db
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return pgfence.PruneResult{}, fmt.Errorf("connect as the admin role (%s): %w", k.describe(), err)
+		return pgfence.PruneResult{}, fmt.Errorf("connect as the admin role (%s): %w", r.describe(), err)
 	}
 	defer conn.Close(context.Background())
 	if err := pgfence.AdminSession(ctx, conn); err != nil {
-		return pgfence.PruneResult{}, fmt.Errorf("admin session (%s): %w", k.describe(), err)
+		return pgfence.PruneResult{}, fmt.Errorf("admin session (%s): %w", r.describe(), err)
 	}
 	var hasSchema bool
 	if err := conn.QueryRow(ctx, "SELECT pg_catalog.to_regnamespace('fencegate') IS NOT NULL").Scan(&hasSchema); err != nil {
