@@ -20,8 +20,8 @@ import (
 // round trip:
 //
 //   - whether the session's role could switch enforcement off
-//     (privilegeQuery; skipped with Config.AllowPrivilegedRoles), and
-//   - whether the fencegate schema of the database is sound (healthQuery).
+//     (pgfence.PrivilegeQuery; skipped with Config.AllowPrivilegedRoles), and
+//   - whether the fencegate schema of the database is sound (pgfence.HealthQuery).
 //
 // Both statements run in one read-only transaction with search_path pinned
 // to pg_catalog and the gate's own timeouts (SET LOCAL), so that nothing
@@ -240,7 +240,7 @@ func (s *session) check() (checked, error) {
 	var checks []string
 	health := !s.p.trusted(&s.p.soundAt, s.database)
 	if health {
-		checks = append(checks, trimSQL(healthQuery))
+		checks = append(checks, trimSQL(pgfence.HealthQuery))
 	}
 	// The verdict on a role is cached under the role the server
 	// authenticated (never the user the client named) and the database
@@ -251,7 +251,7 @@ func (s *session) check() (checked, error) {
 	cacheable := s.role != ""
 	role := !s.p.cfg.AllowPrivilegedRoles && !(cacheable && s.p.trusted(&s.p.admittedAt, roleKey))
 	if role {
-		checks = append(checks, trimSQL(privilegeQuery))
+		checks = append(checks, trimSQL(pgfence.PrivilegeQuery))
 	}
 	if len(checks) == 0 {
 		return checked{status: s.startStatus}, nil

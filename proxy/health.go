@@ -192,7 +192,7 @@ func runHealthQuery(ctx context.Context, conn *pgx.Conn) ([]string, error) {
 		if _, err := tx.Exec(ctx, pgfence.PinSQL(true)); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, healthQuery)
+		rows, err := tx.Query(ctx, pgfence.HealthQuery)
 		if err != nil {
 			return err
 		}
