@@ -92,32 +92,8 @@ func writeIdentity(dir string, id identity) error {
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, identityFile+".tmp")
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
+	if err := writeFileSync(dir, identityFile, b); err != nil {
 		return fmt.Errorf("write cluster identity: %w", err)
-	}
-	if _, err := f.Write(append(b, '\n')); err != nil {
-		f.Close()
-		return fmt.Errorf("write cluster identity: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("sync cluster identity: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write cluster identity: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, identityFile)); err != nil {
-		return fmt.Errorf("write cluster identity: %w", err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync data dir: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync data dir: %w", err)
 	}
 	return nil
 }
