@@ -385,15 +385,8 @@ func (s *Store) recordHeld() {
 	if err != nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.HeldInterval)
+	ctx, cancel := s.closingContext(s.cfg.HeldInterval)
 	defer cancel()
-	go func() {
-		select {
-		case <-s.done:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	members := map[string]bool{}

@@ -253,15 +253,8 @@ func (s *Store) watchLeadership() {
 }
 
 func (s *Store) syncLeader() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := s.closingContext(10 * time.Second)
 	defer cancel()
-	go func() {
-		select {
-		case <-s.done:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	s.identMu.Lock()
 	ident := s.ident
 	s.identMu.Unlock()

@@ -621,6 +621,20 @@ func (s *Store) notLeader() error {
 	return ErrNotLeader
 }
 
+// closingContext returns a context that ends after d, or as soon as the
+// store closes, whichever comes first.
+func (s *Store) closingContext(d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	go func() {
+		select {
+		case <-s.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
 // wait waits for f while honouring ctx.
 func wait(ctx context.Context, f raft.Future) error {
 	done := make(chan error, 1)
