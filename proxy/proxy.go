@@ -269,6 +269,19 @@ func (p *Proxy) sessionByKey(pid uint32, secret []byte) *session {
 	return found
 }
 
+// stopAccepting closes the listener and returns the sessions open now;
+// p.mu is held.
+func (p *Proxy) stopAccepting() []*session {
+	if p.ln != nil {
+		p.ln.Close()
+	}
+	open := make([]*session, 0, len(p.sessions))
+	for s := range p.sessions {
+		open = append(open, s)
+	}
+	return open
+}
+
 // Shutdown stops the proxy gracefully, as http.Server.Shutdown does: it
 // closes the listener and marks the proxy draining (Ready fails from then
 // on), lets each open session finish the transaction it is in (a session
@@ -280,13 +293,7 @@ func (p *Proxy) sessionByKey(pid uint32, secret []byte) *session {
 func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.mu.Lock()
 	p.draining.Store(true)
-	if p.ln != nil {
-		p.ln.Close()
-	}
-	open := make([]*session, 0, len(p.sessions))
-	for s := range p.sessions {
-		open = append(open, s)
-	}
+	open := p.stopAccepting()
 	p.mu.Unlock()
 	for _, s := range open {
 		s.drainIfIdle()
@@ -318,13 +325,7 @@ func (p *Proxy) Close() error {
 	}
 	p.closed = true
 	close(p.done)
-	if p.ln != nil {
-		p.ln.Close()
-	}
-	open := make([]*session, 0, len(p.sessions))
-	for s := range p.sessions {
-		open = append(open, s)
-	}
+	open := p.stopAccepting()
 	p.mu.Unlock()
 	for _, s := range open {
 		s.kill()
