@@ -146,7 +146,7 @@ done:
 	if inTx && s.stallTimer != nil {
 		s.stallTimer.Reset(s.p.cfg.IdleInTransactionTimeout)
 	}
-	_, err := s.clientWriter.Write(buf[:off])
+	err := sendBatch(s.clientWriter, s.clientRef, buf[:off], off == len(buf))
 	_, _ = r.Discard(off)
 	if err != nil {
 		s.endBackend(errClientGone)

@@ -197,7 +197,7 @@ func (s *session) frontendBatch() (bool, error) {
 done:
 	t.mu.Unlock()
 	if off > 0 {
-		if _, err := s.upstreamWriter.Write(buf[:off]); err != nil {
+		if err := sendBatch(s.upstreamWriter, s.upstreamRef, buf[:off], !refuse && off == len(buf)); err != nil {
 			return true, err
 		}
 		_, _ = r.Discard(off)

@@ -36,8 +36,8 @@ func memSession(t testing.TB, client, upstream []byte) (*session, *memConn, *mem
 	uc := &memConn{r: bytes.NewReader(upstream)}
 	s := newSession(p, cc)
 	s.up = uc
-	s.clientWriter, s.clientFrames, _ = newBuffered(cc, p.cfg.MaxMessageSize)
-	s.upstreamWriter, s.upstreamFrames, _ = newBuffered(uc, 1<<30)
+	s.clientWriter, s.clientFrames, s.clientRef = newBuffered(cc, p.cfg.MaxMessageSize)
+	s.upstreamWriter, s.upstreamFrames, s.upstreamRef = newBuffered(uc, 1<<30)
 	s.track.init('I')
 	return s, cc, uc
 }

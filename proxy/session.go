@@ -35,6 +35,11 @@ type session struct {
 	// messages each sends.
 	clientWriter, upstreamWriter *bufio.Writer
 	clientFrames, upstreamFrames frameReader
+	// clientRef and upstreamRef are the connections under the writers:
+	// a batch that empties its reader's buffer, with nothing in the
+	// writer before it, is written straight from the read buffer (see
+	// sendBatch).
+	clientRef, upstreamRef *connRef
 
 	// user and database are what the StartupMessage asked for (the
 	// database defaulted as the server does); role is the role the server
@@ -207,6 +212,7 @@ func (s *session) run() {
 	max := s.p.cfg.MaxMessageSize
 	var cref, uref *connRef
 	s.clientWriter, s.clientFrames, cref = newBuffered(c, max)
+	s.clientRef = cref
 	up, err := s.p.dialUpstream(context.Background())
 	if err != nil {
 		s.log.Warn("upstream unavailable", "err", err)
@@ -222,6 +228,7 @@ func (s *session) run() {
 	}
 	_ = up.SetDeadline(time.Now().Add(startupTimeout))
 	s.upstreamWriter, s.upstreamFrames, uref = newBuffered(up, 1<<30)
+	s.upstreamRef = uref
 	if err := s.upstreamStartup(sp); err != nil {
 		if !errors.Is(err, errUpstreamRefused) {
 			s.startupFailed(err)
