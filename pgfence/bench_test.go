@@ -92,18 +92,18 @@ func benchBulk(b *testing.B, op func(ctx context.Context, conn *pgx.Conn, table 
 
 func BenchmarkInsertSelect100k(b *testing.B) {
 	benchBulk(b, func(ctx context.Context, conn *pgx.Conn, table string) error {
-		return fencebench.BulkInsert(ctx, conn, table, 1001, 100000, false)
+		return fencebench.BulkInsert(ctx, conn, table, 1001, 100000, 1)
 	})
 }
 
 func BenchmarkCopy100k(b *testing.B) {
 	benchBulk(b, func(ctx context.Context, conn *pgx.Conn, table string) error {
-		return fencebench.BulkCopy(ctx, conn, table, 1001, 100000)
+		return fencebench.BulkCopy(ctx, conn, table, fencebench.CopyData(1001, 100000, 1), 1)
 	})
 }
 
-func BenchmarkInsertDistinct100k(b *testing.B) {
+func BenchmarkInsert1000Resources100k(b *testing.B) {
 	benchBulk(b, func(ctx context.Context, conn *pgx.Conn, table string) error {
-		return fencebench.BulkInsert(ctx, conn, table, 1001, 100000, true)
+		return fencebench.BulkInsert(ctx, conn, table, 1001, 100000, 1000)
 	})
 }

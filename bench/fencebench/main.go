@@ -2,9 +2,12 @@
 // the same workloads on a protected table and on its unprotected twin, in
 // one run, with medians over --runs runs and the CPU time the serving
 // PostgreSQL backend spent per operation (which moves far less than time on
-// a shared machine).
+// a shared machine). The workloads: a fenced single-row write transaction,
+// then INSERT ... SELECT, COPY and UPDATE of --rows rows in one fenced
+// transaction each, first all rows of one resource, then spread over
+// --resources resources (fenced with one fence_many).
 //
-//	go run ./fencebench [--db DSN] [--runs 5] [--writes 2000] [--rows 100000]
+//	go run ./fencebench [--db DSN] [--runs 5] [--writes 2000] [--rows 100000] [--resources 1000] [--only TEXT]
 //
 // It creates a throwaway database and owner role on the server of --db
 // (PostgreSQL on this host, a superuser DSN) and drops them when it ends.
@@ -63,13 +66,15 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	dsn := fs.String("db", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "a superuser DSN of a PostgreSQL server on this host")
 	runs := fs.Int("runs", 5, "runs of each workload on each table; medians are printed")
 	writes := fs.Int("writes", 2000, "fenced single-row write transactions per run and table")
-	rows := fs.Int("rows", 100000, "rows per bulk INSERT and COPY")
+	rows := fs.Int("rows", 100000, "rows per bulk INSERT, COPY and UPDATE")
+	resources := fs.Int("resources", 1000, "resources the rows of the second INSERT, COPY and UPDATE are spread over (the first: one)")
+	only := fs.String("only", "", "run only the workloads whose name contains this text")
 	syncCommit := fs.String("synchronous-commit", "", "synchronous_commit for the benchmark's sessions (default: the server's)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *runs < 1 || *writes < 1 || *rows < 1 {
-		return fmt.Errorf("--runs, --writes and --rows must be positive")
+	if *runs < 1 || *writes < 1 || *rows < 1 || *resources < 1 {
+		return fmt.Errorf("--runs, --writes, --rows and --resources must be positive")
 	}
 	admin, err := pgx.Connect(ctx, *dsn)
 	if err != nil {
@@ -125,33 +130,50 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			}
 			return nil
 		}},
-		{name: fmt.Sprintf("INSERT ... SELECT of %d rows, one resource", *rows), unit: "ms", ops: 1, op: func(ctx context.Context, c *pgx.Conn, table string, _ int) error {
-			return fencebench.BulkInsert(ctx, c, table, bulkFirst(table), *rows, false)
-		}},
-		{name: fmt.Sprintf("COPY of %d rows, one resource", *rows), unit: "ms", ops: 1, op: func(ctx context.Context, c *pgx.Conn, table string, _ int) error {
-			return fencebench.BulkCopy(ctx, c, table, bulkFirst(table), *rows)
-		}},
-		{name: fmt.Sprintf("INSERT ... SELECT of %d rows, %d resources, fence_many", *rows, *rows), unit: "ms", ops: 1, op: func(ctx context.Context, c *pgx.Conn, table string, _ int) error {
-			return fencebench.BulkInsert(ctx, c, table, bulkFirst(table), *rows, true)
-		}},
-		{name: fmt.Sprintf("UPDATE of %d rows, one resource", *rows), unit: "ms", ops: 1,
-			prep: func(ctx context.Context, c *pgx.Conn, table string) error {
-				if err := fencebench.BulkInsert(ctx, c, table, bulkFirst(table), *rows, false); err != nil {
-					return err
-				}
-				_, err := c.Exec(ctx, "VACUUM ANALYZE "+table)
-				return err
-			},
-			op: func(ctx context.Context, c *pgx.Conn, table string, _ int) error {
-				return fencebench.BulkUpdate(ctx, c, table, 1001)
+	}
+	for _, res := range []int{1, *resources} {
+		res := res
+		var data string
+		workloads = append(workloads,
+			workload{name: fmt.Sprintf("INSERT ... SELECT of %d rows, %s", *rows, plural(res)), unit: "ms", ops: 1, op: func(ctx context.Context, c *pgx.Conn, table string, _ int) error {
+				return fencebench.BulkInsert(ctx, c, table, bulkFirst(table), *rows, res)
 			}},
+			workload{name: fmt.Sprintf("COPY of %d rows, %s", *rows, plural(res)), unit: "ms", ops: 1,
+				prep: func(ctx context.Context, c *pgx.Conn, table string) error {
+					data = fencebench.CopyData(bulkFirst(table), *rows, res)
+					return nil
+				},
+				op: func(ctx context.Context, c *pgx.Conn, table string, _ int) error {
+					return fencebench.BulkCopy(ctx, c, table, data, res)
+				}},
+			workload{name: fmt.Sprintf("UPDATE of %d rows, %s", *rows, plural(res)), unit: "ms", ops: 1,
+				prep: func(ctx context.Context, c *pgx.Conn, table string) error {
+					if err := fencebench.BulkInsert(ctx, c, table, bulkFirst(table), *rows, res); err != nil {
+						return err
+					}
+					_, err := c.Exec(ctx, "VACUUM ANALYZE "+table)
+					return err
+				},
+				op: func(ctx context.Context, c *pgx.Conn, table string, _ int) error {
+					return fencebench.BulkUpdate(ctx, c, table, 1001, res)
+				}},
+		)
+	}
+	if *only != "" {
+		var keep []workload
+		for _, w := range workloads {
+			if strings.Contains(w.name, *only) {
+				keep = append(keep, w)
+			}
+		}
+		workloads = keep
 	}
 
 	load0, _ := os.ReadFile("/proc/loadavg")
 	mach0, merr := cputime.ReadMachineCPU()
 	start := time.Now()
 	fmt.Fprintf(out, "PostgreSQL %s, synchronous_commit=%s, %d runs; load average at start: %s", version, sc, *runs, string(load0))
-	t := bench.NewTable("workload", "unprotected", "protected", "ratio", "backend CPU/op unprot.", "backend CPU/op prot.", "CPU ratio")
+	t := bench.NewTable("workload", "unprotected", "protected", "ratio", "ratio spread", "backend CPU/op unprot.", "backend CPU/op prot.", "CPU ratio", "CPU ratio spread")
 	for _, w := range workloads {
 		res := map[string][]sample{}
 		for r := 0; r < *runs; r++ {
@@ -196,20 +218,38 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 		wallU, wallP := med(fencebench.Unprotected, func(s sample) time.Duration { return s.wall }), med(fencebench.Protected, func(s sample) time.Duration { return s.wall })
 		cpuU, cpuP := med(fencebench.Unprotected, func(s sample) time.Duration { return s.cpu }), med(fencebench.Protected, func(s sample) time.Duration { return s.cpu })
-		var u, p, ratio string
+		// Each run's ratio pairs the two tables' figures of that run (run
+		// back to back, in alternating order): their spread shows how far
+		// the load moved the median.
+		ratios := func(f func(sample) time.Duration, invert bool) []float64 {
+			var rs []float64
+			for i := range res[fencebench.Protected] {
+				p, u := float64(f(res[fencebench.Protected][i])), float64(f(res[fencebench.Unprotected][i]))
+				if invert {
+					p, u = u, p
+				}
+				if u > 0 {
+					rs = append(rs, p/u)
+				}
+			}
+			return rs
+		}
+		wallOf := func(s sample) time.Duration { return s.wall }
+		cpuOf := func(s sample) time.Duration { return s.cpu }
+		var u, p string
+		wr := ratios(wallOf, w.unit == "tps")
 		if w.unit == "tps" {
 			u, p = bench.FormatRate(float64(time.Second)/float64(wallU))+" tps", bench.FormatRate(float64(time.Second)/float64(wallP))+" tps"
-			ratio = bench.FormatRatio(float64(wallU) / float64(wallP))
 		} else {
 			u, p = bench.FormatMillis(wallU)+" ms", bench.FormatMillis(wallP)+" ms"
-			ratio = bench.FormatRatio(float64(wallP) / float64(wallU))
 		}
-		t.Row(w.name, u, p, ratio, micros(cpuU), micros(cpuP), bench.FormatRatio(float64(cpuP)/float64(cpuU)))
+		t.Row(w.name, u, p, bench.FormatRatio(bench.Median(wr)), spread(wr), micros(cpuU), micros(cpuP), bench.FormatRatio(float64(cpuP)/float64(cpuU)), spread(ratios(cpuOf, false)))
 	}
 	fmt.Fprintln(out)
 	t.WriteTo(out) //nolint:errcheck
 	fmt.Fprintln(out)
-	fmt.Fprintln(out, "ratio: protected/unprotected time for bulk work, unprotected/protected time (= protected/unprotected rate) for transactions;")
+	fmt.Fprintln(out, "ratio: median over the runs of protected/unprotected time for bulk work, unprotected/protected time (= protected/unprotected rate)")
+	fmt.Fprintln(out, "for transactions, each run pairing the two tables; spread: the lowest and highest of those per-run ratios;")
 	fmt.Fprintln(out, "backend CPU/op: the serving backend's user+system CPU per transaction (10 ms /proc resolution, summed over each run).")
 	load1, _ := os.ReadFile("/proc/loadavg")
 	fmt.Fprintf(out, "load average at end: %s", string(load1))
@@ -221,6 +261,26 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// spread prints the lowest and highest of rs.
+func spread(rs []float64) string {
+	if len(rs) == 0 {
+		return "-"
+	}
+	lo, hi := rs[0], rs[0]
+	for _, r := range rs {
+		lo, hi = min(lo, r), max(hi, r)
+	}
+	return bench.FormatRatio(lo) + "-" + bench.FormatRatio(hi)
+}
+
+// plural names a count of resources.
+func plural(n int) string {
+	if n == 1 {
+		return "one resource"
+	}
+	return fmt.Sprintf("%d resources", n)
 }
 
 func micros(d time.Duration) string {

@@ -93,63 +93,83 @@ func FencedWrite(ctx context.Context, conn *pgx.Conn, table string, id int64, to
 	return tx.Commit(ctx)
 }
 
+// fenceAccounts fences, in tx, the accounts 0 to resources-1 with token 1:
+// one fence for one account, one fence_many for more.
+func fenceAccounts(ctx context.Context, tx pgx.Tx, resources int) error {
+	if resources <= 1 {
+		_, err := tx.Exec(ctx, fencegate.FenceSQL, "acct:0", int64(1))
+		return err
+	}
+	_, err := tx.Exec(ctx, `SELECT fencegate.fence_many(array_agg('acct:' || g), 1) FROM generate_series(0, $1::bigint - 1) g`, resources)
+	return err
+}
+
 // BulkInsert inserts rows rows with ids from first on in one INSERT ...
-// SELECT transaction. With distinct, every row is an account of its own and
-// the transaction fences them all with one fence_many; otherwise all rows
-// belong to account 0 and one fence covers them.
-func BulkInsert(ctx context.Context, conn *pgx.Conn, table string, first int64, rows int, distinct bool) error {
+// SELECT transaction, spread over resources accounts (row i belongs to
+// account i mod resources), fenced first: one fence for one account, one
+// fence_many for more.
+func BulkInsert(ctx context.Context, conn *pgx.Conn, table string, first int64, rows, resources int) error {
+	if resources < 1 {
+		resources = 1
+	}
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
-	acct := "0"
-	if distinct {
-		acct = "g"
-		if _, err := tx.Exec(ctx, `SELECT fencegate.fence_many(array_agg('acct:' || g), 1) FROM generate_series($1::bigint, $2::bigint) g`, first, first+int64(rows)-1); err != nil {
-			return err
-		}
-	} else if _, err := tx.Exec(ctx, fencegate.FenceSQL, "acct:0", int64(1)); err != nil {
+	if err := fenceAccounts(ctx, tx, resources); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO `+table+` (id, acct, note) SELECT g, `+acct+`, 'bulk' FROM generate_series($1::bigint, $2::bigint) g`, first, first+int64(rows)-1); err != nil {
+	if _, err := tx.Exec(ctx, `INSERT INTO `+table+` (id, acct, note) SELECT g, g % $3, 'bulk' FROM generate_series($1::bigint, $2::bigint) g`, first, first+int64(rows)-1, int64(resources)); err != nil {
 		return err
 	}
 	return tx.Commit(ctx)
 }
 
-// BulkCopy is BulkInsert through COPY FROM STDIN (text format), all rows
-// of account 0.
-func BulkCopy(ctx context.Context, conn *pgx.Conn, table string, first int64, rows int) error {
+// CopyData is the COPY text of BulkCopy: rows rows with ids from first on,
+// row i of account i mod resources.
+func CopyData(first int64, rows, resources int) string {
+	if resources < 1 {
+		resources = 1
+	}
 	var b strings.Builder
 	for i := int64(0); i < int64(rows); i++ {
-		b.WriteString(strconv.FormatInt(first+i, 10))
-		b.WriteString("\t0\tbulk\n")
+		id := first + i
+		b.WriteString(strconv.FormatInt(id, 10))
+		b.WriteByte('\t')
+		b.WriteString(strconv.FormatInt(id%int64(resources), 10))
+		b.WriteString("\tbulk\n")
 	}
+	return b.String()
+}
+
+// BulkCopy is BulkInsert through COPY FROM STDIN (text format) of data
+// (CopyData, built outside the timed part).
+func BulkCopy(ctx context.Context, conn *pgx.Conn, table string, data string, resources int) error {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
-	if _, err := tx.Exec(ctx, fencegate.FenceSQL, "acct:0", int64(1)); err != nil {
+	if err := fenceAccounts(ctx, tx, resources); err != nil {
 		return err
 	}
-	if _, err := tx.Conn().PgConn().CopyFrom(ctx, strings.NewReader(b.String()), "COPY "+table+" (id, acct, note) FROM STDIN"); err != nil {
+	if _, err := tx.Conn().PgConn().CopyFrom(ctx, strings.NewReader(data), "COPY "+table+" (id, acct, note) FROM STDIN"); err != nil {
 		return err
 	}
 	return tx.Commit(ctx)
 }
 
 // BulkUpdate updates, in one fenced transaction, every row with an id from
-// first on, all of account 0 (rows BulkInsert or BulkCopy wrote): one
-// fence covers them.
-func BulkUpdate(ctx context.Context, conn *pgx.Conn, table string, first int64) error {
+// first on (rows BulkInsert or BulkCopy wrote over resources accounts),
+// keeping each row's resource: one fence, or one fence_many, covers them.
+func BulkUpdate(ctx context.Context, conn *pgx.Conn, table string, first int64, resources int) error {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
-	if _, err := tx.Exec(ctx, fencegate.FenceSQL, "acct:0", int64(1)); err != nil {
+	if err := fenceAccounts(ctx, tx, resources); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(ctx, `UPDATE `+table+` SET n = n + 1 WHERE id >= $1`, first); err != nil {
