@@ -40,7 +40,7 @@ func TestGuardDDL(t *testing.T) {
 		"ALTER TABLE acc.entries_0 DISABLE TRIGGER ALL",
 		"ALTER TABLE acc.book ENABLE TRIGGER fencegate_ins",
 		"DROP TRIGGER fencegate_upd ON acc.book",
-		"ALTER TABLE acc.book DROP COLUMN fencegate_resource",
+		"ALTER TABLE acc.book DROP COLUMN fencegate_resource CASCADE",
 		"ALTER TABLE acc.book ADD COLUMN note text",
 		"ALTER TABLE acc.book ALTER COLUMN id TYPE bigint USING 0",
 		"ALTER TABLE acc.book RENAME TO ledger",

@@ -22,7 +22,9 @@ package pgfence
 // functions); the signing keys belong
 // to the owner role and grant nothing to anyone (a SELECT would let a role
 // forge proofs); nothing else lives in the schema; every table of every protected hierarchy computes the root's
-// resource expression and carries every check, enabled; a protected table is
+// resource expression and carries every check, enabled, the statement checks
+// without a WHEN condition and fencegate_move with exactly its own, read from
+// the stored node tree (printing it would lock the table); a protected table is
 // not a partition or child of an unprotected one; the DDL guard, where
 // installed, is whole and enabled.
 //
@@ -73,6 +75,7 @@ tree AS (
 		SELECT tr.root, i.inhrelid FROM tr JOIN pg_catalog.pg_inherits i ON i.inhparent OPERATOR(pg_catalog.=) tr.relid
 		JOIN pg_catalog.pg_class k ON k.oid OPERATOR(pg_catalog.=) i.inhrelid AND k.relpersistence OPERATOR(pg_catalog.<>) 't')
 	SELECT tr.root, tr.relid, c.relkind, c.relispartition,
+	       (SELECT a.attnum FROM pg_catalog.pg_attribute a WHERE a.attrelid OPERATOR(pg_catalog.=) tr.relid AND a.attname OPERATOR(pg_catalog.=) 'fencegate_resource' AND NOT a.attisdropped) AS att,
 	       (SELECT d.adbin FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_attrdef d ON d.adrelid OPERATOR(pg_catalog.=) a.attrelid AND d.adnum OPERATOR(pg_catalog.=) a.attnum
 	        WHERE a.attrelid OPERATOR(pg_catalog.=) tr.relid AND a.attname OPERATOR(pg_catalog.=) 'fencegate_resource' AND NOT a.attisdropped AND a.attgenerated OPERATOR(pg_catalog.=) 's'
 	          AND a.attcollation OPERATOR(pg_catalog.=) 'pg_catalog."C"'::pg_catalog.regcollation) AS bin
@@ -82,9 +85,10 @@ trees AS (
 	       EXISTS (SELECT 1 FROM pg_catalog.pg_trigger g WHERE g.tgrelid OPERATOR(pg_catalog.=) t.relid AND g.tgname OPERATOR(pg_catalog.=) 'fencegate_row' AND g.tgenabled OPERATOR(pg_catalog.=) 'A'
 	               AND g.tgfoid OPERATOR(pg_catalog.=) (SELECT h.oid FROM have h WHERE h.name OPERATOR(pg_catalog.=) 'check_row')) AS row_checked
 	FROM tree t JOIN tree r ON r.relid OPERATOR(pg_catalog.=) t.root AND r.root OPERATOR(pg_catalog.=) t.root),
-stmt(name, fn, tgtype, kind) AS (VALUES
-	('fencegate_ins', 'check_insert', 4, NULL), ('fencegate_upd', 'check_update', 16, 'p'), ('fencegate_upd', 'check_row', 17, 'r'),
-	('fencegate_del', 'check_delete', 8, NULL), ('fencegate_trunc', 'refuse_truncate', 34, NULL)),
+stmt(name, fn, tgtype, kind, qual) AS (VALUES
+	('fencegate_ins', 'check_insert', 4, NULL, NULL), ('fencegate_upd', 'check_update', 16, 'p', NULL), ('fencegate_upd', 'check_update_new', 16, 'r', NULL),
+	('fencegate_move', 'check_row', 17, 'r', 'resource change'),
+	('fencegate_del', 'check_delete', 8, NULL, NULL), ('fencegate_trunc', 'refuse_truncate', 34, NULL, NULL)),
 ` + inventoryCTE + `,
 ` + inventoryProblemsCTE + `,
 problems(problem) AS (
@@ -200,7 +204,13 @@ UNION ALL
 	FROM trees t JOIN stmt s ON s.kind IS NULL OR s.kind OPERATOR(pg_catalog.=) t.relkind::pg_catalog.text
 	WHERE NOT (t.relispartition AND t.row_checked)
 	  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger g WHERE g.tgrelid OPERATOR(pg_catalog.=) t.relid AND g.tgname OPERATOR(pg_catalog.=) s.name AND g.tgenabled OPERATOR(pg_catalog.=) 'A'
-	                  AND g.tgtype OPERATOR(pg_catalog.=) s.tgtype AND g.tgfoid OPERATOR(pg_catalog.=) (SELECT h.oid FROM have h WHERE h.name OPERATOR(pg_catalog.=) s.fn AND h.args OPERATOR(pg_catalog.=) ''))
+	                  AND g.tgtype OPERATOR(pg_catalog.=) s.tgtype AND g.tgfoid OPERATOR(pg_catalog.=) (SELECT h.oid FROM have h WHERE h.name OPERATOR(pg_catalog.=) s.fn AND h.args OPERATOR(pg_catalog.=) '')
+	                  AND CASE WHEN s.qual IS NULL THEN g.tgqual IS NULL
+	                           ELSE g.tgqual::pg_catalog.text OPERATOR(pg_catalog.~) ('^\{DISTINCTEXPR :opno ' OPERATOR(pg_catalog.||) 'pg_catalog.=(pg_catalog.text,pg_catalog.text)'::pg_catalog.regoperator::pg_catalog.oid::pg_catalog.text OPERATOR(pg_catalog.||) ' ')
+	                                AND pg_catalog.strpos(g.tgqual::pg_catalog.text, ' :inputcollid ' OPERATOR(pg_catalog.||) 'pg_catalog."C"'::pg_catalog.regcollation::pg_catalog.oid::pg_catalog.text OPERATOR(pg_catalog.||) ' ') OPERATOR(pg_catalog.>) 0
+	                                AND pg_catalog.length(g.tgqual::pg_catalog.text) OPERATOR(pg_catalog.-) pg_catalog.length(pg_catalog.replace(g.tgqual::pg_catalog.text, '{', '')) OPERATOR(pg_catalog.=) 3
+	                                AND pg_catalog.strpos(g.tgqual::pg_catalog.text, '{VAR :varno 1 :varattno ' OPERATOR(pg_catalog.||) t.att::pg_catalog.text OPERATOR(pg_catalog.||) ' ') OPERATOR(pg_catalog.>) 0
+	                                AND pg_catalog.strpos(g.tgqual::pg_catalog.text, '{VAR :varno 2 :varattno ' OPERATOR(pg_catalog.||) t.att::pg_catalog.text OPERATOR(pg_catalog.||) ' ') OPERATOR(pg_catalog.>) 0 END)
 UNION ALL
 	SELECT pg_catalog.format('%s %s has no working fencegate check (%s missing, disabled or changed): %s',
 	       CASE WHEN t.relispartition THEN 'partition' WHEN t.relid OPERATOR(pg_catalog.=) t.root THEN 'protected table' ELSE 'child table' END,

@@ -109,6 +109,11 @@ func TestHealthFindsAlterations(t *testing.T) {
 		{name: "version changed", alter: `SET ROLE {owner}; CREATE OR REPLACE FUNCTION fencegate.schema_version() RETURNS integer LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fg$SELECT 1$fg$`,
 			want: "fencegate.schema_version() is altered"},
 		{name: "trigger dropped", alter: `DROP TRIGGER fencegate_upd ON shop.orders`, want: "protected table shop.orders has no working fencegate check (fencegate_upd"},
+		{name: "resource change check made blind", alter: `DROP TRIGGER fencegate_move ON shop.orders; CREATE TRIGGER fencegate_move AFTER UPDATE ON shop.orders FOR EACH ROW WHEN (OLD.fencegate_resource IS DISTINCT FROM NEW.fencegate_resource AND false) EXECUTE FUNCTION fencegate.check_row()`,
+			want: "protected table shop.orders has no working fencegate check (fencegate_move"},
+		{name: "resource change check on a planted operator", alter: `CREATE FUNCTION public.never(text, text) RETURNS boolean LANGUAGE sql IMMUTABLE AS 'SELECT true'; CREATE OPERATOR public.= (LEFTARG = text, RIGHTARG = text, FUNCTION = public.never);
+			SET search_path = public, pg_catalog; DROP TRIGGER fencegate_move ON shop.orders; CREATE TRIGGER fencegate_move AFTER UPDATE ON shop.orders FOR EACH ROW WHEN (OLD.fencegate_resource IS DISTINCT FROM NEW.fencegate_resource) EXECUTE FUNCTION fencegate.check_row(); RESET search_path`,
+			want: "protected table shop.orders has no working fencegate check (fencegate_move"},
 		{name: "trigger disabled", alter: `ALTER TABLE shop.orders DISABLE TRIGGER fencegate_ins`, want: "shop.orders has no working fencegate check (fencegate_ins"},
 		{name: "trigger set to origin only", alter: `ALTER TABLE shop.notes ENABLE TRIGGER fencegate_del`, want: "shop.notes has no working fencegate check (fencegate_del"},
 		{name: "replica check dropped", alter: `DROP TRIGGER fencegate_replica ON shop.ledger_2024`, want: "child table shop.ledger_2024 has no working fencegate check (fencegate_replica"},

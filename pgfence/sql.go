@@ -12,8 +12,10 @@ import (
 // version 4 checks UPDATEs of tables that hold rows row by row; version 5
 // added the floor (fencegate.floor) and the prune of marks below it;
 // version 6 added the effects (fencegate.effects, fencegate.effect and the
-// relay's functions).
-const SchemaVersion = 6
+// relay's functions); version 7 checks UPDATEs of tables that hold rows per
+// statement again, the new rows' resources (fencegate.check_update_new),
+// and row by row only where a row's resource changes (fencegate_move).
+const SchemaVersion = 7
 
 // DefaultOwnerRole is the role that owns schema fencegate when
 // InstallOptions.OwnerRole is empty.
@@ -57,6 +59,7 @@ var functions = []*function{
 	{name: "fence_many", args: "resources text[], token bigint", result: "bigint", definer: true, app: true, file: "schema"},
 	{name: "check_insert", args: "", result: "trigger", file: "schema"},
 	{name: "check_update", args: "", result: "trigger", file: "schema"},
+	{name: "check_update_new", args: "", result: "trigger", file: "schema"},
 	{name: "check_delete", args: "", result: "trigger", file: "schema"},
 	{name: "check_row", args: "", result: "trigger", file: "schema"},
 	{name: "refuse_truncate", args: "", result: "trigger", file: "schema"},

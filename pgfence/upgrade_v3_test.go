@@ -12,16 +12,24 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// TestUpgradeFromV3 installs version 3 as it was shipped, protects a table,
-// a partitioned table and an inheritance parent with it, takes marks,
-// upgrades, and checks that the marks are kept, that the UPDATE checks
-// were re-shaped (row by row on tables that hold rows, with transition
-// tables on partitioned ones) and that writes are still refused without a
-// fence and accepted with one.
+// TestUpgradeFromV3 installs versions 3 to 6 as they were shipped,
+// protects a table, a partitioned table and an inheritance parent with each,
+// takes marks, upgrades, and checks that the marks are kept, that the
+// UPDATE checks were re-shaped (since version 7, on tables that hold rows,
+// the new rows' resources per statement and a row whose resource changes
+// row by row; versions 4 to 6 checked every updated row on its own; version
+// 3 read both transition tables everywhere) and that writes are still
+// refused without a fence and accepted with one.
 func TestUpgradeFromV3(t *testing.T) {
+	for v := 3; v <= 6; v++ {
+		t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) { testUpgradeShapes(t, v) })
+	}
+}
+
+func testUpgradeShapes(t *testing.T, v int) {
 	ctx := context.Background()
 	db := pgfencetest.New(t, pgfencetest.Options{NoInstall: true})
-	admin := installShipped(t, db, 3)
+	admin := installShipped(t, db, v)
 	mustExec(t, admin, `GRANT USAGE ON SCHEMA fencegate TO `+db.App+`;
 		GRANT EXECUTE ON FUNCTION fencegate.fence(text, bigint), fencegate.fence(text, bigint, text), fencegate.fence_many(text[], bigint) TO `+db.App+`;
 		GRANT SELECT ON fencegate.marks TO `+db.App+`;
@@ -53,15 +61,19 @@ func TestUpgradeFromV3(t *testing.T) {
 		}
 		return s
 	}
-	if got, want := updShape(), "acct:16:fencegate.check_update book:16:fencegate.check_update book_old:16:fencegate.check_update ev:16:fencegate.check_update ev_1:16:fencegate.check_update ev_2:16:fencegate.check_update"; got != want {
-		t.Fatalf("version 3 UPDATE checks: %s, want %s", got, want)
+	want := "acct:16:fencegate.check_update book:16:fencegate.check_update book_old:16:fencegate.check_update ev:16:fencegate.check_update ev_1:16:fencegate.check_update ev_2:16:fencegate.check_update"
+	if v >= 4 {
+		want = "acct:17:fencegate.check_row book:17:fencegate.check_row book_old:17:fencegate.check_row ev:16:fencegate.check_update ev_1:17:fencegate.check_row ev_2:17:fencegate.check_row"
+	}
+	if got := updShape(); got != want {
+		t.Fatalf("version %d UPDATE checks: %s, want %s", v, got, want)
 	}
 
 	rep, err := pgfence.Install(ctx, admin, pgfence.InstallOptions{OwnerRole: db.Owner, RequireInstalled: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.FromVersion != 3 || rep.ToVersion != pgfence.SchemaVersion || rep.Marks != 2 || rep.Tables != 6 {
+	if rep.FromVersion != v || rep.ToVersion != pgfence.SchemaVersion || rep.Marks != 2 || rep.Tables != 6 {
 		t.Fatalf("upgrade report: %+v", rep)
 	}
 	t.Logf("upgrade report: %+v", rep)
@@ -71,8 +83,17 @@ func TestUpgradeFromV3(t *testing.T) {
 	if got := health(t, admin); len(got) != 0 {
 		t.Fatalf("health after upgrade: %v", got)
 	}
-	if got, want := updShape(), "acct:17:fencegate.check_row book:17:fencegate.check_row book_old:17:fencegate.check_row ev:16:fencegate.check_update ev_1:17:fencegate.check_row ev_2:17:fencegate.check_row"; got != want {
+	want = "acct:16:fencegate.check_update_new book:16:fencegate.check_update_new book_old:16:fencegate.check_update_new ev:16:fencegate.check_update ev_1:16:fencegate.check_update_new ev_2:16:fencegate.check_update_new"
+	if got := updShape(); got != want {
 		t.Fatalf("UPDATE checks after the upgrade: %s, want %s", got, want)
+	}
+	var moves string
+	if err := admin.QueryRow(ctx, `SELECT string_agg(t.tgrelid::regclass::text || ':' || t.tgtype || ':' || t.tgfoid::regproc::text, ' ' ORDER BY t.tgrelid::regclass::text)
+		FROM pg_trigger t WHERE t.tgname = 'fencegate_move' AND t.tgqual IS NOT NULL`).Scan(&moves); err != nil {
+		t.Fatal(err)
+	}
+	if want := "acct:17:fencegate.check_row book:17:fencegate.check_row book_old:17:fencegate.check_row ev_1:17:fencegate.check_row ev_2:17:fencegate.check_row"; moves != want {
+		t.Fatalf("row checks of resource changes after the upgrade: %s, want %s", moves, want)
 	}
 	rep2, err := pgfence.Install(ctx, admin, pgfence.InstallOptions{OwnerRole: db.Owner, RequireInstalled: true})
 	if err != nil || len(rep2.Actions) != 0 {

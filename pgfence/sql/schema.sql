@@ -1,11 +1,10 @@
--- fencegate schema, version 6: the marks, the floor, the fence, the
+-- fencegate schema, version 7: the marks, the floor, the fence, the
 -- checks of protected tables and the effects (the fenced outbox). Install.go runs this file as the owner role
 -- (SET LOCAL ROLE), inside the install transaction, after it has made sure
 -- the schema exists and belongs to that role. Every statement is
--- idempotent: the file runs on a fresh schema, on a version 1, 2, 3, 4 or
--- 5 schema (whose marks it keeps; the floor starts at 0, the effects
--- empty) and on a version 6 schema that was altered (it puts every
--- function back).
+-- idempotent: the file runs on a fresh schema, on a version 1 to 6 schema
+-- (whose marks it keeps; the floor starts at 0, the effects empty) and on
+-- a version 7 schema that was altered (it puts every function back).
 --
 -- Rules every function below keeps (pgfence/DESIGN.md argues why):
 --   * search_path is pinned to pg_catalog, pg_temp by a SET clause;
@@ -95,7 +94,7 @@ COMMENT ON SEQUENCE fencegate.floor IS 'fencegate: the floor: last_value is the 
 CREATE OR REPLACE FUNCTION fencegate.schema_version() RETURNS integer
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
-AS $fg$SELECT 6$fg$;
+AS $fg$SELECT 7$fg$;
 
 -- fence check-and-advances the mark of one resource and records that this
 -- top-level transaction holds it. It runs as the owner role, which alone may
@@ -372,7 +371,9 @@ $fg$;
 -- checks of a protected table: every distinct resource among the rows the
 -- statement wrote (old and new rows for UPDATE) must have a mark whose fence
 -- this very transaction holds, on this running server. They run as the
--- writer, who may read the marks.
+-- writer, who may read the marks. Each costs one call and one query per
+-- statement, whatever the number of rows, and a copy of each written row in
+-- the transition tables: a bulk write pays one look-up per distinct resource.
 CREATE OR REPLACE FUNCTION fencegate.check_insert() RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -432,6 +433,40 @@ BEGIN
 END
 $fg$;
 
+-- check_update_new is the UPDATE check of tables that hold rows (schema
+-- version 7): every distinct resource among the statement's new rows. The
+-- old row's resource needs no look-up of its own when it equals the new
+-- one; a row whose resource changes is checked on its own, old resource
+-- and new, by the row trigger fencegate_move (check_row), whose WHEN
+-- condition is false for every other row, so those cost no call.
+CREATE OR REPLACE FUNCTION fencegate.check_update_new() RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fg$
+DECLARE
+	bad text;
+BEGIN
+	-- One plan node fewer than check_insert's form: a fixed cost that a
+	-- single-row UPDATE pays in full. SELECT INTO reads one row.
+	SELECT n.fencegate_resource INTO bad FROM fg_new n
+	GROUP BY n.fencegate_resource
+	HAVING n.fencegate_resource IS NULL OR n.fencegate_resource = '' OR NOT EXISTS (
+		SELECT 1 FROM fencegate.marks m
+		WHERE m.resource = n.fencegate_resource AND m.holder_xid = pg_current_xact_id() AND m.holder_boot = pg_postmaster_start_time());
+	IF FOUND THEN
+		IF bad IS NULL OR bad = '' THEN
+			RAISE EXCEPTION 'fencegate: write to % refused: a row''s resource expression yields %', TG_RELID::regclass, coalesce(quote_literal(bad), 'NULL')
+				USING ERRCODE = 'FG003',
+				HINT = 'Every row of a protected table must belong to a resource; fix the row or the table''s resource expression (fencegate protect).';
+		END IF;
+		RAISE EXCEPTION 'fencegate: write to % refused: this transaction holds no fence on resource %', TG_RELID::regclass, quote_literal(bad)
+			USING ERRCODE = 'FG002',
+			HINT = format('Take the lock on %s, then run SELECT fencegate.fence(%s, token) in this transaction before writing.', quote_literal(bad), quote_literal(bad));
+	END IF;
+	RETURN NULL;
+END
+$fg$;
+
 CREATE OR REPLACE FUNCTION fencegate.check_delete() RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -460,13 +495,13 @@ BEGIN
 END
 $fg$;
 
--- check_row is the row-level check. It checks every UPDATE of an ordinary
--- table (trigger fencegate_upd: a single-row UPDATE costs far less than
--- with transition tables) and the paths statement triggers miss: the
--- logical replication apply worker (which fires row triggers only) and
--- partitions created after protect ran (a row trigger on a partitioned table
--- is cloned to every new partition). The new row is checked, and the old row
--- of an UPDATE only when its resource differs from the new row's.
+-- check_row is the row-level check. It checks an UPDATE that changes a
+-- row's resource (trigger fencegate_move, on tables that hold rows) and the
+-- paths statement triggers miss: the logical replication apply worker
+-- (which fires row triggers only), partitions created after protect ran (a
+-- row trigger on a partitioned table is cloned to every new partition) and
+-- rows a MERGE moves between partitions. The new row is checked, and the
+-- old row of an UPDATE only when its resource differs from the new row's.
 CREATE OR REPLACE FUNCTION fencegate.check_row() RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -523,16 +558,15 @@ SELECT relid::regclass, depth FROM t ORDER BY depth, relid
 $fg$;
 
 -- shape gives one table of a protected hierarchy its triggers: statement-
--- level checks with transition tables for INSERT and DELETE (and UPDATE on
--- partitioned tables), the row-level UPDATE check on tables that hold rows,
--- and the TRUNCATE refusal (ENABLE ALWAYS: they fire whatever
--- session_replication_role says), the row-level
--- check for replica sessions such as the apply worker (ENABLE REPLICA: it
--- fires only there, so ordinary writes pay nothing per row for it), and on a
--- partitioned root the row-level check that PostgreSQL clones to every
--- future partition (ENABLE ALWAYS). On a leaf partition that clone is
--- disabled, because the partition's own statement triggers and its
--- parent's check every write.
+-- level checks with transition tables for INSERT, UPDATE and DELETE, on
+-- tables that hold rows the row-level check of an UPDATE that changes a
+-- row's resource (WHEN the resource differs), and the TRUNCATE refusal
+-- (ENABLE ALWAYS: they fire whatever session_replication_role says), the
+-- row-level check for replica sessions such as the apply worker (ENABLE
+-- REPLICA: it fires only there), and on a partitioned root the row-level
+-- check that PostgreSQL clones to every future partition (ENABLE ALWAYS).
+-- On a leaf partition that clone stays enabled: it checks the rows a MERGE
+-- moves between partitions.
 CREATE OR REPLACE FUNCTION fencegate.shape(tbl regclass) RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -542,42 +576,61 @@ DECLARE
 	trg  record;
 	want record;
 	have boolean;
+	att  smallint;
 BEGIN
 	SELECT c.relkind, c.relispartition INTO rel FROM pg_class c WHERE c.oid = tbl;
+	SELECT a.attnum INTO att FROM pg_attribute a WHERE a.attrelid = tbl AND a.attname = 'fencegate_resource' AND NOT a.attisdropped;
 	FOR want IN
 		SELECT * FROM (VALUES
-			('fencegate_ins', 4, 'fencegate.check_insert()'::regprocedure, NULL::name, 'fg_new'::name, 'A',
+			('fencegate_ins', 4, 'fencegate.check_insert()'::regprocedure, NULL::name, 'fg_new'::name, 'A', NULL::text,
 			 'AFTER INSERT ON %s REFERENCING NEW TABLE AS fg_new FOR EACH STATEMENT EXECUTE FUNCTION fencegate.check_insert()'),
-			('fencegate_upd', 16, 'fencegate.check_update()'::regprocedure, 'fg_old', 'fg_new', 'A',
+			('fencegate_upd', 16, 'fencegate.check_update()'::regprocedure, 'fg_old', 'fg_new', 'A', NULL,
 			 'AFTER UPDATE ON %s REFERENCING OLD TABLE AS fg_old NEW TABLE AS fg_new FOR EACH STATEMENT EXECUTE FUNCTION fencegate.check_update()'),
-			('fencegate_upd', 17, 'fencegate.check_row()'::regprocedure, NULL, NULL, 'A',
-			 'AFTER UPDATE ON %s FOR EACH ROW EXECUTE FUNCTION fencegate.check_row()'),
-			('fencegate_del', 8, 'fencegate.check_delete()'::regprocedure, 'fg_old', NULL, 'A',
+			('fencegate_upd', 16, 'fencegate.check_update_new()'::regprocedure, NULL, 'fg_new', 'A', NULL,
+			 'AFTER UPDATE ON %s REFERENCING NEW TABLE AS fg_new FOR EACH STATEMENT EXECUTE FUNCTION fencegate.check_update_new()'),
+			('fencegate_move', 17, 'fencegate.check_row()'::regprocedure, NULL, NULL, 'A', 'resource change',
+			 'AFTER UPDATE ON %s FOR EACH ROW WHEN (OLD.fencegate_resource IS DISTINCT FROM NEW.fencegate_resource) EXECUTE FUNCTION fencegate.check_row()'),
+			('fencegate_del', 8, 'fencegate.check_delete()'::regprocedure, 'fg_old', NULL, 'A', NULL,
 			 'AFTER DELETE ON %s REFERENCING OLD TABLE AS fg_old FOR EACH STATEMENT EXECUTE FUNCTION fencegate.check_delete()'),
-			('fencegate_trunc', 34, 'fencegate.refuse_truncate()'::regprocedure, NULL, NULL, 'A',
+			('fencegate_trunc', 34, 'fencegate.refuse_truncate()'::regprocedure, NULL, NULL, 'A', NULL,
 			 'BEFORE TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION fencegate.refuse_truncate()'),
-			('fencegate_replica', 29, 'fencegate.check_row()'::regprocedure, NULL, NULL, 'R',
+			('fencegate_replica', 29, 'fencegate.check_row()'::regprocedure, NULL, NULL, 'R', NULL,
 			 'AFTER INSERT OR UPDATE OR DELETE ON %s FOR EACH ROW EXECUTE FUNCTION fencegate.check_row()'),
-			('fencegate_row', 29, 'fencegate.check_row()'::regprocedure, NULL, NULL, 'A',
+			('fencegate_row', 29, 'fencegate.check_row()'::regprocedure, NULL, NULL, 'A', NULL,
 			 'AFTER INSERT OR UPDATE OR DELETE ON %s FOR EACH ROW EXECUTE FUNCTION fencegate.check_row()')
-		) AS w(name, tgtype, fn, oldtab, newtab, mode, ddl)
+		) AS w(name, tgtype, fn, oldtab, newtab, mode, qual, ddl)
 	LOOP
 		-- Row triggers of a partition are clones of its root's; only the
 		-- root of a partition tree and tables outside partitioning carry
 		-- their own. fencegate_row exists on partitioned roots only.
 		CONTINUE WHEN want.tgtype = 29 AND rel.relispartition;
 		CONTINUE WHEN want.name = 'fencegate_row' AND rel.relkind <> 'p';
-		-- UPDATE: row by row on tables that hold rows, with transition
-		-- tables on partitioned tables, where an UPDATE that moves a row to
-		-- another partition fires no UPDATE row trigger (only the target
-		-- table's statement trigger sees both rows).
-		CONTINUE WHEN want.name = 'fencegate_upd' AND (want.tgtype = 16) <> (rel.relkind = 'p');
+		-- UPDATE: on tables that hold rows the new rows' resources are
+		-- checked per statement and a row whose resource changes is
+		-- checked on its own, old resource and new (fencegate_move); on
+		-- partitioned tables both transition tables are read, because an
+		-- UPDATE that moves a row to another partition fires no UPDATE
+		-- row trigger (only the target table's statement trigger sees
+		-- both rows).
+		CONTINUE WHEN want.name = 'fencegate_upd' AND (want.fn = 'fencegate.check_update()'::regprocedure) <> (rel.relkind = 'p');
+		CONTINUE WHEN want.name = 'fencegate_move' AND rel.relkind = 'p';
 		SELECT t.* INTO trg FROM pg_trigger t WHERE t.tgrelid = tbl AND t.tgname = want.name;
 		have := FOUND;
 		IF have AND NOT (trg.tgfoid = want.fn AND trg.tgtype = want.tgtype
 		                 AND trg.tgoldtable IS NOT DISTINCT FROM want.oldtab
 		                 AND trg.tgnewtable IS NOT DISTINCT FROM want.newtab
-		                 AND trg.tgqual IS NULL
+		                 -- fencegate_move's WHEN condition, read from its
+		                 -- stored node tree (printing it would lock the
+		                 -- table): one IS DISTINCT FROM with pg_catalog's
+		                 -- text equality under the byte-wise collation,
+		                 -- between OLD's (varno 1) and NEW's (varno 2)
+		                 -- fencegate_resource, and no other node.
+		                 AND CASE WHEN want.qual IS NULL THEN trg.tgqual IS NULL
+		                          ELSE trg.tgqual::text ~ ('^\{DISTINCTEXPR :opno ' || 'pg_catalog.=(text,text)'::regoperator::oid || ' ')
+		                               AND strpos(trg.tgqual::text, ' :inputcollid ' || 'pg_catalog."C"'::regcollation::oid || ' ') > 0
+		                               AND length(trg.tgqual::text) - length(replace(trg.tgqual::text, '{', '')) = 3
+		                               AND strpos(trg.tgqual::text, '{VAR :varno 1 :varattno ' || att || ' ') > 0
+		                               AND strpos(trg.tgqual::text, '{VAR :varno 2 :varattno ' || att || ' ') > 0 END
 		                 AND trg.tgparentid = 0 AND NOT trg.tgisinternal
 		                 AND trg.tgnargs = 0 AND cardinality(trg.tgattr::int2[]) = 0) THEN
 			EXECUTE format('DROP TRIGGER %I ON %s', want.name, tbl);
@@ -817,6 +870,11 @@ BEGIN
 	                        WHERE d.adrelid = tbl AND a.attname = 'fencegate_resource' AND NOT a.attisdropped), tbl);
 	IF oldexpr IS DISTINCT FROM newexpr THEN
 		IF oldexpr IS NOT NULL THEN
+			-- fencegate_move's WHEN condition reads the column: the
+			-- trigger goes with it, and shape puts it back below.
+			FOR kid IN SELECT g.tgrelid::regclass AS relid FROM fencegate.tree(tbl) t JOIN pg_trigger g ON g.tgrelid = t.relid AND g.tgname = 'fencegate_move' LOOP
+				EXECUTE format('DROP TRIGGER fencegate_move ON %s', kid.relid);
+			END LOOP;
 			EXECUTE format('ALTER TABLE %s DROP COLUMN fencegate_resource', tbl);
 		END IF;
 		EXECUTE format('ALTER TABLE %s ADD COLUMN fencegate_resource text COLLATE "C" GENERATED ALWAYS AS (%s) STORED', tbl, resource);
@@ -883,7 +941,7 @@ BEGIN
 	FOR kid IN SELECT t.relid FROM fencegate.tree(tbl) t ORDER BY t.depth LOOP
 		FOR trg IN SELECT t.tgname FROM pg_trigger t
 		           WHERE t.tgrelid = kid.relid AND t.tgparentid = 0
-		             AND t.tgname IN ('fencegate_ins', 'fencegate_upd', 'fencegate_del', 'fencegate_trunc', 'fencegate_replica', 'fencegate_row') LOOP
+		             AND t.tgname IN ('fencegate_ins', 'fencegate_upd', 'fencegate_move', 'fencegate_del', 'fencegate_trunc', 'fencegate_replica', 'fencegate_row') LOOP
 			EXECUTE format('DROP TRIGGER %I ON %s', trg.tgname, kid.relid);
 		END LOOP;
 	END LOOP;
