@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"slices"
 	"sync"
 	"syscall"
@@ -14,6 +15,7 @@ import (
 	"github.com/fencegate/fencegate/internal/pkitest"
 	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenclient"
+	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
@@ -29,8 +31,25 @@ func BenchmarkNextTLS(b *testing.B) {
 	benchNext(b, []tokenservicetest.Option{pkitest.WithTLS(ca, nil)}, pkitest.ClientTLS(b, ca, "bench", tokenapi.RoleClient))
 }
 
+// benchRaftTimeoutEnv, when set to a duration, is the Raft heartbeat and
+// election timeout of the benchmarks' nodes (the lease is half of it). An
+// instruction counter such as valgrind runs the process tens of times
+// slower; with the test timeouts (200ms) its nodes would hold elections,
+// and the count would measure those.
+const benchRaftTimeoutEnv = "FENCEGATE_BENCH_RAFT_TIMEOUT"
+
 func benchNext(b *testing.B, opts []tokenservicetest.Option, clientOpts []tokenclient.ClientOption) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if v := os.Getenv(benchRaftTimeoutEnv); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			b.Fatalf("%s=%q: want a positive duration such as 10s", benchRaftTimeoutEnv, v)
+		}
+		opts = append(opts, tokenservicetest.WithConfig(func(_ int, cfg *tokenservice.Config) {
+			cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = d, d, d/2
+			cfg.TransportTimeout, cfg.ForwardTimeout, cfg.RoundTimeout = 4*d, 4*d, 4*d
+		}))
+	}
 	c := tokenservicetest.StartCluster(b, 3, append(opts, tokenservicetest.WithLogger(quiet))...)
 	// Each client knows all nodes, starting with a different one, and
 	// follows the leader (the default).
