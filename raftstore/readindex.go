@@ -186,6 +186,13 @@ type ReadIndex struct {
 	reserving  chan struct{}
 	reserveErr error
 
+	// questions counts the confirmation questions in flight, which may
+	// outlive their round (see round); Close waits for them. qclosed,
+	// under qmu, refuses new questions once Close began.
+	questions sync.WaitGroup
+	qmu       sync.Mutex
+	qclosed   bool
+
 	rounds, roundFails, reservations atomic.Uint64
 	roundNanos                       atomic.Int64
 	lastFailLog                      atomic.Int64 // unix nanoseconds; failures are logged at most once a second
@@ -219,9 +226,14 @@ func NewReadIndex(s *Store, confirm Confirmer, cfg ReadIndexConfig) *ReadIndex {
 	return ri
 }
 
-// Close stops reservations in flight; later calls fail.
+// Close stops reservations and confirmation questions in flight, and
+// waits for the questions; later calls fail.
 func (ri *ReadIndex) Close() {
+	ri.qmu.Lock()
+	ri.qclosed = true
+	ri.qmu.Unlock()
 	ri.cancel()
+	ri.questions.Wait()
 	ri.drop(0)
 }
 
@@ -439,6 +451,46 @@ func (ri *ReadIndex) take(term uint64, n int) (Range, bool, error) {
 	return Range{}, false, nil
 }
 
+// voterAnswer is one voter's answer to a confirmation question: nil when
+// it follows this node in the round's term.
+type voterAnswer struct {
+	id  string
+	err error
+}
+
+// questions are one round's questions in flight: they share a context
+// that the last of them to end releases, and send their verdicts to
+// answers, buffered for all of them.
+type questions struct {
+	ctx     context.Context
+	cancel  context.CancelFunc
+	left    atomic.Int32
+	term    uint64
+	answers chan voterAnswer
+}
+
+// ask puts the round's question to voter v and sends the verdict.
+func (ri *ReadIndex) ask(q *questions, v tokenapi.Peer) {
+	defer ri.questions.Done()
+	defer func() {
+		if q.left.Add(-1) == 0 {
+			q.cancel()
+		}
+	}()
+	self := ri.s.cfg.ID
+	view, err := ri.confirm.View(q.ctx, v)
+	switch {
+	case err != nil:
+	case view.NodeID != v.ID:
+		err = fmt.Errorf("answered as %q", view.NodeID)
+	case view.Term != q.term:
+		err = fmt.Errorf("is in term %d, not %d", view.Term, q.term)
+	case view.LeaderID != self:
+		err = fmt.Errorf("follows %q in term %d", view.LeaderID, q.term)
+	}
+	q.answers <- voterAnswer{v.ID, err}
+}
+
 // round runs one confirmation round for term: it succeeds once a majority
 // of the voters of the latest configuration each answered, at a moment
 // after the round began, that they follow this node in term; the leader
@@ -471,25 +523,29 @@ func (ri *ReadIndex) round(ctx context.Context, term uint64) (err error) {
 	if needOthers > 0 {
 		ctx, cancel := context.WithTimeout(ctx, ri.timeout)
 		defer cancel()
-		type answer struct {
-			id  string
-			err error
+		// The questions are not cancelled when a majority has answered:
+		// the last answer is read to its end, so its connection carries
+		// the next round (an HTTP/1.1 request cancelled in flight closes
+		// its connection, and every round would dial the slowest voter
+		// again, with TLS shake hands again). They end by the round's
+		// deadline at the latest, or at Close, which waits for them. An
+		// answer that comes after its round returned is not counted by
+		// any other round: each round asks again and reads its own
+		// channel.
+		answers := make(chan voterAnswer, len(others))
+		q := &questions{term: term, answers: answers}
+		q.ctx, q.cancel = context.WithTimeout(ri.ctx, ri.timeout)
+		q.left.Store(int32(len(others)))
+		ri.qmu.Lock()
+		if ri.qclosed {
+			ri.qmu.Unlock()
+			q.cancel()
+			return fmt.Errorf("%w: the read-index path is closed", ErrNotConfirmed)
 		}
-		answers := make(chan answer, len(others))
+		ri.questions.Add(len(others))
+		ri.qmu.Unlock()
 		for _, v := range others {
-			go func() {
-				view, err := ri.confirm.View(ctx, v)
-				switch {
-				case err != nil:
-				case view.NodeID != v.ID:
-					err = fmt.Errorf("answered as %q", view.NodeID)
-				case view.Term != term:
-					err = fmt.Errorf("is in term %d, not %d", view.Term, term)
-				case view.LeaderID != self:
-					err = fmt.Errorf("follows %q in term %d", view.LeaderID, term)
-				}
-				answers <- answer{v.ID, err}
-			}()
+			go ri.ask(q, v)
 		}
 		acks, fails := 0, 0
 		var why []string
@@ -497,7 +553,13 @@ func (ri *ReadIndex) round(ctx context.Context, term uint64) (err error) {
 			if len(others)-fails < needOthers {
 				return fmt.Errorf("%w in term %d: %s", ErrNotConfirmed, term, strings.Join(why, "; "))
 			}
-			a := <-answers // every call ends by ctx at the latest
+			var a voterAnswer
+			select {
+			case a = <-answers:
+			case <-ctx.Done():
+				why = append(why, fmt.Sprintf("%d of %d voters confirmed before the round ended (%v)", acks+1, len(voters), ctx.Err()))
+				return fmt.Errorf("%w in term %d: %s", ErrNotConfirmed, term, strings.Join(why, "; "))
+			}
 			if a.err == nil {
 				acks++
 				continue
