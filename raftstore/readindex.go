@@ -192,10 +192,15 @@ type ReadIndex struct {
 	questions sync.WaitGroup
 	qmu       sync.Mutex
 	qclosed   bool
+	// fast is the voter that answered first in the last round that
+	// succeeded, roundAvg a moving average of the rounds' time; under pmu.
+	pmu      sync.Mutex
+	fast     string
+	roundAvg time.Duration
 
-	rounds, roundFails, reservations atomic.Uint64
-	roundNanos                       atomic.Int64
-	lastFailLog                      atomic.Int64 // unix nanoseconds; failures are logged at most once a second
+	rounds, roundFails, reservations, hedges atomic.Uint64
+	roundNanos                               atomic.Int64
+	lastFailLog                              atomic.Int64 // unix nanoseconds; failures are logged at most once a second
 }
 
 // heldRange is the part of a reserved range not handed out yet: next to
@@ -262,12 +267,16 @@ type ReadIndexStats struct {
 	RoundSeconds          float64
 	// Reservations counts reservation entries committed.
 	Reservations uint64
+	// Hedges counts rounds that asked the voters beyond the majority
+	// they asked first, because its answers were late.
+	Hedges uint64
 }
 
 // Stats returns the range in use and the counters.
 func (ri *ReadIndex) Stats() ReadIndexStats {
 	st := ReadIndexStats{Rounds: ri.rounds.Load(), RoundFailures: ri.roundFails.Load(),
-		RoundSeconds: time.Duration(ri.roundNanos.Load()).Seconds(), Reservations: ri.reservations.Load()}
+		RoundSeconds: time.Duration(ri.roundNanos.Load()).Seconds(), Reservations: ri.reservations.Load(),
+		Hedges: ri.hedges.Load()}
 	ri.mu.Lock()
 	defer ri.mu.Unlock()
 	if len(ri.ranges) > 0 {
@@ -491,6 +500,44 @@ func (ri *ReadIndex) ask(q *questions, v tokenapi.Peer) {
 	q.answers <- voterAnswer{v.ID, err}
 }
 
+// preferred returns others with the voter that answered first in the last
+// round that succeeded in front; the rest keep their order.
+func (ri *ReadIndex) preferred(others []tokenapi.Peer) []tokenapi.Peer {
+	ri.pmu.Lock()
+	fast := ri.fast
+	ri.pmu.Unlock()
+	if i := slices.IndexFunc(others, func(v tokenapi.Peer) bool { return v.ID == fast }); i > 0 {
+		others[0], others[i] = others[i], others[0]
+	}
+	return others
+}
+
+// answered records the voter that answered a successful round first and
+// the round's time, of which the hedge delay keeps a moving average.
+func (ri *ReadIndex) answered(first string, took time.Duration) {
+	ri.pmu.Lock()
+	defer ri.pmu.Unlock()
+	ri.fast = first
+	if ri.roundAvg == 0 {
+		ri.roundAvg = took
+	} else {
+		ri.roundAvg += (took - ri.roundAvg) / 8
+	}
+}
+
+// hedgeDelay is how long a round waits for the majority it asked before
+// it asks the remaining voters too: three times the average round, and a
+// millisecond, at most half the round timeout.
+func (ri *ReadIndex) hedgeDelay() time.Duration {
+	ri.pmu.Lock()
+	avg := ri.roundAvg
+	ri.pmu.Unlock()
+	if avg == 0 {
+		return 0 // no round succeeded yet: ask every voter at once
+	}
+	return min(3*avg+time.Millisecond, ri.timeout/2)
+}
+
 // round runs one confirmation round for term: it succeeds once a majority
 // of the voters of the latest configuration each answered, at a moment
 // after the round began, that they follow this node in term; the leader
@@ -523,6 +570,14 @@ func (ri *ReadIndex) round(ctx context.Context, term uint64) (err error) {
 	if needOthers > 0 {
 		ctx, cancel := context.WithTimeout(ctx, ri.timeout)
 		defer cancel()
+		// A majority is asked first: the voters that answered first in the
+		// last round, then the others in their configuration order. The
+		// rest are asked when an answer fails, or when the answers are
+		// later than rounds usually take (hedge): asking every voter each
+		// time cost a question per voter beyond the majority, the same
+		// HTTP request and handler as the ones counted. Any voter's
+		// answer counts; only how many are asked changes.
+		//
 		// The questions are not cancelled when a majority has answered:
 		// the last answer is read to its end, so its connection carries
 		// the next round (an HTTP/1.1 request cancelled in flight closes
@@ -532,23 +587,38 @@ func (ri *ReadIndex) round(ctx context.Context, term uint64) (err error) {
 		// answer that comes after its round returned is not counted by
 		// any other round: each round asks again and reads its own
 		// channel.
+		others = ri.preferred(others)
 		answers := make(chan voterAnswer, len(others))
 		q := &questions{term: term, answers: answers}
 		q.ctx, q.cancel = context.WithTimeout(ri.ctx, ri.timeout)
 		q.left.Store(int32(len(others)))
-		ri.qmu.Lock()
-		if ri.qclosed {
-			ri.qmu.Unlock()
-			q.cancel()
+		asked := 0
+		askUpTo := func(n int) bool {
+			ri.qmu.Lock()
+			defer ri.qmu.Unlock()
+			if ri.qclosed {
+				return false
+			}
+			for ; asked < n; asked++ {
+				ri.questions.Add(1)
+				go ri.ask(q, others[asked])
+			}
+			return true
+		}
+		defer func() {
+			// Questions never asked count as ended.
+			if k := int32(len(others) - asked); k > 0 && q.left.Add(-k) == 0 {
+				q.cancel()
+			}
+		}()
+		if !askUpTo(needOthers) {
 			return fmt.Errorf("%w: the read-index path is closed", ErrNotConfirmed)
 		}
-		ri.questions.Add(len(others))
-		ri.qmu.Unlock()
-		for _, v := range others {
-			go ri.ask(q, v)
-		}
+		hedge := time.NewTimer(ri.hedgeDelay())
+		defer hedge.Stop()
 		acks, fails := 0, 0
 		var why []string
+		var first string
 		for acks < needOthers {
 			if len(others)-fails < needOthers {
 				return fmt.Errorf("%w in term %d: %s", ErrNotConfirmed, term, strings.Join(why, "; "))
@@ -556,17 +626,34 @@ func (ri *ReadIndex) round(ctx context.Context, term uint64) (err error) {
 			var a voterAnswer
 			select {
 			case a = <-answers:
+			case <-hedge.C:
+				if asked < len(others) {
+					ri.hedges.Add(1)
+				}
+				if !askUpTo(len(others)) {
+					return fmt.Errorf("%w: the read-index path is closed", ErrNotConfirmed)
+				}
+				continue
 			case <-ctx.Done():
 				why = append(why, fmt.Sprintf("%d of %d voters confirmed before the round ended (%v)", acks+1, len(voters), ctx.Err()))
 				return fmt.Errorf("%w in term %d: %s", ErrNotConfirmed, term, strings.Join(why, "; "))
 			}
 			if a.err == nil {
+				if acks == 0 {
+					first = a.id
+				}
 				acks++
 				continue
 			}
 			fails++
 			why = append(why, a.id+" "+a.err.Error())
+			// Replace the failed question, so that a majority can still
+			// answer.
+			if !askUpTo(min(len(others), asked+1)) {
+				return fmt.Errorf("%w: the read-index path is closed", ErrNotConfirmed)
+			}
 		}
+		ri.answered(first, time.Since(start))
 	}
 	if t, ok := ri.s.LeaderTerm(); !ok || t != term {
 		return fmt.Errorf("%w: node %s no longer leads in term %d", ErrNotConfirmed, self, term)
