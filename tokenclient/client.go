@@ -44,6 +44,10 @@ type Client struct {
 	preferred int
 	given     []string          // the URLs given to NewClient
 	pinned    map[string]string // followed URL -> the leader ID it was followed for
+	// normalized is the last leader URL a node named and its
+	// NormalizeURL: every answer names the leader, and parsing it again
+	// for each token cost as much as a tenth of a batched call.
+	normalized [2]string
 
 	// Coalescing state, per node URL: callers waiting to be sent, and
 	// whether a sender is running (at most one request in flight per node).
@@ -479,15 +483,19 @@ func (c *Client) follow(h leaderHint) (string, bool) {
 	if h.URL == "" {
 		return "", false
 	}
-	u, err := NormalizeURL(h.URL)
-	if err != nil {
-		return "", false
-	}
-	if rest, ok := strings.CutPrefix(u, "http://"); ok && c.usesTLS() {
-		u = "https://" + rest // a client over TLS never follows into plain HTTP
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	u := c.normalized[1]
+	if c.normalized[0] != h.URL {
+		n, err := NormalizeURL(h.URL)
+		if err != nil {
+			return "", false
+		}
+		if rest, ok := strings.CutPrefix(n, "http://"); ok && c.usesTLS() {
+			n = "https://" + rest // a client over TLS never follows into plain HTTP
+		}
+		c.normalized, u = [2]string{h.URL, n}, n
+	}
 	if slices.Contains(c.given, u) {
 		return u, true
 	}
