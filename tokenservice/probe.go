@@ -71,7 +71,13 @@ func (p *httpProber) get(ctx context.Context, api, path string, out any) (string
 	if p.scheme != "" {
 		u = withScheme(u, p.scheme)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+path, nil)
+	return p.getURL(ctx, u+path, out)
+}
+
+// getURL is get of a URL already normalized and given the cluster's
+// scheme.
+func (p *httpProber) getURL(ctx context.Context, u string, out any) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return "", err
 	}
@@ -94,7 +100,7 @@ func (p *httpProber) get(ctx context.Context, api, path string, out any) (string
 		return "", tokenapi.DecodeError(resp.StatusCode, body)
 	}
 	if err := json.Unmarshal(body, out); err != nil {
-		return "", fmt.Errorf("%w: %s answered %.100q: %v", tokenapi.ErrInternal, u+path, body, err)
+		return "", fmt.Errorf("%w: %s answered %.100q: %v", tokenapi.ErrInternal, u, body, err)
 	}
 	return cn, nil
 }

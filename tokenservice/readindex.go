@@ -10,20 +10,53 @@ import (
 
 	"github.com/fencegate/fencegate/raftstore"
 	"github.com/fencegate/fencegate/tokenapi"
+	"github.com/fencegate/fencegate/tokenclient"
 )
 
 // viewConfirmer asks another voter for its raftstore.View over the
 // node-to-node API (GET /v1/internal/view), with this node's peer
 // certificate; with TLS the answer counts only from a peer certificate
 // whose CN is that voter's ID.
-type viewConfirmer struct{ s *Server }
+type viewConfirmer struct {
+	s *Server
+	// urls caches each API address's view URL (NormalizeURL parses it,
+	// at about the cost of the rest of a question).
+	mu   sync.Mutex
+	urls map[string]string
+}
+
+// viewURL returns the URL of GET /v1/internal/view at api.
+func (c *viewConfirmer) viewURL(api string) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if u, ok := c.urls[api]; ok {
+		return u, nil
+	}
+	u, err := tokenclient.NormalizeURL(api)
+	if err != nil {
+		return "", err
+	}
+	if c.s.probe.scheme != "" {
+		u = withScheme(u, c.s.probe.scheme)
+	}
+	u += "/v1/internal/view"
+	if c.urls == nil || len(c.urls) >= 64 {
+		c.urls = map[string]string{} // addresses change rarely; forget the old
+	}
+	c.urls[api] = u
+	return u, nil
+}
 
 func (c *viewConfirmer) View(ctx context.Context, v tokenapi.Peer) (raftstore.View, error) {
 	if v.APIAddr == "" {
 		return raftstore.View{}, fmt.Errorf("%w: the API address of voter %s is not known yet", tokenapi.ErrUnavailable, v.ID)
 	}
+	u, err := c.viewURL(v.APIAddr)
+	if err != nil {
+		return raftstore.View{}, err
+	}
 	var view raftstore.View
-	cn, err := c.s.probe.get(ctx, v.APIAddr, "/v1/internal/view", &view)
+	cn, err := c.s.probe.getURL(ctx, u, &view)
 	if err != nil {
 		return raftstore.View{}, err
 	}
