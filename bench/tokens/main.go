@@ -27,6 +27,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -140,9 +141,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				if err != nil {
 					return fmt.Errorf("run %d, %s at concurrency %d: %w", r+1, s.name, c, err)
 				}
-				logf("run %d/%d  c=%-3d %-16s %s tokens/s  p50 %s ms  p99 %s ms  %s µs CPU/token  steal %.0f%%%s", r+1, f.Runs, c, s.name,
+				logf("run %d/%d  c=%-3d %-16s %s tokens/s  p50 %s ms  p99 %s ms  %s µs CPU/token (client %s)  steal %.0f%%%s", r+1, f.Runs, c, s.name,
 					bench.FormatRate(res.PerSec), bench.FormatMillis(res.P50), bench.FormatMillis(res.P99),
-					bench.FormatMicros(res.CPUPerOp, 0), 100*res.Steal, res.roundLine())
+					bench.FormatMicros(res.CPUPerOp, 0), bench.FormatMicros(res.ClientCPUPerOp, 0), 100*res.Steal, res.roundLine())
 				rep.add(s.name, c, res)
 			}
 		}
@@ -159,7 +160,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 type runResult struct {
 	bench.Result
 	CPUPerOp time.Duration `json:"server_cpu_per_token"`
-	Steal    float64       `json:"steal"`
+	// ClientCPUPerOp is the CPU time this process (the clients and the
+	// load) spent per token: it shares the machine with the servers.
+	ClientCPUPerOp time.Duration `json:"client_cpu_per_token"`
+	Steal          float64       `json:"steal"`
 	// On the read-index path: confirmation rounds per second, tokens
 	// served per round, and the mean time of one round as the leader
 	// measured it (from its first question to a majority's answers).
@@ -212,6 +216,7 @@ func measure(ctx context.Context, s system, c int, f bench.Flags) (runResult, er
 		}
 	}
 	cpu0, cpuErr := cputime.ProcessCPU(s.pids()...)
+	self0, selfErr := cputime.ProcessCPU(os.Getpid())
 	mach0, machErr := cputime.ReadMachineCPU()
 	start := time.Now()
 	res, err := bench.RunClosed(ctx, c, f.Duration, op)
@@ -224,6 +229,9 @@ func measure(ctx context.Context, s system, c int, f bench.Flags) (runResult, er
 	}
 	out := runResult{Result: res}
 	cpu1, err1 := cputime.ProcessCPU(s.pids()...)
+	if self1, err := cputime.ProcessCPU(os.Getpid()); err == nil && selfErr == nil && res.Ops > 0 {
+		out.ClientCPUPerOp = (self1 - self0) / time.Duration(res.Ops)
+	}
 	mach1, err2 := cputime.ReadMachineCPU()
 	if cpuErr == nil && err1 == nil && res.Ops > 0 {
 		out.CPUPerOp = (cpu1 - cpu0) / time.Duration(res.Ops)

@@ -25,9 +25,12 @@ type entry struct {
 	Median      bench.Result `json:"median"`
 	// MedianCPU is the median CPU time the servers spent per token;
 	// MedianSteal the median share of the machine's CPU stolen.
-	MedianCPU   time.Duration `json:"median_server_cpu_per_token"`
-	MedianSteal float64       `json:"median_steal"`
-	Runs        []runResult   `json:"runs"`
+	MedianCPU time.Duration `json:"median_server_cpu_per_token"`
+	// MedianClientCPU is the median CPU time the benchmark's own
+	// process (clients and load) spent per token.
+	MedianClientCPU time.Duration `json:"median_client_cpu_per_token"`
+	MedianSteal     float64       `json:"median_steal"`
+	Runs            []runResult   `json:"runs"`
 }
 
 // ratio compares two systems at one concurrency: the first one's figure
@@ -71,6 +74,7 @@ func (r *report) add(system string, c int, res runResult) {
 	e.Runs = append(e.Runs, res)
 	e.Median = bench.MedianResult(bench.Field(e.Runs, func(r runResult) bench.Result { return r.Result }))
 	e.MedianCPU = bench.MedianDuration(bench.Field(e.Runs, func(r runResult) time.Duration { return r.CPUPerOp }))
+	e.MedianClientCPU = bench.MedianDuration(bench.Field(e.Runs, func(r runResult) time.Duration { return r.ClientCPUPerOp }))
 	e.MedianSteal = bench.Median(bench.Field(e.Runs, func(r runResult) float64 { return r.Steal }))
 }
 
@@ -116,7 +120,7 @@ func (r *report) writeText(w io.Writer) error {
 		fmt.Fprintf(w, "  %-13s %s\n", s, r.Versions[s])
 	}
 	fmt.Fprintln(w)
-	t := bench.NewTable("clients", "system", "tokens/s", "p50 ms", "p99 ms", "CPU µs/token", "steal", "errors", "tokens/s of each run").Labels(2)
+	t := bench.NewTable("clients", "system", "tokens/s", "p50 ms", "p99 ms", "CPU µs/token", "client CPU µs/token", "steal", "errors", "tokens/s of each run").Labels(2)
 	for i, c := range r.Concurrency {
 		if i > 0 {
 			t.Separator()
@@ -128,7 +132,7 @@ func (r *report) writeText(w io.Writer) error {
 			}
 			per := bench.Field(e.Runs, func(r runResult) float64 { return r.PerSec })
 			t.Row(fmt.Sprint(c), s, bench.FormatRate(e.Median.PerSec), bench.FormatMillis(e.Median.P50),
-				bench.FormatMillis(e.Median.P99), bench.FormatMicros(e.MedianCPU, 0), bench.FormatShare(e.MedianSteal),
+				bench.FormatMillis(e.Median.P99), bench.FormatMicros(e.MedianCPU, 0), bench.FormatMicros(e.MedianClientCPU, 0), bench.FormatShare(e.MedianSteal),
 				fmt.Sprint(e.Median.Errors), bench.JoinRates(per))
 		}
 		for _, q := range r.Ratios {
@@ -143,7 +147,8 @@ func (r *report) writeText(w io.Writer) error {
 	}
 	if err == nil && len(r.Ratios) > 0 {
 		fmt.Fprintln(w, "\nRatios are the first system's figure over the second's: above 1 is better for tokens/s, below 1 for latency and CPU.\n"+
-			"CPU µs/token is the user+system time of the three server processes per token; steal the share of the machine's CPU the hypervisor took.")
+			"CPU µs/token is the user+system time of the three server processes per token, client CPU that of the benchmark's own process\n"+
+			"(clients and load, on the same machine); steal the share of the machine's CPU the hypervisor took.")
 	}
 	return err
 }

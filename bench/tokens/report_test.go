@@ -51,7 +51,7 @@ func TestReportRatios(t *testing.T) {
 	if err := r.writeText(&buf); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"fencegate/etcd", "fencegate-tls/fencegate", "10.00x", "700 / 900", "CPU µs/token"} {
+	for _, s := range []string{"fencegate/etcd", "fencegate-tls/fencegate", "10.00x", "700 / 900", "CPU µs/token", "client CPU µs/token"} {
 		if !strings.Contains(buf.String(), s) {
 			t.Errorf("text report lacks %q:\n%s", s, buf.String())
 		}
