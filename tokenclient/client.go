@@ -214,7 +214,9 @@ func (c *Client) Next(ctx context.Context, resource string) (Token, error) {
 	if err := tokenapi.ValidateResource(resource); err != nil {
 		return Token{}, err
 	}
-	what := fmt.Sprintf("next token for %q", resource)
+	// The name of the call is needed only for an error: formatting it
+	// for every token cost more than a tenth of the client's CPU.
+	what := func() string { return fmt.Sprintf("next token for %q", resource) }
 	if c.coalesce {
 		var tok Token
 		err := c.retry(ctx, what, func(ctx context.Context, srv string) (leaderHint, error) {
@@ -226,7 +228,7 @@ func (c *Client) Next(ctx context.Context, resource string) (Token, error) {
 	}
 	body, _ := json.Marshal(tokenapi.TokenRequest{Resource: resource})
 	var resp tokenapi.TokenResponse
-	err := c.do(ctx, http.MethodPost, "/v1/tokens", body, &resp, what)
+	err := c.do(ctx, http.MethodPost, "/v1/tokens", body, &resp, what())
 	if err != nil {
 		return Token{}, err
 	}
@@ -242,7 +244,7 @@ func (c *Client) Status(ctx context.Context) (tokenapi.Status, error) {
 
 // do sends the request, failing over and retrying, and decodes a 200 answer into out.
 func (c *Client) do(ctx context.Context, method, path string, body []byte, out any, what string) error {
-	return c.retry(ctx, what, func(ctx context.Context, srv string) (leaderHint, error) {
+	return c.retry(ctx, func() string { return what }, func(ctx context.Context, srv string) (leaderHint, error) {
 		return c.try(ctx, srv, method, path, body, out)
 	})
 }
@@ -250,11 +252,20 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 // retry runs attempt against the preferred node, failing over and retrying
 // retryable failures with backoff until ctx ends; attempt returns the
 // leader API URL the node named, if any.
-func (c *Client) retry(ctx context.Context, what string, attempt func(ctx context.Context, srv string) (leaderHint, error)) error {
+func (c *Client) retry(ctx context.Context, what func() string, attempt func(ctx context.Context, srv string) (leaderHint, error)) error {
+	// MaxWait bounds the call. The first attempt is bounded by the attempt
+	// timeout already; when that is within MaxWait, the deadline is set
+	// only once the first attempt failed (a context with a deadline per
+	// call cost a timer, a fifth of the client's CPU per token).
+	var deadline time.Time
 	if _, ok := ctx.Deadline(); !ok && c.maxWait > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.maxWait)
-		defer cancel()
+		if c.attemptTimeout > 0 && c.attemptTimeout <= c.maxWait {
+			deadline = time.Now().Add(c.maxWait)
+		} else {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, c.maxWait)
+			defer cancel()
+		}
 	}
 	last := map[string]error{}
 	var order []string
@@ -277,6 +288,12 @@ func (c *Client) retry(ctx context.Context, what string, attempt func(ctx contex
 			c.prefer(srv)
 			return nil
 		}
+		if !deadline.IsZero() {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, deadline)
+			defer cancel()
+			deadline = time.Time{}
+		}
 		_, seen := last[srv]
 		if !seen {
 			order = append(order, srv)
@@ -288,10 +305,10 @@ func (c *Client) retry(ctx context.Context, what string, attempt func(ctx contex
 		}
 		var ae *tokenapi.APIError
 		if errors.As(err, &ae) && !ae.Retryable() {
-			return fmt.Errorf("tokenservice: %s: %w", what, err)
+			return fmt.Errorf("tokenservice: %s: %w", what(), err)
 		}
 		if c.ctx.Err() != nil {
-			return fmt.Errorf("tokenservice: %s: %w: the client was closed", what, tokenapi.ErrUnavailable)
+			return fmt.Errorf("tokenservice: %s: %w: the client was closed", what(), tokenapi.ErrUnavailable)
 		}
 		if ctx.Err() != nil {
 			break
@@ -321,7 +338,7 @@ func (c *Client) retry(ctx context.Context, what string, attempt func(ctx contex
 					hopelessSince = time.Now()
 				}
 				if hopelessRounds >= 2 && (!onlyEOF(last) || time.Since(hopelessSince) >= eofGrace) {
-					return giveUp(what, order, last)
+					return giveUp(what(), order, last)
 				}
 			} else {
 				hopelessRounds = 0
@@ -341,7 +358,7 @@ func (c *Client) retry(ctx context.Context, what string, attempt func(ctx contex
 	for _, srv := range order {
 		errs = append(errs, fmt.Errorf("node %s %s: %w", srv, failureKind(last[srv]), last[srv]))
 	}
-	return fmt.Errorf("tokenservice: %s: no node could serve it: %w", what, errs)
+	return fmt.Errorf("tokenservice: %s: no node could serve it: %w", what(), errs)
 }
 
 // try sends one request to one node; on success it returns the leader the
