@@ -2,7 +2,7 @@
 GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: help build demo dev services-servers test test-matrix test-short services vet fuzz bench bench-tokens bench-proxy bench-locks bench-tables bench-node test-bench faults
+.PHONY: help build demo dev services-servers test test-matrix test-short services vet fuzz bench bench-tokens bench-proxy bench-locks bench-cycle bench-tables bench-node test-bench faults
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -55,6 +55,9 @@ bench-proxy: services ## pgbench direct vs PgBouncer vs fencegate proxy
 
 bench-locks: services ## lockclient vs bsm/redislock and go-redsync/redsync
 	cd bench && $(GO) run ./locks
+
+bench-cycle: services ## the fenced critical section (lock, token, fenced UPDATE, release) vs the unfenced one
+	cd bench && $(GO) run ./cycle
 
 bench-tables: services ## a protected table vs its unprotected twin (pgfence)
 	cd bench && $(GO) run ./fencebench
