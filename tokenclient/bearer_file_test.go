@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/pki"
 	"github.com/fencegate/fencegate/internal/pkitest"
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
@@ -41,12 +42,7 @@ func TestPrometheusBearerFileFromDocs(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "fencegate")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/fencegate")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build fencegate: %v\n%s", err, out)
-	}
+	bin := testutil.Binary(t) // skips under -short before it builds
 	cmd := exec.Command(bin, "token", "credential", "--name", "prometheus", "--role", "client", "--out", "prometheus.credential")
 	cmd.Dir = dir
 	nodeLine, err := cmd.Output()
@@ -100,3 +96,6 @@ func TestPrometheusBearerFileFromDocs(t *testing.T) {
 		t.Fatal("the credential file as written by token credential opened /metrics: the conversion would be needless")
 	}
 }
+
+// TestMain removes the binary testutil.Binary built.
+func TestMain(m *testing.M) { testutil.Main(m) }

@@ -32,6 +32,9 @@ func TestVersionFrom(t *testing.T) {
 
 // TestVersionFlag runs the built binary as a user would.
 func TestVersionFlag(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary: not in -short")
+	}
 	bin := filepath.Join(t.TempDir(), "fencegate")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build fencegate: %v\n%s", err, out)
