@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/internal/pki"
-	"github.com/fencegate/fencegate/internal/pkitest"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
@@ -73,7 +72,7 @@ func TestPrometheusBearerFileFromDocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := tokenservicetest.StartCluster(t, 1, pkitest.WithTLS(ca, creds))
+	c := tokenservicetest.StartCluster(t, 1, tokenservicetest.WithCA(ca, creds))
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
 	defer hc.CloseIdleConnections()
 	scrape := func(credentials string) int {

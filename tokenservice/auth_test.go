@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/pki"
-	"github.com/fencegate/fencegate/internal/pkitest"
 	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice"
@@ -60,7 +59,7 @@ func TestEveryRouteRefusesWithoutItsRole(t *testing.T) {
 	creds, bearer := credentials(t, map[string][]tokenapi.Role{
 		"app": {tokenapi.RoleClient}, "ops": {tokenapi.RoleAdmin}, "both": {tokenapi.RoleClient, tokenapi.RoleAdmin},
 	})
-	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, creds))
+	c := tokenservicetest.StartCluster(t, 3, tokenservicetest.WithCA(ca, creds))
 	anon := tokenclient.ClientTLSConfig(ca.Pool())
 	expired := pki.Options{NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-24 * time.Hour)}
 	wrongSecret := bearer["app"]

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/pkitest"
 	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice"
@@ -28,7 +27,7 @@ func BenchmarkNext(b *testing.B) { benchNext(b, nil, nil) }
 // Raft and between nodes, and a client certificate.
 func BenchmarkNextTLS(b *testing.B) {
 	ca := newCA(b, "bench")
-	benchNext(b, []tokenservicetest.Option{pkitest.WithTLS(ca, nil)}, pkitest.ClientTLS(b, ca, "bench", tokenapi.RoleClient))
+	benchNext(b, []tokenservicetest.Option{tokenservicetest.WithCA(ca, nil)}, tokenservicetest.ClientTLS(b, ca, "bench", tokenapi.RoleClient))
 }
 
 // benchRaftTimeoutEnv, when set to a duration, is the Raft heartbeat and

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/pki"
-	"github.com/fencegate/fencegate/internal/pkitest"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/raftstore"
 	"github.com/fencegate/fencegate/tokenapi"
@@ -201,7 +200,7 @@ func TestFloorNeverAboveLaterTokens(t *testing.T) {
 func TestFloorRoute(t *testing.T) {
 	ca := newCA(t, "cluster")
 	creds, bearer := credentials(t, map[string][]tokenapi.Role{"app": {tokenapi.RoleClient}, "ops": {tokenapi.RoleAdmin}})
-	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, creds))
+	c := tokenservicetest.StartCluster(t, 3, tokenservicetest.WithCA(ca, creds))
 	anon := tokenclient.ClientTLSConfig(ca.Pool())
 	cl := c.Client(t, tokenclient.WithTLS(issueTLS(t, ca, ca, "app", pki.Options{}, tokenapi.RoleClient)))
 	tokenservicetest.Mint(t, cl, 3)

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/pki"
-	"github.com/fencegate/fencegate/internal/pkitest"
 	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice"
@@ -117,7 +116,7 @@ func TestForgedLeaderAddressNeverRelayed(t *testing.T) {
 	for _, d := range disguises {
 		t.Run(d.name, func(t *testing.T) {
 			var hijack atomic.Pointer[[2]string] // leader API HOST:PORT -> attacker
-			c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, nil), tokenservicetest.WithConfig(func(_ int, cfg *tokenservice.Config) {
+			c := tokenservicetest.StartCluster(t, 3, tokenservicetest.WithCA(ca, nil), tokenservicetest.WithConfig(func(_ int, cfg *tokenservice.Config) {
 				inner := cfg.Dial
 				cfg.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
 					if h := hijack.Load(); h != nil && addr == h[0] {
@@ -130,7 +129,7 @@ func TestForgedLeaderAddressNeverRelayed(t *testing.T) {
 			leaderID := c.ID(leader)
 			otherID := c.ID((leader + 1) % 3)
 			atk := startAttacker(t, d.tls(leaderID, otherID))
-			clientOpts := pkitest.ClientTLS(t, ca, "app", tokenapi.RoleClient)
+			clientOpts := tokenservicetest.ClientTLS(t, ca, "app", tokenapi.RoleClient)
 
 			// 1. On the network.
 			hijack.Store(&[2]string{strings.TrimPrefix(c.APIURL(leader), "https://"), atk.addr})

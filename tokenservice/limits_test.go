@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/pki"
-	"github.com/fencegate/fencegate/internal/pkitest"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenclient"
@@ -85,7 +84,7 @@ func waitClosed(t *testing.T, c net.Conn, what string) {
 func TestStrangerAtConnectionCapDoesNotBlockClient(t *testing.T) {
 	t.Parallel()
 	ca := newCA(t, "limits")
-	c := tokenservicetest.StartCluster(t, 1, pkitest.WithTLS(ca, nil), tokenservicetest.WithConfig(func(i int, cfg *tokenservice.Config) {
+	c := tokenservicetest.StartCluster(t, 1, tokenservicetest.WithCA(ca, nil), tokenservicetest.WithConfig(func(i int, cfg *tokenservice.Config) {
 		cfg.MaxConns, cfg.MaxConnsPerIP = 6, 3
 	}))
 	addr := hostPort(c.APIURL(0))
@@ -106,7 +105,7 @@ func TestStrangerAtConnectionCapDoesNotBlockClient(t *testing.T) {
 		}
 		return nil
 	})
-	cl := c.ClientFor(t, []string{c.APIURL(0)}, append(pkitest.ClientTLS(t, ca, "app", tokenapi.RoleClient),
+	cl := c.ClientFor(t, []string{c.APIURL(0)}, append(tokenservicetest.ClientTLS(t, ca, "app", tokenapi.RoleClient),
 		tokenclient.WithMaxWait(10*time.Second), tokenclient.WithCoalescing(false))...)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -131,7 +130,7 @@ func TestStrangerAtConnectionCapDoesNotBlockClient(t *testing.T) {
 func TestStrangerConnectionsAreBounded(t *testing.T) {
 	t.Parallel()
 	ca := newCA(t, "limits")
-	c := tokenservicetest.StartCluster(t, 1, pkitest.WithTLS(ca, nil), tokenservicetest.WithConfig(func(i int, cfg *tokenservice.Config) {
+	c := tokenservicetest.StartCluster(t, 1, tokenservicetest.WithCA(ca, nil), tokenservicetest.WithConfig(func(i int, cfg *tokenservice.Config) {
 		cfg.ReadHeaderTimeout, cfg.ReadTimeout, cfg.IdleTimeout = time.Second, 2*time.Second, time.Second
 	}))
 	addr := hostPort(c.APIURL(0))

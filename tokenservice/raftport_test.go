@@ -10,7 +10,6 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/fencegate/fencegate/internal/pki"
-	"github.com/fencegate/fencegate/internal/pkitest"
 	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
@@ -40,7 +39,7 @@ func (d *dialOnly) Addr() net.Addr            { return &net.TCPAddr{IP: net.IPv4
 func TestRaftPortRefusesWithoutPeerCertificate(t *testing.T) {
 	t.Parallel()
 	ca, other := newCA(t, "cluster"), newCA(t, "attacker")
-	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, nil))
+	c := tokenservicetest.StartCluster(t, 3, tokenservicetest.WithCA(ca, nil))
 	leader := c.Leader(t)
 	target := c.Node(leader).RaftAddr()
 	termBefore := c.Node(leader).LocalStatus().Term

@@ -22,7 +22,6 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/fencegate/fencegate/internal/pki"
-	"github.com/fencegate/fencegate/internal/pkitest"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenclient"
@@ -121,8 +120,8 @@ func issuePeer(t *testing.T, ca *pki.CA, id string, o pki.Options) *pki.Leaf {
 // the confirmation-round and allocation routes answer 403.
 func TestRemovedNodeIsAStranger(t *testing.T) {
 	ca := newCA(t, "cluster")
-	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, nil))
-	app := c.Client(t, pkitest.ClientTLS(t, ca, "app", tokenapi.RoleClient)...)
+	c := tokenservicetest.StartCluster(t, 3, tokenservicetest.WithCA(ca, nil))
+	app := c.Client(t, tokenservicetest.ClientTLS(t, ca, "app", tokenapi.RoleClient)...)
 	before := tokenservicetest.Mint(t, app, 100)
 
 	leader := c.Leader(t)
@@ -179,7 +178,7 @@ func TestRemovedNodeIsAStranger(t *testing.T) {
 // speaking for itself in the current term is answered.
 func TestMemberCertificateSpeaksOnlyForItself(t *testing.T) {
 	ca := newCA(t, "cluster")
-	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, nil))
+	c := tokenservicetest.StartCluster(t, 3, tokenservicetest.WithCA(ca, nil))
 	leader := c.Leader(t)
 	victim, liar := (leader+1)%3, (leader+2)%3
 	tr := raftAttacker(t, ca, issuePeer(t, ca, c.ID(liar), pki.Options{}))
@@ -435,8 +434,8 @@ func TestCLIRemovedNodeAndOtherClusterRefused(t *testing.T) {
 // keep increasing through it.
 func TestJoiningNodeAdmitsOnlyMembers(t *testing.T) {
 	ca := newCA(t, "cluster")
-	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, nil))
-	app := pkitest.ClientTLS(t, ca, "app", tokenapi.RoleClient)
+	c := tokenservicetest.StartCluster(t, 3, tokenservicetest.WithCA(ca, nil))
+	app := tokenservicetest.ClientTLS(t, ca, "app", tokenapi.RoleClient)
 	before := tokenservicetest.Mint(t, c.Client(t, app...), 20)
 	leader := c.Leader(t)
 	joiner := (leader + 1) % 3
@@ -468,8 +467,8 @@ func TestJoiningNodeAdmitsOnlyMembers(t *testing.T) {
 // `members add` reset its counter, and tokens through it restarted at 1.
 func TestJoiningNodeAdmitsOnlyTheLeader(t *testing.T) {
 	ca := newCA(t, "cluster")
-	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, nil))
-	app := pkitest.ClientTLS(t, ca, "app", tokenapi.RoleClient)
+	c := tokenservicetest.StartCluster(t, 3, tokenservicetest.WithCA(ca, nil))
+	app := tokenservicetest.ClientTLS(t, ca, "app", tokenapi.RoleClient)
 	before := tokenservicetest.Mint(t, c.Client(t, app...), 20)
 	leader := c.Leader(t)
 	joiner, other := (leader+1)%3, (leader+2)%3
@@ -513,8 +512,8 @@ func TestJoiningNodeAdmitsOnlyTheLeader(t *testing.T) {
 // back to 0.
 func TestJoiningNodeAsksOnlyItsJoinContacts(t *testing.T) {
 	ca := newCA(t, "cluster")
-	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, nil))
-	app := pkitest.ClientTLS(t, ca, "app", tokenapi.RoleClient)
+	c := tokenservicetest.StartCluster(t, 3, tokenservicetest.WithCA(ca, nil))
+	app := tokenservicetest.ClientTLS(t, ca, "app", tokenapi.RoleClient)
 	tokenservicetest.Mint(t, c.Client(t, app...), 5)
 	removed := (c.Leader(t) + 2) % 3
 	removedAPI := strings.TrimPrefix(c.APIURL(removed), "https://")
@@ -568,9 +567,9 @@ func TestJoiningNodeAsksOnlyItsJoinContacts(t *testing.T) {
 // above every token before.
 func TestSnapshotCatchUpOverTLS(t *testing.T) {
 	ca := newCA(t, "cluster")
-	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, nil), tokenservicetest.WithSnapshotThreshold(64, 16),
+	c := tokenservicetest.StartCluster(t, 3, tokenservicetest.WithCA(ca, nil), tokenservicetest.WithSnapshotThreshold(64, 16),
 		tokenservicetest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.ReserveSize = 1 }))
-	app := pkitest.ClientTLS(t, ca, "app", tokenapi.RoleClient)
+	app := tokenservicetest.ClientTLS(t, ca, "app", tokenapi.RoleClient)
 	toks := tokenservicetest.Mint(t, c.Client(t, app...), 200)
 	last := toks[len(toks)-1]
 	testutil.WaitFor(t, 30*time.Second, "snapshots and compaction on every node", func() error {

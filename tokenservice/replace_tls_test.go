@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/pkitest"
 	"github.com/fencegate/fencegate/raftstore"
 	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenclient"
@@ -30,8 +29,8 @@ func TestReplaceOverMutualTLS(t *testing.T) {
 	creds, bearer := credentials(t, map[string][]tokenapi.Role{
 		"app": {tokenapi.RoleClient}, "ops": {tokenapi.RoleAdmin},
 	})
-	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, creds))
-	app := pkitest.ClientTLS(t, ca, "app", tokenapi.RoleClient)
+	c := tokenservicetest.StartCluster(t, 3, tokenservicetest.WithCA(ca, creds))
+	app := tokenservicetest.ClientTLS(t, ca, "app", tokenapi.RoleClient)
 	before := tokenservicetest.Mint(t, c.Client(t, app...), 20)
 	highest := before[len(before)-1]
 
@@ -57,7 +56,7 @@ func TestReplaceOverMutualTLS(t *testing.T) {
 		{"no identity", anon, tokenapi.ErrUnauthenticated},
 		{"client certificate", app, tokenapi.ErrForbidden},
 		{"bearer client", append(anon[:1:1], tokenclient.WithCredential(bearer["app"])), tokenapi.ErrForbidden},
-		{"the node's own peer certificate", pkitest.ClientTLS(t, ca, c.ID(victim), tokenapi.RolePeer), tokenapi.ErrForbidden},
+		{"the node's own peer certificate", tokenservicetest.ClientTLS(t, ca, c.ID(victim), tokenapi.RolePeer), tokenapi.ErrForbidden},
 	}
 	refused := func(what string, call func(cl *tokenclient.Client) error) {
 		t.Helper()

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/pkitest"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/raftstore"
 	"github.com/fencegate/fencegate/tokenapi"
@@ -256,9 +255,9 @@ func TestRolledBackRefusedOverMutualTLS(t *testing.T) {
 	ca := newCA(t, "cluster")
 	creds, _ := credentials(t, map[string][]tokenapi.Role{"app": {tokenapi.RoleClient}})
 	dirs, rec := dataDirs(3)
-	c := tokenservicetest.StartCluster(t, 3, rec, pkitest.WithTLS(ca, creds),
+	c := tokenservicetest.StartCluster(t, 3, rec, tokenservicetest.WithCA(ca, creds),
 		tokenservicetest.WithConfig(func(_ int, cfg *tokenservice.Config) { cfg.ReserveSize = 4 }))
-	cl := c.Client(t, pkitest.ClientTLS(t, ca, "app", tokenapi.RoleClient)...)
+	cl := c.Client(t, tokenservicetest.ClientTLS(t, ca, "app", tokenapi.RoleClient)...)
 	tokenservicetest.Mint(t, cl, 20)
 
 	victim := (c.Leader(t) + 1) % 3

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/pki"
-	"github.com/fencegate/fencegate/internal/pkitest"
 	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/fencegate/fencegate/tokenservice"
@@ -67,17 +66,17 @@ func TestTLSClusterMints(t *testing.T) {
 	t.Parallel()
 	ca := newCA(t, "cluster")
 	creds, bearer := credentials(t, map[string][]tokenapi.Role{"app": {tokenapi.RoleClient}})
-	c := tokenservicetest.StartCluster(t, 3, pkitest.WithTLS(ca, creds))
+	c := tokenservicetest.StartCluster(t, 3, tokenservicetest.WithCA(ca, creds))
 	for _, u := range c.APIURLs() {
 		if !strings.HasPrefix(u, "https://") {
 			t.Fatalf("API URL %s is not https", u)
 		}
 	}
-	certClient := c.Client(t, append(pkitest.ClientTLS(t, ca, "app-cert", tokenapi.RoleClient), tokenclient.WithFollowLeader(false))...)
-	bearerClient := c.Client(t, append(pkitest.ClientTLS(t, ca, ""), tokenclient.WithCredential(bearer["app"]), tokenclient.WithFollowLeader(false))...)
+	certClient := c.Client(t, append(tokenservicetest.ClientTLS(t, ca, "app-cert", tokenapi.RoleClient), tokenclient.WithFollowLeader(false))...)
+	bearerClient := c.Client(t, append(tokenservicetest.ClientTLS(t, ca, ""), tokenclient.WithCredential(bearer["app"]), tokenclient.WithFollowLeader(false))...)
 	leader := c.Leader(t)
 	follower := (leader + 1) % 3
-	viaFollower := c.ClientFor(t, []string{c.APIURL(follower)}, append(pkitest.ClientTLS(t, ca, "app-cert", tokenapi.RoleClient), tokenclient.WithFollowLeader(false))...)
+	viaFollower := c.ClientFor(t, []string{c.APIURL(follower)}, append(tokenservicetest.ClientTLS(t, ca, "app-cert", tokenapi.RoleClient), tokenclient.WithFollowLeader(false))...)
 	var last int64
 	for i, cl := range []*tokenclient.Client{certClient, bearerClient, viaFollower, certClient} {
 		toks := tokenservicetest.Mint(t, cl, 20)
@@ -87,7 +86,7 @@ func TestTLSClusterMints(t *testing.T) {
 		last = toks[len(toks)-1]
 	}
 	// A client without an identity is refused, and not retried.
-	anon := c.Client(t, pkitest.ClientTLS(t, ca, "")...)
+	anon := c.Client(t, tokenservicetest.ClientTLS(t, ca, "")...)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	start := time.Now()
@@ -134,7 +133,7 @@ func TestPlainClusterRestartedWithTLS(t *testing.T) {
 	for _, m := range c.Node(leader).LocalStatus().Members {
 		t.Logf("member table: %s at %s", m.ID, m.APIAddr)
 	}
-	opts := pkitest.ClientTLS(t, ca, "app", tokenapi.RoleClient)
+	opts := tokenservicetest.ClientTLS(t, ca, "app", tokenapi.RoleClient)
 	var urls []string
 	for _, u := range c.APIURLs() {
 		urls = append(urls, strings.Replace(u, "http://", "https://", 1))
