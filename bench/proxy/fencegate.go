@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/devstack"
 	"github.com/fencegate/fencegate/internal/freeport"
 	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/internal/proc"
@@ -92,5 +91,5 @@ func newAppRole() appRole {
 
 // drop drops the roles, once the database that used them is gone.
 func (r appRole) drop(adminDSN string) error {
-	return devstack.DropRoles(context.Background(), adminDSN, nil, r.name, r.owner)
+	return pgdb.DropRoles(context.Background(), adminDSN, nil, r.name, r.owner)
 }

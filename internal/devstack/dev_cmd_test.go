@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/pgdb"
+
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/jackc/pgx/v5"
@@ -43,7 +45,7 @@ func TestDevCommand(t *testing.T) {
 	dbName := DatabaseOf(testutil.PostgresDB(t))
 	owner, app := testutil.RandomName("fg_devowner_"), testutil.RandomName("fg_devapp_")
 	t.Cleanup(func() {
-		if err := DropRoles(context.Background(), admin, []string{dbName}, app, owner); err != nil {
+		if err := pgdb.DropRoles(context.Background(), admin, []string{dbName}, app, owner); err != nil {
 			t.Error(err)
 		}
 	})

@@ -7,7 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/devstack/servers"
+	"github.com/fencegate/fencegate/internal/pgdb"
+
+	"github.com/fencegate/fencegate/internal/servers"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/jackc/pgx/v5"
 )
@@ -24,7 +26,7 @@ func TestSecondDataDirLeavesPasswordAlone(t *testing.T) {
 	dbName := DatabaseOf(testutil.PostgresDB(t))
 	owner, app := testutil.RandomName("fg_pwowner_"), testutil.RandomName("fg_pwapp_")
 	t.Cleanup(func() {
-		if err := DropRoles(context.Background(), admin, []string{dbName}, app, owner); err != nil {
+		if err := pgdb.DropRoles(context.Background(), admin, []string{dbName}, app, owner); err != nil {
 			t.Error(err)
 		}
 	})

@@ -8,7 +8,7 @@
 // owner role and an application LOGIN role holding the fence grants;
 // FencedDB.ProtectTable gives a table to the owner role, protects it with a
 // resource expression and grants the application role AppPrivileges (SELECT,
-// INSERT, UPDATE, DELETE); DropRoles removes roles a run created.
+// INSERT, UPDATE, DELETE); pgdb.DropRoles removes roles a run created.
 //
 // The whole stack comes up two ways. StartPersistent is "fencegate dev":
 // fixed ports, a data directory, database (DefaultDatabase) and roles that

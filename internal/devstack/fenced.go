@@ -119,15 +119,6 @@ func (d *FencedDB) AppDSN(host string) string {
 	return u.String()
 }
 
-// DropRoles drops roles (those that exist) from the server adminDSN
-// connects to, after dropping what they own and were granted in the
-// databases dbs (a database already dropped is skipped) and in the
-// database of adminDSN. It is how a run that created roles of its own
-// leaves nothing behind.
-func DropRoles(ctx context.Context, adminDSN string, dbs []string, roles ...string) error {
-	return fenceddb.DropRoles(ctx, adminDSN, dbs, roles...)
-}
-
 // CreateFenced creates database name on the server adminDSN points at and
 // sets it up with SetupFenced, with two roles of its own: name_owner and
 // name_app. DropFenced removes all three, also after a failed CreateFenced.
@@ -143,7 +134,7 @@ func CreateFenced(ctx context.Context, adminDSN, name string) (*FencedDB, error)
 // CreateFenced, or StartThrowaway, made.
 func DropFenced(ctx context.Context, adminDSN, name string) error {
 	return errors.Join(pgdb.Drop(ctx, adminDSN, name),
-		DropRoles(ctx, adminDSN, []string{name}, name+"_app", name+"_owner"))
+		pgdb.DropRoles(ctx, adminDSN, []string{name}, name+"_app", name+"_owner"))
 }
 
 // DatabaseOf returns the database a DSN (a URL) names, "" when none.

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fencegate/fencegate/internal/pgdb"
+
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/jackc/pgx/v5"
@@ -25,7 +27,7 @@ func TestSetupFencedTwiceAndDropRoles(t *testing.T) {
 	dropped := false
 	t.Cleanup(func() {
 		if !dropped {
-			_ = DropRoles(ctx, admin, []string{DatabaseOf(dsn)}, app, owner)
+			_ = pgdb.DropRoles(ctx, admin, []string{DatabaseOf(dsn)}, app, owner)
 		}
 	})
 	d, err := SetupFenced(ctx, FencedOptions{AdminDSN: dsn, Owner: owner, App: app})
@@ -90,7 +92,7 @@ func TestSetupFencedTwiceAndDropRoles(t *testing.T) {
 	ac.Close(ctx)
 
 	dropped = true
-	if err := DropRoles(ctx, admin, []string{DatabaseOf(dsn)}, app, owner); err != nil {
+	if err := pgdb.DropRoles(ctx, admin, []string{DatabaseOf(dsn)}, app, owner); err != nil {
 		t.Fatal(err)
 	}
 	var n int
@@ -114,7 +116,7 @@ func TestSetupFencedNeedsSuperuser(t *testing.T) {
 	if _, err := c.Exec(ctx, "CREATE ROLE "+weak+" LOGIN CREATEDB"); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = DropRoles(context.Background(), admin, nil, weak) })
+	t.Cleanup(func() { _ = pgdb.DropRoles(context.Background(), admin, nil, weak) })
 	u, err := url.Parse(dsn)
 	if err != nil {
 		t.Fatal(err)

@@ -14,9 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
-	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/pgfence"
 	"github.com/jackc/pgx/v5"
 )
@@ -64,7 +62,7 @@ type DB struct {
 // and every mark is kept) in the database conn, a superuser's session, is
 // connected to, granting the application role what taking fences needs.
 // Roles are global to the server: they outlive the database, and whoever
-// asked for them drops them (DropRoles). On error, what was made stays for
+// asked for them drops them (pgdb.DropRoles). On error, what was made stays for
 // the caller's cleanup.
 func Setup(ctx context.Context, conn *pgx.Conn, o Options) (*DB, error) {
 	if o.App == "" {
@@ -157,51 +155,4 @@ func (d *DB) Grant(ctx context.Context, conn *pgx.Conn, table string) error {
 		return fmt.Errorf("grant %s on %s to %s: %w", AppPrivileges, table, d.App, err)
 	}
 	return nil
-}
-
-// DropRoles drops roles (those that exist) from the server adminDSN
-// connects to, after dropping what they own and were granted in the
-// databases dbs (a database already dropped is skipped) and in the
-// database of adminDSN. It is how a run that created roles of its own
-// leaves nothing behind.
-func DropRoles(ctx context.Context, adminDSN string, dbs []string, roles ...string) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	c, err := pgx.Connect(ctx, adminDSN)
-	if err != nil {
-		return fmt.Errorf("drop roles %s: %w", strings.Join(roles, ", "), err)
-	}
-	defer c.Close(ctx)
-	var idents []string
-	for _, r := range roles {
-		var exists bool
-		if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = $1)", r).Scan(&exists); err != nil {
-			return fmt.Errorf("look up role %s: %w", r, err)
-		}
-		if exists {
-			idents = append(idents, pgx.Identifier{r}.Sanitize())
-		}
-	}
-	if len(idents) == 0 {
-		return nil
-	}
-	list := strings.Join(idents, ", ")
-	var errs []error
-	for _, db := range dbs {
-		dc, err := pgx.Connect(ctx, pgdb.WithDatabase(adminDSN, db))
-		if err != nil {
-			continue // the database is gone, and with it what the roles had there
-		}
-		if _, err := dc.Exec(ctx, "DROP OWNED BY "+list+" CASCADE"); err != nil {
-			errs = append(errs, fmt.Errorf("drop what %s own in %s: %w", list, db, err))
-		}
-		dc.Close(ctx)
-	}
-	if _, err := c.Exec(ctx, "DROP OWNED BY "+list+" CASCADE"); err != nil {
-		errs = append(errs, fmt.Errorf("drop what %s own: %w", list, err))
-	}
-	if _, err := c.Exec(ctx, "DROP ROLE "+list); err != nil {
-		errs = append(errs, fmt.Errorf("drop roles %s: %w", list, err))
-	}
-	return errors.Join(errs...)
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/pgdb"
+
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/internal/fenceddb"
 	"github.com/fencegate/fencegate/internal/testutil"
@@ -25,7 +27,7 @@ func TestSetupProtectDropRoles(t *testing.T) {
 	admin := testutil.PostgresAdminDSN()
 	owner, app := testutil.RandomName("fg_owner_"), testutil.RandomName("fg_app_")
 	db := strings.TrimPrefix(must(url.Parse(dsn)).Path, "/")
-	t.Cleanup(func() { _ = fenceddb.DropRoles(context.Background(), admin, []string{db}, app, owner) })
+	t.Cleanup(func() { _ = pgdb.DropRoles(context.Background(), admin, []string{db}, app, owner) })
 
 	conn := connect(t, dsn)
 	d, err := fenceddb.Setup(ctx, conn, fenceddb.Options{Owner: owner, App: app, AppPassword: "pw"})
@@ -72,7 +74,7 @@ func TestSetupProtectDropRoles(t *testing.T) {
 	ac.Close(ctx)
 	conn.Close(ctx)
 
-	if err := fenceddb.DropRoles(ctx, admin, []string{db}, app, owner); err != nil {
+	if err := pgdb.DropRoles(ctx, admin, []string{db}, app, owner); err != nil {
 		t.Fatal(err)
 	}
 	c := connect(t, admin)
@@ -89,7 +91,7 @@ func TestSetupRefusesSuperuserApp(t *testing.T) {
 	defer cancel()
 	dsn := testutil.PostgresDB(t)
 	app := testutil.RandomName("fg_app_")
-	t.Cleanup(func() { _ = fenceddb.DropRoles(context.Background(), testutil.PostgresAdminDSN(), nil, app) })
+	t.Cleanup(func() { _ = pgdb.DropRoles(context.Background(), testutil.PostgresAdminDSN(), nil, app) })
 	conn := connect(t, dsn)
 	if _, err := conn.Exec(ctx, "CREATE ROLE "+app+" LOGIN SUPERUSER"); err != nil {
 		t.Fatal(err)

@@ -1,5 +1,6 @@
-// Package pgdb creates and drops the throwaway databases of tests, demos
-// and campaigns on a PostgreSQL server, as its administrator, and finds the
+// Package pgdb creates and drops the throwaway databases (and drops the
+// roles) of tests, demos and campaigns on a PostgreSQL server, as its
+// administrator, and finds the
 // server binaries and the user to start a throwaway server with. It imports
 // nothing of fencegate, so that every package's tests can use it.
 package pgdb
@@ -8,8 +9,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -78,4 +81,51 @@ func ServerVersionNum(ctx context.Context, dsn string) (int, error) {
 	var n int
 	err = c.QueryRow(ctx, "SELECT pg_catalog.current_setting('server_version_num')::pg_catalog.int4").Scan(&n)
 	return n, err
+}
+
+// DropRoles drops roles (those that exist) from the server adminDSN
+// connects to, after dropping what they own and were granted in the
+// databases dbs (a database already dropped is skipped) and in the
+// database of adminDSN. It is how a run that created roles of its own
+// leaves nothing behind.
+func DropRoles(ctx context.Context, adminDSN string, dbs []string, roles ...string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, adminDSN)
+	if err != nil {
+		return fmt.Errorf("drop roles %s: %w", strings.Join(roles, ", "), err)
+	}
+	defer c.Close(ctx)
+	var idents []string
+	for _, r := range roles {
+		var exists bool
+		if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = $1)", r).Scan(&exists); err != nil {
+			return fmt.Errorf("look up role %s: %w", r, err)
+		}
+		if exists {
+			idents = append(idents, pgx.Identifier{r}.Sanitize())
+		}
+	}
+	if len(idents) == 0 {
+		return nil
+	}
+	list := strings.Join(idents, ", ")
+	var errs []error
+	for _, db := range dbs {
+		dc, err := pgx.Connect(ctx, WithDatabase(adminDSN, db))
+		if err != nil {
+			continue // the database is gone, and with it what the roles had there
+		}
+		if _, err := dc.Exec(ctx, "DROP OWNED BY "+list+" CASCADE"); err != nil {
+			errs = append(errs, fmt.Errorf("drop what %s own in %s: %w", list, db, err))
+		}
+		dc.Close(ctx)
+	}
+	if _, err := c.Exec(ctx, "DROP OWNED BY "+list+" CASCADE"); err != nil {
+		errs = append(errs, fmt.Errorf("drop what %s own: %w", list, err))
+	}
+	if _, err := c.Exec(ctx, "DROP ROLE "+list); err != nil {
+		errs = append(errs, fmt.Errorf("drop roles %s: %w", list, err))
+	}
+	return errors.Join(errs...)
 }
