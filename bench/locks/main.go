@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/bench"
-	"github.com/fencegate/fencegate/internal/devstack/servers"
+	"github.com/fencegate/fencegate/internal/servers"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/redis/go-redis/v9"
 )

@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/devstack/servers"
 	"github.com/fencegate/fencegate/internal/poll"
+	"github.com/fencegate/fencegate/internal/servers"
 	"github.com/redis/go-redis/v9"
 )
 

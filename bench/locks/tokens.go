@@ -2,15 +2,21 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"sync"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/devstack/servers"
+	"github.com/fencegate/fencegate/internal/freeport"
 	"github.com/fencegate/fencegate/lockclient"
+	"github.com/fencegate/fencegate/raftstore"
+	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenclient"
+	"github.com/fencegate/fencegate/tokenservice"
 )
 
 // tokenSource returns the token service client the full-cycle scenarios
@@ -30,16 +36,24 @@ func tokenSource(ctx context.Context, cfg config, stderr io.Writer) (lockclient.
 	if err != nil {
 		return nil, nil, err
 	}
-	toks, err := servers.StartTokens(ctx, servers.TokenOptions{DataDir: dir, Logger: slog.New(slog.DiscardHandler)})
+	nodes, err := startNodes(ctx, dir)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, nil, err
 	}
 	stop := func() {
-		toks.Close()
+		var wg sync.WaitGroup
+		for _, n := range nodes {
+			wg.Go(func() { n.Close() })
+		}
+		wg.Wait()
 		os.RemoveAll(dir)
 	}
-	c, err := tokenclient.NewClient(toks.URLs)
+	urls := make([]string, len(nodes))
+	for i, n := range nodes {
+		urls[i] = n.APIURL()
+	}
+	c, err := tokenclient.NewClient(urls, tokenclient.WithMaxWait(30*time.Second))
 	if err != nil {
 		stop()
 		return nil, nil, err
@@ -53,4 +67,40 @@ func tokenSource(ctx context.Context, cfg config, stderr io.Writer) (lockclient.
 		return nil, nil, fmt.Errorf("token cluster did not come up: %w", err)
 	}
 	return c, func() { c.Close(); stop() }, nil
+}
+
+// startNodes starts nodes n1, n2 and n3 of a token service cluster in this
+// process on free loopback ports, with their data under dir. A founding
+// node waits in tokenservice.Start until every peer answers: they start
+// all at once. The first token the caller asks for waits for a leader.
+func startNodes(ctx context.Context, dir string) ([]*tokenservice.Server, error) {
+	addrs, err := freeport.Loopback(6)
+	if err != nil {
+		return nil, err
+	}
+	var peers []tokenapi.Peer
+	for i := range 3 {
+		peers = append(peers, tokenapi.Peer{ID: fmt.Sprintf("n%d", i+1), RaftAddr: addrs[3+i], APIAddr: "http://" + addrs[i]})
+	}
+	nodes := make([]*tokenservice.Server, len(peers))
+	errs := make([]error, len(peers))
+	var wg sync.WaitGroup
+	for i, p := range peers {
+		wg.Go(func() {
+			nodes[i], errs[i] = tokenservice.Start(ctx, tokenservice.Config{Config: raftstore.Config{
+				ID: p.ID, DataDir: filepath.Join(dir, p.ID), RaftAddr: p.RaftAddr, APIAddr: p.APIAddr,
+				Peers: peers, Logger: slog.New(slog.DiscardHandler),
+			}})
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, n := range nodes {
+			if n != nil {
+				n.Close()
+			}
+		}
+		return nil, err
+	}
+	return nodes, nil
 }

@@ -6,7 +6,7 @@ import (
 	"net/url"
 	"strconv"
 
-	"github.com/fencegate/fencegate/internal/devstack/servers"
+	"github.com/fencegate/fencegate/internal/servers"
 	"github.com/jackc/pgx/v5"
 )
 

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/fencegate/fencegate/internal/devstack"
-	"github.com/fencegate/fencegate/internal/devstack/servers"
+	"github.com/fencegate/fencegate/internal/servers"
 	"github.com/fencegate/fencegate/pgfence"
 )
 

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/devstack/servers"
+	"github.com/fencegate/fencegate/internal/servers"
 	"github.com/fencegate/fencegate/raftstore"
 	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/jackc/pgx/v5"

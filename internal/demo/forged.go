@@ -23,7 +23,6 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/internal/devstack"
-	"github.com/fencegate/fencegate/internal/devstack/servers"
 	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/internal/timeline"
 	"github.com/fencegate/fencegate/lockclient"
@@ -188,7 +187,7 @@ func ForgedToken(ctx context.Context, cfg ForgedConfig) (*ForgedResult, error) {
 // database and its roles), the two signing token clusters and the keys.
 type forgedScene struct {
 	st             *devstack.Stack
-	otherTokens    *servers.Tokens
+	otherTokens    *devstack.Tokens
 	keys           *tokensign.Keyring
 	trusted        []string // API URLs of the cluster the database trusts
 	other          []string // of the second cluster
@@ -219,7 +218,7 @@ func startForgedStack(ctx context.Context, cfg *ForgedConfig) (_ *forgedScene, e
 			sc.close()
 		}
 	}()
-	sc.otherTokens, err = servers.StartTokens(ctx, servers.TokenOptions{DataDir: filepath.Join(s.DataDir, "tokens-other"), Nodes: 1,
+	sc.otherTokens, err = devstack.StartTokens(ctx, devstack.TokenOptions{DataDir: filepath.Join(s.DataDir, "tokens-other"), Nodes: 1,
 		SigningKeys: keys, Logger: cfg.ServiceLogger.With("component", "tokenservice", "cluster", "other")})
 	if err != nil {
 		return nil, fmt.Errorf("start the other token cluster: %w", err)

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/devstack/servers"
+	"github.com/fencegate/fencegate/internal/servers"
 	"github.com/fencegate/fencegate/pgfence"
 )
 
@@ -16,7 +16,7 @@ func TestDescribeRedisMasters(t *testing.T) {
 		Postgres: &servers.Postgres{DSN: servers.DefaultPostgresDSN, Source: "local server"},
 		Masters: []*servers.Redis{{Addr: "127.0.0.1:7001", Source: "started by fencegate"},
 			{Addr: "127.0.0.1:7002", Source: "started by fencegate"}},
-		Tokens:    &servers.Tokens{},
+		Tokens:    &Tokens{},
 		ProxyAddr: "127.0.0.1:6432",
 		DB:        &FencedDB{AdminDSN: servers.DefaultPostgresDSN, Owner: "o", App: "a", Report: &pgfence.Report{}},
 	}

@@ -7,9 +7,9 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/fencegate/fencegate/internal/devstack/servers"
 	"github.com/fencegate/fencegate/internal/fenceddb"
 	"github.com/fencegate/fencegate/internal/pgdb"
+	"github.com/fencegate/fencegate/internal/servers"
 	"github.com/fencegate/fencegate/pgfence"
 	"github.com/jackc/pgx/v5"
 )

@@ -1,10 +1,12 @@
-package servers
+package devstack
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/fencegate/fencegate/internal/servers"
 
 	"github.com/fencegate/fencegate/proxy"
 )
@@ -38,8 +40,8 @@ func StartProxy(o ProxyOptions) (addr string, stop func() error, err error) {
 		return "", nil, fmt.Errorf("devstack: proxy: %w", err)
 	}
 	if err := p.Start(); err != nil {
-		if IsAddrInUse(err) {
-			return "", nil, fmt.Errorf("%w: %s (proxy) is taken: %v", ErrPortInUse, o.Listen, err)
+		if servers.IsAddrInUse(err) {
+			return "", nil, fmt.Errorf("%w: %s (proxy) is taken: %v", servers.ErrPortInUse, o.Listen, err)
 		}
 		return "", nil, fmt.Errorf("devstack: start proxy: %w", err)
 	}

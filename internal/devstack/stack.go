@@ -11,8 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/fencegate/fencegate/internal/devstack/servers"
 	"github.com/fencegate/fencegate/internal/pgdb"
+	"github.com/fencegate/fencegate/internal/servers"
 	"github.com/fencegate/fencegate/pgfence"
 	"github.com/fencegate/fencegate/tokensign"
 )
@@ -130,7 +130,7 @@ type Stack struct {
 	// Masters are the Redis masters started for
 	// ThrowawayConfig.RedisMasters.
 	Masters []*servers.Redis
-	Tokens  *servers.Tokens
+	Tokens  *Tokens
 	// ProxyAddr is where the proxy listens.
 	ProxyAddr string
 	// DB is the database set up for applications, and its roles.
@@ -267,7 +267,7 @@ func start(ctx context.Context, cfg stackConfig) (_ *Stack, err error) {
 	if err := s.startRedis(ctx, &cfg); err != nil {
 		return nil, err
 	}
-	if s.Tokens, err = servers.StartTokens(ctx, servers.TokenOptions{DataDir: filepath.Join(s.DataDir, "tokens"), API: cfg.TokenAPI, Raft: cfg.TokenRaft,
+	if s.Tokens, err = StartTokens(ctx, TokenOptions{DataDir: filepath.Join(s.DataDir, "tokens"), API: cfg.TokenAPI, Raft: cfg.TokenRaft,
 		SigningKeys: cfg.SigningKeys, Logger: cfg.ServiceLogger.With("component", "tokenservice")}); err != nil {
 		return nil, err
 	}
@@ -275,7 +275,7 @@ func start(ctx context.Context, cfg stackConfig) (_ *Stack, err error) {
 	if s.Floor, err = RaiseAboveMarks(ctx, s.DB.AdminDSN, s.Tokens.URLs); err != nil {
 		return nil, err
 	}
-	addr, stop, err := servers.StartProxy(servers.ProxyOptions{Listen: cfg.ProxyListen, Upstream: s.Postgres.DSN,
+	addr, stop, err := StartProxy(ProxyOptions{Listen: cfg.ProxyListen, Upstream: s.Postgres.DSN,
 		AdminUpstream: s.Postgres.DSN, OwnerRole: cfg.OwnerRole, Logger: cfg.ServiceLogger.With("component", "proxy")})
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package servers
+package devstack
 
 import (
 	"context"

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/devstack/servers"
 	"github.com/fencegate/fencegate/internal/proc"
+	"github.com/fencegate/fencegate/internal/servers"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/redis/go-redis/v9"
 )

@@ -1,7 +1,10 @@
-// Package servers finds or starts the servers of a fencegate stack on one
-// machine: PostgreSQL and Redis (found running or started as children of
-// this process), the token service nodes and the gate proxy (in this
-// process), and the ports they listen on.
+// Package servers finds or starts the servers a fencegate stack runs
+// beside on one machine: PostgreSQL and Redis (found running or started as
+// children of this process), and checks the ports they listen on. It
+// imports nothing of fencegate's product packages, so that the dev stack,
+// the fault campaign, the tests and the benchmarks can all use it; the
+// stacks that start fencegate's own servers (the token nodes, the proxy)
+// sit above it.
 //
 // PostgreSQL is looked for, in order: the DSN given by the caller, the
 // environment (DATABASE_URL, then the libpq variables PGHOST, PGPORT,
