@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/fencegate/fencegate/internal/devstack"
+	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/internal/servers"
 	"github.com/fencegate/fencegate/pgfence"
 )
@@ -116,7 +117,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 // their default addresses.
 func exampleFlags(st *devstack.Stack, proxyListen string, api []string) string {
 	var b strings.Builder
-	if st.Postgres.DSN != servers.DefaultPostgresDSN {
+	if st.Postgres.DSN != pgdb.DefaultAdminDSN {
 		fmt.Fprintf(&b, " -postgres '%s'", servers.Redact(st.Postgres.DSN))
 	}
 	if st.Redis.Addr != servers.DefaultRedisAddr {

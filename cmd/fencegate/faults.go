@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/faults"
+	"github.com/fencegate/fencegate/internal/pgdb"
 )
 
 func init() {
@@ -29,7 +30,7 @@ func runFaults(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	pruneEvery := fs.Duration("prune-every", 0, "also prune the marks about this often during each run, beside the faults, to a floor drawn from the clients' latest tokens (default 0: only when prune-marks is drawn)")
 	clients := fs.Int("clients", 4, "workload client processes per run")
 	ttl := fs.Duration("ttl", time.Second, "lock TTL")
-	pg := fs.String("postgres", faults.DefaultPostgresDSN, "DSN of a superuser of the PostgreSQL server runs create their databases and roles on (each run drops its own)")
+	pg := fs.String("postgres", pgdb.DefaultAdminDSN, "DSN of a superuser of the PostgreSQL server runs create their databases and roles on (each run drops its own)")
 	verbose := fs.Bool("v", false, "log every fault and process start (default false)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err

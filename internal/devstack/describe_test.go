@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/internal/servers"
 	"github.com/fencegate/fencegate/pgfence"
 )
@@ -13,12 +14,12 @@ import (
 func TestDescribeRedisMasters(t *testing.T) {
 	s := &Stack{
 		DataDir:  "/data",
-		Postgres: &servers.Postgres{DSN: servers.DefaultPostgresDSN, Source: "local server"},
+		Postgres: &servers.Postgres{DSN: pgdb.DefaultAdminDSN, Source: "local server"},
 		Masters: []*servers.Redis{{Addr: "127.0.0.1:7001", Source: "started by fencegate"},
 			{Addr: "127.0.0.1:7002", Source: "started by fencegate"}},
 		Tokens:    &Tokens{},
 		ProxyAddr: "127.0.0.1:6432",
-		DB:        &FencedDB{AdminDSN: servers.DefaultPostgresDSN, Owner: "o", App: "a", Report: &pgfence.Report{}},
+		DB:        &FencedDB{AdminDSN: pgdb.DefaultAdminDSN, Owner: "o", App: "a", Report: &pgfence.Report{}},
 	}
 	d := s.Describe()
 	for _, want := range []string{"Redis m1    127.0.0.1:7001", "Redis m2    127.0.0.1:7002", "Redlock master"} {

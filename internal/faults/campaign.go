@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/internal/proc"
 	"github.com/fencegate/fencegate/internal/worker"
 )
@@ -54,7 +55,7 @@ type Config struct {
 	Work time.Duration
 	// PostgreSQL is the DSN of a superuser of the server each run creates
 	// its database and its two roles on (dropped when the run ends). The
-	// default is DefaultPostgresDSN.
+	// default is pgdb.DefaultAdminDSN.
 	PostgreSQL string
 	// Logger receives progress logs. The default is
 	// slog.Default().With("component", "faults").
@@ -96,7 +97,7 @@ func (c *Config) defaults() error {
 		c.Work = c.TTL / 4
 	}
 	if c.PostgreSQL == "" {
-		c.PostgreSQL = DefaultPostgresDSN
+		c.PostgreSQL = pgdb.DefaultAdminDSN
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

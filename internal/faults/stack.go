@@ -25,10 +25,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// DefaultPostgresDSN is the PostgreSQL server a campaign creates its
-// databases on unless told otherwise.
-const DefaultPostgresDSN = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-
 // schemaSQL is the workload's data: one counter and one row per committed
 // increment, written in the same fenced transaction. Both tables are
 // protected, every row belonging to resource Resource.

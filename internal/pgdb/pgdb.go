@@ -18,6 +18,12 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// DefaultAdminDSN is the administrator's DSN of the local PostgreSQL
+// server (127.0.0.1:5432, user postgres, trust or peer authentication):
+// what the dev stack tries first, what a fault campaign and the tests use
+// unless told otherwise.
+const DefaultAdminDSN = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
 // Create creates database name (a plain identifier) on the server adminDSN,
 // a superuser's, points at, and returns the administrator's DSN of the new
 // database. Drop drops it again.

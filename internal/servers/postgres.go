@@ -19,10 +19,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// DefaultPostgresDSN is the local server tried when neither a flag nor the
-// environment names one.
-const DefaultPostgresDSN = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-
 // Postgres is a PostgreSQL server the stack uses.
 type Postgres struct {
 	// DSN connects as the administrator: the stack and the demo create
@@ -89,9 +85,9 @@ func FindPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 		}
 		return &Postgres{DSN: dsn, Source: from}, nil
 	}
-	err := PingPostgres(ctx, DefaultPostgresDSN, "")
+	err := PingPostgres(ctx, pgdb.DefaultAdminDSN, "")
 	if err == nil {
-		return &Postgres{DSN: DefaultPostgresDSN, Source: "local server"}, nil
+		return &Postgres{DSN: pgdb.DefaultAdminDSN, Source: "local server"}, nil
 	}
 	if !refused(err) {
 		// Something listens on 5432 but will not let us in: starting another

@@ -11,15 +11,12 @@ import (
 	"github.com/fencegate/fencegate/internal/pgdb"
 )
 
-// DefaultPostgresDSN is the admin DSN used when FENCEGATE_TEST_PG is unset.
-const DefaultPostgresDSN = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-
 // PostgresAdminDSN returns the DSN of the PostgreSQL server used by tests.
 func PostgresAdminDSN() string {
 	if v := os.Getenv("FENCEGATE_TEST_PG"); v != "" {
 		return v
 	}
-	return DefaultPostgresDSN
+	return pgdb.DefaultAdminDSN
 }
 
 // RandomName returns prefix followed by 12 random hex characters; it is a
