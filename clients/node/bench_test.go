@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/clientstack"
+	"github.com/fencegate/fencegate/fencegatetest/clientsuite"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
@@ -35,7 +35,7 @@ func BenchmarkNodeVsRedlock(b *testing.B) {
 		redisURLs = append(redisURLs, "redis://"+testutil.StartRedis(t).Addr())
 	}
 	cluster := tokenservicetest.StartCluster(t, 3)
-	gate, direct, _ := clientstack.Database(t)
+	gate, direct, _ := clientsuite.Database(t)
 
 	args := []string{"bench/locks.mjs"}
 	if a := os.Getenv("FENCEGATE_NODE_BENCH_ARGS"); a != "" {

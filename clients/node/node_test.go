@@ -23,7 +23,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/clientstack"
+	"github.com/fencegate/fencegate/fencegatetest/clientsuite"
 )
 
 func TestNodeClient(t *testing.T) {
@@ -32,7 +32,7 @@ func TestNodeClient(t *testing.T) {
 	}
 	major, minor := checkNode(t)
 	installModules(t)
-	s := clientstack.Start(t, "node")
+	s := clientsuite.Start(t, "node")
 
 	files, err := filepath.Glob(filepath.Join("test", "*.test.js"))
 	if err != nil || len(files) == 0 {

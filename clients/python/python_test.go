@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/clientstack"
+	"github.com/fencegate/fencegate/fencegatetest/clientsuite"
 )
 
 // python is Debian's interpreter, which has python3-psycopg2 and
@@ -32,7 +32,7 @@ func TestPythonClient(t *testing.T) {
 		t.Skip("starts a token cluster, five redis-servers and runs the Python suite")
 	}
 	checkPython(t)
-	s := clientstack.Start(t, "python")
+	s := clientsuite.Start(t, "python")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

@@ -1,9 +1,13 @@
-// Package clientstack starts the stack the test suites of the Python and
-// Node.js clients run against (a token cluster, redis-servers, a fenced
-// database behind the gate, a TLS front, a Go peer, a signing token service)
-// and names it to the suite in environment variables. Only tests and the
-// client benchmarks use it.
-package clientstack
+// Package clientsuite starts the stack the test suites of the Python and
+// Node.js clients run against and names it to the suite in environment
+// variables: the stack of package fencegatetest (a token cluster, a fenced
+// database behind the gate), with the client tables, and what a client's
+// suite needs besides: redis-servers (with a password, with TLS, several
+// for Redlock), a TLS front with client certificates and a credential, a Go
+// peer that holds locks and writes beside the suite, a link to PostgreSQL
+// the suite can cut, and a token service that signs its tokens. Only the
+// clients' Go test drivers and benchmarks use it.
+package clientsuite
 
 import (
 	"context"
@@ -21,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/fencegatetest"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/pgfence"
 	"github.com/fencegate/fencegate/pgfence/pgfencetest"
@@ -58,6 +63,14 @@ func Database(t testing.TB) (app, appDirect, admin string) {
 	t.Helper()
 	testutil.NeedServices(t)
 	d := pgfencetest.New(t)
+	createTables(t, d)
+	return proxytest.Start(t, d.AppDSN, quietProxy(t)), d.AppDSN, d.DSN
+}
+
+// createTables creates, protects and grants the tables of the client tests
+// in d.
+func createTables(t testing.TB, d *pgfencetest.DB) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn := d.Admin(t)
@@ -72,7 +85,6 @@ func Database(t testing.TB) (app, appDirect, admin string) {
 			t.Fatalf("grant %s: %v", tb.name, err)
 		}
 	}
-	return proxytest.Start(t, d.AppDSN, quietProxy(t)), d.AppDSN, d.DSN
 }
 
 // Stack is everything a client's tests talk to, started by the Go test
@@ -106,8 +118,9 @@ func Start(t *testing.T, name string) *Stack {
 	for range 3 {
 		s.redlock = append(s.redlock, testutil.StartRedis(t))
 	}
-	s.cluster = tokenservicetest.StartCluster(t, 3, tokenservicetest.WithLogger(quiet(t)))
-	s.app, s.appDirect, s.admin = Database(t)
+	fs := fencegatetest.StartServers(t, fencegatetest.WithLogger(quiet(t)))
+	createTables(t, fs.DB)
+	s.cluster, s.app, s.appDirect, s.admin = fs.Tokens, fs.ProxyDSN, fs.DB.AppDSN, fs.DB.DSN
 	s.certs = newCerts(t, name)
 	s.startTLSFront(t)
 

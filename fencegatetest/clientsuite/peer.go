@@ -1,4 +1,4 @@
-package clientstack
+package clientsuite
 
 import (
 	"context"
