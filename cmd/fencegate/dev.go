@@ -88,10 +88,11 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fmt.Fprintln(stdout, "    and a fence with a token below T afterwards with FG001)")
 	fmt.Fprintln(stdout, "Try it:")
 	fmt.Fprintf(stdout, "  %s token next order:42 --servers %s\n", self, strings.Join(st.Tokens.URLs, ","))
-	extra := exampleFlags(st, *proxyListen, api)
-	fmt.Fprintf(stdout, "  %s demo lost-updates%s\n", self, extra)
-	fmt.Fprintf(stdout, "  go run ./examples/fenced-transfer%s\n", extra)
-	fmt.Fprintf(stdout, "  go run ./examples/paused-holder%s\n", extra)
+	where := serverFlags(st, api)
+	fmt.Fprintf(stdout, "  %s demo lost-updates%s\n", self, postgresFlags(st, *proxyListen)+where)
+	fmt.Fprintln(stdout, "  the examples, once the setup of their README.md has run:")
+	fmt.Fprintf(stdout, "  go run ./examples/fenced-transfer -db '%s'%s\n", st.ProxyDSN(), where)
+	fmt.Fprintf(stdout, "  go run ./examples/paused-holder -db '%s'%s\n", st.ProxyDSN(), where)
 	fmt.Fprintln(stdout)
 	fmt.Fprintln(stdout, "Ctrl-C stops everything.")
 
@@ -113,18 +114,26 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return nil
 }
 
-// exampleFlags returns the flags the examples need when the stack is not on
-// their default addresses.
-func exampleFlags(st *devstack.Stack, proxyListen string, api []string) string {
+// postgresFlags returns the flags that name PostgreSQL and the proxy to
+// the demo when the stack is not on its default addresses.
+func postgresFlags(st *devstack.Stack, proxyListen string) string {
 	var b strings.Builder
 	if st.Postgres.DSN != pgdb.DefaultAdminDSN {
 		fmt.Fprintf(&b, " -postgres '%s'", servers.Redact(st.Postgres.DSN))
 	}
-	if st.Redis.Addr != servers.DefaultRedisAddr {
-		fmt.Fprintf(&b, " -redis %s", st.Redis.Addr)
-	}
 	if proxyListen != devstack.DevProxyAddr {
 		fmt.Fprintf(&b, " -proxy %s", st.ProxyAddr)
+	}
+	return b.String()
+}
+
+// serverFlags returns the flags that name Redis and the token service to
+// the demo and the examples when the stack is not on their default
+// addresses.
+func serverFlags(st *devstack.Stack, api []string) string {
+	var b strings.Builder
+	if st.Redis.Addr != servers.DefaultRedisAddr {
+		fmt.Fprintf(&b, " -redis %s", st.Redis.Addr)
 	}
 	if strings.Join(api, ",") != strings.Join(devstack.DevTokenAPIAddrs, ",") {
 		fmt.Fprintf(&b, " -tokens %s", strings.Join(st.Tokens.URLs, ","))

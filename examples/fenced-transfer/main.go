@@ -3,20 +3,15 @@
 // its fencing token with lockclient, and does its reads and writes in one
 // transaction through the fencegate proxy that starts with the fence. The
 // accounts table is protected by fencegate (the whole table is one
-// resource), so PostgreSQL refuses any write to it that is not fenced with
-// the lock's resource. A worker whose lock expired while it stalled gets
-// lockclient.ErrStaleToken instead of overwriting someone else's balances,
-// and retries.
+// resource, 'bank:accounts'), so PostgreSQL refuses any write to it that
+// is not fenced with the lock's resource. A worker whose lock expired while
+// it stalled gets lockclient.ErrStaleToken instead of overwriting someone
+// else's balances, and retries.
 //
-// The program first does the administrator's part with the -postgres DSN
-// (create a database of the run's own on that server, install schema
-// fencegate in it, create and protect the table, create an application
-// role for the run with the grants it needs), then connects through the
-// proxy as that role; it drops the database and its roles at the end.
-//
-// Run it against "fencegate dev":
-//
-//	go run ./examples/fenced-transfer
+// The administrator's part comes first, once: setup.sql creates the table
+// and grants the application role its rows, and "fencegate protect" protects
+// it (README.md has the commands). The program itself connects as the
+// application role only, through the proxy (-db).
 package main
 
 import (
@@ -26,30 +21,33 @@ import (
 	"fmt"
 	"log"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/demo/appdb"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/jackc/pgx/v5"
 )
 
+// resource is the resource the whole accounts table belongs to: its
+// resource expression is the constant 'bank:accounts' (fencegate protect
+// accounts --resource "'bank:accounts'").
+const resource = "bank:accounts"
+
 type config struct {
-	Direct, DB, Redis string
-	Owner             string // owner role of schema fencegate (default: a role of the run's own)
-	Tokens            []string
-	Workers           int
-	Transfers         int // per worker
-	TTL               time.Duration
-	Stall             float64 // probability that a worker stalls past the TTL before its transaction
+	DB, Redis string
+	Tokens    []string
+	Workers   int
+	Transfers int // per worker
+	TTL       time.Duration
+	Stall     float64 // probability that a worker stalls past the TTL before its transaction
 }
 
 func main() {
 	var c config
-	flag.StringVar(&c.DB, "db", "postgres://127.0.0.1:6432/postgres?sslmode=disable", "PostgreSQL DSN through the fencegate proxy; its user and database are replaced by the application role and the database the program creates")
-	flag.StringVar(&c.Direct, "postgres", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "the same PostgreSQL server, direct, as an administrator: creates a database of the run's own (dropped at the end) with schema fencegate, the accounts protected, and the application role")
+	flag.StringVar(&c.DB, "db", os.Getenv("DATABASE_URL"), "the application role's DSN through the fencegate proxy, as 'fencegate dev' prints it (default $DATABASE_URL)")
 	flag.StringVar(&c.Redis, "redis", "127.0.0.1:6379", "Redis host:port")
 	tokens := flag.String("tokens", "http://127.0.0.1:7101,http://127.0.0.1:7102,http://127.0.0.1:7103", "token service URLs")
 	flag.IntVar(&c.Workers, "workers", 4, "concurrent workers")
@@ -57,6 +55,9 @@ func main() {
 	flag.DurationVar(&c.TTL, "ttl", 300*time.Millisecond, "lock TTL")
 	flag.Float64Var(&c.Stall, "stall", 0.1, "chance that a worker stalls past the TTL between taking the lock and its transaction")
 	flag.Parse()
+	if c.DB == "" {
+		log.Fatal("-db: give the application role's DSN through the proxy ('fencegate dev' prints it)")
+	}
 	c.Tokens = strings.Split(*tokens, ",")
 	res, err := run(context.Background(), c)
 	if err != nil {
@@ -84,38 +85,22 @@ type result struct {
 	NoneNegative     bool
 }
 
-var initial = []account{{"alice", 10000}, {"bob", 5000}, {"carol", 2500}, {"dave", 0}}
-
 func run(ctx context.Context, c config) (*result, error) {
-	table := fmt.Sprintf("accounts_%d", time.Now().UnixNano())
-	resource := "bank:" + table
 	res := &result{}
-	var fill strings.Builder
-	fmt.Fprintf(&fill, "CREATE TABLE %s (name text PRIMARY KEY, cents bigint NOT NULL);\nINSERT INTO %s VALUES ", table, table)
-	for i, a := range initial {
-		if i > 0 {
-			fill.WriteString(", ")
-		}
-		fmt.Fprintf(&fill, "('%s', %d)", a.Name, a.Cents)
-		res.Initial += a.Cents
+	read, err := pgx.Connect(ctx, c.DB)
+	if err != nil {
+		return nil, fmt.Errorf("connect to the fencegate proxy: %w (is -db the proxy DSN 'fencegate dev' printed?)", err)
 	}
-	// The administrator's part: the whole table is one resource, the one
-	// the workers lock.
-	app, err := appdb.Setup(ctx, c.Direct, []appdb.Table{{Name: table, Create: fill.String(), Resource: "'" + resource + "'"}},
-		appdb.Options{OwnerRole: c.Owner, RolePrefix: "fg_transfer_", OwnDatabase: true})
+	defer read.Close(context.Background())
+	accounts, err := balances(ctx, read)
 	if err != nil {
 		return nil, err
 	}
-	defer app.Close()
-	appDSN, err := app.DSN(c.DB)
-	if err != nil {
-		return nil, fmt.Errorf("-db: %w", err)
+	names := make([]string, len(accounts))
+	for i, a := range accounts {
+		names[i] = a.Name
+		res.Initial += a.Cents
 	}
-	setup, err := pgx.Connect(ctx, app.AdminDSN)
-	if err != nil {
-		return nil, fmt.Errorf("connect to database %s as the administrator: %w (is fencegate dev running?)", app.Database, err)
-	}
-	defer setup.Close(context.Background())
 
 	tc, err := tokenclient.NewClient(c.Tokens)
 	if err != nil {
@@ -136,21 +121,21 @@ func run(ctx context.Context, c config) (*result, error) {
 		go func() {
 			defer wg.Done()
 			// One connection per worker: a transaction belongs to a connection.
-			db, err := pgx.Connect(ctx, appDSN)
+			db, err := pgx.Connect(ctx, c.DB)
 			if err != nil {
-				errs[w] = fmt.Errorf("connect to the fencegate proxy as %s: %w (is -db the fencegate proxy?)", app.Role, err)
+				errs[w] = fmt.Errorf("connect to the fencegate proxy: %w", err)
 				return
 			}
 			defer db.Close(context.Background())
 			rng := rand.New(rand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
 			for done := 0; done < c.Transfers; {
-				from, to := rng.IntN(len(initial)), rng.IntN(len(initial)-1)
+				from, to := rng.IntN(len(names)), rng.IntN(len(names)-1)
 				if to >= from {
 					to++
 				}
 				amount := int64(1 + rng.IntN(3000))
 				stall := rng.Float64() < c.Stall
-				err := transfer(ctx, locks, db, table, resource, initial[from].Name, initial[to].Name, amount, stall, c.TTL)
+				err := transfer(ctx, locks, db, names[from], names[to], amount, stall, c.TTL)
 				switch {
 				case err == nil:
 					done++
@@ -176,12 +161,7 @@ func run(ctx context.Context, c config) (*result, error) {
 		return nil, err
 	}
 
-	rows, err := setup.Query(ctx, "SELECT name, cents FROM "+table+" ORDER BY name")
-	if err != nil {
-		return nil, err
-	}
-	res.Accounts, err = pgx.CollectRows(rows, pgx.RowToStructByPos[account])
-	if err != nil {
+	if res.Accounts, err = balances(ctx, read); err != nil {
 		return nil, err
 	}
 	res.NoneNegative = true
@@ -192,9 +172,22 @@ func run(ctx context.Context, c config) (*result, error) {
 	return res, nil
 }
 
+// balances reads every account.
+func balances(ctx context.Context, db *pgx.Conn) ([]account, error) {
+	rows, err := db.Query(ctx, "SELECT name, cents FROM accounts ORDER BY name")
+	if err != nil {
+		return nil, fmt.Errorf("read the accounts: %w (did setup.sql and 'fencegate protect' run? see README.md)", err)
+	}
+	accounts, err := pgx.CollectRows(rows, pgx.RowToStructByPos[account])
+	if err == nil && len(accounts) < 2 {
+		err = errors.New("fewer than two accounts: run setup.sql (see README.md)")
+	}
+	return accounts, err
+}
+
 // transfer moves amount from one account to another if the first can afford
 // it, under the lock. This is the part to copy.
-func transfer(ctx context.Context, locks *lockclient.Client, db *pgx.Conn, table, resource, from, to string, amount int64, stall bool, ttl time.Duration) error {
+func transfer(ctx context.Context, locks *lockclient.Client, db *pgx.Conn, from, to string, amount int64, stall bool, ttl time.Duration) error {
 	lock, err := locks.Acquire(ctx, resource)
 	if err != nil {
 		return fmt.Errorf("acquire %s: %w", resource, err)
@@ -210,16 +203,16 @@ func transfer(ctx context.Context, locks *lockclient.Client, db *pgx.Conn, table
 	// reads anything, and the whole transaction rolls back.
 	return lock.InTx(ctx, db, func(tx pgx.Tx) error {
 		var balance int64
-		if err := tx.QueryRow(ctx, "SELECT cents FROM "+table+" WHERE name = $1", from).Scan(&balance); err != nil {
+		if err := tx.QueryRow(ctx, "SELECT cents FROM accounts WHERE name = $1", from).Scan(&balance); err != nil {
 			return err
 		}
 		if balance < amount {
 			return nil // insufficient funds: nothing to do
 		}
-		if _, err := tx.Exec(ctx, "UPDATE "+table+" SET cents = cents - $1 WHERE name = $2", amount, from); err != nil {
+		if _, err := tx.Exec(ctx, "UPDATE accounts SET cents = cents - $1 WHERE name = $2", amount, from); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, "UPDATE "+table+" SET cents = cents + $1 WHERE name = $2", amount, to)
+		_, err := tx.Exec(ctx, "UPDATE accounts SET cents = cents + $1 WHERE name = $2", amount, to)
 		return err
 	})
 }

@@ -7,17 +7,11 @@
 // stays right; the fencegate proxy the clients connect through is a gate in
 // front of it, not the enforcer.
 //
-// The program first does the administrator's part with the -postgres DSN:
-// on that server it creates a database of its own, installs schema
-// fencegate there (owned by a NOLOGIN role of its own), creates the
-// account's table and protects it (the table is one resource, the one both
-// clients lock), and creates an application role for the run; both clients
-// connect through the proxy as that role, to that database. The database
-// and the roles are dropped at the end: the server is left as it was.
-//
-// Run it against "fencegate dev":
-//
-//	go run ./examples/paused-holder
+// The administrator's part comes first, once: setup.sql creates the
+// account's table and grants the application role its rows, and
+// "fencegate protect" protects it, each row its own resource,
+// 'account:' || id (README.md has the commands). Both clients connect as
+// the application role, through the proxy (-db).
 package main
 
 import (
@@ -26,36 +20,43 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"os"
 	"strings"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/demo/appdb"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/jackc/pgx/v5"
 )
 
 func main() {
-	dsn := flag.String("db", "postgres://127.0.0.1:6432/postgres?sslmode=disable", "PostgreSQL DSN through the fencegate proxy; its user and database are replaced by the application role and the database the program creates")
-	direct := flag.String("postgres", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "the same PostgreSQL server, direct, as an administrator: creates a database of the run's own (dropped at the end) with schema fencegate, the example's table protected, and the application role")
+	dsn := flag.String("db", os.Getenv("DATABASE_URL"), "the application role's DSN through the fencegate proxy, as 'fencegate dev' prints it (default $DATABASE_URL)")
 	redisAddr := flag.String("redis", "127.0.0.1:6379", "Redis host:port")
 	tokens := flag.String("tokens", "http://127.0.0.1:7101,http://127.0.0.1:7102,http://127.0.0.1:7103", "token service URLs")
 	ttl := flag.Duration("ttl", 500*time.Millisecond, "lock TTL")
 	flag.Parse()
-	if err := run(context.Background(), *direct, *dsn, *redisAddr, strings.Split(*tokens, ","), *ttl); err != nil {
+	if *dsn == "" {
+		log.Fatal("-db: give the application role's DSN through the proxy ('fencegate dev' prints it)")
+	}
+	if err := run(context.Background(), *dsn, *redisAddr, strings.Split(*tokens, ","), *ttl); err != nil {
 		log.Fatal(err)
 	}
 }
 
+// resource is the lock of account 1: the table's resource expression is
+// 'account:' || id (fencegate protect paused_holder_accounts --resource
+// "'account:' || id").
+const resource = "account:1"
+
 // outcome is what happened, for tests.
 type outcome struct {
-	Token1, Token2 int64
-	Err1           error // client 1's late write
-	Balance        int64 // the account's balance afterwards
+	Token1, Token2  int64
+	Err1            error // client 1's late write
+	Before, Balance int64 // the account's balance before and afterwards
 }
 
-func run(ctx context.Context, direct, dsn, redisAddr string, tokenURLs []string, ttl time.Duration) error {
-	o, err := scenario(ctx, direct, dsn, redisAddr, tokenURLs, ttl, "")
+func run(ctx context.Context, dsn, redisAddr string, tokenURLs []string, ttl time.Duration) error {
+	o, err := scenario(ctx, dsn, redisAddr, tokenURLs, ttl)
 	if err != nil {
 		return err
 	}
@@ -69,43 +70,25 @@ func run(ctx context.Context, direct, dsn, redisAddr string, tokenURLs []string,
 	default:
 		return o.Err1
 	}
-	fmt.Printf("balance is %d (100 + 30: client 1's stale +50 never landed)\n", o.Balance)
+	fmt.Printf("balance is %d (%d + 30: client 1's stale +50 never landed)\n", o.Balance, o.Before)
 	if !errors.Is(o.Err1, lockclient.ErrStaleToken) {
 		return errors.New("the stale write was not rejected")
 	}
 	return nil
 }
 
-// scenario plays the two clients, in a database of its own on the server
-// of direct. owner names the owner role of schema fencegate (empty: a role
-// of the run's own, dropped at the end).
-func scenario(ctx context.Context, direct, dsn, redisAddr string, tokenURLs []string, ttl time.Duration, owner string) (*outcome, error) {
-	// The administrator's part: the table holds one account, and the whole
-	// table is the resource both clients lock.
-	table := fmt.Sprintf("paused_holder_%d", time.Now().UnixNano())
-	resource := "account:" + table
-	app, err := appdb.Setup(ctx, direct, []appdb.Table{{Name: table,
-		Create:   "CREATE TABLE " + table + " (id int PRIMARY KEY, balance bigint NOT NULL); INSERT INTO " + table + " VALUES (1, 100)",
-		Resource: "'" + resource + "'"}}, appdb.Options{OwnerRole: owner, RolePrefix: "fg_paused_", OwnDatabase: true})
+// scenario plays the two clients on account 1.
+func scenario(ctx context.Context, dsn, redisAddr string, tokenURLs []string, ttl time.Duration) (*outcome, error) {
+	db, err := pgx.Connect(ctx, dsn)
 	if err != nil {
-		return nil, err
-	}
-	defer app.Close()
-	appDSN, err := app.DSN(dsn)
-	if err != nil {
-		return nil, fmt.Errorf("-db: %w", err)
-	}
-	setup, err := pgx.Connect(ctx, app.AdminDSN)
-	if err != nil {
-		return nil, fmt.Errorf("connect to database %s as the administrator: %w (is fencegate dev running?)", app.Database, err)
-	}
-	defer setup.Close(context.Background())
-
-	db, err := pgx.Connect(ctx, appDSN)
-	if err != nil {
-		return nil, fmt.Errorf("connect to the fencegate proxy as %s: %w (is -db the fencegate proxy?)", app.Role, err)
+		return nil, fmt.Errorf("connect to the fencegate proxy: %w (is -db the proxy DSN 'fencegate dev' printed?)", err)
 	}
 	defer db.Close(context.Background())
+	o := &outcome{}
+	const balance = "SELECT balance FROM paused_holder_accounts WHERE id = 1"
+	if err := db.QueryRow(ctx, balance).Scan(&o.Before); err != nil {
+		return nil, fmt.Errorf("read account 1: %w (did setup.sql and 'fencegate protect' run? see README.md)", err)
+	}
 	tc, err := tokenclient.NewClient(tokenURLs)
 	if err != nil {
 		return nil, err
@@ -119,12 +102,11 @@ func scenario(ctx context.Context, direct, dsn, redisAddr string, tokenURLs []st
 
 	add := func(l *lockclient.Lock, amount int64) error {
 		return l.InTx(ctx, db, func(tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, "UPDATE "+table+" SET balance = balance + $1 WHERE id = 1", amount)
+			_, err := tx.Exec(ctx, "UPDATE paused_holder_accounts SET balance = balance + $1 WHERE id = 1", amount)
 			return err
 		})
 	}
 
-	o := &outcome{}
 	l1, err := locks.Acquire(ctx, resource)
 	if err != nil {
 		return nil, err
@@ -147,7 +129,7 @@ func scenario(ctx context.Context, direct, dsn, redisAddr string, tokenURLs []st
 	// Client 1 wakes up and, not knowing better, writes.
 	o.Err1 = add(l1, 50)
 	_ = l1.Release(ctx)
-	if err := setup.QueryRow(ctx, "SELECT balance FROM "+table+" WHERE id = 1").Scan(&o.Balance); err != nil {
+	if err := db.QueryRow(ctx, balance).Scan(&o.Balance); err != nil {
 		return nil, err
 	}
 	return o, nil

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/demo/appdb"
+	"github.com/fencegate/fencegate/internal/fenceddb"
 	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/internal/proc"
 	"github.com/fencegate/fencegate/internal/worker"
@@ -93,7 +93,7 @@ func runMode(ctx context.Context, cfg Config, fenced bool) (*modeRun, error) {
 			return nil, err
 		}
 	}
-	if dsn, err = app.DSN(dsn); err != nil {
+	if dsn, err = withUser(dsn, app.App, app.password); err != nil {
 		return nil, err
 	}
 	mr := &modeRun{fenced: fenced}
@@ -367,6 +367,12 @@ func readBack(ctx context.Context, db string, mr *modeRun) error {
 	return nil
 }
 
+// appRole is the application role of a run's database.
+type appRole struct {
+	*fenceddb.DB
+	password string
+}
+
 // createDatabase makes a fresh database with the counter and the
 // increments log, and an application role that may read and write them,
 // and returns the database's DSN (the administrator's), the role, and a
@@ -374,37 +380,68 @@ func readBack(ctx context.Context, db string, mr *modeRun) error {
 // schema fencegate and protects both tables as one resource, the one the
 // workers lock: PostgreSQL then refuses every write to them that is not
 // fenced with it. For the direct run the tables stay unprotected.
-func createDatabase(ctx context.Context, cfg Config, fenced bool, resource string) (string, *appdb.App, func(), error) {
+func createDatabase(ctx context.Context, cfg Config, fenced bool, resource string) (string, *appRole, func(), error) {
 	name := pgdb.RandomName("lost_updates_")
 	dsn, err := pgdb.Create(ctx, cfg.Postgres, name)
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("PostgreSQL (--postgres %s): %w; is fencegate dev running?", cfg.Postgres, err)
 	}
-	var app *appdb.App
+	app := &appRole{password: pgdb.RandomHex(16)}
+	role := pgdb.RandomName("fg_lost_updates_")
 	drop := func() {
 		if cfg.Keep {
 			return
 		}
-		if app != nil {
-			_ = app.Close()
-		}
 		_ = pgdb.Drop(context.Background(), cfg.Postgres, name)
+		_ = pgdb.DropRoles(context.Background(), cfg.Postgres, nil, role)
 	}
 	expr := "" // unprotected
 	if fenced {
 		expr = "'" + resource + "'"
 	}
-	app, err = appdb.Setup(ctx, dsn, []appdb.Table{
-		{Name: "counter", Create: "CREATE TABLE counter (id int PRIMARY KEY, v bigint NOT NULL); INSERT INTO counter VALUES (1, 0)", Resource: expr},
-		{Name: "increments", Create: `CREATE TABLE increments (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-  worker int NOT NULL, attempt int NOT NULL, token bigint NOT NULL, value bigint NOT NULL,
-  at timestamptz NOT NULL DEFAULT clock_timestamp())`, Resource: expr},
-	}, appdb.Options{OwnerRole: cfg.Owner, RolePrefix: "fg_lost_updates_"})
-	if err != nil {
+	if err := setupDatabase(ctx, dsn, cfg.Owner, role, expr, app); err != nil {
 		drop()
 		return "", nil, nil, err
 	}
 	return dsn, app, drop, nil
+}
+
+// setupDatabase creates role and the tables in the database of dsn, as
+// an administrator does once, and protects the tables with expr (none:
+// unprotected).
+func setupDatabase(ctx context.Context, dsn, owner, role, expr string, app *appRole) error {
+	admin, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return fmt.Errorf("connect as the administrator: %w", err)
+	}
+	defer admin.Close(context.WithoutCancel(ctx))
+	if app.DB, err = fenceddb.Setup(ctx, admin, fenceddb.Options{Owner: owner, App: role, AppPassword: app.password}); err != nil {
+		return fmt.Errorf("set up roles and schema fencegate: %w (the --postgres DSN must be an administrator's)", err)
+	}
+	for _, t := range []struct{ name, create string }{
+		{"counter", "CREATE TABLE counter (id int PRIMARY KEY, v bigint NOT NULL); INSERT INTO counter VALUES (1, 0)"},
+		{"increments", `CREATE TABLE increments (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  worker int NOT NULL, attempt int NOT NULL, token bigint NOT NULL, value bigint NOT NULL,
+  at timestamptz NOT NULL DEFAULT clock_timestamp())`},
+	} {
+		if _, err := admin.Exec(ctx, t.create); err != nil {
+			return fmt.Errorf("create table %s: %w", t.name, err)
+		}
+		if err := app.Protect(ctx, admin, fenceddb.Table{Name: t.name, Resource: expr}); err != nil {
+			return fmt.Errorf("protect table %s: %w", t.name, err)
+		}
+	}
+	return nil
+}
+
+// withUser returns dsn with user and password as its credentials.
+func withUser(dsn, user, password string) (string, error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "", err
+	}
+	u.User = url.UserPassword(user, password)
+	return u.String(), nil
 }
 
 // proxyDSN points a direct DSN at the proxy: same user, password, database.

@@ -1,0 +1,13 @@
+-- The table of examples/fenced-transfer, as its administrator creates it
+-- once, in the application's database, before protecting it (a protected
+-- table refuses unfenced writes, the administrator's too):
+--
+--   psql "$ADMIN_DSN" -v app=APP_ROLE -f setup.sql
+--   fencegate protect accounts --resource "'bank:accounts'" --db "$ADMIN_DSN"
+--
+-- APP_ROLE is the application role schema fencegate was installed for
+-- (fencegate schema install --grant APP_ROLE). It gets the rows and
+-- nothing more: no ownership, no TRIGGER, no TRUNCATE.
+CREATE TABLE accounts (name text PRIMARY KEY, cents bigint NOT NULL);
+INSERT INTO accounts VALUES ('alice', 10000), ('bob', 5000), ('carol', 2500), ('dave', 0);
+GRANT SELECT, INSERT, UPDATE, DELETE ON accounts TO :"app";
