@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/devstack/devstacktest"
+	"github.com/fencegate/fencegate/internal/devstack"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/pgfence/pgfencetest"
 )
@@ -23,7 +23,16 @@ func TestMain(m *testing.M) {
 // got, not from the printed report.
 func TestShortRun(t *testing.T) {
 	addr, _ := testutil.Redis(t)
-	st := devstacktest.Start(t, addr)
+	st, err := devstack.StartThrowaway(context.Background(), devstack.ThrowawayConfig{
+		Prefix: "fg_dev_", Postgres: testutil.PostgresAdminDSN(), Redis: addr, Logger: testutil.Logger(t)})
+	if err != nil {
+		t.Fatalf("start the stack: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := st.Close(); err != nil {
+			t.Errorf("stop the stack: %v", err)
+		}
+	})
 	cfg := DefaultConfig()
 	cfg.Workers = 4
 	cfg.TTL = 100 * time.Millisecond

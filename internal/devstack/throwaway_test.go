@@ -1,23 +1,29 @@
-package devstacktest
+package devstack
 
 import (
 	"context"
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/devstack"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/jackc/pgx/v5"
 )
 
-func TestMain(m *testing.M) { testutil.Main(m) }
-
-// The stack's application DSN works through the proxy, and once the test
-// that started it ends, its database and roles are gone.
-func TestStartLeavesNothing(t *testing.T) {
+// A throwaway stack's application DSN works through the proxy, and once
+// the test that started it ends, its database and roles are gone.
+func TestThrowawayLeavesNothing(t *testing.T) {
 	addr, _ := testutil.Redis(t)
 	var db, owner, app string
 	t.Run("stack", func(t *testing.T) {
-		st := Start(t, addr)
+		st, err := StartThrowaway(context.Background(), ThrowawayConfig{
+			Prefix: "fg_dev_", Postgres: testutil.PostgresAdminDSN(), Redis: addr, Logger: testutil.Logger(t)})
+		if err != nil {
+			t.Fatalf("start the stack: %v", err)
+		}
+		t.Cleanup(func() {
+			if err := st.Close(); err != nil {
+				t.Errorf("stop the stack: %v", err)
+			}
+		})
 		db, owner, app = st.DB.AdminDSN, st.DB.Owner, st.DB.App
 		ctx := context.Background()
 		c, err := pgx.Connect(ctx, st.ProxyDSN())
@@ -44,7 +50,7 @@ func TestStartLeavesNothing(t *testing.T) {
 	defer c.Close(ctx)
 	var n int
 	err = c.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_roles WHERE rolname IN ($1, $2))
-		+ (SELECT count(*) FROM pg_database WHERE datname = $3)`, owner, app, devstack.DatabaseOf(db)).Scan(&n)
+		+ (SELECT count(*) FROM pg_database WHERE datname = $3)`, owner, app, DatabaseOf(db)).Scan(&n)
 	if err != nil || n != 0 {
 		t.Fatalf("%d of the stack's database and roles left (%v)", n, err)
 	}
