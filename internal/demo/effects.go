@@ -108,7 +108,8 @@ func Effects(ctx context.Context, cfg EffectsConfig) (*EffectsResult, error) {
 		}
 		cfg.Binary = exe
 	}
-	st, err := startStack(ctx, cfg.Postgres, cfg.Redis, 0, nil, cfg.Logger, cfg.ServiceLogger)
+	st, err := devstack.StartThrowaway(ctx, devstack.ThrowawayConfig{Prefix: stackPrefix, Postgres: cfg.Postgres, Redis: cfg.Redis,
+		Logger: cfg.Logger, ServiceLogger: cfg.ServiceLogger})
 	if err != nil {
 		return nil, err
 	}

@@ -208,7 +208,8 @@ func startForgedStack(ctx context.Context, cfg *ForgedConfig) (_ *forgedScene, e
 	if err != nil {
 		return nil, err
 	}
-	s, err := startStack(ctx, cfg.Postgres, cfg.Redis, 0, keys, cfg.Logger, cfg.ServiceLogger)
+	s, err := devstack.StartThrowaway(ctx, devstack.ThrowawayConfig{Prefix: stackPrefix, Postgres: cfg.Postgres, Redis: cfg.Redis, SigningKeys: keys,
+		Logger: cfg.Logger, ServiceLogger: cfg.ServiceLogger})
 	if err != nil {
 		return nil, err
 	}

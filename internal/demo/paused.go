@@ -176,7 +176,8 @@ func PausedHolder(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.Redlock {
 		masters = 5
 	}
-	st, err := startStack(ctx, cfg.Postgres, cfg.Redis, masters, nil, cfg.Logger, cfg.ServiceLogger)
+	st, err := devstack.StartThrowaway(ctx, devstack.ThrowawayConfig{Prefix: stackPrefix, Postgres: cfg.Postgres, Redis: cfg.Redis, RedisMasters: masters,
+		Logger: cfg.Logger, ServiceLogger: cfg.ServiceLogger})
 	if err != nil {
 		return nil, err
 	}

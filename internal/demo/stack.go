@@ -4,25 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/fencegate/fencegate/internal/devstack"
-	"github.com/fencegate/fencegate/tokensign"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )
 
-// startStack starts what a demo run needs with devstack.StartThrowaway: PostgreSQL
-// (found or throwaway) with a database and two roles of the run's own,
-// dropped at the end, Redis (one server, or masters started for Redlock),
-// a 3-node token cluster in this process (signing with keys, when set) and
-// the proxy, both on free ports.
-func startStack(ctx context.Context, postgres, redis string, masters int, keys *tokensign.Keyring, log, svcLog *slog.Logger) (*devstack.Stack, error) {
-	return devstack.StartThrowaway(ctx, devstack.ThrowawayConfig{Prefix: "fencegate_demo_", Postgres: postgres, Redis: redis,
-		RedisMasters: masters, SigningKeys: keys, Logger: log, ServiceLogger: svcLog})
-}
+// stackPrefix starts the names of the database and the two roles of a
+// demo run's stack (devstack.StartThrowaway): PostgreSQL found or
+// throwaway, Redis (one server, or masters for Redlock), a 3-node token
+// cluster in this process and the proxy, all gone at the end.
+const stackPrefix = "fencegate_demo_"
 
 // appDSN connects to the demo database as the application role, through
 // the proxy when proxied, else straight to PostgreSQL. The password is not
