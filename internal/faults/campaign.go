@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/pgdb"
+	"github.com/fencegate/fencegate/internal/poll"
 	"github.com/fencegate/fencegate/internal/proc"
 	"github.com/fencegate/fencegate/internal/worker"
 )
@@ -315,7 +316,7 @@ func runOne(ctx context.Context, cfg Config, index int, seed int64, shim string,
 	rep.Faults = nem.Counts()
 	// Let the clients run on a healed system for a while: a paused client
 	// that was resumed last gets to try its stale write.
-	sleepCtx(ctx, 2*cfg.TTL)
+	poll.Sleep(ctx, 2*cfg.TTL)
 	for _, c := range clients {
 		_ = c.Proc.Stop(5 * time.Second)
 	}

@@ -3,6 +3,8 @@ package faults
 import (
 	"fmt"
 	"sort"
+
+	"github.com/fencegate/fencegate/internal/worker"
 )
 
 // Row is one committed increment as the database holds it: the workload's
@@ -67,12 +69,12 @@ type opKey struct {
 // Check runs checkers (2), (3) and (4) and the stale-write count on a run's
 // history and final database state. Checker (1), the porcupine check of the
 // tokens, is CheckTokenOrder.
-func Check(evs []Event, db DBState) Result {
+func Check(evs []worker.Event, db DBState) Result {
 	var r Result
-	calls := map[opKey]Event{}
-	oks := map[opKey]Event{}
+	calls := map[opKey]worker.Event{}
+	oks := map[opKey]worker.Event{}
 	unknown := map[opKey]bool{}
-	rejected := map[opKey]Event{}
+	rejected := map[opKey]worker.Event{}
 	for _, e := range evs {
 		k := opKey{e.Client, e.Op}
 		switch e.Kind {
@@ -121,7 +123,7 @@ func Check(evs []Event, db DBState) Result {
 // checkData is checker (2): counter = committed increments, each increment
 // read the value the previous one wrote (no lost update), every
 // acknowledged increment is there and nothing is there that no client sent.
-func checkData(r *Result, db DBState, calls, oks map[opKey]Event, unknown map[opKey]bool) {
+func checkData(r *Result, db DBState, calls, oks map[opKey]worker.Event, unknown map[opKey]bool) {
 	if db.Counter != int64(len(db.Rows)) {
 		r.failf("data: counter = %d but %d increments committed", db.Counter, len(db.Rows))
 	}
@@ -154,7 +156,7 @@ func checkData(r *Result, db DBState, calls, oks map[opKey]Event, unknown map[op
 }
 
 // checkNoTrace is checker (3): a rejected transaction committed nothing.
-func checkNoTrace(r *Result, db DBState, rejected map[opKey]Event) {
+func checkNoTrace(r *Result, db DBState, rejected map[opKey]worker.Event) {
 	for _, row := range db.Rows {
 		if e, ok := rejected[opKey{row.Client, row.Op}]; ok {
 			r.failf("trace: transaction %s/%d was rejected (%s %s) but its row is committed", row.Client, row.Op, e.Kind, e.Err)
@@ -185,7 +187,7 @@ func checkStale(r *Result, db DBState) {
 // ended (FaultPruneMarks, the floor in the event's Value) and committed to
 // carry a token above that floor: once the floor is raised, no holder at
 // or below it may write, whether its resource still has a mark or not.
-func checkFloor(r *Result, evs []Event, calls, oks map[opKey]Event) {
+func checkFloor(r *Result, evs []worker.Event, calls, oks map[opKey]worker.Event) {
 	type prune struct {
 		at    int64
 		floor int64
@@ -222,7 +224,7 @@ func checkFloor(r *Result, evs []Event, calls, oks map[opKey]Event) {
 // before: the lost disk must not restart the counter. (Porcupine checks
 // this too, among every other pair of operations; this check names the
 // wipe when it fails.)
-func checkAfterWipes(r *Result, evs []Event) {
+func checkAfterWipes(r *Result, evs []worker.Event) {
 	// A client asks for one token at a time, and may ask several times in
 	// one operation (the lock client retries): each answer belongs to the
 	// client's latest call before it.
@@ -269,7 +271,7 @@ type Hold struct {
 }
 
 // Holds returns every lock hold of the history.
-func Holds(evs []Event) []Hold {
+func Holds(evs []worker.Event) []Hold {
 	open := map[string]*Hold{}
 	var out []Hold
 	var last int64
@@ -296,7 +298,7 @@ func Holds(evs []Event) []Hold {
 
 // countDoubleHolds is checker (4)'s measure: the number of pairs of holds by
 // different clients that overlap in time.
-func countDoubleHolds(evs []Event) int {
+func countDoubleHolds(evs []worker.Event) int {
 	hs := Holds(evs)
 	n := 0
 	for i := range hs {

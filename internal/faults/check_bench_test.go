@@ -3,12 +3,14 @@ package faults
 import (
 	"path/filepath"
 	"testing"
+
+	"github.com/fencegate/fencegate/internal/worker"
 )
 
 // syntheticRun is a history of n serial lock-write-release rounds by four
 // clients, with its database state.
-func syntheticRun(n int) ([]Event, DBState) {
-	var evs []Event
+func syntheticRun(n int) ([]worker.Event, DBState) {
+	var evs []worker.Event
 	var db DBState
 	t := int64(0)
 	for i := range n {
@@ -17,7 +19,7 @@ func syntheticRun(n int) ([]Event, DBState) {
 		tok := int64(i + 1)
 		for _, k := range []string{KindTokenCall, KindTokenOK, KindAcquireOK, KindTxnCall, KindTxnOK, KindRelease} {
 			t += 10
-			evs = append(evs, Event{Time: t, Client: c, Kind: k, Op: op, Token: tok, Value: int64(i), Resource: "counter"})
+			evs = append(evs, worker.Event{Time: t, Client: c, Kind: k, Op: op, Token: tok, Value: int64(i), Resource: "counter"})
 		}
 		db.Rows = append(db.Rows, Row{Client: c, Op: op, Token: tok, Prev: int64(i)})
 	}

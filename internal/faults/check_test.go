@@ -4,13 +4,15 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/fencegate/fencegate/internal/worker"
 )
 
 // paused is the history of the article's scenario: c1 takes the lock with
 // token 1 and stalls; c2 takes it with token 2 and writes; c1 wakes and its
 // write is rejected.
-func paused() []Event {
-	return []Event{
+func paused() []worker.Event {
+	return []worker.Event{
 		{Time: 10, Client: "c1", Kind: KindAcquireOK, Op: 1, Token: 1},
 		{Time: 20, Client: "nemesis", Kind: KindFaultStart, Fault: "pause-client", Target: "c1"},
 		{Time: 30, Client: "c2", Kind: KindAcquireOK, Op: 1, Token: 2},
@@ -26,18 +28,18 @@ func paused() []Event {
 
 // wiped is paused() with token requests around the wipe of a token node:
 // 5 handed out before it, then after appears.
-func wiped(after int64) []Event {
+func wiped(after int64) []worker.Event {
 	return append(paused(),
-		Event{Time: 100, Client: "c3", Kind: KindTokenCall, Op: 0},
-		Event{Time: 105, Client: "c3", Kind: KindTokenOK, Op: 0, Token: 5},
-		Event{Time: 110, Client: "nemesis", Kind: KindFaultStart, Fault: FaultWipeNode, Target: "n2"},
-		Event{Time: 120, Client: "c3", Kind: KindTokenCall, Op: 1},
-		Event{Time: 125, Client: "c3", Kind: KindTokenOK, Op: 1, Token: after},
-		Event{Time: 130, Client: "nemesis", Kind: KindFaultEnd, Fault: FaultWipeNode, Target: "n2"},
+		worker.Event{Time: 100, Client: "c3", Kind: KindTokenCall, Op: 0},
+		worker.Event{Time: 105, Client: "c3", Kind: KindTokenOK, Op: 0, Token: 5},
+		worker.Event{Time: 110, Client: "nemesis", Kind: KindFaultStart, Fault: FaultWipeNode, Target: "n2"},
+		worker.Event{Time: 120, Client: "c3", Kind: KindTokenCall, Op: 1},
+		worker.Event{Time: 125, Client: "c3", Kind: KindTokenOK, Op: 1, Token: after},
+		worker.Event{Time: 130, Client: "nemesis", Kind: KindFaultEnd, Fault: FaultWipeNode, Target: "n2"},
 	)
 }
 
-func sortByTime(evs []Event) []Event {
+func sortByTime(evs []worker.Event) []worker.Event {
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].Time < evs[j].Time })
 	return evs
 }
@@ -52,7 +54,7 @@ func TestCheck(t *testing.T) {
 	}
 	tests := []struct {
 		name string
-		evs  []Event
+		evs  []worker.Event
 		db   DBState
 		want string // substring of a failure; "" means the run passes
 	}{
@@ -72,20 +74,20 @@ func TestCheck(t *testing.T) {
 		// then, its second (8) after the wipe; neither is stale. (Once,
 		// the first answer was taken for an answer to the second call.)
 		{"two token calls in one operation around a wipe", sortByTime(append(wiped(7),
-			Event{Time: 100, Client: "c4", Kind: KindTokenCall, Op: 2},
-			Event{Time: 102, Client: "c4", Kind: KindTokenOK, Op: 2, Token: 4},
-			Event{Time: 115, Client: "c4", Kind: KindTokenCall, Op: 2},
-			Event{Time: 128, Client: "c4", Kind: KindTokenOK, Op: 2, Token: 8},
+			worker.Event{Time: 100, Client: "c4", Kind: KindTokenCall, Op: 2},
+			worker.Event{Time: 102, Client: "c4", Kind: KindTokenOK, Op: 2, Token: 4},
+			worker.Event{Time: 115, Client: "c4", Kind: KindTokenCall, Op: 2},
+			worker.Event{Time: 128, Client: "c4", Kind: KindTokenOK, Op: 2, Token: 8},
 		)), good, ""},
 		// c2's write (token 2) was called at 40; a prune to floor 2 that
 		// ended at 35 must have refused it, one that ended at 45 raced it.
 		{"write at the floor called after the prune", sortByTime(append(paused(),
-			Event{Time: 33, Client: "nemesis", Kind: KindFaultStart, Fault: FaultPruneMarks, Value: 2},
-			Event{Time: 35, Client: "nemesis", Kind: KindFaultEnd, Fault: FaultPruneMarks, Value: 2},
+			worker.Event{Time: 33, Client: "nemesis", Kind: KindFaultStart, Fault: FaultPruneMarks, Value: 2},
+			worker.Event{Time: 35, Client: "nemesis", Kind: KindFaultEnd, Fault: FaultPruneMarks, Value: 2},
 		)), good, "floor: c2/1 committed token 2, called after the marks were pruned to floor 2"},
 		{"write called before the prune ended", sortByTime(append(paused(),
-			Event{Time: 38, Client: "nemesis", Kind: KindFaultStart, Fault: FaultPruneMarks, Value: 2},
-			Event{Time: 45, Client: "nemesis", Kind: KindFaultEnd, Fault: FaultPruneMarks, Value: 2},
+			worker.Event{Time: 38, Client: "nemesis", Kind: KindFaultStart, Fault: FaultPruneMarks, Value: 2},
+			worker.Event{Time: 45, Client: "nemesis", Kind: KindFaultEnd, Fault: FaultPruneMarks, Value: 2},
 		)), good, ""},
 		{"effect of a rejected transaction", paused(), withEffects([]EffectRow{good.Effects[0], {Client: "c1", Op: 1, Key: "k2", State: "delivered"}}, "k1", "k2"),
 			"effect of c1 op 1 committed without its increment"},
@@ -94,8 +96,8 @@ func TestCheck(t *testing.T) {
 		{"key charged twice", paused(), withEffects(good.Effects, "k1", "k1"), "key k1 charged 2 times"},
 		{"charge without an effect", paused(), withEffects(good.Effects, "k1", "k9"), "charged key k9, which no committed effect has"},
 		{"write above the floor", sortByTime(append(paused(),
-			Event{Time: 33, Client: "nemesis", Kind: KindFaultStart, Fault: FaultPruneMarks, Value: 1},
-			Event{Time: 35, Client: "nemesis", Kind: KindFaultEnd, Fault: FaultPruneMarks, Value: 1},
+			worker.Event{Time: 33, Client: "nemesis", Kind: KindFaultStart, Fault: FaultPruneMarks, Value: 1},
+			worker.Event{Time: 35, Client: "nemesis", Kind: KindFaultEnd, Fault: FaultPruneMarks, Value: 1},
 		)), good, ""},
 	}
 	for _, tt := range tests {

@@ -9,6 +9,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/poll"
+	"github.com/fencegate/fencegate/internal/worker"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/jackc/pgx/v5"
@@ -68,7 +70,7 @@ func RunClient(ctx context.Context, cfg ClientConfig, w io.Writer) error {
 		// A short random rest after each release lets the other clients,
 		// which retry every TTL/20, take their turns.
 		if c.cfg.Work > 0 {
-			sleepCtx(ctx, time.Duration(c.rng.Int64N(int64(c.cfg.Work))))
+			poll.Sleep(ctx, time.Duration(c.rng.Int64N(int64(c.cfg.Work))))
 		}
 	}
 	return nil
@@ -83,7 +85,7 @@ type client struct {
 	conns []*pgx.Conn
 }
 
-func (c *client) record(e Event) {
+func (c *client) record(e worker.Event) {
 	e.Client, e.Op, e.Resource = c.cfg.ID, c.op, c.cfg.Resource
 	if err := c.rec.Record(e); err != nil {
 		c.log.Error("record event", "err", err)
@@ -97,39 +99,39 @@ type recordingTokens struct {
 }
 
 func (r *recordingTokens) NextToken(ctx context.Context, resource string) (int64, error) {
-	r.c.record(Event{Kind: KindTokenCall})
+	r.c.record(worker.Event{Kind: KindTokenCall})
 	t, err := r.src.NextToken(ctx, resource)
 	if err != nil {
-		r.c.record(Event{Kind: KindTokenFail, Err: err.Error()})
+		r.c.record(worker.Event{Kind: KindTokenFail, Err: err.Error()})
 		return 0, err
 	}
-	r.c.record(Event{Kind: KindTokenOK, Token: t})
+	r.c.record(worker.Event{Kind: KindTokenOK, Token: t})
 	return t, nil
 }
 
 func (c *client) once(ctx context.Context, lc *lockclient.Client) {
-	c.record(Event{Kind: KindAcquireCall})
+	c.record(worker.Event{Kind: KindAcquireCall})
 	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	lock, err := lc.Acquire(actx, c.cfg.Resource)
 	cancel()
 	if err != nil {
-		c.record(Event{Kind: KindAcquireFail, Err: err.Error()})
-		sleepCtx(ctx, c.cfg.TTL/10)
+		c.record(worker.Event{Kind: KindAcquireFail, Err: err.Error()})
+		poll.Sleep(ctx, c.cfg.TTL/10)
 		return
 	}
 	var work time.Duration
 	if c.cfg.Work > 0 {
 		work = time.Duration(c.rng.Int64N(int64(c.cfg.Work)))
 	}
-	c.record(Event{Kind: KindAcquireOK, Token: lock.Token(), Work: int64(work),
+	c.record(worker.Event{Kind: KindAcquireOK, Token: lock.Token(), Work: int64(work),
 		Detail: "valid " + time.Until(lock.ValidUntil()).Round(time.Millisecond).String()})
 	defer func() {
-		c.record(Event{Kind: KindRelease})
+		c.record(worker.Event{Kind: KindRelease})
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		_ = lock.Release(rctx)
 		cancel()
 	}()
-	sleepCtx(ctx, work)
+	poll.Sleep(ctx, work)
 	c.txn(ctx, lock)
 }
 
@@ -157,10 +159,10 @@ func (c *client) dropConn(i int) {
 
 func (c *client) txn(ctx context.Context, lock *lockclient.Lock) {
 	token := lock.Token()
-	c.record(Event{Kind: KindTxnCall, Token: token})
+	c.record(worker.Event{Kind: KindTxnCall, Token: token})
 	conn, i, err := c.conn(ctx)
 	if err != nil {
-		c.record(Event{Kind: KindTxnFail, Token: token, Detail: DetailAborted, Err: err.Error()})
+		c.record(worker.Event{Kind: KindTxnFail, Token: token, Detail: DetailAborted, Err: err.Error()})
 		return
 	}
 	// The transaction has its own deadline, not the run's: a client stopped
@@ -190,16 +192,16 @@ func (c *client) txn(ctx context.Context, lock *lockclient.Lock) {
 	})
 	switch {
 	case err == nil:
-		c.record(Event{Kind: KindTxnOK, Token: token, Value: prev})
+		c.record(worker.Event{Kind: KindTxnOK, Token: token, Value: prev})
 	case errors.Is(err, lockclient.ErrStaleToken):
-		c.record(Event{Kind: KindTxnStale, Token: token, Err: err.Error()})
+		c.record(worker.Event{Kind: KindTxnStale, Token: token, Err: err.Error()})
 	default:
 		detail := DetailAborted
 		if bodyDone {
 			// The failure came at COMMIT: it may have committed.
 			detail = DetailUnknown
 		}
-		c.record(Event{Kind: KindTxnFail, Token: token, Detail: detail, Err: err.Error()})
+		c.record(worker.Event{Kind: KindTxnFail, Token: token, Detail: detail, Err: err.Error()})
 		c.dropConn(i)
 	}
 }

@@ -15,7 +15,7 @@
 // node's fsyncs, and wipes or replaces a token node's data directory (the
 // wiped node must refuse to start; both come back through membership).
 //
-// Every operation lands in a history (JSON lines, one Event per line, with
+// Every operation lands in a history (JSON lines, one worker.Event per line, with
 // timestamps from the machine-wide monotonic clock). The checkers then
 // require: (1) tokens strictly increasing in real-time order (porcupine);
 // (2) the data invariant, counter = committed increments, without lost

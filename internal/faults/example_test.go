@@ -4,13 +4,14 @@ import (
 	"fmt"
 
 	"github.com/fencegate/fencegate/internal/faults"
+	"github.com/fencegate/fencegate/internal/worker"
 )
 
 // A paused holder's write arrives after another holder's: the fence rejects
 // it, and the checkers find a double hold, one stale write rejected and none
 // accepted, and the current holder's effect charged once.
 func ExampleCheck() {
-	evs := []faults.Event{
+	evs := []worker.Event{
 		{Time: 10, Client: "c1", Kind: faults.KindAcquireOK, Op: 1, Token: 1},
 		{Time: 20, Client: "nemesis", Kind: faults.KindFaultStart, Fault: faults.FaultPauseClient, Target: "c1"},
 		{Time: 30, Client: "c2", Kind: faults.KindAcquireOK, Op: 1, Token: 2},

@@ -40,11 +40,6 @@ const (
 	DetailAborted = "aborted"
 )
 
-// Event is one line of a run's history: the workers' event record. Its
-// Time is CLOCK_MONOTONIC in nanoseconds: one clock for every process of
-// the machine, unaffected by wall-clock jumps.
-type Event = worker.Event
-
 // MonoNow returns CLOCK_MONOTONIC in nanoseconds.
 func MonoNow() int64 {
 	var ts unix.Timespec
@@ -60,7 +55,7 @@ func MonoNow() int64 {
 type Recorder struct {
 	mu     sync.Mutex
 	w      io.Writer
-	events []Event
+	events []worker.Event
 	keep   bool
 }
 
@@ -69,7 +64,7 @@ type Recorder struct {
 func NewRecorder(w io.Writer, keep bool) *Recorder { return &Recorder{w: w, keep: keep} }
 
 // Record stamps e with the current time when its Time is zero and writes it.
-func (r *Recorder) Record(e Event) error {
+func (r *Recorder) Record(e worker.Event) error {
 	if e.Time == 0 {
 		e.Time = MonoNow()
 	}
@@ -89,32 +84,32 @@ func (r *Recorder) Record(e Event) error {
 }
 
 // Events returns the kept events sorted by time.
-func (r *Recorder) Events() []Event {
+func (r *Recorder) Events() []worker.Event {
 	r.mu.Lock()
-	out := append([]Event(nil), r.events...)
+	out := append([]worker.Event(nil), r.events...)
 	r.mu.Unlock()
 	SortEvents(out)
 	return out
 }
 
 // SortEvents orders events by time, stably.
-func SortEvents(evs []Event) {
+func SortEvents(evs []worker.Event) {
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].Time < evs[j].Time })
 }
 
 // ReadHistory reads a JSON-lines history file, sorted by time. A torn last
 // line (a writer killed mid-write) is ignored.
-func ReadHistory(path string) ([]Event, error) {
+func ReadHistory(path string) ([]worker.Event, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("open history: %w", err)
 	}
 	defer f.Close()
-	var evs []Event
+	var evs []worker.Event
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		var e Event
+		var e worker.Event
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			continue
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/poll"
 	"github.com/fencegate/fencegate/internal/proc"
+	"github.com/fencegate/fencegate/internal/worker"
 	"github.com/fencegate/fencegate/pgfence"
 	"github.com/jackc/pgx/v5"
 )
@@ -31,7 +32,7 @@ type ClientProc struct {
 }
 
 // Observe records the client's latest event.
-func (c *ClientProc) Observe(e Event) {
+func (c *ClientProc) Observe(e worker.Event) {
 	c.mu.Lock()
 	c.last = e.Kind
 	switch e.Kind {
@@ -125,7 +126,7 @@ func (n *Nemesis) RunRandom(ctx context.Context, faults []string) error {
 	}
 	first := true
 	for ctx.Err() == nil {
-		if !sleepCtx(ctx, time.Duration(200+n.rng.IntN(600))*time.Millisecond) {
+		if !poll.Sleep(ctx, time.Duration(200+n.rng.IntN(600))*time.Millisecond) {
 			break
 		}
 		pool := weighted(faults)
@@ -152,7 +153,7 @@ func (n *Nemesis) RunList(ctx context.Context, faults []string) error {
 			}
 			return fmt.Errorf("no client committed since the last fault")
 		})
-		if !sleepCtx(ctx, n.ttl) {
+		if !poll.Sleep(ctx, n.ttl) {
 			return ctx.Err()
 		}
 		if err := n.Inject(ctx, f); err != nil {
@@ -183,7 +184,7 @@ func (n *Nemesis) jitter(d time.Duration) time.Duration {
 
 // window records fault on target from now until heal returns.
 func (n *Nemesis) window(ctx context.Context, fault, target, detail string, inject func() error, hold time.Duration, heal func() error) error {
-	return n.windowUntil(ctx, fault, target, detail, inject, func() { sleepCtx(ctx, hold) }, heal)
+	return n.windowUntil(ctx, fault, target, detail, inject, func() { poll.Sleep(ctx, hold) }, heal)
 }
 
 // windowUntil is window with a hold that lasts until wait returns.
@@ -192,12 +193,12 @@ func (n *Nemesis) windowUntil(ctx context.Context, fault, target, detail string,
 	n.counts[fault]++
 	n.countMu.Unlock()
 	n.log.Info("fault", "fault", fault, "target", target, "detail", detail)
-	_ = n.rec.Record(Event{Client: "nemesis", Kind: KindFaultStart, Fault: fault, Target: target, Detail: detail})
+	_ = n.rec.Record(worker.Event{Client: "nemesis", Kind: KindFaultStart, Fault: fault, Target: target, Detail: detail})
 	ierr := inject()
 	// A fault is always healed, even when the run is ending.
 	wait()
 	herr := heal()
-	_ = n.rec.Record(Event{Client: "nemesis", Kind: KindFaultEnd, Fault: fault, Target: target})
+	_ = n.rec.Record(worker.Event{Client: "nemesis", Kind: KindFaultEnd, Fault: fault, Target: target})
 	if ierr != nil {
 		return ierr
 	}
@@ -239,7 +240,7 @@ func (n *Nemesis) pauseClient(ctx context.Context) error {
 	target := n.holder(ctx, 0)
 	before, _ := progress(n.clients, target)
 	wait := func() {
-		sleepCtx(ctx, hold)
+		poll.Sleep(ctx, hold)
 		_ = poll.Until(ctx, "another lock holder", 20*time.Millisecond, maxClientPause-hold, func(context.Context) error {
 			if now, _ := progress(n.clients, target); now > before {
 				return nil
@@ -454,7 +455,7 @@ func (n *Nemesis) pruneMarks(ctx context.Context, rng *rand.Rand) error {
 	n.countMu.Lock()
 	n.counts[FaultPruneMarks]++
 	n.countMu.Unlock()
-	_ = n.rec.Record(Event{Client: "nemesis", Kind: KindFaultStart, Fault: FaultPruneMarks, Target: n.stack.DBName, Value: floor,
+	_ = n.rec.Record(worker.Event{Client: "nemesis", Kind: KindFaultStart, Fault: FaultPruneMarks, Target: n.stack.DBName, Value: floor,
 		Detail: fmt.Sprintf("floor %d of granted tokens %d..%d", floor, toks[0], toks[len(toks)-1])})
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
@@ -466,7 +467,7 @@ func (n *Nemesis) pruneMarks(ctx context.Context, rng *rand.Rand) error {
 		_ = conn.Close(pctx)
 	}
 	n.log.Info("fault", "fault", FaultPruneMarks, "target", n.stack.DBName, "detail", detail, "err", err)
-	_ = n.rec.Record(Event{Client: "nemesis", Kind: KindFaultEnd, Fault: FaultPruneMarks, Target: n.stack.DBName, Value: floor, Detail: detail})
+	_ = n.rec.Record(worker.Event{Client: "nemesis", Kind: KindFaultEnd, Fault: FaultPruneMarks, Target: n.stack.DBName, Value: floor, Detail: detail})
 	return err
 }
 
@@ -476,26 +477,11 @@ func (n *Nemesis) pruneMarks(ctx context.Context, rng *rand.Rand) error {
 func (n *Nemesis) RunPrunes(ctx context.Context, every time.Duration, seed int64) error {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x7072756e65))
 	for {
-		if !sleepCtx(ctx, every/2+time.Duration(rng.Int64N(int64(every)))) {
+		if !poll.Sleep(ctx, every/2+time.Duration(rng.Int64N(int64(every)))) {
 			return nil
 		}
 		if err := n.pruneMarks(ctx, rng); err != nil && ctx.Err() == nil {
 			return fmt.Errorf("prune-marks: %w", err)
 		}
-	}
-}
-
-// sleepCtx sleeps d or until ctx ends; it reports whether the full time passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/fencegate/fencegate/internal/history"
+	"github.com/fencegate/fencegate/internal/worker"
 )
 
 // tokenCheckTimeout bounds porcupine's search on one run's tokens.
@@ -27,8 +28,8 @@ func clientIndex(name string) int {
 // tokenOperations pairs every token request with its answer. Requests that
 // failed are left out: a token minted but never seen constrains nothing.
 // Requests that never returned (the client was stopped) are left out too.
-func tokenOperations(evs []Event) []history.Op {
-	pending := map[string]Event{}
+func tokenOperations(evs []worker.Event) []history.Op {
+	pending := map[string]worker.Event{}
 	var ops []history.Op
 	for _, e := range evs {
 		switch e.Kind {
@@ -51,9 +52,9 @@ func tokenOperations(evs []Event) []history.Op {
 
 // annotations marks the fault windows (on a "nemesis" row) and, on each
 // client's row, its pauses and its rejected stale writes.
-func annotations(evs []Event) []porcupine.Annotation {
+func annotations(evs []worker.Event) []porcupine.Annotation {
 	var out []porcupine.Annotation
-	open := map[string]Event{}
+	open := map[string]worker.Event{}
 	for _, e := range evs {
 		switch e.Kind {
 		case KindFaultStart:
@@ -86,7 +87,7 @@ func annotations(evs []Event) []porcupine.Annotation {
 // direct real-time check of package history must agree. It writes
 // porcupine's visualization, with the fault windows annotated, to htmlPath
 // whatever the verdict, and reports whether the history is linearizable.
-func CheckTokenOrder(evs []Event, htmlPath string) (bool, error) {
+func CheckTokenOrder(evs []worker.Event, htmlPath string) (bool, error) {
 	ops := tokenOperations(evs)
 	model := history.TokenModelFor(ops)
 	res, info := porcupine.CheckOperationsVerbose(model, history.Operations(ops), tokenCheckTimeout)

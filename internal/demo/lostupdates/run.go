@@ -21,9 +21,9 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// workerRecord is a record with the worker that reported it.
+// workerRecord is an event with the worker that reported it.
 type workerRecord struct {
-	record
+	worker.Event
 	worker int
 }
 

@@ -32,11 +32,6 @@ type workerConfig struct {
 	Work     time.Duration `json:"work"` // between the read and the write
 }
 
-// record is one line a worker reports on stdout: Kind is "ready", "acq",
-// "write" or "rel"; Time is Unix nanoseconds; a write has Attempt, OK and
-// Value, or SQLState and Err.
-type record = worker.Event
-
 // runWorker increments the counter cfg.N times, each time under the lock:
 // take the lock (and its fencing token), prepare a little, then in one
 // transaction read the counter, work a little, write counter+1; release. It is a read-modify-write that is only correct
@@ -46,7 +41,10 @@ type record = worker.Event
 // that slow process starts do not eat into the run.
 func runWorker(ctx context.Context, cfg workerConfig, in io.Reader, out io.Writer) error {
 	enc := worker.NewWriter(out)
-	emit := func(r record) { r.Time = time.Now().UnixNano(); _ = enc.Send(r) }
+	// Each line on stdout is a worker.Event: Kind is "ready", "acq",
+	// "write" or "rel"; Time is Unix nanoseconds; a write has Attempt, OK and
+	// Value, or SQLState and Err.
+	emit := func(r worker.Event) { r.Time = time.Now().UnixNano(); _ = enc.Send(r) }
 
 	conn, err := pgx.Connect(ctx, cfg.DB)
 	if err != nil {
@@ -59,7 +57,7 @@ func runWorker(ctx context.Context, cfg workerConfig, in io.Reader, out io.Write
 		return err
 	}
 	defer locks.Close()
-	emit(record{Kind: "ready"})
+	emit(worker.Event{Kind: "ready"})
 	if _, err := bufio.NewReader(in).ReadString('\n'); err != nil {
 		return fmt.Errorf("wait for start: %w", err)
 	}
@@ -76,7 +74,7 @@ func runWorker(ctx context.Context, cfg workerConfig, in io.Reader, out io.Write
 			}
 			return fmt.Errorf("acquire: %w", err)
 		}
-		emit(record{Kind: "acq", Token: lock.Token()})
+		emit(worker.Event{Kind: "acq", Token: lock.Token()})
 		attempt++
 		time.Sleep(cfg.Prep)
 		var value int64
@@ -102,15 +100,15 @@ func runWorker(ctx context.Context, cfg workerConfig, in io.Reader, out io.Write
 		switch {
 		case err == nil:
 			done++
-			emit(record{Kind: "write", Token: lock.Token(), Attempt: attempt, OK: true, Value: value})
+			emit(worker.Event{Kind: "write", Token: lock.Token(), Attempt: attempt, OK: true, Value: value})
 		case errors.As(err, &pgErr):
-			emit(record{Kind: "write", Token: lock.Token(), Attempt: attempt, SQLState: pgErr.Code, Err: pgErr.Message})
+			emit(worker.Event{Kind: "write", Token: lock.Token(), Attempt: attempt, SQLState: pgErr.Code, Err: pgErr.Message})
 		default:
 			return fmt.Errorf("increment: %w", err)
 		}
 		// The belief ends when the release starts: stamp it before the lock
 		// is free for the next worker.
-		rel := record{Kind: "rel", Token: lock.Token(), Time: time.Now().UnixNano()}
+		rel := worker.Event{Kind: "rel", Token: lock.Token(), Time: time.Now().UnixNano()}
 		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = lock.Release(rctx)
 		cancel()
