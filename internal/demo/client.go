@@ -31,16 +31,6 @@ type ClientConfig struct {
 	Work      time.Duration // time spent between reading and writing
 }
 
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
 // RunClient is the body of the demo's client process (worker.DemoClient): take the lock and a
 // token, read the order, wait for the demo's go-ahead on stdin (the demo may
 // freeze this process meanwhile), check the lease once more, charge the order
