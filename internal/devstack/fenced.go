@@ -7,10 +7,10 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/fencegate/fencegate/internal/fenceddb"
 	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/internal/servers"
 	"github.com/fencegate/fencegate/pgfence"
+	"github.com/fencegate/fencegate/pgfence/pgfencetest/fenceddb"
 	"github.com/jackc/pgx/v5"
 )
 

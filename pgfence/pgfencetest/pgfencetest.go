@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/fenceddb"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/pgfence"
+	"github.com/fencegate/fencegate/pgfence/pgfencetest/fenceddb"
 	"github.com/jackc/pgx/v5"
 )
 

@@ -11,8 +11,8 @@ import (
 	"github.com/fencegate/fencegate/internal/pgdb"
 
 	"github.com/fencegate/fencegate"
-	"github.com/fencegate/fencegate/internal/fenceddb"
 	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/pgfence/pgfencetest/fenceddb"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )

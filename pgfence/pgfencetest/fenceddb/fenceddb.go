@@ -1,12 +1,16 @@
 // Package fenceddb makes a database ready for fenced writes, as an
 // administrator does once per application: it creates the role that owns
 // schema fencegate and the application role, installs the schema with the
-// application role's grants, protects tables and grants the application
-// role what writing them needs, and drops the roles again. The dev stack,
-// the tests' throwaway databases (pgfencetest) and the examples' databases
-// are all built with it; each decides its own names, passwords and cleanup.
+// application role's grants, and protects tables and grants the
+// application role what writing them needs. It is the one builder of a
+// fenced database: the tests' throwaway databases (pgfencetest), the dev
+// stack's and the demos' are all built with it; each decides its own
+// names, passwords and cleanup.
 //
-// It creates no database itself: internal/pgdb does that.
+// It creates and drops no database, and drops no role: internal/pgdb does
+// that. It imports neither package testing nor anything above pgfence, so
+// the fencegate binary's dev stack can use it as the tests do; it sits
+// under pgfencetest because it is not a stable API either.
 package fenceddb
 
 import (
