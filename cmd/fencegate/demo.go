@@ -8,7 +8,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/demo"
+	"github.com/fencegate/fencegate/cmd/internal/demo"
 )
 
 func init() {

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/fencegate/fencegate/internal/demo/lostupdates"
+	"github.com/fencegate/fencegate/cmd/internal/demo/lostupdates"
 )
 
 // runLostUpdates is 'fencegate demo lost-updates': K worker processes (this

@@ -8,8 +8,8 @@ import (
 	"os"
 	"strings"
 
-	"github.com/fencegate/fencegate/internal/demo"
-	"github.com/fencegate/fencegate/internal/demo/lostupdates"
+	"github.com/fencegate/fencegate/cmd/internal/demo"
+	"github.com/fencegate/fencegate/cmd/internal/demo/lostupdates"
 	"github.com/fencegate/fencegate/internal/faults"
 	"github.com/fencegate/fencegate/internal/worker"
 )

@@ -9,7 +9,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/demo"
+	"github.com/fencegate/fencegate/cmd/internal/demo"
 	"github.com/fencegate/fencegate/internal/worker"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/jackc/pgx/v5"
