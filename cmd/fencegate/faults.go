@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/faults"
+	"github.com/fencegate/fencegate/cmd/internal/faults"
 	"github.com/fencegate/fencegate/internal/pgdb"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/fencegate/fencegate/cmd/internal/demo"
 	"github.com/fencegate/fencegate/cmd/internal/demo/lostupdates"
-	"github.com/fencegate/fencegate/internal/faults"
+	"github.com/fencegate/fencegate/cmd/internal/faults"
 	"github.com/fencegate/fencegate/internal/worker"
 )
 

@@ -3,7 +3,7 @@ package faults_test
 import (
 	"fmt"
 
-	"github.com/fencegate/fencegate/internal/faults"
+	"github.com/fencegate/fencegate/cmd/internal/faults"
 	"github.com/fencegate/fencegate/internal/worker"
 )
 

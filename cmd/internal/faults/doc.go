@@ -25,6 +25,13 @@
 // And, the point of it all, no accepted write whose token is below one
 // accepted before it.
 //
+// Of fencegate's three ways to run the whole stack, StartStack is the one to
+// crash: every server is a child process of its own, since only a process
+// can be killed with SIGKILL, frozen with SIGSTOP, restarted on the same
+// port and data directory, or lose its fsyncs. A test's stack
+// (fencegatetest) runs in one process and cannot be crashed that way; the
+// binary's stack (devstack) is for a developer's machine and the demos.
+//
 // See DESIGN.md for the choices behind the harness.
 package faults
 
