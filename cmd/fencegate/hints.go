@@ -135,7 +135,7 @@ func protectCommand(table, resourceExpr string) string {
 	return "fencegate protect " + shellQuote(table) + " --resource " + shellQuote(resourceExpr) + " --db DSN"
 }
 
-// The dev stack (internal/devstack) names the configuration field that
+// The dev stack (cmd/internal/devstack) names the configuration field that
 // fixes a problem ("PersistentConfig.Postgres"), in its errors and in the
 // source it describes a server by; settingFlags puts the flag of the
 // command that fills the field in its place.

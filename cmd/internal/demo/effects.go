@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/devstack"
+	"github.com/fencegate/fencegate/cmd/internal/devstack"
 	"github.com/fencegate/fencegate/internal/payprovider"
 	"github.com/fencegate/fencegate/internal/timeline"
 	"github.com/fencegate/fencegate/lockclient"

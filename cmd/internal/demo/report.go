@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate"
-	"github.com/fencegate/fencegate/internal/devstack"
+	"github.com/fencegate/fencegate/cmd/internal/devstack"
 	"github.com/fencegate/fencegate/internal/timeline"
 )
 

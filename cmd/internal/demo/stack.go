@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/devstack"
+	"github.com/fencegate/fencegate/cmd/internal/devstack"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/devstack"
+	"github.com/fencegate/fencegate/cmd/internal/devstack"
 	"github.com/fencegate/fencegate/internal/freeport"
 	"github.com/fencegate/fencegate/internal/netfault"
 	"github.com/fencegate/fencegate/internal/payprovider"

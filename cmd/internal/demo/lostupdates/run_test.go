@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/devstack"
+	"github.com/fencegate/fencegate/cmd/internal/devstack"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/pgfence/pgfencetest"
 )

@@ -1,7 +1,15 @@
-// Package devstack runs the whole fencegate stack on one machine: the
-// servers package finds or starts PostgreSQL and Redis and starts the token
-// nodes and the proxy; this package puts them together, with a database set
-// up for applications. It backs "fencegate dev", the demos and the tests.
+// Package devstack runs the whole fencegate stack on one machine for the
+// fencegate binary: package internal/servers finds or starts PostgreSQL and
+// Redis; this package starts the token nodes and the proxy in the binary's
+// process (StartTokens, StartProxy) and puts them together, with a database
+// set up for applications. It backs "fencegate dev" and the demos.
+//
+// Of fencegate's three ways to run the whole stack, this is the binary's:
+// it needs no test and no Go toolchain, keeps its data where the user says,
+// and finds what already runs on the machine. A test starts its stack with
+// package fencegatetest instead (in the test's process, gone at its end),
+// and the fault campaign with faults.StartStack (every server a child
+// process, so that it can be killed, frozen and restarted).
 //
 // It sets up what the gate proxy admits: SetupFenced installs schema
 // fencegate in a database (pgfence.Install, idempotent) with its NOLOGIN

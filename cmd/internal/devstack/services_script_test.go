@@ -17,7 +17,7 @@ import (
 // psycopg2.
 func TestServicesScriptInstallsOnlyWhatIsMissing(t *testing.T) {
 	_, file, _, _ := runtime.Caller(0)
-	script := filepath.Join(filepath.Dir(file), "..", "..", "scripts", "services.sh")
+	script := filepath.Join(filepath.Dir(file), "..", "..", "..", "scripts", "services.sh")
 	bin := t.TempDir()
 	ran := filepath.Join(t.TempDir(), "apt-get-ran")
 	stub := func(name, body string) {
