@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/cmd/internal/devstack"
+	"github.com/fencegate/fencegate/cmd/internal/timeline"
 	"github.com/fencegate/fencegate/internal/payprovider"
-	"github.com/fencegate/fencegate/internal/timeline"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/relay"
 	"github.com/jackc/pgx/v5"

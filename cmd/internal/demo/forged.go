@@ -23,8 +23,8 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/cmd/internal/devstack"
+	"github.com/fencegate/fencegate/cmd/internal/timeline"
 	"github.com/fencegate/fencegate/internal/pgdb"
-	"github.com/fencegate/fencegate/internal/timeline"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/pgfence"
 	"github.com/fencegate/fencegate/tokenclient"

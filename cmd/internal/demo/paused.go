@@ -12,9 +12,9 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/cmd/internal/devstack"
+	"github.com/fencegate/fencegate/cmd/internal/timeline"
 	"github.com/fencegate/fencegate/internal/netfault"
 	"github.com/fencegate/fencegate/internal/pgdb"
-	"github.com/fencegate/fencegate/internal/timeline"
 	"github.com/jackc/pgx/v5"
 )
 

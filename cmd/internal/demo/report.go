@@ -8,7 +8,7 @@ import (
 
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/cmd/internal/devstack"
-	"github.com/fencegate/fencegate/internal/timeline"
+	"github.com/fencegate/fencegate/cmd/internal/timeline"
 )
 
 func printIntro(w io.Writer, cfg *Config, st *devstack.Stack) {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate"
-	"github.com/fencegate/fencegate/internal/timeline"
+	"github.com/fencegate/fencegate/cmd/internal/timeline"
 )
 
 // modeReport is the analysis of one mode's run.

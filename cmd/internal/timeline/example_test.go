@@ -4,7 +4,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/timeline"
+	"github.com/fencegate/fencegate/cmd/internal/timeline"
 )
 
 func ExampleTimeline_WriteText() {
