@@ -11,7 +11,7 @@ import (
 	"github.com/fencegate/fencegate/cmd/internal/demo"
 	"github.com/fencegate/fencegate/cmd/internal/demo/lostupdates"
 	"github.com/fencegate/fencegate/cmd/internal/faults"
-	"github.com/fencegate/fencegate/internal/worker"
+	"github.com/fencegate/fencegate/cmd/internal/worker"
 )
 
 func init() {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/worker"
+	"github.com/fencegate/fencegate/cmd/internal/worker"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"

@@ -9,8 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fencegate/fencegate/cmd/internal/worker"
 	"github.com/fencegate/fencegate/internal/proc"
-	"github.com/fencegate/fencegate/internal/worker"
 )
 
 // clientProc is a running client process and the events it reported, each

@@ -1,7 +1,7 @@
 package demo
 
 import (
-	"github.com/fencegate/fencegate/internal/worker"
+	"github.com/fencegate/fencegate/cmd/internal/worker"
 )
 
 // Events a client process reports to the demo on its stdout, as

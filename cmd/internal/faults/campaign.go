@@ -13,10 +13,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencegate/fencegate/cmd/internal/worker"
 	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/internal/poll"
 	"github.com/fencegate/fencegate/internal/proc"
-	"github.com/fencegate/fencegate/internal/worker"
 )
 
 // Config configures a campaign. Zero values take the defaults stated on

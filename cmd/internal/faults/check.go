@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/fencegate/fencegate/internal/worker"
+	"github.com/fencegate/fencegate/cmd/internal/worker"
 )
 
 // Row is one committed increment as the database holds it: the workload's

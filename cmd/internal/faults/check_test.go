@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/worker"
+	"github.com/fencegate/fencegate/cmd/internal/worker"
 )
 
 // paused is the history of the article's scenario: c1 takes the lock with

@@ -9,8 +9,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/fencegate/fencegate/cmd/internal/worker"
 	"github.com/fencegate/fencegate/internal/poll"
-	"github.com/fencegate/fencegate/internal/worker"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/jackc/pgx/v5"

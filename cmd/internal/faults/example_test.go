@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/fencegate/fencegate/cmd/internal/faults"
-	"github.com/fencegate/fencegate/internal/worker"
+	"github.com/fencegate/fencegate/cmd/internal/worker"
 )
 
 // A paused holder's write arrives after another holder's: the fence rejects

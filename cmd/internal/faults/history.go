@@ -9,7 +9,7 @@ import (
 	"sort"
 	"sync"
 
-	"github.com/fencegate/fencegate/internal/worker"
+	"github.com/fencegate/fencegate/cmd/internal/worker"
 	"golang.org/x/sys/unix"
 )
 

@@ -10,9 +10,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencegate/fencegate/cmd/internal/worker"
 	"github.com/fencegate/fencegate/internal/poll"
 	"github.com/fencegate/fencegate/internal/proc"
-	"github.com/fencegate/fencegate/internal/worker"
 	"github.com/fencegate/fencegate/pgfence"
 	"github.com/jackc/pgx/v5"
 )

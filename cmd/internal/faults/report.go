@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/fencegate/fencegate/cmd/internal/worker"
 	"github.com/fencegate/fencegate/internal/history"
-	"github.com/fencegate/fencegate/internal/worker"
 )
 
 // tokenCheckTimeout bounds porcupine's search on one run's tokens.

@@ -14,9 +14,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fencegate/fencegate/cmd/internal/worker"
 	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/internal/proc"
-	"github.com/fencegate/fencegate/internal/worker"
 	"github.com/fencegate/fencegate/pgfence/pgfencetest/fenceddb"
 	"github.com/jackc/pgx/v5"
 )
