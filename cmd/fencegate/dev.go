@@ -13,6 +13,7 @@ import (
 	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/internal/servers"
 	"github.com/fencegate/fencegate/pgfence"
+	"github.com/fencegate/fencegate/pgfence/pgfencetest/fenceddb"
 )
 
 func init() {
@@ -27,7 +28,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	pg := fs.String("postgres", "", "PostgreSQL DSN of a superuser, to set the database up and for the proxy's --admin-upstream (default: DATABASE_URL or the PG* variables, else 127.0.0.1:5432 when it answers, else a throwaway server started from the PostgreSQL binaries)")
 	rd := fs.String("redis", "", "Redis host:port or redis:// URL (default: REDIS_URL, else 127.0.0.1:6379 when it answers, else a throwaway redis-server)")
 	database := fs.String("database", devstack.DefaultDatabase, "database set up for applications: created when missing, schema fencegate installed or upgraded, tables orders and charges protected (default "+devstack.DefaultDatabase+")")
-	appRole := fs.String("app-role", devstack.DefaultAppRole, "application role: created (LOGIN, with a password kept in the data directory's pgpass) when missing, granted "+devstack.AppPrivileges+" on the demo tables and the fence; it stays on the server (default "+devstack.DefaultAppRole+")")
+	appRole := fs.String("app-role", devstack.DefaultAppRole, "application role: created (LOGIN, with a password kept in the data directory's pgpass) when missing, granted "+fenceddb.AppPrivileges+" on the demo tables and the fence; it stays on the server (default "+devstack.DefaultAppRole+")")
 	ownerRole := fs.String("owner-role", pgfence.DefaultOwnerRole, "NOLOGIN role that owns schema fencegate and the demo tables; created when missing, it stays on the server (default "+pgfence.DefaultOwnerRole+")")
 	proxyListen := fs.String("proxy-listen", devstack.DevProxyAddr, "address of the gate proxy (default "+devstack.DevProxyAddr+")")
 	tokenAPI := fs.String("token-api", strings.Join(devstack.DevTokenAPIAddrs, ","), "API addresses of the three token nodes (default "+strings.Join(devstack.DevTokenAPIAddrs, ",")+")")

@@ -231,7 +231,7 @@ func mustAbs(p string) string {
 // resetTables creates the demo's tables afresh, as the administrator, with
 // order 42 unpaid; protected, they belong to the owner role and each row to
 // resource 'order:<id>'. Either way the application role gets
-// devstack.AppPrivileges on them, nothing more.
+// fenceddb.AppPrivileges on them, nothing more.
 func resetTables(ctx context.Context, st *devstack.Stack, protected bool) error {
 	conn, err := pgx.Connect(ctx, st.DB.AdminDSN)
 	if err != nil {
@@ -245,7 +245,7 @@ func resetTables(ctx context.Context, st *devstack.Stack, protected bool) error 
 	}
 	for _, t := range []struct{ name, resource string }{{"orders", devstack.OrdersResource}, {"charges", devstack.ChargesResource}} {
 		if protected {
-			err = st.DB.ProtectTable(ctx, conn, t.name, t.resource)
+			err = st.DB.Protect(ctx, conn, devstack.Protected(t.name, t.resource))
 		} else {
 			err = st.DB.Grant(ctx, conn, t.name)
 		}

@@ -9,13 +9,14 @@ import (
 	"github.com/fencegate/fencegate"
 	"github.com/fencegate/fencegate/cmd/internal/devstack"
 	"github.com/fencegate/fencegate/cmd/internal/timeline"
+	"github.com/fencegate/fencegate/pgfence/pgfencetest/fenceddb"
 )
 
 func printIntro(w io.Writer, cfg *Config, st *devstack.Stack) {
 	fmt.Fprintln(w, "The paused lock holder (Kleppmann, \"How to do distributed locking\"), replayed with real processes.")
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "  PostgreSQL   %s (%s), database %s, dropped at the end\n", hostOf(st.Postgres.DSN), st.Postgres.Source, devstack.DatabaseOf(st.DB.AdminDSN))
-	fmt.Fprintf(w, "  roles        clients log in as %s (%s on the tables, may take fences);\n", st.DB.App, devstack.AppPrivileges)
+	fmt.Fprintf(w, "  roles        clients log in as %s (%s on the tables, may take fences);\n", st.DB.App, fenceddb.AppPrivileges)
 	fmt.Fprintf(w, "               %s (NOLOGIN) owns schema fencegate and the tables; both dropped at the end\n", st.DB.Owner)
 	if cfg.Redlock {
 		fmt.Fprintf(w, "  Redis        five masters for Redlock: %s\n", strings.Join(st.RedisAddrs(), " "))

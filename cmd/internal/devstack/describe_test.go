@@ -7,6 +7,7 @@ import (
 	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/internal/servers"
 	"github.com/fencegate/fencegate/pgfence"
+	"github.com/fencegate/fencegate/pgfence/pgfencetest/fenceddb"
 )
 
 // A stack that started Redis masters has no Redis server: Describe lists
@@ -19,7 +20,7 @@ func TestDescribeRedisMasters(t *testing.T) {
 			{Addr: "127.0.0.1:7002", Source: "started by fencegate"}},
 		Tokens:    &Tokens{},
 		ProxyAddr: "127.0.0.1:6432",
-		DB:        &FencedDB{AdminDSN: pgdb.DefaultAdminDSN, Owner: "o", App: "a", Report: &pgfence.Report{}},
+		DB:        &FencedDB{AdminDSN: pgdb.DefaultAdminDSN, DB: &fenceddb.DB{Owner: "o", App: "a", Report: &pgfence.Report{}}},
 	}
 	d := s.Describe()
 	for _, want := range []string{"Redis m1    127.0.0.1:7001", "Redis m2    127.0.0.1:7002", "Redlock master"} {

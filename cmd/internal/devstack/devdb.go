@@ -85,10 +85,10 @@ func (s *Stack) setupDatabase(ctx context.Context, cfg *stackConfig) error {
 			return fmt.Errorf("insert order 42: %w", err)
 		}
 	}
-	if err := s.DB.ProtectTable(ctx, conn, "orders", OrdersResource); err != nil {
+	if err := s.DB.Protect(ctx, conn, Protected("orders", OrdersResource)); err != nil {
 		return err
 	}
-	if err := s.DB.ProtectTable(ctx, conn, "charges", ChargesResource); err != nil {
+	if err := s.DB.Protect(ctx, conn, Protected("charges", ChargesResource)); err != nil {
 		return err
 	}
 	// An existing table that lost order 42: inserted as the administrator,

@@ -14,8 +14,8 @@
 // It sets up what the gate proxy admits: SetupFenced installs schema
 // fencegate in a database (pgfence.Install, idempotent) with its NOLOGIN
 // owner role and an application LOGIN role holding the fence grants;
-// FencedDB.ProtectTable gives a table to the owner role, protects it with a
-// resource expression and grants the application role AppPrivileges (SELECT,
+// FencedDB.Protect gives a table to the owner role, protects it with a
+// resource expression and grants the application role fenceddb.AppPrivileges (SELECT,
 // INSERT, UPDATE, DELETE); pgdb.DropRoles removes roles a run created.
 //
 // The whole stack comes up two ways. StartPersistent is "fencegate dev":

@@ -14,26 +14,18 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// AppPrivileges are the table privileges an application role needs on a
-// protected table (fenceddb.AppPrivileges).
-const AppPrivileges = fenceddb.AppPrivileges
-
-// FencedDB is a database with schema fencegate installed, the NOLOGIN role
-// that owns it (and the protected tables), and an application role that
-// holds only what taking fences and writing those tables needs.
+// FencedDB is a database fenceddb set up (schema fencegate, the NOLOGIN
+// role that owns it and the tables it protects, an application role that
+// holds only what taking fences and writing those tables needs), with the
+// administrator's DSN and the password SetupFenced gave the application
+// role.
 type FencedDB struct {
+	*fenceddb.DB
 	// AdminDSN connects to the database as the administrator.
 	AdminDSN string
-	// Owner is the NOLOGIN role that owns schema fencegate and the tables
-	// PrepareTables protects.
-	Owner string
-	// App is the application LOGIN role.
-	App string
-	// AppPassword is the password FencedSetup gave App when it created it;
+	// AppPassword is the password SetupFenced gave App when it created it;
 	// "" when App existed already (its password, if any, is its owner's).
 	AppPassword string
-	// Report is what pgfence.Install found and did.
-	Report *pgfence.Report
 }
 
 // FencedOptions configures SetupFenced.
@@ -68,7 +60,7 @@ func SetupFenced(ctx context.Context, o FencedOptions) (*FencedDB, error) {
 		return nil, fmt.Errorf("connect to PostgreSQL as the administrator (%s): %w", servers.Redact(o.AdminDSN), err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	d := &FencedDB{AdminDSN: o.AdminDSN, Owner: o.Owner, App: o.App}
+	d := &FencedDB{AdminDSN: o.AdminDSN}
 	var me string
 	var super bool
 	if err := conn.QueryRow(ctx, "SELECT current_user::text, rolsuper FROM pg_roles WHERE rolname = current_user").Scan(&me, &super); err != nil {
@@ -78,30 +70,21 @@ func SetupFenced(ctx context.Context, o FencedOptions) (*FencedDB, error) {
 		return nil, fmt.Errorf("PostgreSQL role %s is not a superuser: creating roles and installing schema fencegate need one; give the DSN of a superuser (such as postgres)", me)
 	}
 	pw := pgdb.RandomHex(16)
-	f, err := fenceddb.Setup(ctx, conn, fenceddb.Options{Owner: o.Owner, App: o.App, AppPassword: pw})
-	if err != nil {
+	if d.DB, err = fenceddb.Setup(ctx, conn, fenceddb.Options{Owner: o.Owner, App: o.App, AppPassword: pw}); err != nil {
 		return nil, err
 	}
-	d.Report = f.Report
-	if f.AppCreated {
+	if d.AppCreated {
 		d.AppPassword = pw
 	}
 	return d, nil
 }
 
-// ProtectTable gives table to the owner role, protects it with the resource
-// expression expr and grants the application role AppPrivileges on it
-// (fenceddb.DB.Protect).
-func (d *FencedDB) ProtectTable(ctx context.Context, conn *pgx.Conn, table, expr string) error {
-	return d.fenced().Protect(ctx, conn, fenceddb.Table{Name: table, Resource: expr, ToOwner: true})
+// Protected is the table of a FencedDB protected with the resource
+// expression expr, given to the owner role first: what FencedDB.Protect
+// takes for the tables of the dev stack, the demos and the campaign.
+func Protected(table, expr string) fenceddb.Table {
+	return fenceddb.Table{Name: table, Resource: expr, ToOwner: true}
 }
-
-// Grant grants the application role AppPrivileges on table.
-func (d *FencedDB) Grant(ctx context.Context, conn *pgx.Conn, table string) error {
-	return d.fenced().Grant(ctx, conn, table)
-}
-
-func (d *FencedDB) fenced() *fenceddb.DB { return &fenceddb.DB{Owner: d.Owner, App: d.App} }
 
 // AppDSN is dsn with the application role as its user and no password,
 // pointed at host (HOST:PORT) when host is not empty. The password, when

@@ -54,7 +54,7 @@ func TestSetupFencedTwiceAndDropRoles(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 { // protecting again with the same expression is fine
-		if err := d.ProtectTable(ctx, conn, "orders", OrdersResource); err != nil {
+		if err := d.Protect(ctx, conn, Protected("orders", OrdersResource)); err != nil {
 			t.Fatal(err)
 		}
 	}

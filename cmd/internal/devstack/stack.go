@@ -14,6 +14,7 @@ import (
 	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/internal/servers"
 	"github.com/fencegate/fencegate/pgfence"
+	"github.com/fencegate/fencegate/pgfence/pgfencetest/fenceddb"
 	"github.com/fencegate/fencegate/tokensign"
 )
 
@@ -366,7 +367,7 @@ func (s *Stack) Describe() string {
 	fmt.Fprintf(&b, "  proxy       %s  -> PostgreSQL (installs/repairs schema fencegate as the administrator)\n", s.ProxyAddr)
 	fmt.Fprintf(&b, "  tokens      %s\n", s.Floor)
 	fmt.Fprintf(&b, "  database    %s  (schema fencegate v%d, owner role %s; tables orders, charges protected)\n", DatabaseOf(s.DB.AdminDSN), s.DB.Report.ToVersion, s.DB.Owner)
-	fmt.Fprintf(&b, "  app role    %s  (%s on orders, charges; may take fences)\n", s.DB.App, AppPrivileges)
+	fmt.Fprintf(&b, "  app role    %s  (%s on orders, charges; may take fences)\n", s.DB.App, fenceddb.AppPrivileges)
 	fmt.Fprintf(&b, "  data        %s\n", s.DataDir)
 	return b.String()
 }

@@ -189,7 +189,7 @@ func (s *Stack) createDB(ctx context.Context) (err error) {
 		return fmt.Errorf("create workload schema: %w", err)
 	}
 	for _, t := range []string{"counter", "increments"} {
-		if err := s.DB.ProtectTable(ctx, c, t, resourceExpr); err != nil {
+		if err := s.DB.Protect(ctx, c, devstack.Protected(t, resourceExpr)); err != nil {
 			return fmt.Errorf("protect %s: %w", t, err)
 		}
 	}
