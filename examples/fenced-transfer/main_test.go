@@ -16,7 +16,7 @@ import (
 func TestMain(m *testing.M) { testutil.Main(m) }
 
 // setUp does what README.md has the administrator do, in the database of
-// s: setup.sql as psql runs it (with -v app=ROLE), then what
+// s: setup.sql as psql runs it (with -v app=ROLE -v owner=ROLE), then what
 // "fencegate protect TABLE --resource EXPR" does.
 func setUp(t *testing.T, s *fencegatetest.Stack, table, expr string) {
 	t.Helper()
@@ -26,7 +26,7 @@ func setUp(t *testing.T, s *fencegatetest.Stack, table, expr string) {
 	}
 	conn := s.DB.Admin(t)
 	ctx := context.Background()
-	if _, err := conn.Exec(ctx, strings.ReplaceAll(string(sql), `:"app"`, pgx.Identifier{s.DB.App}.Sanitize())); err != nil {
+	if _, err := conn.Exec(ctx, strings.NewReplacer(`:"app"`, pgx.Identifier{s.DB.App}.Sanitize(), `:"owner"`, pgx.Identifier{s.DB.Owner}.Sanitize()).Replace(string(sql))); err != nil {
 		t.Fatalf("setup.sql: %v", err)
 	}
 	if err := pgfence.Protect(ctx, conn, table, expr); err != nil {

@@ -17,7 +17,7 @@ import (
 
 func TestMain(m *testing.M) { testutil.Main(m) }
 
-// The setup README.md gives (setup.sql as psql runs it with -v app=ROLE,
+// The setup README.md gives (setup.sql as psql runs it with -v app=ROLE -v owner=ROLE,
 // then what "fencegate protect" does), and the scenario twice: the second
 // run starts from the first one's balance.
 func TestScenario(t *testing.T) {
@@ -29,7 +29,7 @@ func TestScenario(t *testing.T) {
 	}
 	conn := s.DB.Admin(t)
 	ctx := context.Background()
-	if _, err := conn.Exec(ctx, strings.ReplaceAll(string(sql), `:"app"`, pgx.Identifier{s.DB.App}.Sanitize())); err != nil {
+	if _, err := conn.Exec(ctx, strings.NewReplacer(`:"app"`, pgx.Identifier{s.DB.App}.Sanitize(), `:"owner"`, pgx.Identifier{s.DB.Owner}.Sanitize()).Replace(string(sql))); err != nil {
 		t.Fatalf("setup.sql: %v", err)
 	}
 	if err := pgfence.Protect(ctx, conn, "paused_holder_accounts", "'account:' || id"); err != nil {
