@@ -33,11 +33,11 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/bench"
-	"github.com/fencegate/fencegate/internal/devstack/servers"
-	"github.com/fencegate/fencegate/internal/fenceddb"
 	"github.com/fencegate/fencegate/internal/freeport"
 	"github.com/fencegate/fencegate/internal/pgdb"
 	"github.com/fencegate/fencegate/internal/proc"
+	"github.com/fencegate/fencegate/internal/servers"
+	"github.com/fencegate/fencegate/pgfence/pgfencetest/fenceddb"
 	"github.com/fencegate/fencegate/tokenclient"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -303,7 +303,7 @@ func prepareDatabase(ctx context.Context, adminDSN string, n int, cl *bench.Clea
 	app := "fg_bench_cycle_app_" + pgdb.RandomHex(4)
 	owner := "fg_bench_cycle_owner_" + pgdb.RandomHex(4)
 	cl.Add(func() {
-		if err := fenceddb.DropRoles(context.Background(), adminDSN, []string{name}, app, owner); err != nil {
+		if err := pgdb.DropRoles(context.Background(), adminDSN, []string{name}, app, owner); err != nil {
 			logf("%v", err)
 		}
 	})
