@@ -76,7 +76,8 @@ func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
 	}
 	s.setLeaderHeaders(w)
 	s.metrics.served(1)
-	writeJSON(w, http.StatusOK, tokenapi.TokenResponse{Resource: req.Resource, Token: rng.First, Proof: proof, Term: rng.Term, Index: rng.Index, Leader: rng.Leader})
+	bp := encodeBufs.Get().(*[]byte)
+	writeAnswer(w, bp, appendTokenResponse((*bp)[:0], &tokenapi.TokenResponse{Resource: req.Resource, Token: rng.First, Proof: proof, Term: rng.Term, Index: rng.Index, Leader: rng.Leader}))
 }
 
 // setLeaderHeaders names the leader on a successful token answer: its API
@@ -132,7 +133,8 @@ func (s *Server) handleTokenBatch(w http.ResponseWriter, r *http.Request, req to
 			out.Tokens[i].Proof = proofs[i]
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	bp := encodeBufs.Get().(*[]byte)
+	writeAnswer(w, bp, appendBatchResponse((*bp)[:0], &out))
 }
 
 // handleAllocate serves a batch forwarded by another node.
