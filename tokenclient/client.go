@@ -226,7 +226,7 @@ func (c *Client) Next(ctx context.Context, resource string) (Token, error) {
 		})
 		return tok, err
 	}
-	body, _ := json.Marshal(tokenapi.TokenRequest{Resource: resource})
+	body := singleBody(resource)
 	var resp tokenapi.TokenResponse
 	err := c.do(ctx, http.MethodPost, "/v1/tokens", body, &resp, what())
 	if err != nil {

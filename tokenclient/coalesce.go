@@ -24,6 +24,9 @@ const (
 // encodedSize is what resource adds to a batch body: its JSON string and a
 // comma.
 func encodedSize(resource string) int {
+	if plainJSON(resource) {
+		return len(resource) + 3
+	}
 	b, _ := json.Marshal(resource)
 	return len(b) + 1
 }
@@ -134,11 +137,11 @@ func (c *Client) sendBatch(srv string, batch []*pendingToken) {
 		c.sendOne(ctx, srv, batch[0])
 		return
 	}
-	req := tokenapi.TokenRequest{Resources: make([]string, len(batch))}
-	for i, p := range batch {
-		req.Resources[i] = p.resource
+	size := 0
+	for _, p := range batch {
+		size += p.size
 	}
-	body, _ := json.Marshal(req)
+	body := batchBody(batch, size)
 	var resp tokenapi.BatchResponse
 	leader, err := c.try(ctx, srv, http.MethodPost, "/v1/tokens", body, &resp)
 	if err == nil && len(resp.Tokens) != len(batch) {
@@ -173,7 +176,7 @@ func (c *Client) sendBatch(srv string, batch []*pendingToken) {
 
 // sendOne sends the single-resource request for p and hands it the answer.
 func (c *Client) sendOne(ctx context.Context, srv string, p *pendingToken) {
-	body, _ := json.Marshal(tokenapi.TokenRequest{Resource: p.resource})
+	body := singleBody(p.resource)
 	var resp tokenapi.TokenResponse
 	leader, err := c.try(ctx, srv, http.MethodPost, "/v1/tokens", body, &resp)
 	p.res <- pendingResult{
