@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -46,6 +47,24 @@ type pendingResult struct {
 	err    error
 }
 
+// timers holds stopped attempt timers. Since Go 1.23 a timer that is
+// stopped or reset delivers no value set before, so a reused timer never
+// fires for an earlier attempt.
+var timers sync.Pool
+
+func getTimer(d time.Duration) *time.Timer {
+	if t, ok := timers.Get().(*time.Timer); ok {
+		t.Reset(d)
+		return t
+	}
+	return time.NewTimer(d)
+}
+
+func putTimer(t *time.Timer) {
+	t.Stop()
+	timers.Put(t)
+}
+
 // tryCoalesced is one attempt of one caller against srv: it queues the
 // caller and waits for the request that carries it. The caller is only ever
 // put into a request that is sent after it was queued.
@@ -74,9 +93,16 @@ func (c *Client) tryCoalesced(ctx context.Context, srv, resource string) (Token,
 			c.sendQueued(srv)
 		}()
 	}
-	// The attempt, queueing included, is bounded like any other.
-	timer := time.NewTimer(c.attemptTimeout)
-	defer timer.Stop()
+	// The attempt, queueing included, is bounded like any other. A caller
+	// whose deadline comes first needs no timer of its own; otherwise the
+	// timer is one used before (a new one per token cost an allocation
+	// and its share of the client's CPU).
+	var timeout <-chan time.Time
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) >= c.attemptTimeout {
+		timer := getTimer(c.attemptTimeout)
+		defer putTimer(timer)
+		timeout = timer.C
+	}
 	select {
 	case r := <-p.res:
 		return r.tok, r.leader, r.err
@@ -84,7 +110,7 @@ func (c *Client) tryCoalesced(ctx context.Context, srv, resource string) (Token,
 		// A request that carries p may still mint a token; nobody sees it.
 		p.gone.Store(true)
 		return Token{}, leaderHint{}, fmt.Errorf("%w: %w", tokenapi.ErrUnavailable, ctx.Err())
-	case <-timer.C:
+	case <-timeout:
 		p.gone.Store(true)
 		return Token{}, leaderHint{}, fmt.Errorf("%w: no answer from %s within the attempt timeout %v", tokenapi.ErrUnavailable, srv, c.attemptTimeout)
 	}
