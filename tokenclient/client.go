@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -413,7 +412,7 @@ func (c *Client) try(ctx context.Context, srv, method, path string, body []byte,
 	if out == nil {
 		return leader, nil
 	}
-	if err := json.Unmarshal(data, out); err != nil {
+	if err := decodeAnswer(data, out); err != nil {
 		b := answerBadAnswer(resp.StatusCode, resp.Header, data)
 		b.err = err
 		return leaderHint{}, b
