@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,6 +26,8 @@ type proc struct {
 	args []string
 	// wrap, when set, runs the binary through it (e.g. ip netns exec NS).
 	wrap []string
+	// env, when set, is the process's environment (else the test's).
+	env  []string
 	cmd  *exec.Cmd
 	mu   sync.Mutex
 	logs bytes.Buffer
@@ -48,6 +52,7 @@ func (p *proc) launch() <-chan string {
 	argv := append(append(append([]string(nil), p.wrap...), testutil.Binary(p.t)), p.args...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.Env = p.env
 	cmd.Stderr = p
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -202,5 +207,38 @@ func TestAllProcessesKilledTokensContinue(t *testing.T) {
 		}
 		t.Logf("round %d: first token after restart %d", round, tok)
 		highest = tok
+	}
+}
+
+// A node runs its Go code on one P unless GOMAXPROCS says otherwise
+// (tokenservice/DESIGN.md, "One P"); the Go collector's
+// go_sched_gomaxprocs_threads shows the setting of the running process.
+func TestNodeRunsOnOneP(t *testing.T) {
+	t.Parallel()
+	var base []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GOMAXPROCS=") {
+			base = append(base, kv)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		env  []string
+		want float64
+	}{
+		{"without GOMAXPROCS", base, 1},
+		{"with GOMAXPROCS=3", append(slices.Clone(base), "GOMAXPROCS=3"), 3},
+	} {
+		raft, api := testutil.FreeAddr(t), testutil.FreeAddr(t)
+		p := &proc{t: t, name: "n1", env: tc.env, args: []string{
+			"token", "serve", "--id", "n1", "--data-dir", t.TempDir(),
+			"--raft-addr", raft, "--api-addr", api, "--peers", fmt.Sprintf("n1=%s=http://%s", raft, api),
+		}}
+		p.start()
+		got := scrape(t, "http://"+api)["go_sched_gomaxprocs_threads"]
+		p.kill()
+		if got != tc.want {
+			t.Errorf("%s: the node runs on %v Ps, want %v", tc.name, got, tc.want)
+		}
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"runtime"
 	"syscall"
 	"time"
 
@@ -200,23 +199,4 @@ func upstreamURL(raw, mode, ca string) (string, error) {
 	}
 	u.RawQuery = q.Encode()
 	return u.String(), nil
-}
-
-// oneProc runs the proxy's Go code on one thread at a time
-// (runtime.GOMAXPROCS(1)) unless the GOMAXPROCS environment variable says
-// otherwise, and returns the setting in force and a function that puts the
-// previous one back (for a caller in the same process, such as a test). A
-// proxy's work is nearly all system calls and wake-ups; with a second P the
-// runtime wakes idle threads to look for work (futex wake-ups, spinning) that
-// one thread does not need. Measured with pgbench at 8 clients on two loaded
-// vCPUs: a seventh less CPU per transaction and 40 % fewer context switches
-// (proxy/DESIGN.md, "Performance"). Like PgBouncer, the proxy then uses one
-// core; set GOMAXPROCS to use more (TLS to many clients, or more traffic than
-// one core forwards).
-func oneProc() (procs int, restore func()) {
-	if os.Getenv("GOMAXPROCS") != "" {
-		return runtime.GOMAXPROCS(0), func() {}
-	}
-	prev := runtime.GOMAXPROCS(1)
-	return 1, func() { runtime.GOMAXPROCS(prev) }
 }

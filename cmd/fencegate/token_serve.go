@@ -110,6 +110,11 @@ func runTokenServe(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("node", o.id)
+	procs, restore := oneProc()
+	defer restore()
+	if procs != 1 {
+		logger.Info("running Go code on several threads, as GOMAXPROCS says", "gomaxprocs", procs)
+	}
 	srv, err := tokenservice.Start(ctx, tokenservice.Config{
 		Config: raftstore.Config{
 			ID:                 o.id,
