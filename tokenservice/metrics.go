@@ -122,6 +122,8 @@ func newMetrics(s *Server) *metrics {
 			func(st raftstore.ReadIndexStats) float64 { return float64(st.RoundFailures) }),
 		riCounter("fencegate_token_round_seconds_total", "Time spent in confirmation rounds; divide by the rounds for the mean round.",
 			func(st raftstore.ReadIndexStats) float64 { return st.RoundSeconds }),
+		riCounter("fencegate_token_round_hedges_total", "Confirmation rounds that also asked the voters beyond the majority they asked first, because an answer was late or failed.",
+			func(st raftstore.ReadIndexStats) float64 { return float64(st.Hedges) }),
 		riCounter("fencegate_token_reservations_total", "Reservation entries this node committed as leader on the read-index path.",
 			func(st raftstore.ReadIndexStats) float64 { return float64(st.Reservations) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
