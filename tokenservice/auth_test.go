@@ -99,6 +99,7 @@ func TestEveryRouteRefusesWithoutItsRole(t *testing.T) {
 		"POST /v1/internal/allocate":     {tokenapi.RolePeer},
 		"GET /v1/internal/state":         {tokenapi.RolePeer},
 		"GET /v1/internal/view":          {tokenapi.RolePeer},
+		"GET /v1/internal/view-stream":   {tokenapi.RolePeer},
 		"GET /v1/internal/configuration": {tokenapi.RolePeer},
 		"PUT /v1/members/{id}/api-addr":  {tokenapi.RolePeer},
 		"GET /v1/status":                 {tokenapi.RoleClient, tokenapi.RoleAdmin},

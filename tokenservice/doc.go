@@ -47,7 +47,9 @@
 // joins; the state also what a node with state asks before it resumes,
 // and what every member asks each other once a second, to catch a data
 // directory put back from an older copy), GET /v1/internal/view (a leader's confirmation round: the
-// node's current term and the leader it follows, read when it answers),
+// node's current term and the leader it follows, read when it answers)
+// and GET /v1/internal/view-stream (the same answers on a kept connection,
+// 8 bytes a question, viewstream.go),
 // PUT /v1/members/{id}/api-addr (a member publishes its own API address:
 // only the peer whose certificate names {id} may call it).
 //

@@ -2,6 +2,7 @@ package tokenservice
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -14,8 +15,8 @@ import (
 )
 
 // viewConfirmer asks another voter for its raftstore.View over the
-// node-to-node API (GET /v1/internal/view), with this node's peer
-// certificate; with TLS the answer counts only from a peer certificate
+// node-to-node API (a view stream, viewstream.go, or GET /v1/internal/view
+// from a node without them), with this node's peer certificate; with TLS the answer counts only from a peer certificate
 // whose CN is that voter's ID.
 type viewConfirmer struct {
 	s *Server
@@ -23,6 +24,8 @@ type viewConfirmer struct {
 	// at about the cost of the rest of a question).
 	mu   sync.Mutex
 	urls map[string]string
+	// streams are the kept view streams (viewstream.go).
+	streams viewStreams
 }
 
 // viewURL returns the URL of GET /v1/internal/view at api.
@@ -54,6 +57,12 @@ func (c *viewConfirmer) View(ctx context.Context, v tokenapi.Peer) (raftstore.Vi
 	u, err := c.viewURL(v.APIAddr)
 	if err != nil {
 		return raftstore.View{}, err
+	}
+	if su := u + "-stream"; !c.streams.streamless(su) {
+		view, err := c.streamView(ctx, v, su)
+		if !errors.Is(err, errNoStream) {
+			return view, err
+		}
 	}
 	var view raftstore.View
 	cn, err := c.s.probe.getURL(ctx, u, &view)

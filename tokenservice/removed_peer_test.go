@@ -151,6 +151,7 @@ func TestRemovedNodeIsAStranger(t *testing.T) {
 	}
 	for _, path := range []struct{ method, path, body string }{
 		{"GET", "/v1/internal/view", ""},
+		{"GET", "/v1/internal/view-stream", ""},
 		{"POST", "/v1/internal/allocate", `{"count":1000000}`},
 		{"PUT", "/v1/members/" + removedID + "/api-addr", `{"api_addr":"https://127.0.0.1:1"}`},
 	} {

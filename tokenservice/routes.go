@@ -73,6 +73,8 @@ var routeTable = []struct {
 		false, (*Server).handleAllocate},
 	{Route{Method: "GET", Path: "/v1/internal/view", Roles: peerOnly, Doc: "this node's current term and the leader it follows, read now (a leader's confirmation round)"},
 		false, (*Server).handleView},
+	{Route{Method: "GET", Path: "/v1/internal/view-stream", Roles: peerOnly, Doc: "the same answers on a kept connection (Connection: Upgrade, Upgrade: fencegate-view/1): 8 bytes a question"},
+		false, (*Server).handleViewStream},
 	{Route{Method: "GET", Path: "/v1/internal/state", Roles: peerOnly, Doc: "what this node holds and saw its peers hold, asked before founding, joining or resuming, and each second by every member"},
 		true, (*Server).handleState},
 	{Route{Method: "GET", Path: "/v1/internal/configuration", Roles: peerOnly, Doc: "the committed configuration, asked by a joining node (leader)"},

@@ -45,6 +45,8 @@ type Server struct {
 	// readIndex hands out tokens from reserved ranges while this node
 	// leads; nil with Config.CommitPerBatch.
 	readIndex *raftstore.ReadIndex
+	// confirmer asks the other voters in readIndex's rounds.
+	confirmer *viewConfirmer
 	// rounds is the confirmation rounds per second over the last second.
 	rounds roundRate
 	ln     net.Listener
@@ -225,7 +227,8 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	alloc := s.allocate
 	if !cfg.CommitPerBatch {
-		s.readIndex = raftstore.NewReadIndex(st, &viewConfirmer{s: s}, raftstore.ReadIndexConfig{
+		s.confirmer = &viewConfirmer{s: s}
+		s.readIndex = raftstore.NewReadIndex(st, s.confirmer, raftstore.ReadIndexConfig{
 			ReserveSize: cfg.ReserveSize, RoundTimeout: cfg.RoundTimeout,
 			// A reservation is an allocation entry whose tokens are handed
 			// out later: it counts as minted when committed.
@@ -321,6 +324,7 @@ func (s *Server) stopBackground() {
 	s.fwdBatch.Close()
 	if s.readIndex != nil {
 		s.readIndex.Close()
+		s.confirmer.streams.closeAll()
 	}
 	s.fwd.CloseIdleConnections()
 }
