@@ -35,9 +35,14 @@ func (l *Lock) Fence(ctx context.Context, tx pgx.Tx) error {
 		return ErrNoToken
 	}
 	if err := l.fenceExec(ctx, tx); err != nil {
-		return lostCause(ctx, fmt.Errorf("lockclient: fence %q with token %d: %w", l.resource, l.token, fenceError(err)))
+		return l.fenceFailed(ctx, err)
 	}
 	return nil
+}
+
+// fenceFailed is the error of a fence that failed with err.
+func (l *Lock) fenceFailed(ctx context.Context, err error) error {
+	return lostCause(ctx, fmt.Errorf("lockclient: fence %q with token %d: %w", l.resource, l.token, fenceError(err)))
 }
 
 // fenceSentinels maps each fencegate SQLSTATE to the error it matches.

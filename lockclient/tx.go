@@ -11,6 +11,7 @@ import (
 	"github.com/fencegate/fencegate/internal/poll"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // SQLSTATEs of PostgreSQL after which InTx runs the transaction again.
@@ -23,7 +24,9 @@ const (
 // where the fencegate schema is installed (straight to PostgreSQL or through
 // the fencegate proxy, as an application role): it begins, runs FenceSQL
 // with the lock's resource and token before anything else, calls fn, and
-// commits. When fn or any step fails the transaction is rolled back and
+// commits. On a *pgx.Conn, *pgxpool.Conn or *pgxpool.Pool, BEGIN and the
+// fence go in one round trip, so that a fenced transaction costs the round
+// trips of the same transaction unfenced. When fn or any step fails the transaction is rolled back and
 // nothing of it is committed, with one exception said below
 // (ErrCommitUnknown).
 //
@@ -127,12 +130,8 @@ func (l *Lock) giveUp(attempt int, why string, err error) error {
 
 // inTx makes one attempt.
 func (l *Lock) inTx(ctx context.Context, db Beginner, fn func(pgx.Tx) error) error {
-	tx, err := db.Begin(ctx)
+	tx, err := l.beginFenced(ctx, db)
 	if err != nil {
-		return fmt.Errorf("lockclient: begin fenced transaction on %q: %w", l.resource, fenceError(err))
-	}
-	if err := l.Fence(ctx, tx); err != nil {
-		l.rollback(ctx, tx)
 		return err
 	}
 	if err := fn(tx); err != nil {
@@ -153,6 +152,103 @@ func (l *Lock) inTx(ctx context.Context, db Beginner, fn func(pgx.Tx) error) err
 		return l.commitError(err)
 	}
 	return nil
+}
+
+// beginFenced begins a transaction on db and runs the fence as its first
+// statement. On a *pgx.Conn, *pgxpool.Conn or *pgxpool.Pool, BEGIN and the
+// fence leave in one batch, one round trip (pgx.Batch.BeginTx); on any other
+// Beginner (a pgx.Tx, whose Begin is a savepoint, or a type of the caller's
+// own) it begins, then fences. On error the transaction, if it began, is
+// rolled back, and the connection goes back to its pool idle.
+func (l *Lock) beginFenced(ctx context.Context, db Beginner) (pgx.Tx, error) {
+	if s := l.batchSender(db); s != nil {
+		return l.beginFencedBatch(ctx, s)
+	}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return nil, l.beginError(err)
+	}
+	if err := l.Fence(ctx, tx); err != nil {
+		l.rollback(ctx, tx)
+		return nil, err
+	}
+	return tx, nil
+}
+
+// batchSender is what beginFencedBatch sends its batch through.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// batchSender returns db when it is one of pgx's own connections or pools,
+// which keep a batch's transaction open after the batch (a Beginner of
+// another type may release its connection when the batch closes), and nil
+// otherwise. A signed token's proof must go as a bound parameter, never in
+// the statement's text: on a connection whose default mode is the simple
+// protocol, which writes parameters into the text, the fence goes on its
+// own with QueryExecModeExec (fenceExec).
+func (l *Lock) batchSender(db Beginner) batchSender {
+	var cfg *pgx.ConnConfig
+	switch d := db.(type) {
+	case *pgxpool.Pool:
+		if l.proof != "" {
+			cfg = d.Config().ConnConfig
+		}
+	case *pgxpool.Conn:
+		if l.proof != "" {
+			cfg = d.Conn().Config()
+		}
+	case *pgx.Conn:
+		if l.proof != "" {
+			cfg = d.Config()
+		}
+	default:
+		return nil
+	}
+	if cfg != nil && cfg.DefaultQueryExecMode == pgx.QueryExecModeSimpleProtocol {
+		return nil
+	}
+	return db.(batchSender)
+}
+
+// beginFencedBatch sends BEGIN and the fence in one batch and reads both
+// answers. The outcomes are those of BEGIN and Fence sent one after the
+// other: a refused fence (FG001 ...) or a failure after BEGIN leaves a
+// transaction that is rolled back here, a BEGIN that failed leaves none,
+// and the errors are worded and matched as Begin's and Fence's.
+func (l *Lock) beginFencedBatch(ctx context.Context, s batchSender) (pgx.Tx, error) {
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
+	b.BeginTx(pgx.TxOptions{})
+	if l.proof != "" {
+		b.Queue(FenceSignedSQL, l.resource, l.token, l.proof)
+	} else {
+		b.Queue(FenceSQL, l.resource, l.token)
+	}
+	br := s.SendBatch(ctx, b)
+	tx := br.Tx()
+	_, beginErr := br.Exec()
+	var fenceErr error
+	if beginErr == nil {
+		_, fenceErr = br.Exec()
+	}
+	if err := br.Close(); fenceErr == nil {
+		fenceErr = err
+	}
+	switch {
+	case tx == nil:
+		return nil, l.beginError(errors.Join(beginErr, fenceErr, errors.New("the batch began no transaction")))
+	case beginErr != nil:
+		l.rollback(ctx, tx) // releases a pool's connection; the transaction is closed already
+		return nil, l.beginError(beginErr)
+	case fenceErr != nil:
+		l.rollback(ctx, tx)
+		return nil, l.fenceFailed(ctx, fenceErr)
+	}
+	return tx, nil
+}
+
+func (l *Lock) beginError(err error) error {
+	return fmt.Errorf("lockclient: begin fenced transaction on %q: %w", l.resource, fenceError(err))
 }
 
 // endContext is the context of COMMIT and ROLLBACK: the caller's values,
