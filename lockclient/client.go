@@ -322,7 +322,7 @@ func (c *Client) tryAcquire(ctx context.Context, resource string, tokenBudget ti
 	// Confirm: the key still holds our value on a majority, so nobody else
 	// was granted the lock between our grant and the token; extending it
 	// gives the caller a full validity to use the token in.
-	ext, err := c.extend(ctx, resource, key, value)
+	ext, err := c.extend(ctx, stepConfirm, resource, key, value)
 	if err != nil {
 		c.cleanup(key, value)
 		return nil, waited, err

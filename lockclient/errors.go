@@ -109,18 +109,20 @@ type NotAcquiredError struct {
 	// Resource is the resource the lock protects.
 	Resource string
 	// Granted lists the nodes that granted the lock during the attempt (it
-	// was released on them again).
+	// was released on them again); when the confirmation after the token
+	// (or a Refresh) failed, the nodes that confirmed and extended it.
 	Granted []string
 	// Taken lists the nodes that refused: another client held the lock
-	// there (or, when the lock was being confirmed, the key no longer held
-	// this grant).
+	// there or, for a confirmation or a Refresh, the key was gone or held
+	// another value (whether it ever held this grant there, the node's
+	// answer does not say).
 	Taken []string
 	// Failed lists the nodes that returned an error or did not answer in
 	// time; NodeErrs has the details.
 	Failed []string
-	// Expired is true when a majority granted the lock but too late: the
-	// time spent acquiring (and, with a token, minting it) used up the
-	// validity.
+	// Expired is true when a majority granted (or confirmed) the lock but
+	// too late: the time spent acquiring (and, with a token, minting it)
+	// used up the validity. A context that ended first is not reported so.
 	Expired bool
 	// Nodes is the number of nodes; those in none of the lists above had
 	// not answered when the attempt ended.
@@ -132,9 +134,16 @@ type NotAcquiredError struct {
 	// TokenSource's error.
 	NodeErrs error
 
-	extend    bool // the attempt was the confirmation (compare-and-pexpire)
-	tokenWait bool // the validity passed while waiting for the token
+	step      uint8 // stepGrant, stepConfirm or stepRefresh: what failed
+	tokenWait bool  // the validity passed while waiting for the token
 }
+
+// What a NotAcquiredError reports on.
+const (
+	stepGrant   uint8 = iota // SET NX PX on every node
+	stepConfirm              // compare-and-pexpire after the token
+	stepRefresh              // compare-and-pexpire of a held lock (Refresh)
+)
 
 // Error describes the attempt in one line.
 func (e *NotAcquiredError) Error() string {
@@ -143,16 +152,26 @@ func (e *NotAcquiredError) Error() string {
 			e.Resource, e.NodeErrs)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "lockclient: lock %q not acquired: %d of %d nodes granted, %d needed",
-		e.Resource, len(e.Granted), e.Nodes, e.Quorum)
+	why := "held by another client"
+	switch e.step {
+	case stepConfirm:
+		// The node answers 0 when the key is absent or holds another
+		// value; a node that had refused the grant answers so too.
+		why = "the key is gone or holds another value"
+		fmt.Fprintf(&b, "lockclient: lock %q not acquired: granted, but confirmed after the token on %d of %d nodes, %d needed",
+			e.Resource, len(e.Granted), e.Nodes, e.Quorum)
+	case stepRefresh:
+		why = "the key is gone or holds another value"
+		fmt.Fprintf(&b, "lockclient: lock %q not extended: %d of %d nodes extended it, %d needed",
+			e.Resource, len(e.Granted), e.Nodes, e.Quorum)
+	default:
+		fmt.Fprintf(&b, "lockclient: lock %q not acquired: %d of %d nodes granted, %d needed",
+			e.Resource, len(e.Granted), e.Nodes, e.Quorum)
+	}
 	if e.Expired {
-		b.WriteString(", validity used up before the grant completed")
+		b.WriteString(", but only after the validity had passed")
 	}
 	if len(e.Taken) > 0 {
-		why := "held by another client"
-		if e.extend {
-			why = "the key no longer holds this grant"
-		}
 		fmt.Fprintf(&b, "; refused (%s) on %s", why, strings.Join(e.Taken, ", "))
 	}
 	if len(e.Failed) > 0 {

@@ -170,7 +170,7 @@ func (l *Lock) Refresh(ctx context.Context) error {
 	}
 	l.mu.Unlock()
 
-	res, err := l.c.extend(ctx, l.resource, l.key, l.value)
+	res, err := l.c.extend(ctx, stepRefresh, l.resource, l.key, l.value)
 
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -107,15 +107,17 @@ func (c *Client) fanout(ctx context.Context, kind opKind, key, value string, all
 	return t
 }
 
-// notAcquired builds the error for a failed grant or confirmation.
-func (c *Client) notAcquired(resource string, kind opKind, t *tally, expired bool) error {
+// notAcquired builds the error for a failed grant, confirmation or
+// refresh. Expired says that a majority answered yes, but after the
+// validity; a context that ended first is not that.
+func (c *Client) notAcquired(resource string, step uint8, t *tally) error {
 	e := &NotAcquiredError{
-		extend:   kind == opExtend,
+		step:     step,
 		Resource: resource,
 		Granted:  t.names(c, stateOK),
 		Taken:    t.names(c, stateRefused),
 		Failed:   t.names(c, stateFailed),
-		Expired:  expired,
+		Expired:  t.ctxErr == nil && t.ok >= c.quorum,
 		Nodes:    len(c.nodes),
 		Quorum:   c.quorum,
 		NodeErrs: errors.Join(t.errs...),
@@ -138,7 +140,7 @@ func (c *Client) grant(ctx context.Context, resource, key, value string) (time.D
 		return validUntil, nil
 	}
 	c.cleanupAfter(key, value, t)
-	return 0, c.notAcquired(resource, opAcquire, t, t.ok >= c.quorum)
+	return 0, c.notAcquired(resource, stepGrant, t)
 }
 
 type extendResult struct {
@@ -147,8 +149,9 @@ type extendResult struct {
 }
 
 // extend resets the TTL of the key on every node where it still holds
-// value; it succeeds when a majority did so within the new validity.
-func (c *Client) extend(ctx context.Context, resource, key, value string) (*extendResult, error) {
+// value; it succeeds when a majority did so within the new validity. step
+// is stepConfirm or stepRefresh, for the error.
+func (c *Client) extend(ctx context.Context, step uint8, resource, key, value string) (*extendResult, error) {
 	start := c.clk.now()
 	t := c.fanout(ctx, opExtend, key, value, false)
 	validUntil := start + c.opts.ttl - c.drift
@@ -156,7 +159,7 @@ func (c *Client) extend(ctx context.Context, resource, key, value string) (*exte
 	if t.ctxErr == nil && t.ok >= c.quorum && c.clk.now() < validUntil {
 		return res, nil
 	}
-	return res, c.notAcquired(resource, opExtend, t, t.ok >= c.quorum)
+	return res, c.notAcquired(resource, step, t)
 }
 
 // cleanup deletes the key where it holds value (compare-and-delete) on every

@@ -139,3 +139,53 @@ func TestInTxWithoutToken(t *testing.T) {
 		t.Fatalf("InTx without a token: %v, want ErrNoToken", err)
 	}
 }
+
+// TestNotAcquiredWords: the error says which step failed and what the nodes
+// answered. A node that refuses the confirmation after the token (or a
+// refresh) answers that the key is gone or holds another value, which it
+// also answers when it never held this grant: the words claim no more. A
+// majority that answered yes after the validity reads as such for every
+// step; a context that ended first is not reported as a lapsed validity.
+func TestNotAcquiredWords(t *testing.T) {
+	c := &Client{quorum: 2, nodes: []*node{{name: "a:6379"}, {name: "b:6379"}, {name: "c:6379"}}}
+	answers := func(ok, refused int, ctxErr error) *tally {
+		t := &tally{state: make([]uint8, 3), wrote: make([]bool, 3), ctxErr: ctxErr}
+		for i := range ok {
+			t.state[i], t.ok = stateOK, t.ok+1
+		}
+		for i := ok; i < ok+refused; i++ {
+			t.state[i], t.no = stateRefused, t.no+1
+		}
+		return t
+	}
+	for _, tc := range []struct {
+		name string
+		step uint8
+		t    *tally
+		want string
+	}{
+		{"grant refused", stepGrant, answers(1, 2, nil),
+			`lockclient: lock "r" not acquired: 1 of 3 nodes granted, 2 needed; refused (held by another client) on b:6379, c:6379`},
+		{"grant too late", stepGrant, answers(2, 0, nil),
+			`lockclient: lock "r" not acquired: 2 of 3 nodes granted, 2 needed, but only after the validity had passed`},
+		{"confirmation refused", stepConfirm, answers(1, 2, nil),
+			`lockclient: lock "r" not acquired: granted, but confirmed after the token on 1 of 3 nodes, 2 needed; refused (the key is gone or holds another value) on b:6379, c:6379`},
+		{"confirmation too late", stepConfirm, answers(3, 0, nil),
+			`lockclient: lock "r" not acquired: granted, but confirmed after the token on 3 of 3 nodes, 2 needed, but only after the validity had passed`},
+		{"refresh refused", stepRefresh, answers(0, 3, nil),
+			`lockclient: lock "r" not extended: 0 of 3 nodes extended it, 2 needed; refused (the key is gone or holds another value) on a:6379, b:6379, c:6379`},
+		{"context ended", stepConfirm, answers(2, 0, context.Canceled),
+			`lockclient: lock "r" not acquired: granted, but confirmed after the token on 2 of 3 nodes, 2 needed` + "\ncontext canceled"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := c.notAcquired("r", tc.step, tc.t)
+			if got := err.Error(); got != tc.want {
+				t.Fatalf("Error()=%q\nwant     %q", got, tc.want)
+			}
+			var nae *NotAcquiredError
+			if !errors.As(err, &nae) || nae.Expired != strings.Contains(tc.want, "validity had passed") {
+				t.Fatalf("Expired=%v for %q", nae.Expired, err)
+			}
+		})
+	}
+}
