@@ -94,7 +94,7 @@ func WithFollowLeader(on bool) ClientOption { return func(c *Client) { c.followL
 // WithCoalescing makes concurrent Next/NextToken calls on this client that
 // arrive while a token request to a node is in flight wait and go out
 // together as one batch request ({"resources":[...]}) once it returns; a
-// lone call still uses the single form. A call only joins a request not yet
+// lone call still uses the single form, sent on the caller's goroutine. A call only joins a request not yet
 // sent, so its token is still minted after the call started. The default is
 // true; false sends one HTTP request per call.
 func WithCoalescing(on bool) ClientOption { return func(c *Client) { c.coalesce = on } }

@@ -88,6 +88,9 @@ func (c *Client) tryCoalesced(ctx context.Context, srv, resource string) (Token,
 	}
 	c.queueMu.Unlock()
 	if start {
+		if tok, leader, ok, err := c.sendInline(ctx, srv, p); ok {
+			return tok, leader, err
+		}
 		go func() {
 			defer c.senders.Done()
 			c.sendQueued(srv)
@@ -114,6 +117,47 @@ func (c *Client) tryCoalesced(ctx context.Context, srv, resource string) (Token,
 		p.gone.Store(true)
 		return Token{}, leaderHint{}, fmt.Errorf("%w: no answer from %s within the attempt timeout %v", tokenapi.ErrUnavailable, srv, c.attemptTimeout)
 	}
+}
+
+// sendInline sends p's request on the caller's goroutine when p is alone in
+// srv's queue (always so at one caller), which saves starting a sender
+// goroutine and handing the answer back. It runs as that sender: callers
+// that queue meanwhile wait, and are sent by a sender goroutine started
+// once p's request is answered, as they would be behind any request on the
+// wire. The request ends with the caller's context, the attempt timeout or
+// Close, like a call without coalescing. It reports false, having done
+// nothing, when others are queued with p: then the sender goroutine serves
+// p with them.
+func (c *Client) sendInline(ctx context.Context, srv string, p *pendingToken) (Token, leaderHint, bool, error) {
+	c.queueMu.Lock()
+	if q := c.queued[srv]; len(q) != 1 || q[0] != p {
+		c.queueMu.Unlock()
+		return Token{}, leaderHint{}, false, nil
+	}
+	delete(c.queued, srv)
+	c.queueMu.Unlock()
+
+	rctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(c.ctx, cancel) // Close ends it, as it ends the sender's
+	tok, leader, err := c.sendAlone(rctx, srv, p.resource)
+	stop()
+	cancel()
+
+	c.queueMu.Lock()
+	more := len(c.queued[srv]) > 0
+	if !more {
+		delete(c.sending, srv)
+	}
+	c.queueMu.Unlock()
+	if more {
+		go func() {
+			defer c.senders.Done()
+			c.sendQueued(srv)
+		}()
+	} else {
+		c.senders.Done()
+	}
+	return tok, leader, true, err
 }
 
 // sendQueued sends srv's queue, one request at a time, until it is empty.
@@ -202,11 +246,15 @@ func (c *Client) sendBatch(srv string, batch []*pendingToken) {
 
 // sendOne sends the single-resource request for p and hands it the answer.
 func (c *Client) sendOne(ctx context.Context, srv string, p *pendingToken) {
-	body := singleBody(p.resource)
+	tok, leader, err := c.sendAlone(ctx, srv, p.resource)
+	p.res <- pendingResult{tok: tok, leader: leader, err: err}
+}
+
+// sendAlone sends the single-resource request for resource.
+func (c *Client) sendAlone(ctx context.Context, srv, resource string) (Token, leaderHint, error) {
+	body := singleBody(resource)
 	var resp tokenapi.TokenResponse
 	leader, err := c.try(ctx, srv, http.MethodPost, "/v1/tokens", body, &resp)
-	p.res <- pendingResult{
-		tok:    Token{Resource: resp.Resource, Value: resp.Token, Proof: resp.Proof, Term: resp.Term, Index: resp.Index, Leader: resp.Leader},
-		leader: leader, err: err,
-	}
+	return Token{Resource: resp.Resource, Value: resp.Token, Proof: resp.Proof, Term: resp.Term, Index: resp.Index, Leader: resp.Leader},
+		leader, err
 }
