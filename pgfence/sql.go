@@ -14,8 +14,10 @@ import (
 // version 6 added the effects (fencegate.effects, fencegate.effect and the
 // relay's functions); version 7 checks UPDATEs of tables that hold rows per
 // statement again, the new rows' resources (fencegate.check_update_new),
-// and row by row only where a row's resource changes (fencegate_move).
-const SchemaVersion = 7
+// and row by row only where a row's resource changes (fencegate_move);
+// version 8's statement checks compare every row's resource with the first
+// row's before they group any, so a write of one resource hashes nothing.
+const SchemaVersion = 8
 
 // DefaultOwnerRole is the role that owns schema fencegate when
 // InstallOptions.OwnerRole is empty.

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// TestUpgradeFromV3 installs versions 3 to 6 as they were shipped,
+// TestUpgradeFromV3 installs versions 3 to 7 as they were shipped,
 // protects a table, a partitioned table and an inheritance parent with each,
 // takes marks, upgrades, and checks that the marks are kept, that the
 // UPDATE checks were re-shaped (since version 7, on tables that hold rows,
@@ -21,7 +21,7 @@ import (
 // 3 read both transition tables everywhere) and that writes are still
 // refused without a fence and accepted with one.
 func TestUpgradeFromV3(t *testing.T) {
-	for v := 3; v <= 6; v++ {
+	for v := 3; v <= 7; v++ {
 		t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) { testUpgradeShapes(t, v) })
 	}
 }
@@ -64,6 +64,9 @@ func testUpgradeShapes(t *testing.T, v int) {
 	want := "acct:16:fencegate.check_update book:16:fencegate.check_update book_old:16:fencegate.check_update ev:16:fencegate.check_update ev_1:16:fencegate.check_update ev_2:16:fencegate.check_update"
 	if v >= 4 {
 		want = "acct:17:fencegate.check_row book:17:fencegate.check_row book_old:17:fencegate.check_row ev:16:fencegate.check_update ev_1:17:fencegate.check_row ev_2:17:fencegate.check_row"
+	}
+	if v >= 7 {
+		want = "acct:16:fencegate.check_update_new book:16:fencegate.check_update_new book_old:16:fencegate.check_update_new ev:16:fencegate.check_update ev_1:16:fencegate.check_update_new ev_2:16:fencegate.check_update_new"
 	}
 	if got := updShape(); got != want {
 		t.Fatalf("version %d UPDATE checks: %s, want %s", v, got, want)

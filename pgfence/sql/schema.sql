@@ -1,10 +1,10 @@
--- fencegate schema, version 7: the marks, the floor, the fence, the
+-- fencegate schema, version 8: the marks, the floor, the fence, the
 -- checks of protected tables and the effects (the fenced outbox). Install.go runs this file as the owner role
 -- (SET LOCAL ROLE), inside the install transaction, after it has made sure
 -- the schema exists and belongs to that role. Every statement is
--- idempotent: the file runs on a fresh schema, on a version 1 to 6 schema
+-- idempotent: the file runs on a fresh schema, on a version 1 to 7 schema
 -- (whose marks it keeps; the floor starts at 0, the effects empty) and on
--- a version 7 schema that was altered (it puts every function back).
+-- a version 8 schema that was altered (it puts every function back).
 --
 -- Rules every function below keeps (pgfence/DESIGN.md argues why):
 --   * search_path is pinned to pg_catalog, pg_temp by a SET clause;
@@ -94,7 +94,7 @@ COMMENT ON SEQUENCE fencegate.floor IS 'fencegate: the floor: last_value is the 
 CREATE OR REPLACE FUNCTION fencegate.schema_version() RETURNS integer
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
-AS $fg$SELECT 7$fg$;
+AS $fg$SELECT 8$fg$;
 
 -- fence check-and-advances the mark of one resource and records that this
 -- top-level transaction holds it. It runs as the owner role, which alone may
@@ -373,32 +373,54 @@ $fg$;
 -- this very transaction holds, on this running server. They run as the
 -- writer, who may read the marks. Each costs one call and one query per
 -- statement, whatever the number of rows, and a copy of each written row in
--- the transition tables: a bulk write pays one look-up per distinct resource.
+-- the transition tables. Since version 8 check_insert, check_update_new and
+-- check_delete first compare every row's resource with the first row's (one
+-- comparison per row, no hashing) and probe that one resource; only a
+-- statement whose rows belong to several resources runs a second query that
+-- groups them and probes each distinct one.
 CREATE OR REPLACE FUNCTION fencegate.check_insert() RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fg$
 DECLARE
-	me   xid8 := pg_current_xact_id();
-	boot timestamptz := pg_postmaster_start_time();
 	bad  text;
+	held boolean;
+	more boolean;
 BEGIN
-	SELECT n.r INTO bad FROM (SELECT DISTINCT fencegate_resource AS r FROM fg_new) n
-	WHERE n.r IS NULL OR n.r = '' OR NOT EXISTS (
-		SELECT 1 FROM fencegate.marks m
-		WHERE m.resource = n.r AND m.holder_xid = me AND m.holder_boot = boot)
-	LIMIT 1;
-	IF FOUND THEN
-		IF bad IS NULL OR bad = '' THEN
-			RAISE EXCEPTION 'fencegate: write to % refused: a row''s resource expression yields %', TG_RELID::regclass, coalesce(quote_literal(bad), 'NULL')
-				USING ERRCODE = 'FG003',
-				HINT = 'Every row of a protected table must belong to a resource; fix the row or the table''s resource expression (fencegate protect).';
-		END IF;
-		RAISE EXCEPTION 'fencegate: write to % refused: this transaction holds no fence on resource %', TG_RELID::regclass, quote_literal(bad)
-			USING ERRCODE = 'FG002',
-			HINT = format('Take the lock on %s, then run SELECT fencegate.fence(%s, token) in this transaction before writing.', quote_literal(bad), quote_literal(bad));
+	-- One pass, no hashing, for the common bulk write of one resource:
+	-- the first row's resource, whether this transaction holds its fence,
+	-- and whether any row's resource differs from it (the scan stops at
+	-- the first that does). Only then are the distinct resources grouped
+	-- and each probed.
+	SELECT n.fencegate_resource,
+	       EXISTS (SELECT 1 FROM fencegate.marks m
+	               WHERE m.resource = n.fencegate_resource AND m.holder_xid = pg_current_xact_id() AND m.holder_boot = pg_postmaster_start_time()),
+	       EXISTS (SELECT 1 FROM fg_new o WHERE o.fencegate_resource IS DISTINCT FROM n.fencegate_resource)
+	INTO bad, held, more
+	FROM fg_new n LIMIT 1;
+	IF NOT FOUND THEN
+		RETURN NULL;
 	END IF;
-	RETURN NULL;
+	IF more THEN
+		SELECT n.fencegate_resource INTO bad FROM fg_new n
+		GROUP BY n.fencegate_resource
+		HAVING n.fencegate_resource IS NULL OR n.fencegate_resource = '' OR NOT EXISTS (
+			SELECT 1 FROM fencegate.marks m
+			WHERE m.resource = n.fencegate_resource AND m.holder_xid = pg_current_xact_id() AND m.holder_boot = pg_postmaster_start_time());
+		IF NOT FOUND THEN
+			RETURN NULL;
+		END IF;
+	ELSIF held AND bad <> '' THEN
+		RETURN NULL;
+	END IF;
+	IF bad IS NULL OR bad = '' THEN
+		RAISE EXCEPTION 'fencegate: write to % refused: a row''s resource expression yields %', TG_RELID::regclass, coalesce(quote_literal(bad), 'NULL')
+			USING ERRCODE = 'FG003',
+			HINT = 'Every row of a protected table must belong to a resource; fix the row or the table''s resource expression (fencegate protect).';
+	END IF;
+	RAISE EXCEPTION 'fencegate: write to % refused: this transaction holds no fence on resource %', TG_RELID::regclass, quote_literal(bad)
+		USING ERRCODE = 'FG002',
+		HINT = format('Take the lock on %s, then run SELECT fencegate.fence(%s, token) in this transaction before writing.', quote_literal(bad), quote_literal(bad));
 END
 $fg$;
 
@@ -444,26 +466,39 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fg$
 DECLARE
-	bad text;
+	bad  text;
+	held boolean;
+	more boolean;
 BEGIN
-	-- One plan node fewer than check_insert's form: a fixed cost that a
-	-- single-row UPDATE pays in full. SELECT INTO reads one row.
-	SELECT n.fencegate_resource INTO bad FROM fg_new n
-	GROUP BY n.fencegate_resource
-	HAVING n.fencegate_resource IS NULL OR n.fencegate_resource = '' OR NOT EXISTS (
-		SELECT 1 FROM fencegate.marks m
-		WHERE m.resource = n.fencegate_resource AND m.holder_xid = pg_current_xact_id() AND m.holder_boot = pg_postmaster_start_time());
-	IF FOUND THEN
-		IF bad IS NULL OR bad = '' THEN
-			RAISE EXCEPTION 'fencegate: write to % refused: a row''s resource expression yields %', TG_RELID::regclass, coalesce(quote_literal(bad), 'NULL')
-				USING ERRCODE = 'FG003',
-				HINT = 'Every row of a protected table must belong to a resource; fix the row or the table''s resource expression (fencegate protect).';
-		END IF;
-		RAISE EXCEPTION 'fencegate: write to % refused: this transaction holds no fence on resource %', TG_RELID::regclass, quote_literal(bad)
-			USING ERRCODE = 'FG002',
-			HINT = format('Take the lock on %s, then run SELECT fencegate.fence(%s, token) in this transaction before writing.', quote_literal(bad), quote_literal(bad));
+	SELECT n.fencegate_resource,
+	       EXISTS (SELECT 1 FROM fencegate.marks m
+	               WHERE m.resource = n.fencegate_resource AND m.holder_xid = pg_current_xact_id() AND m.holder_boot = pg_postmaster_start_time()),
+	       EXISTS (SELECT 1 FROM fg_new o WHERE o.fencegate_resource IS DISTINCT FROM n.fencegate_resource)
+	INTO bad, held, more
+	FROM fg_new n LIMIT 1;
+	IF NOT FOUND THEN
+		RETURN NULL;
 	END IF;
-	RETURN NULL;
+	IF more THEN
+		SELECT n.fencegate_resource INTO bad FROM fg_new n
+		GROUP BY n.fencegate_resource
+		HAVING n.fencegate_resource IS NULL OR n.fencegate_resource = '' OR NOT EXISTS (
+			SELECT 1 FROM fencegate.marks m
+			WHERE m.resource = n.fencegate_resource AND m.holder_xid = pg_current_xact_id() AND m.holder_boot = pg_postmaster_start_time());
+		IF NOT FOUND THEN
+			RETURN NULL;
+		END IF;
+	ELSIF held AND bad <> '' THEN
+		RETURN NULL;
+	END IF;
+	IF bad IS NULL OR bad = '' THEN
+		RAISE EXCEPTION 'fencegate: write to % refused: a row''s resource expression yields %', TG_RELID::regclass, coalesce(quote_literal(bad), 'NULL')
+			USING ERRCODE = 'FG003',
+			HINT = 'Every row of a protected table must belong to a resource; fix the row or the table''s resource expression (fencegate protect).';
+	END IF;
+	RAISE EXCEPTION 'fencegate: write to % refused: this transaction holds no fence on resource %', TG_RELID::regclass, quote_literal(bad)
+		USING ERRCODE = 'FG002',
+		HINT = format('Take the lock on %s, then run SELECT fencegate.fence(%s, token) in this transaction before writing.', quote_literal(bad), quote_literal(bad));
 END
 $fg$;
 
@@ -472,26 +507,39 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fg$
 DECLARE
-	me   xid8 := pg_current_xact_id();
-	boot timestamptz := pg_postmaster_start_time();
 	bad  text;
+	held boolean;
+	more boolean;
 BEGIN
-	SELECT n.r INTO bad FROM (SELECT DISTINCT fencegate_resource AS r FROM fg_old) n
-	WHERE n.r IS NULL OR n.r = '' OR NOT EXISTS (
-		SELECT 1 FROM fencegate.marks m
-		WHERE m.resource = n.r AND m.holder_xid = me AND m.holder_boot = boot)
-	LIMIT 1;
-	IF FOUND THEN
-		IF bad IS NULL OR bad = '' THEN
-			RAISE EXCEPTION 'fencegate: write to % refused: a row''s resource expression yields %', TG_RELID::regclass, coalesce(quote_literal(bad), 'NULL')
-				USING ERRCODE = 'FG003',
-				HINT = 'Every row of a protected table must belong to a resource; fix the row or the table''s resource expression (fencegate protect).';
-		END IF;
-		RAISE EXCEPTION 'fencegate: write to % refused: this transaction holds no fence on resource %', TG_RELID::regclass, quote_literal(bad)
-			USING ERRCODE = 'FG002',
-			HINT = format('Take the lock on %s, then run SELECT fencegate.fence(%s, token) in this transaction before writing.', quote_literal(bad), quote_literal(bad));
+	SELECT n.fencegate_resource,
+	       EXISTS (SELECT 1 FROM fencegate.marks m
+	               WHERE m.resource = n.fencegate_resource AND m.holder_xid = pg_current_xact_id() AND m.holder_boot = pg_postmaster_start_time()),
+	       EXISTS (SELECT 1 FROM fg_old o WHERE o.fencegate_resource IS DISTINCT FROM n.fencegate_resource)
+	INTO bad, held, more
+	FROM fg_old n LIMIT 1;
+	IF NOT FOUND THEN
+		RETURN NULL;
 	END IF;
-	RETURN NULL;
+	IF more THEN
+		SELECT n.fencegate_resource INTO bad FROM fg_old n
+		GROUP BY n.fencegate_resource
+		HAVING n.fencegate_resource IS NULL OR n.fencegate_resource = '' OR NOT EXISTS (
+			SELECT 1 FROM fencegate.marks m
+			WHERE m.resource = n.fencegate_resource AND m.holder_xid = pg_current_xact_id() AND m.holder_boot = pg_postmaster_start_time());
+		IF NOT FOUND THEN
+			RETURN NULL;
+		END IF;
+	ELSIF held AND bad <> '' THEN
+		RETURN NULL;
+	END IF;
+	IF bad IS NULL OR bad = '' THEN
+		RAISE EXCEPTION 'fencegate: write to % refused: a row''s resource expression yields %', TG_RELID::regclass, coalesce(quote_literal(bad), 'NULL')
+			USING ERRCODE = 'FG003',
+			HINT = 'Every row of a protected table must belong to a resource; fix the row or the table''s resource expression (fencegate protect).';
+	END IF;
+	RAISE EXCEPTION 'fencegate: write to % refused: this transaction holds no fence on resource %', TG_RELID::regclass, quote_literal(bad)
+		USING ERRCODE = 'FG002',
+		HINT = format('Take the lock on %s, then run SELECT fencegate.fence(%s, token) in this transaction before writing.', quote_literal(bad), quote_literal(bad));
 END
 $fg$;
 
