@@ -109,6 +109,21 @@ func issuePeer(t *testing.T, ca *pki.CA, id string, o pki.Options) *pki.Leaf {
 	return leaf
 }
 
+// startNamedCluster starts three TLS nodes whose certificates, and the
+// admin client's, name the cluster o.Cluster.
+func startNamedCluster(t *testing.T, ca *pki.CA, o pki.Options) *tokenservicetest.Cluster {
+	t.Helper()
+	node := func(id string) *tokenservice.NodeTLS {
+		return &tokenservice.NodeTLS{CA: ca.Pool(), Cert: issuePeer(t, ca, id, o).TLSCertificate()}
+	}
+	admin, err := ca.Issue("ops", []string{string(tokenapi.RoleAdmin)}, nil, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tokenservicetest.StartCluster(t, 3, tokenservicetest.WithTLS(node, nil,
+		tokenclient.WithTLS(tokenclient.ClientTLSConfig(ca.Pool(), admin.TLSCertificate()))))
+}
+
 // Must show: a node removed from the cluster is a stranger, although its
 // peer certificate stays valid (no revocation; 825 days). With a peer
 // certificate of the removed node, hashicorp's own transport sends each
@@ -211,15 +226,7 @@ func TestMemberCertificateSpeaksOnlyForItself(t *testing.T) {
 func TestPeerOfAnotherClusterRefused(t *testing.T) {
 	ca := newCA(t, "shared")
 	prod := pki.Options{Cluster: "prod"}
-	node := func(id string) *tokenservice.NodeTLS {
-		return &tokenservice.NodeTLS{CA: ca.Pool(), Cert: issuePeer(t, ca, id, prod).TLSCertificate()}
-	}
-	admin, err := ca.Issue("ops", []string{string(tokenapi.RoleAdmin)}, nil, prod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := tokenservicetest.StartCluster(t, 3, tokenservicetest.WithTLS(node, nil,
-		tokenclient.WithTLS(tokenclient.ClientTLSConfig(ca.Pool(), admin.TLSCertificate()))))
+	c := startNamedCluster(t, ca, prod)
 	leader := c.Leader(t)
 	follower, member := (leader+1)%3, (leader+2)%3
 	st := c.Node(follower).LocalStatus()

@@ -13,7 +13,6 @@ import (
 	"github.com/fencegate/fencegate/internal/pki"
 	"github.com/fencegate/fencegate/tokenapi"
 	"github.com/fencegate/fencegate/tokenclient"
-	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
@@ -85,15 +84,7 @@ func askView(t *testing.T, br *bufio.Reader, w io.Writer, seq uint64) (gotSeq, t
 func TestViewStream(t *testing.T) {
 	ca := newCA(t, "shared")
 	prod := pki.Options{Cluster: "prod"}
-	node := func(id string) *tokenservice.NodeTLS {
-		return &tokenservice.NodeTLS{CA: ca.Pool(), Cert: issuePeer(t, ca, id, prod).TLSCertificate()}
-	}
-	admin, err := ca.Issue("ops", []string{string(tokenapi.RoleAdmin)}, nil, prod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := tokenservicetest.StartCluster(t, 3, tokenservicetest.WithTLS(node, nil,
-		tokenclient.WithTLS(tokenclient.ClientTLSConfig(ca.Pool(), admin.TLSCertificate()))))
+	c := startNamedCluster(t, ca, prod)
 	leader := c.Leader(t)
 	follower, member := (leader+1)%3, (leader+2)%3
 	base := c.APIURL(follower)
