@@ -15,9 +15,11 @@ import (
 )
 
 // BenchmarkNodeVsRedlock runs bench/locks.mjs once, the Node.js client against the npm
-// redlock package and its fenced cycle straight to PostgreSQL and through
-// the gate, against a stack of its own: five redis-servers, a 3-node token
-// cluster, and a database with protected tables behind the gate. It is a
+// redlock package, and its fenced cycle (straight to PostgreSQL and through
+// the gate) against the unfenced cycle of npm redlock and the same UPDATE on
+// an unprotected twin table, against a stack of its own: five
+// redis-servers, a 3-node token cluster, and a database with protected
+// tables and the twin behind the gate. It is a
 // benchmark, so it runs only when asked (`make bench-node`); the script
 // makes its own rounds and prints its own table:
 //
@@ -35,7 +37,7 @@ func BenchmarkNodeVsRedlock(b *testing.B) {
 		redisURLs = append(redisURLs, "redis://"+testutil.StartRedis(t).Addr())
 	}
 	cluster := tokenservicetest.StartCluster(t, 3)
-	gate, direct, _ := clientsuite.Database(t)
+	gate, direct := clientsuite.BenchDatabase(t)
 
 	args := []string{"bench/locks.mjs"}
 	if a := os.Getenv("FENCEGATE_NODE_BENCH_ARGS"); a != "" {
