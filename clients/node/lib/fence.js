@@ -192,9 +192,25 @@ async function onClient(client, ordered, fn, state = { lost: null }) {
   const onNotice = (n) => {
     if (n && n.code === '25001') open = n; // "there is already a transaction in progress"
   };
+  // BEGIN and the first fence go as one round trip where the driver lets
+  // them (see BeginAndFence); else BEGIN alone, then each fence.
+  const first = ordered[0];
+  const both = canPipeline(client) ? new BeginAndFence(client, first) : null;
+  let fenced = false;
   if (typeof client.on === 'function') client.on('notice', onNotice);
   try {
-    await client.query('BEGIN');
+    if (both) {
+      client.query(both);
+      fenced = await both.done;
+    } else {
+      await client.query('BEGIN');
+    }
+  } catch (e) {
+    if (!both || !both.fenced) throw e;
+    // The fence failed (or the connection did): the transaction is
+    // aborted, as when the fence fails after a BEGIN of its own.
+    await rollbackQuietly(client);
+    throw mapError(e, first.resource, first.token) || e;
   } finally {
     if (typeof client.off === 'function') client.off('notice', onNotice);
   }
@@ -206,7 +222,7 @@ async function onClient(client, ordered, fn, state = { lost: null }) {
   }
   let result;
   try {
-    for (const lock of ordered) {
+    for (const lock of fenced ? ordered.slice(1) : ordered) {
       const saved = who;
       who = [lock.resource, lock.token];
       if (lock.proof) await client.query(FENCE_SIGNED_SQL, [lock.resource, lock.token.toString(), lock.proof]);
@@ -244,6 +260,104 @@ async function onClient(client, ordered, fn, state = { lost: null }) {
     );
   }
   return result;
+}
+
+// fenceQuery is the statement and the parameters that fence lock.
+function fenceQuery(lock) {
+  return lock.proof
+    ? { text: FENCE_SIGNED_SQL, values: [lock.resource, lock.token.toString(), lock.proof] }
+    : { text: FENCE_SQL, values: [lock.resource, lock.token.toString()] };
+}
+
+// canPipeline says whether client is a node-postgres Client that
+// BeginAndFence can drive: one whose connection writes protocol messages
+// and whose last ReadyForQuery status it keeps, not in pg's own pipeline
+// mode (which refuses custom queries).
+function canPipeline(client) {
+  const con = client.connection;
+  return (
+    !client.pipeline &&
+    '_txStatus' in client &&
+    !!con &&
+    typeof con.parse === 'function' &&
+    typeof con.bind === 'function' &&
+    typeof con.execute === 'function' &&
+    typeof con.sync === 'function'
+  );
+}
+
+// BeginAndFence is a node-postgres custom query (a "submittable", as
+// pg-cursor is) that sends BEGIN and the fence of one lock in one write, as
+// the extended protocol's pipelining allows: Parse/Bind/Execute of BEGIN,
+// Parse/Bind/Execute of the fence with its parameters bound (never written
+// into the statement text), one Sync. PostgreSQL runs them in order; BEGIN
+// turns the implicit block into the transaction, so the fence is its first
+// statement exactly as when each waits for the other's answer, and an error
+// skips what follows to the Sync. That saves the round trip of BEGIN alone.
+//
+// It decides when pg hands it the connection, all earlier queries of the
+// client answered: only on a session whose last ReadyForQuery said idle
+// ('I'). Otherwise (a transaction already open) it sends BEGIN alone, in
+// the simple protocol as before, so that PostgreSQL's warning 25001 says so
+// and nothing is fenced in the caller's transaction. done resolves to
+// whether the fence was sent, and rejects with the first error.
+class BeginAndFence {
+  constructor(client, lock) {
+    this.client = client;
+    this.fence = fenceQuery(lock);
+    this.fenced = false;
+    this.done = new Promise((resolve, reject) => {
+      this._resolve = resolve;
+      this._reject = reject;
+    });
+  }
+
+  submit(connection) {
+    if (this.client._txStatus !== 'I') {
+      connection.query('BEGIN');
+      return null;
+    }
+    this.fenced = true;
+    const stream = connection.stream;
+    if (stream && stream.cork) stream.cork();
+    try {
+      connection.parse({ text: 'BEGIN' });
+      connection.bind({});
+      connection.execute({});
+      connection.parse({ text: this.fence.text });
+      connection.bind({ values: this.fence.values });
+      connection.execute({});
+      connection.sync();
+    } finally {
+      if (stream && stream.uncork) stream.uncork();
+    }
+    return null;
+  }
+
+  handleRowDescription() {}
+
+  handleDataRow() {}
+
+  handleCommandComplete() {}
+
+  handleEmptyQuery() {}
+
+  handlePortalSuspended() {}
+
+  handleCopyInResponse(connection) {
+    // never asked for: end the copy so the session stays usable
+    connection.sendCopyFail('fencegate: unexpected COPY');
+  }
+
+  handleCopyData() {}
+
+  handleError(err) {
+    this._reject(err);
+  }
+
+  handleReadyForQuery() {
+    this._resolve(this.fenced);
+  }
 }
 
 async function rollbackQuietly(client) {

@@ -183,6 +183,38 @@ test('an error thrown or caught inside the callback commits nothing', async (t) 
   assert.equal(await s.balance(acct), 100);
 });
 
+test('BEGIN and the first fence go as one round trip; a refused fence leaves the session idle', async (t) => {
+  const s = new Stack(t);
+  const locks = s.locks();
+  const acct = await s.newAccount(locks, 100);
+  const res = 'account:' + acct;
+  const conn = await s.connect();
+  let answers = 0;
+  const count = () => answers++;
+  const old = await locks.acquire(res);
+  await old.release();
+  const lock = await locks.acquire(res);
+  conn.connection.on('readyForQuery', count);
+  await lock.transaction(conn, (c) => c.query('UPDATE accounts SET balance = balance + 1 WHERE id = $1', [acct]));
+  conn.connection.off('readyForQuery', count);
+  // BEGIN with the fence, the UPDATE, COMMIT: three answers, not four.
+  assert.equal(answers, 3);
+  // A stale fence sent with BEGIN is refused before the callback runs, and
+  // the transaction BEGIN opened is rolled back: the next fenced
+  // transaction on the same session starts from idle.
+  let ran = false;
+  await assert.rejects(
+    old.transaction(conn, async () => {
+      ran = true;
+    }),
+    (e) => e instanceof StaleTokenError && e.resource === res && e.token === old.token,
+  );
+  assert.equal(ran, false);
+  await lock.transaction(conn, (c) => c.query('UPDATE accounts SET balance = balance + 1 WHERE id = $1', [acct]));
+  await lock.release();
+  assert.equal(await s.balance(acct), 102);
+});
+
 test('a transfer under two locks fences both, in byte order', async (t) => {
   const s = new Stack(t);
   const locks = s.locks();
