@@ -2,7 +2,7 @@
 GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: help build demo dev services-servers test test-matrix test-short services vet fuzz bench bench-tokens bench-proxy bench-locks bench-cycle bench-tables bench-node test-bench faults
+.PHONY: help build demo dev services-servers test test-matrix test-short services vet fuzz bench bench-tokens bench-proxy bench-locks bench-cycle bench-tables bench-node bench-python test-bench faults
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -65,8 +65,11 @@ bench-tables: services ## a protected table vs its unprotected twin (pgfence)
 test-bench: ## unit tests of the bench module
 	cd bench && $(GO) test -count=1 ./...
 
-bench-node: services ## Node.js client vs npm redlock, and its fenced cycle direct and through the gate
+bench-node: services ## Node.js client vs npm redlock, and its fenced cycle vs redlock + the same UPDATE unfenced
 	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkNodeVsRedlock$$' -benchtime 1x -v -timeout 30m ./clients/node/
+
+bench-python: services ## the Python client's fenced critical section vs redis-py's Lock (or a quorum lock) and the same UPDATE unfenced
+	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkPythonCycle$$' -benchtime 1x -v -timeout 30m ./clients/python/
 
 faults: services ## fault campaign (RUNS=N)
 	$(GO) run ./cmd/fencegate faults --runs $(or $(RUNS),5)

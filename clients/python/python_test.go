@@ -69,7 +69,7 @@ func TestPythonClient(t *testing.T) {
 
 // checkPython fails the test, saying what to install, when the interpreter
 // or one of the client's dependencies is missing.
-func checkPython(t *testing.T) {
+func checkPython(t testing.TB) {
 	t.Helper()
 	if _, err := os.Stat(python); err != nil {
 		t.Fatalf("%s not found: install python3 (Debian's), with python3-redis and python3-psycopg", python)
