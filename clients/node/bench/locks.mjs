@@ -32,6 +32,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
 import os from 'node:os';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import Redis from 'ioredis';
 import pg from 'pg';
@@ -86,14 +87,20 @@ async function run(workers, secs, cycle) {
 // same one), and returns each one's median rate, rate range, median p50
 // and median CPU per cycle; with clients unfenced and direct, also the
 // median and range of the per-round ratio unfenced / direct.
-async function compare(workers, clients) {
+async function compare(workers, clients, pause = 0) {
   const names = Object.keys(clients);
   const res = Object.fromEntries(names.map((n) => [n, { rates: [], cpus: [], p50s: [] }]));
-  for (const n of names) await run(workers, warmup, clients[n]);
+  for (const n of names) {
+    if (pause) await sleep(pause);
+    await run(workers, warmup, clients[n]);
+  }
   const ratios = [];
   for (let r = 0; r < rounds; r++) {
     const order = r % 2 === 0 ? names : [...names].reverse();
     for (const n of order) {
+      // Let the idle connections of the side before close (the pools' idle
+      // timeout), so that two sides never hold PostgreSQL slots at once.
+      if (pause) await sleep(pause);
       const { rate, cpu, p50 } = await run(workers, seconds, clients[n]);
       res[n].rates.push(rate);
       res[n].cpus.push(cpu);
@@ -165,7 +172,14 @@ async function cycles() {
   console.log('\nCritical section (lock, [token,] BEGIN, [fence,] UPDATE of one row, COMMIT, release), cycles/s: median (min–max) of the rounds; p50 ms; CPU µs per cycle of the Node.js process');
   row(['Redis', 'acquirers', 'unfenced: redlock + UPDATE (p50)', 'fenced, direct (p50)', 'fenced, through the gate (p50)', 'unfenced / fenced', 'gate / direct', 'CPU µs/cycle unfenced / fenced / gate']);
   row(Array(8).fill('---'));
-  const pools = Object.fromEntries(Object.entries(dsns).map(([k, dsn]) => [k, new pg.Pool({ connectionString: dsn, max: 16 })]));
+  // Idle connections close after 300 ms, so that the pool whose turn it is
+  // not holds none: PostgreSQL's slots are shared with whatever else runs on
+  // the server.
+  const pools = Object.fromEntries(Object.entries(dsns).map(([k, dsn]) => [k, new pg.Pool({ connectionString: dsn, max: 16, idleTimeoutMillis: 300 })]));
+  // An idle connection the server ends (it restarted, an operator ended the
+  // backend) leaves the pool, which opens another; without a listener pg
+  // would end the process.
+  for (const [k, p] of Object.entries(pools)) p.on('error', (e) => console.error(`pool ${k}: idle connection ended: ${e.message}`));
   const id = (w) => `bench-${w}`;
   for (const k of [1, redisURLs.length]) {
     const urls = redisURLs.slice(0, k);
@@ -207,7 +221,7 @@ async function cycles() {
       }
     };
     for (const workers of [1, 16]) {
-      const m = await compare(workers, { unfenced, direct: fenced(pools.direct), gate: fenced(pools.gate) });
+      const m = await compare(workers, { unfenced, direct: fenced(pools.direct), gate: fenced(pools.gate) }, 500);
       const p50 = (x) => `${x.p50.toFixed(2)}`;
       row([k === 1 ? '1' : `${k} masters (Redlock)`, workers,
         `${cell(m.unfenced)} (${p50(m.unfenced)})`, `${cell(m.direct)} (${p50(m.direct)})`, `${cell(m.gate)} (${p50(m.gate)})`,

@@ -300,6 +300,28 @@ def breakdown(s: Setup, secs: float) -> None:
         row([k, f"{statistics.median(steps[k]):.3f}"])
 
 
+def profiled(f, s: Setup, secs: float, path: str | None) -> str:
+    """What f(s, secs) prints, run under cProfile when path is set: then the
+    stats go to path, and the functions with the most own time follow."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        if not path:
+            f(s, secs)
+        else:
+            import cProfile
+            import pstats
+
+            prof = cProfile.Profile()
+            prof.runcall(f, s, secs)
+            prof.dump_stats(path)
+            print(f"\ncProfile of the steps written to {path}; the functions with the most own time:")
+            pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(25)
+    return out.getvalue()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
@@ -327,8 +349,10 @@ def main() -> None:
     row(["Redis", "workers", "unfenced cycles/s (p50 ms)", "fenced cycles/s (p50 ms)", "unfenced / fenced",
          "CPU µs/cycle unfenced / fenced"])
     row(["---"] * 6)
-    first = None
+    later: list[str] = []
     for k in (1, len(redis_urls)):
+        # One configuration's connections at a time: PostgreSQL's slots are
+        # shared with whatever else runs on the server.
         s = Setup(redis_urls[:k], tokens, dsn, max(1, a.workers))
         try:
             for workers in (1, a.workers):
@@ -339,28 +363,13 @@ def main() -> None:
                 row([mode, workers, f"{fmt(u['rate'])} ({fmt(u['min'])}–{fmt(u['max'])}) ({u['p50']:.2f})",
                      f"{fmt(f['rate'])} ({fmt(f['min'])}–{fmt(f['max'])}) ({f['p50']:.2f})",
                      f"{r:.2f}x ({rmin:.2f}–{rmax:.2f})", f"{u['cpu']:.0f} / {f['cpu']:.0f}"])
-        except BaseException:
-            s.close()
-            raise
-        if k == 1 and not a.no_breakdown:
-            first = s
-        else:
-            s.close()
-    if first is not None:
-        try:
-            if a.profile:
-                import cProfile
-                import pstats
-
-                prof = cProfile.Profile()
-                prof.runcall(breakdown, first, a.seconds)
-                prof.dump_stats(a.profile)
-                print(f"\ncProfile of the steps written to {a.profile}; the functions with the most own time:")
-                pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(25)
-            else:
-                breakdown(first, a.seconds)
+            if k == 1 and not a.no_breakdown:
+                # Printed after the table.
+                later.append(profiled(breakdown, s, a.seconds, a.profile))
         finally:
-            first.close()
+            s.close()
+    for text in later:
+        print(text, end="")
     print(f"\nload average at end: {load()}", flush=True)
 
 
