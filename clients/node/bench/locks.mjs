@@ -25,9 +25,10 @@
 // falls on all of them. It prints the median (and the range) of cycles/s,
 // the median of the rounds' p50 latencies, the median CPU time of this
 // process (user + system, process.cpuUsage()) per cycle, and the median
-// (and range) of the per-round ratio unfenced / fenced. --only locks|cycles
-// runs one part. --profile FILE writes a CPU profile of the whole run (for
-// Chrome DevTools) to FILE.
+// (and range) of the per-round ratio unfenced / fenced; then the median time
+// of each step of both cycles at one acquirer. --only locks|cycles|breakdown
+// runs one part (cycles includes the steps). --profile FILE writes a CPU
+// profile of the whole run (for Chrome DevTools) to FILE.
 
 import { readFileSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
@@ -264,10 +265,23 @@ async function breakdown() {
   let side = 'fenced';
   const query = client.query.bind(client);
   client.query = (...a) => {
+    if (typeof a[0].submit === 'function') {
+      // BEGIN and the fence in one round trip: pg returns the query
+      // itself, whose done settles with the answer.
+      const q = query(...a);
+      timed(`${side}: BEGIN + fence`, () => a[0].done).catch(() => {});
+      return q;
+    }
     const text = typeof a[0] === 'string' ? a[0] : a[0].text;
     const word = /fencegate\.fence/.test(text) ? 'fence' : text.split(' ')[0];
     return timed(`${side}: ${word}`, () => query(...a));
   };
+  // The rows, when no earlier part inserted them.
+  const l0 = await locks.acquire('counter:bench-0');
+  await l0.transaction(client, (c) => c.query("INSERT INTO counters (id) VALUES ('bench-0') ON CONFLICT (id) DO NOTHING"));
+  await l0.release();
+  await client.query("INSERT INTO counters_plain (id) VALUES ('bench-0') ON CONFLICT (id) DO NOTHING");
+  for (const k of Object.keys(steps)) delete steps[k];
   const end = performance.now() + seconds * 1000;
   while (performance.now() < end) {
     side = 'unfenced';
@@ -304,8 +318,8 @@ async function main() {
     await prof.post('Profiler.enable');
     await prof.post('Profiler.start');
   }
-  if (values.only !== 'cycles') await lockCycles();
-  if (values.only !== 'locks') await cycles();
+  if (!values.only || values.only === 'locks') await lockCycles();
+  if (values.only !== 'locks' && values.only !== 'breakdown') await cycles();
   if (values.only !== 'locks') await breakdown();
   if (prof) {
     const { profile } = await prof.post('Profiler.stop');
