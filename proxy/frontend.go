@@ -56,6 +56,12 @@ func (s *session) frontendPump() error {
 			}
 			continue
 		case 'X':
+			// The client leaves. Say so before the server reads the
+			// Terminate and closes: the backend pump, seeing that close,
+			// then knows it is no lost server to report (and the client,
+			// which is closing, gets no FATAL 08006 it would raise as an
+			// error).
+			s.setClosing(errClientGone)
 			_ = s.clientFrames.copyTo(s.upstreamWriter, n)
 			_ = s.upstreamWriter.Flush()
 			return nil

@@ -333,8 +333,8 @@ func (s *session) endFrontend(err error) {
 	default:
 		reason = errClientGone
 	}
-	if s.setClosing(reason) {
-		s.up.Close()
+	if s.setClosing(reason) || err == nil {
+		s.up.Close() // on Terminate the frontend pump set the reason
 	}
 	<-s.backendDone
 	if errors.Is(s.reason(), errProtocol) {
