@@ -1,17 +1,11 @@
 package python_test
 
 import (
-	"context"
 	"os"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/fencegate/fencegate/fencegatetest/clientsuite"
-	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
 // BenchmarkPythonCycle runs bench/cycle.py once: the Python client's whole
@@ -31,45 +25,9 @@ func BenchmarkPythonCycle(b *testing.B) {
 	t := b
 	checkPython(t)
 
-	var redisURLs []string
-	for range 5 {
-		redisURLs = append(redisURLs, "redis://"+testutil.StartRedis(t).Addr())
-	}
-	cluster := tokenservicetest.StartCluster(t, 3)
-	gate, direct := clientsuite.BenchDatabase(t)
-
-	args := []string{"-B", "bench/cycle.py"}
+	args := []string{python, "-B", "bench/cycle.py"}
 	if a := os.Getenv("FENCEGATE_PYTHON_BENCH_ARGS"); a != "" {
 		args = append(args, strings.Fields(a)...)
 	}
-	uptime(t, "before")
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, python, args...)
-	cmd.Env = append(os.Environ(),
-		"PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1",
-		"FENCEGATE_BENCH_REDIS_URLS="+strings.Join(redisURLs, ","),
-		"FENCEGATE_BENCH_TOKEN_SERVERS="+strings.Join(cluster.APIURLs(), ","),
-		"FENCEGATE_BENCH_DSN_DIRECT="+direct,
-		"FENCEGATE_BENCH_DSN_GATE="+gate,
-	)
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("%s %s: %v", python, strings.Join(args, " "), err)
-	}
-	uptime(t, "after")
-}
-
-// uptime logs the machine's load average: a benchmark's figures mean little
-// without it.
-func uptime(t testing.TB, when string) {
-	t.Helper()
-	out, err := exec.Command("uptime").Output()
-	if err != nil {
-		t.Logf("uptime %s: %v", when, err)
-		return
-	}
-	t.Logf("uptime %s: %s", when, strings.TrimSpace(string(out)))
+	clientsuite.RunBench(t, args, "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1")
 }

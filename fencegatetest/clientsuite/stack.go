@@ -67,34 +67,6 @@ func Database(t testing.TB) (app, appDirect, admin string) {
 	return proxytest.Start(t, d.AppDSN, quietProxy(t)), d.AppDSN, d.DSN
 }
 
-// PlainTable is the unprotected twin of counters (same columns, no
-// resource, no trigger) that BenchDatabase adds: the unfenced cycle of the
-// clients' benchmarks writes it, the fenced cycle writes counters.
-const PlainTable = "counters_plain"
-
-// BenchDatabase is Database for the clients' benchmarks: the same tables,
-// plus PlainTable granted to the application role like the others. It
-// returns the application role's DSNs through the gate and straight to
-// PostgreSQL.
-func BenchDatabase(t testing.TB) (app, appDirect string) {
-	t.Helper()
-	testutil.NeedServices(t)
-	d := pgfencetest.New(t)
-	createTables(t, d)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn := d.Admin(t)
-	for _, q := range []string{
-		"CREATE TABLE " + PlainTable + " (id text PRIMARY KEY, n bigint NOT NULL DEFAULT 0)",
-		"GRANT SELECT, INSERT, UPDATE, DELETE ON " + PlainTable + " TO " + d.App,
-	} {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	return proxytest.Start(t, d.AppDSN, quietProxy(t)), d.AppDSN
-}
-
 // createTables creates, protects and grants the tables of the client tests
 // in d.
 func createTables(t testing.TB, d *pgfencetest.DB) {
