@@ -34,7 +34,7 @@ import (
 //
 //	question: seq uint64
 //	answer:   seq uint64, term uint64, flags byte,
-//	          len(node ID) byte, node ID, len(leader ID) byte, leader ID
+//	          len(node ID) uint16, node ID, len(leader ID) uint16, leader ID
 //
 // big-endian. The node reads its View after it read the question, so an
 // answer, like the GET's, is read at a moment after the leader asked: the
@@ -64,8 +64,10 @@ const (
 	streamMaxIdle = 4
 	// flagLast marks the last answer of a stream.
 	flagLast = 1
-	// maxViewID bounds a node ID in an answer (raftstore IDs are shorter).
-	maxViewID = 255
+	// maxViewID bounds a node ID in an answer. An ID is never cut short
+	// (a cut ID could read as another node's); a node whose view holds a
+	// longer one ends the stream instead of answering.
+	maxViewID = 1<<16 - 1
 )
 
 // errNoStream means the voter does not offer view streams.
@@ -99,7 +101,7 @@ func (s *Server) handleViewStream(w http.ResponseWriter, r *http.Request) {
 func (s *Server) serveViewStream(conn net.Conn, br *bufio.Reader) {
 	end := time.Now().Add(streamLife)
 	var q [8]byte
-	out := make([]byte, 0, 32+2*maxViewID)
+	out := make([]byte, 0, 64)
 	for {
 		dl := time.Now().Add(streamIdle)
 		if dl.After(end) {
@@ -110,6 +112,9 @@ func (s *Server) serveViewStream(conn net.Conn, br *bufio.Reader) {
 			return
 		}
 		v := s.Store().View()
+		if len(v.NodeID) > maxViewID || len(v.LeaderID) > maxViewID {
+			return
+		}
 		last := time.Now().After(end)
 		out = appendViewAnswer(out[:0], binary.BigEndian.Uint64(q[:]), v, last)
 		_ = conn.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
@@ -119,7 +124,8 @@ func (s *Server) serveViewStream(conn net.Conn, br *bufio.Reader) {
 	}
 }
 
-// appendViewAnswer appends the answer to question seq.
+// appendViewAnswer appends the answer to question seq; v's IDs are at most
+// maxViewID bytes long.
 func appendViewAnswer(b []byte, seq uint64, v raftstore.View, last bool) []byte {
 	b = binary.BigEndian.AppendUint64(b, seq)
 	b = binary.BigEndian.AppendUint64(b, v.Term)
@@ -128,18 +134,16 @@ func appendViewAnswer(b []byte, seq uint64, v raftstore.View, last bool) []byte 
 		flags |= flagLast
 	}
 	b = append(b, flags)
-	for _, id := range []string{v.NodeID, v.LeaderID} {
-		id = id[:min(len(id), maxViewID)]
-		b = append(b, byte(len(id)))
-		b = append(b, id...)
-	}
-	return b
+	b = binary.BigEndian.AppendUint16(b, uint16(len(v.NodeID)))
+	b = append(b, v.NodeID...)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(v.LeaderID)))
+	return append(b, v.LeaderID...)
 }
 
-// readViewAnswer reads the answer to question seq from r; last reports
-// flagLast.
+// readViewAnswer reads the answer to question seq from r, through buf
+// (grown when an ID is longer); last reports flagLast.
 func readViewAnswer(r io.Reader, seq uint64, buf []byte) (v raftstore.View, last bool, err error) {
-	head := buf[:18]
+	head := buf[:17]
 	if _, err := io.ReadFull(r, head); err != nil {
 		return v, false, err
 	}
@@ -148,19 +152,25 @@ func readViewAnswer(r io.Reader, seq uint64, buf []byte) (v raftstore.View, last
 	}
 	v.Term = binary.BigEndian.Uint64(head[8:])
 	last = head[16]&flagLast != 0
-	n := int(head[17])
-	id := buf[:n+1]
-	if _, err := io.ReadFull(r, id); err != nil {
-		return v, false, err
+	if v.NodeID, err = readViewID(r, buf); err == nil {
+		v.LeaderID, err = readViewID(r, buf)
 	}
-	v.NodeID = string(id[:n])
-	m := int(id[n])
-	id = buf[:m]
-	if _, err := io.ReadFull(r, id); err != nil {
-		return v, false, err
+	return v, last, err
+}
+
+// readViewID reads one length-prefixed ID of an answer.
+func readViewID(r io.Reader, buf []byte) (string, error) {
+	if _, err := io.ReadFull(r, buf[:2]); err != nil {
+		return "", err
 	}
-	v.LeaderID = string(id)
-	return v, last, nil
+	n := int(binary.BigEndian.Uint16(buf))
+	if n > len(buf) {
+		buf = make([]byte, n)
+	}
+	if _, err := io.ReadFull(r, buf[:n]); err != nil {
+		return "", err
+	}
+	return string(buf[:n]), nil
 }
 
 // headerHasToken reports whether the comma-separated header name holds
@@ -182,7 +192,7 @@ type viewStream struct {
 	cn   string // the CN of the certificate the node presented ("" without TLS)
 	seq  uint64
 	used time.Time
-	buf  [2 * (maxViewID + 1)]byte
+	buf  [64]byte
 }
 
 // ask puts one question and reads its answer; ctx's end closes the stream.

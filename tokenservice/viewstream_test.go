@@ -57,23 +57,23 @@ func askView(t *testing.T, br *bufio.Reader, w io.Writer, seq uint64) (gotSeq, t
 	if err := binary.Write(w, binary.BigEndian, seq); err != nil {
 		t.Fatal(err)
 	}
-	var head [18]byte
+	var head [17]byte
 	if _, err := io.ReadFull(br, head[:]); err != nil {
 		t.Fatalf("question %d: %v", seq, err)
 	}
-	readID := func(n byte) string {
+	readID := func() string {
+		var n uint16
+		if err := binary.Read(br, binary.BigEndian, &n); err != nil {
+			t.Fatal(err)
+		}
 		b := make([]byte, n)
 		if _, err := io.ReadFull(br, b); err != nil {
 			t.Fatal(err)
 		}
 		return string(b)
 	}
-	node = readID(head[17])
-	n, err := br.ReadByte()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return binary.BigEndian.Uint64(head[:]), binary.BigEndian.Uint64(head[8:]), head[16], node, readID(n)
+	node = readID()
+	return binary.BigEndian.Uint64(head[:]), binary.BigEndian.Uint64(head[8:]), head[16], node, readID()
 }
 
 // A view stream answers a member's questions, each with the node's term
