@@ -165,7 +165,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 					if s == &p.fenced {
 						pids = append(slices.Clone(pids), tokens.pids()...)
 					}
-					m, err := measure(ctx, *s, c, o.Warmup, o.Duration, pids)
+					m, err := measure(ctx, *s, c, o.Warmup, o.Duration, pids, backendPids(ctx, pool))
 					if ctx.Err() != nil {
 						return ctx.Err()
 					}
@@ -175,6 +175,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 					logf("run %d  c=%-3d %-10s %-28s %8.0f cycles/s  p50 %-9v p99 %-9v client %v/cycle  servers %v/cycle  steal %.0f%%",
 						r, c, p.mode, s.name, m.PerSec, round(m.P50), round(m.P99), round(m.clientCPU), round(m.serverCPU), 100*m.steal)
 					rep.add(p.mode, s.name, s == &p.fenced, c, m)
+					if c == 1 {
+						rep.addSteps(p.mode, s.name, s.steps)
+					}
 				}
 			}
 		}

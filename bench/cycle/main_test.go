@@ -26,8 +26,11 @@ func TestCycleSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatalf("run: %v", err)
 	}
-	table := out.String()
-	t.Log(table)
+	table, steps, ok := strings.Cut(out.String(), "the steps of one cycle at one worker")
+	t.Log(out.String())
+	if !ok {
+		t.Fatal("no table of the steps at one worker")
+	}
 	for _, want := range []string{"bsm/redislock, no fence", "redsync, no fence"} {
 		if got := strings.Count(table, want); got != 2 {
 			t.Fatalf("%q appears %d times in the table, want 2 (c=1 and c=4)", want, got)
@@ -38,6 +41,28 @@ func TestCycleSmoke(t *testing.T) {
 	}
 	if got := strings.Count(table, "x\n") + strings.Count(table, "x)\n"); got != 4 {
 		t.Fatalf("%d rows end with a ratio, want 4 (every fenced row)", got)
+	}
+	// One row per cycle and mode; the fenced rows time the token and the
+	// confirmation, which the unfenced cycles do not have.
+	for _, want := range []string{"bsm/redislock, no fence", "redsync, no fence"} {
+		if got := strings.Count(steps, want); got != 1 {
+			t.Fatalf("%q appears %d times in the steps table, want 1", want, got)
+		}
+	}
+	fenced := 0
+	for _, line := range strings.Split(steps, "\n") {
+		if !strings.Contains(line, "lockclient + token + fence") {
+			continue
+		}
+		fenced++
+		// cycles, then grant, token, confirm, BEGIN, UPDATE, COMMIT,
+		// release and their sum: nine numbers, none missing.
+		if f := strings.Fields(line[strings.Index(line, "fence")+len("fence"):]); len(f) != 9 {
+			t.Fatalf("fenced steps row %q has %d figures, want 9", line, len(f))
+		}
+	}
+	if fenced != 2 {
+		t.Fatalf("the fenced cycle appears %d times in the steps table, want 2", fenced)
 	}
 }
 

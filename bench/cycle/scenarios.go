@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/bsm/redislock"
@@ -27,6 +28,7 @@ type cycleFunc func(ctx context.Context, w int) error
 type scenario struct {
 	name  string
 	cycle cycleFunc
+	steps *steps
 }
 
 const benchTTL = 10 * time.Second
@@ -60,10 +62,20 @@ func closeAll(cs []redis.UniversalClient) {
 
 // plainTx is the unfenced transaction: BEGIN, the UPDATE on the
 // unprotected twin, COMMIT.
-func plainTx(ctx context.Context, pool *pgxpool.Pool, w int) error {
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		return exec1(ctx, tx, updatePlain, w)
-	})
+func plainTx(ctx context.Context, pool *pgxpool.Pool, w int, sw *stopwatch) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	sw.lap("BEGIN")
+	if err := exec1(ctx, tx, updatePlain, w); err != nil {
+		tx.Rollback(ctx) //nolint:errcheck
+		return err
+	}
+	sw.lap("UPDATE")
+	err = tx.Commit(ctx)
+	sw.lap("COMMIT")
+	return err
 }
 
 func exec1(ctx context.Context, tx pgx.Tx, sql string, w int) error {
@@ -76,13 +88,18 @@ func exec1(ctx context.Context, tx pgx.Tx, sql string, w int) error {
 
 func bsmScenario(rdb redis.UniversalClient, pool *pgxpool.Pool) scenario {
 	c := redislock.New(rdb)
-	return scenario{name: "bsm/redislock, no fence", cycle: func(ctx context.Context, w int) error {
+	st := &steps{}
+	return scenario{name: "bsm/redislock, no fence", steps: st, cycle: func(ctx context.Context, w int) error {
+		sw := st.start()
 		l, err := c.Obtain(ctx, "bench:cycle:bsm:"+resourceOf(w), benchTTL, nil)
 		if err != nil {
 			return err
 		}
-		err = plainTx(ctx, pool, w)
-		return errors.Join(err, l.Release(ctx))
+		sw.lap("grant")
+		err = plainTx(ctx, pool, w, &sw)
+		err = errors.Join(err, l.Release(ctx))
+		sw.lap("release")
+		return err
 	}}
 }
 
@@ -92,16 +109,20 @@ func redsyncScenario(rdbs []redis.UniversalClient, pool *pgxpool.Pool) scenario 
 		pools = append(pools, goredis.NewPool(r))
 	}
 	rs := redsync.New(pools...)
-	return scenario{name: "redsync, no fence", cycle: func(ctx context.Context, w int) error {
+	st := &steps{}
+	return scenario{name: "redsync, no fence", steps: st, cycle: func(ctx context.Context, w int) error {
+		sw := st.start()
 		m := rs.NewMutex("bench:cycle:redsync:"+resourceOf(w), redsync.WithExpiry(benchTTL), redsync.WithTries(1))
 		if err := m.LockContext(ctx); err != nil {
 			return err
 		}
-		err := plainTx(ctx, pool, w)
+		sw.lap("grant")
+		err := plainTx(ctx, pool, w, &sw)
 		ok, uerr := m.UnlockContext(ctx)
 		if uerr == nil && !ok {
 			uerr = errors.New("redsync: unlock refused")
 		}
+		sw.lap("release")
 		return errors.Join(err, uerr)
 	}}
 }
@@ -109,18 +130,29 @@ func redsyncScenario(rdbs []redis.UniversalClient, pool *pgxpool.Pool) scenario 
 // fencedScenario is the cycle the lockclient documentation tells users to
 // run: Acquire, InTx under the lock's context, Release.
 func fencedScenario(rdbs []redis.UniversalClient, tokens lockclient.TokenSource, pool *pgxpool.Pool) (scenario, func(), error) {
-	c, err := lockclient.New(rdbs, tokens, lockclient.WithTTL(benchTTL), lockclient.WithRetry(lockclient.NoRetry()),
+	c, err := lockclient.New(rdbs, timedTokens{tokens}, lockclient.WithTTL(benchTTL), lockclient.WithRetry(lockclient.NoRetry()),
 		lockclient.WithKeyPrefix("bench:cycle:lockclient:"), lockclient.WithNodeTimeout(time.Second))
 	if err != nil {
 		return scenario{}, nil, err
 	}
-	return scenario{name: "lockclient + token + fence", cycle: func(ctx context.Context, w int) error {
-		l, err := c.Acquire(ctx, resourceOf(w))
+	st := &steps{}
+	return scenario{name: "lockclient + token + fence", steps: st, cycle: func(ctx context.Context, w int) error {
+		sw := st.start()
+		l, err := c.Acquire(withWatch(ctx, &sw), resourceOf(w))
 		if err != nil {
 			return err
 		}
-		err = l.InTx(l.Context(), pool, func(tx pgx.Tx) error { return exec1(ctx, tx, updateFenced, w) })
-		return errors.Join(err, l.Release(ctx))
+		sw.lap("confirm")
+		err = l.InTx(l.Context(), pool, func(tx pgx.Tx) error {
+			sw.lap("BEGIN")
+			err := exec1(ctx, tx, updateFenced, w)
+			sw.lap("UPDATE")
+			return err
+		})
+		sw.lap("COMMIT")
+		err = errors.Join(err, l.Release(ctx))
+		sw.lap("release")
+		return err
 	}}, func() { c.Close() }, nil
 }
 
@@ -129,27 +161,36 @@ type measurement struct {
 	bench.Result
 	clientCPU  time.Duration // this process, per cycle
 	serverCPU  time.Duration // the Redis (and token) servers, per cycle
+	pgCPU      time.Duration // the benchmark database's PostgreSQL backends, per cycle
 	machineCPU time.Duration // every CPU of the machine, per cycle
 	steal      float64
 }
 
 // measure warms s up at concurrency c, then runs it for d, reading the CPU
 // time of this process, of the server processes pids and of the machine
-// around the measured part. A failed cycle fails the run: both sides must
-// complete every cycle for the comparison to mean anything.
-func measure(ctx context.Context, s scenario, c int, warmup, d time.Duration, pids []int) (measurement, error) {
+// around the measured part, and of the PostgreSQL backends pgPids when
+// PostgreSQL runs on this machine. At one worker the measured run also
+// records the steps of each cycle (s.steps). A failed cycle fails the run:
+// both sides must complete every cycle for the comparison to mean anything.
+func measure(ctx context.Context, s scenario, c int, warmup, d time.Duration, pids, pgPids []int) (measurement, error) {
 	if warmup > 0 {
 		if _, err := bench.RunClosed(ctx, c, warmup, bench.Op(s.cycle)); err != nil {
 			return measurement{}, fmt.Errorf("warm-up: %w", err)
 		}
 	}
+	if c == 1 && s.steps != nil {
+		s.steps.record(true)
+		defer s.steps.record(false)
+	}
 	self0, err0 := cputime.ProcessCPU(os.Getpid())
 	srv0, err1 := cputime.ProcessCPU(pids...)
 	mach0, err2 := cputime.ReadMachineCPU()
+	pg0, pgErr0 := cputime.ProcessCPU(pgPids...)
 	res, err := bench.RunClosed(ctx, c, d, bench.Op(s.cycle))
 	self1, err3 := cputime.ProcessCPU(os.Getpid())
 	srv1, err4 := cputime.ProcessCPU(pids...)
 	mach1, err5 := cputime.ReadMachineCPU()
+	pg1, pgErr1 := cputime.ProcessCPU(pgPids...)
 	if err != nil {
 		return measurement{}, err
 	}
@@ -159,8 +200,38 @@ func measure(ctx context.Context, s scenario, c int, warmup, d time.Duration, pi
 		mach := mach1.Sub(mach0)
 		m.clientCPU, m.serverCPU, m.machineCPU = (self1-self0)/n, (srv1-srv0)/n, mach.Busy/n
 		m.steal = mach.StealShare()
+		if len(pgPids) > 0 && pgErr0 == nil && pgErr1 == nil {
+			m.pgCPU = (pg1 - pg0) / n
+		}
 	}
 	return m, nil
+}
+
+// backendPids returns the process ids of the PostgreSQL backends connected
+// to the pool's database, or nil when they are not processes of this
+// machine (PostgreSQL elsewhere) or cannot be listed.
+func backendPids(ctx context.Context, pool *pgxpool.Pool) []int {
+	switch h := pool.Config().ConnConfig.Host; {
+	case h == "127.0.0.1", h == "::1", h == "localhost", strings.HasPrefix(h, "/"):
+	default:
+		return nil
+	}
+	rows, err := pool.Query(ctx, "SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
+	if err != nil {
+		return nil
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, p := range pids {
+		out = append(out, int(p))
+	}
+	if _, err := cputime.ProcessCPU(out...); err != nil {
+		return nil
+	}
+	return out
 }
 
 // httpOK succeeds when GET url answers 200.
