@@ -2,7 +2,7 @@
 GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: help build demo dev services-servers test test-matrix test-short services vet fuzz bench bench-tokens bench-proxy bench-locks bench-cycle bench-tables bench-node bench-python test-bench faults
+.PHONY: help build demo dev services-servers test test-matrix test-short services vet fuzz bench bench-tokens bench-proxy bench-locks bench-cycle bench-tables bench-instructions bench-node bench-python test-bench faults
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -61,6 +61,9 @@ bench-cycle: services ## the fenced critical section (lock, token, fenced UPDATE
 
 bench-tables: services ## a protected table vs its unprotected twin (pgfence)
 	cd bench && $(GO) run ./fencebench
+
+bench-instructions: ## PostgreSQL's instructions per fenced write vs the same write unfenced (callgrind, single-user mode)
+	cd bench && $(GO) run ./instructions
 
 test-bench: ## unit tests of the bench module
 	cd bench && $(GO) test -count=1 ./...

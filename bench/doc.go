@@ -13,6 +13,8 @@
 //	go run ./proxy       pgbench direct vs PgBouncer vs the fencegate proxy
 //	go run ./locks       lockclient vs bsm/redislock and go-redsync/redsync
 //	go run ./fencebench  a protected table vs its unprotected twin
+//	go run ./cycle       the fenced critical section vs the unfenced one
+//	go run ./instructions  PostgreSQL's instructions per fenced write vs unfenced (callgrind)
 //
 // This directory is a Go module of its own, so that the systems the
 // commands compare fencegate with (etcd and its gRPC stack, bsm/redislock,

