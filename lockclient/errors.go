@@ -183,8 +183,13 @@ func (e *NotAcquiredError) Error() string {
 	return b.String()
 }
 
-// Is reports whether target is ErrNotAcquired.
-func (e *NotAcquiredError) Is(target error) bool { return target == ErrNotAcquired }
+// Is reports whether target is ErrNotAcquired, for an attempt to take the
+// lock. A Refresh that failed acquires nothing: its error matches
+// ErrLockLost when the lock is lost, and only its node errors otherwise
+// (the lock stays held until its validity passes).
+func (e *NotAcquiredError) Is(target error) bool {
+	return target == ErrNotAcquired && e.step != stepRefresh
+}
 
 // Unwrap returns the joined per-node errors.
 func (e *NotAcquiredError) Unwrap() error { return e.NodeErrs }

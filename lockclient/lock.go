@@ -157,7 +157,8 @@ func (l *Lock) loseLocked(cause error) {
 // the lock is no longer held, or the answer comes after the validity
 // passed, the lock is lost: Done closes and the error matches ErrLockLost.
 // When nodes fail without a majority refusing, the lock stays held until
-// its current ValidUntil and the error lists the node errors.
+// its current ValidUntil and the error lists the node errors. A Refresh
+// error never matches ErrNotAcquired: a refresh acquires nothing.
 func (l *Lock) Refresh(ctx context.Context) error {
 	l.mu.Lock()
 	if l.state != lockHeld {

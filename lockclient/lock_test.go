@@ -161,7 +161,8 @@ func TestReleaseNeverDeletesAnothersLock(t *testing.T) {
 }
 
 // TestRefreshLostLock: when the key is deleted behind the holder's back,
-// Refresh fails with ErrLockLost and Done closes at once.
+// Refresh fails with ErrLockLost (not ErrNotAcquired: a Refresh acquires
+// nothing) and Done closes at once.
 func TestRefreshLostLock(t *testing.T) {
 	tr := sharedRedis(t)
 	c := tr.client(t, nil, WithTTL(30*time.Second))
@@ -172,8 +173,8 @@ func TestRefreshLostLock(t *testing.T) {
 	if err := tr.clients[0].Del(ctxT(t), tr.prefix+"gone").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Refresh(ctxT(t)); !errors.Is(err, ErrLockLost) {
-		t.Fatalf("Refresh after the key was deleted: %v, want ErrLockLost", err)
+	if err := l.Refresh(ctxT(t)); !errors.Is(err, ErrLockLost) || errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("Refresh after the key was deleted: %v, want ErrLockLost and not ErrNotAcquired", err)
 	}
 	select {
 	case <-l.Done():
