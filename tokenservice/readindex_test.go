@@ -3,17 +3,23 @@ package tokenservice_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencegate/fencegate/tokenclient"
+	"github.com/fencegate/fencegate/tokenservice"
 	"github.com/fencegate/fencegate/tokenservice/tokenservicetest"
 )
 
 // On the read-index path (the default) the leader's status shows the range
 // it hands tokens out of and its rounds, `fencegate token status` prints
 // them, and its metrics count rounds and reservations; a follower holds no
-// range.
+// range. No round may fail: the round timeout is raised from 1 s to 30 s so
+// that a loaded machine (this suite runs beside others) cannot fail one
+// that a healthy cluster would not.
 func TestReadIndexStatusAndMetrics(t *testing.T) {
-	c := tokenservicetest.StartCluster(t, 3)
+	c := tokenservicetest.StartCluster(t, 3, tokenservicetest.WithConfig(func(_ int, cfg *tokenservice.Config) {
+		cfg.RoundTimeout = 30 * time.Second
+	}))
 	leader := c.Leader(t)
 	follower := (leader + 1) % 3
 	toks := tokenservicetest.Mint(t, c.ClientFor(t, []string{c.APIURL(follower)}, tokenclient.WithFollowLeader(false)), 20)
