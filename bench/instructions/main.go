@@ -105,11 +105,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	postgresBin, err := postgresBinary(ctx, pg.DSN)
+	bin, err := servers.PostgresBinDir()
 	if err != nil {
 		return err
 	}
-	c := &counter{valgrind: valgrind, postgres: postgresBin, data: filepath.Join(ws.Dir, "postgres"), dir: ws.Dir, cred: cred, logf: logf}
+	c := &counter{valgrind: valgrind, postgres: filepath.Join(bin, "postgres"), data: filepath.Join(ws.Dir, "postgres"), dir: ws.Dir, cred: cred, logf: logf}
 	rows, err := measure(ctx, c, o)
 	if err != nil {
 		return err
@@ -154,21 +154,6 @@ func prepare(ctx context.Context, adminDSN string, o options) (string, error) {
 		return "", err
 	}
 	return version, nil
-}
-
-// postgresBinary is the postgres program of the server that ran at dsn:
-// the one StartPostgres chose.
-func postgresBinary(ctx context.Context, dsn string) (string, error) {
-	dirs := pgdb.ServerBinDirs(pgdb.DistroBinGlob)
-	if p, err := exec.LookPath("postgres"); err == nil {
-		dirs = append([]string{filepath.Dir(p)}, dirs...)
-	}
-	for _, d := range dirs {
-		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
-			return filepath.Join(d, "postgres"), nil
-		}
-	}
-	return "", fmt.Errorf("no postgres binary next to an initdb")
 }
 
 // counter runs scripts under callgrind.

@@ -114,7 +114,7 @@ func StartPostgres(ctx context.Context, o PostgresOptions) (*Postgres, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default().With("component", "devstack")
 	}
-	bin, err := postgresBinDir()
+	bin, err := PostgresBinDir()
 	if err != nil {
 		return nil, fmt.Errorf("%w: nothing answers at 127.0.0.1:5432 and %v; install PostgreSQL (Debian/Ubuntu: apt-get install postgresql) or pass %s DSN", ErrNoPostgres, err, o.Setting)
 	}
@@ -204,8 +204,9 @@ func refused(err error) bool {
 // postgresBinGlob is where distributions put the server binaries.
 var postgresBinGlob = pgdb.DistroBinGlob
 
-// postgresBinDir finds a directory holding both initdb and postgres.
-func postgresBinDir() (string, error) {
+// PostgresBinDir finds a directory holding both initdb and postgres: the
+// server binaries StartPostgres runs.
+func PostgresBinDir() (string, error) {
 	if p, err := exec.LookPath("postgres"); err == nil {
 		dir := filepath.Dir(p)
 		if _, err := os.Stat(filepath.Join(dir, "initdb")); err == nil {
