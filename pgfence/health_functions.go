@@ -5,14 +5,14 @@ package pgfence
 // application roles may execute it, whether it belongs to the DDL guard, its
 // pinned settings and the md5 of its body. TestHealthFunctions regenerates
 // it from the embedded SQL and fails when it is out of step.
-const healthFunctions = `	('schema_version', '', false, false, false, '{"search_path=pg_catalog, pg_temp"}', '81f339d6e441ff5b4e1e8f651ead62ac'),
+const healthFunctions = `	('schema_version', '', false, false, false, '{"search_path=pg_catalog, pg_temp"}', 'e90fce7839c7266233b411388ae6b14d'),
 	('fence', 'resource text, token bigint', true, true, false, '{"search_path=pg_catalog, pg_temp",lock_timeout=5s}', '409136278f0fae2ad9d9b8f040dc184e'),
 	('fence', 'resource text, token bigint, proof text', true, true, false, '{"search_path=pg_catalog, pg_temp",lock_timeout=5s}', '44b2bd2a4c0e37bdbc7e29eb3ccd0cd1'),
 	('fence_many', 'resources text[], token bigint', true, true, false, '{"search_path=pg_catalog, pg_temp",lock_timeout=5s}', '179d5e0beafab46f559d6509b96575e7'),
-	('check_insert', '', false, false, false, '{"search_path=pg_catalog, pg_temp"}', '132ec6257d37ca8cb555ce91af0442c7'),
+	('check_insert', '', false, false, false, '{"search_path=pg_catalog, pg_temp"}', 'c9da1c2036d47f61b02daaceda6119b1'),
 	('check_update', '', false, false, false, '{"search_path=pg_catalog, pg_temp"}', '75c5a200693d1d6fba2b73b06a43e8b7'),
-	('check_update_new', '', false, false, false, '{"search_path=pg_catalog, pg_temp"}', 'c17d3af761174a3aa015f7c7594213b3'),
-	('check_delete', '', false, false, false, '{"search_path=pg_catalog, pg_temp"}', '387eb08027a7989e9fc2e37b8f6d1a3b'),
+	('check_update_new', '', false, false, false, '{"search_path=pg_catalog, pg_temp"}', '7e0283d86ef515c71ed63c9cc2fa0779'),
+	('check_delete', '', false, false, false, '{"search_path=pg_catalog, pg_temp"}', '77a995d9410eca7b306f1641f559f250'),
 	('check_row', '', false, false, false, '{"search_path=pg_catalog, pg_temp"}', '5457e35ca6c359285e2607e25ee149f4'),
 	('refuse_truncate', '', false, false, false, '{"search_path=pg_catalog, pg_temp"}', '1a92ad27a4a8f6654f32d9d0fb9e61c5'),
 	('tree', 'tbl regclass', false, false, false, '{"search_path=pg_catalog, pg_temp"}', '4101f5c86612e798aa0fc61a8a807542'),

@@ -16,8 +16,11 @@ import (
 // statement again, the new rows' resources (fencegate.check_update_new),
 // and row by row only where a row's resource changes (fencegate_move);
 // version 8's statement checks compare every row's resource with the first
-// row's before they group any, so a write of one resource hashes nothing.
-const SchemaVersion = 8
+// row's before they group any, so a write of one resource hashes nothing;
+// version 9's grouped checks take one offending resource (LIMIT 1), so a
+// statement that writes several unfenced resources is refused with FG002
+// under plpgsql.extra_errors = 'too_many_rows' too, not P0003.
+const SchemaVersion = 9
 
 // DefaultOwnerRole is the role that owns schema fencegate when
 // InstallOptions.OwnerRole is empty.

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// TestUpgradeFromV3 installs versions 3 to 7 as they were shipped,
+// TestUpgradeFromV3 installs versions 3 to 8 as they were shipped,
 // protects a table, a partitioned table and an inheritance parent with each,
 // takes marks, upgrades, and checks that the marks are kept, that the
 // UPDATE checks were re-shaped (since version 7, on tables that hold rows,
@@ -21,7 +21,7 @@ import (
 // 3 read both transition tables everywhere) and that writes are still
 // refused without a fence and accepted with one.
 func TestUpgradeFromV3(t *testing.T) {
-	for v := 3; v <= 7; v++ {
+	for v := 3; v <= 8; v++ {
 		t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) { testUpgradeShapes(t, v) })
 	}
 }

@@ -94,7 +94,7 @@ COMMENT ON SEQUENCE fencegate.floor IS 'fencegate: the floor: last_value is the 
 CREATE OR REPLACE FUNCTION fencegate.schema_version() RETURNS integer
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
-AS $fg$SELECT 8$fg$;
+AS $fg$SELECT 9$fg$;
 
 -- fence check-and-advances the mark of one resource and records that this
 -- top-level transaction holds it. It runs as the owner role, which alone may
@@ -406,7 +406,8 @@ BEGIN
 		GROUP BY n.fencegate_resource
 		HAVING n.fencegate_resource IS NULL OR n.fencegate_resource = '' OR NOT EXISTS (
 			SELECT 1 FROM fencegate.marks m
-			WHERE m.resource = n.fencegate_resource AND m.holder_xid = pg_current_xact_id() AND m.holder_boot = pg_postmaster_start_time());
+			WHERE m.resource = n.fencegate_resource AND m.holder_xid = pg_current_xact_id() AND m.holder_boot = pg_postmaster_start_time())
+		LIMIT 1;
 		IF NOT FOUND THEN
 			RETURN NULL;
 		END IF;
@@ -484,7 +485,8 @@ BEGIN
 		GROUP BY n.fencegate_resource
 		HAVING n.fencegate_resource IS NULL OR n.fencegate_resource = '' OR NOT EXISTS (
 			SELECT 1 FROM fencegate.marks m
-			WHERE m.resource = n.fencegate_resource AND m.holder_xid = pg_current_xact_id() AND m.holder_boot = pg_postmaster_start_time());
+			WHERE m.resource = n.fencegate_resource AND m.holder_xid = pg_current_xact_id() AND m.holder_boot = pg_postmaster_start_time())
+		LIMIT 1;
 		IF NOT FOUND THEN
 			RETURN NULL;
 		END IF;
@@ -525,7 +527,8 @@ BEGIN
 		GROUP BY n.fencegate_resource
 		HAVING n.fencegate_resource IS NULL OR n.fencegate_resource = '' OR NOT EXISTS (
 			SELECT 1 FROM fencegate.marks m
-			WHERE m.resource = n.fencegate_resource AND m.holder_xid = pg_current_xact_id() AND m.holder_boot = pg_postmaster_start_time());
+			WHERE m.resource = n.fencegate_resource AND m.holder_xid = pg_current_xact_id() AND m.holder_boot = pg_postmaster_start_time())
+		LIMIT 1;
 		IF NOT FOUND THEN
 			RETURN NULL;
 		END IF;
