@@ -70,6 +70,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	resources := fs.Int("resources", 1000, "resources the rows of the second INSERT, COPY and UPDATE are spread over (the first: one)")
 	only := fs.String("only", "", "run only the workloads whose name contains this text")
 	syncCommit := fs.String("synchronous-commit", "", "synchronous_commit for the benchmark's sessions (default: the server's)")
+	workMem := fs.String("work-mem", "", "work_mem for the benchmark's sessions, such as 64MB (default: the server's); a statement check's transition table spills to disk past it")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -105,6 +106,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if *syncCommit != "" {
 		cfg.RuntimeParams["synchronous_commit"] = *syncCommit
 	}
+	if *workMem != "" {
+		cfg.RuntimeParams["work_mem"] = *workMem
+	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return err
@@ -116,8 +120,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err := fencebench.Setup(ctx, conn, 1000); err != nil {
 		return err
 	}
-	var version, sc string
-	_ = conn.QueryRow(ctx, "SELECT current_setting('server_version'), current_setting('synchronous_commit')").Scan(&version, &sc)
+	var version, sc, wm string
+	_ = conn.QueryRow(ctx, "SELECT current_setting('server_version'), current_setting('synchronous_commit'), current_setting('work_mem')").Scan(&version, &sc, &wm)
 
 	next := map[string]int64{fencebench.Protected: 1000, fencebench.Unprotected: 1000}
 	bulkFirst := func(table string) int64 { v := next[table] + 1; next[table] += int64(*rows); return v }
@@ -172,7 +176,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	load0, _ := os.ReadFile("/proc/loadavg")
 	mach0, merr := cputime.ReadMachineCPU()
 	start := time.Now()
-	fmt.Fprintf(out, "PostgreSQL %s, synchronous_commit=%s, %d runs; load average at start: %s", version, sc, *runs, string(load0))
+	fmt.Fprintf(out, "PostgreSQL %s, synchronous_commit=%s, work_mem=%s, %d runs; load average at start: %s", version, sc, wm, *runs, string(load0))
 	t := bench.NewTable("workload", "unprotected", "protected", "ratio", "ratio spread", "backend CPU/op unprot.", "backend CPU/op prot.", "CPU ratio", "CPU ratio spread")
 	for _, w := range workloads {
 		res := map[string][]sample{}
