@@ -29,11 +29,15 @@ vet: ## gofmt and go vet both modules: fencegate and bench/
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./...
 
+# The packages whose tests take longest, named first so that go test starts
+# them first (it runs packages in the order named, -p at a time): started
+# last, the longest ran alone at the end while the others had finished.
+SLOW_PACKAGES = ./pgfence/ ./proxy/ ./tokenservice/ ./lockclient/ ./raftstore/
+
 test: services vet ## run every test against real PostgreSQL, Redis and Raft nodes, the enforcement suites on every supported PostgreSQL, then each fuzz target briefly
-	$(GO) test -race -count=1 -p 3 -timeout 25m ./...
+	$(GO) test -race -count=1 -p 3 -timeout 25m $(SLOW_PACKAGES) ./...
 	bash scripts/pg-matrix.sh --except-default
-	cd bench && $(GO) test -count=1 ./...
-	@bash scripts/fuzz.sh 20000x
+	@bash scripts/together.sh "cd bench && $(GO) test -count=1 ./..." "bash scripts/fuzz.sh 20000x"
 
 test-matrix: services ## run the enforcement suites (pgfence, proxy, schema commands) on every supported PostgreSQL major (MAJORS="18 17" for some)
 	bash scripts/pg-matrix.sh $(MAJORS)

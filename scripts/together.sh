@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# together.sh CMD...: run each shell command at once, then print each one's
+# output whole, in the order given, and fail when any failed. For steps of
+# `make test` that leave a core idle (the bench module's callgrind smoke
+# test runs one single-threaded process for about a minute) beside others.
+set -uo pipefail
+dir=$(mktemp -d "${TMPDIR:-/tmp}/fencegate-together.XXXXXX")
+trap 'rm -rf "$dir"' EXIT
+trap 'kill 0' INT TERM
+pids=()
+for i in $(seq 1 $#); do
+	cmd=${!i}
+	bash -c "$cmd" >"$dir/$i.out" 2>&1 &
+	pids+=($!)
+done
+failed=0
+for i in $(seq 1 $#); do
+	cmd=${!i}
+	rc=0
+	wait "${pids[$((i - 1))]}" || rc=$?
+	echo "=== $cmd"
+	cat "$dir/$i.out"
+	if [ "$rc" != 0 ]; then
+		echo "=== FAIL (exit $rc): $cmd"
+		failed=1
+	fi
+done
+exit "$failed"
