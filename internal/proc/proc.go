@@ -544,10 +544,17 @@ func (p *Proc) where() string {
 }
 
 // WaitReady polls check every interval until it returns nil; each call of
-// check gets a context bounded to a second. It fails early
+// check gets a context bounded to checkTimeout. It fails early
 // when the process exits (wrapping ErrExited, with the end of its output),
 // when ctx ends, or after timeout (with check's last error and the end of
 // the output).
+// checkTimeout bounds one readiness check of WaitReady. A check that cannot
+// succeed yet fails at once (connection refused); one that succeeds may be
+// slow on a loaded machine: a first session through a new gate connects
+// upstream and runs its admission queries, and under a load average of ten
+// on two cores that took over a second, every time, until the wait gave up.
+const checkTimeout = 5 * time.Second
+
 func (p *Proc) WaitReady(ctx context.Context, interval, timeout time.Duration, check func(context.Context) error) error {
 	done := p.Exited()
 	err := poll.Until(ctx, p.name+" to be ready", interval, timeout, func(ctx context.Context) error {
@@ -556,7 +563,7 @@ func (p *Proc) WaitReady(ctx context.Context, interval, timeout time.Duration, c
 			return poll.Abort(fmt.Errorf("%s %w (%v); %s:\n%s", p.name, ErrExited, p.Err(), p.where(), p.LogTail(15)))
 		default:
 		}
-		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		cctx, cancel := context.WithTimeout(ctx, checkTimeout)
 		defer cancel()
 		return check(cctx)
 	})

@@ -405,7 +405,7 @@ func (s *Stack) startProxies(ctx context.Context) error {
 		s.Proxies = append(s.Proxies, p)
 	}
 	for i, dsn := range s.ProxyDSNs() {
-		if err := s.Proxies[i].Proc.WaitReady(ctx, 20*time.Millisecond, 15*time.Second, func(ctx context.Context) error {
+		if err := s.Proxies[i].Proc.WaitReady(ctx, 20*time.Millisecond, 60*time.Second, func(ctx context.Context) error {
 			return servers.PingPostgres(ctx, dsn, s.DB.AppPassword)
 		}); err != nil {
 			return err
