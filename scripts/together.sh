@@ -6,7 +6,10 @@
 set -uo pipefail
 dir=$(mktemp -d "${TMPDIR:-/tmp}/fencegate-together.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
-trap 'kill 0' INT TERM
+# On INT or TERM, stop the commands' process trees (each command runs in a
+# process group of its own) and leave.
+trap 'for p in "${pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null; done; exit 130' INT TERM
+set -m
 pids=()
 for i in $(seq 1 $#); do
 	cmd=${!i}

@@ -543,11 +543,6 @@ func (p *Proc) where() string {
 	return "last lines of its output"
 }
 
-// WaitReady polls check every interval until it returns nil; each call of
-// check gets a context bounded to checkTimeout. It fails early
-// when the process exits (wrapping ErrExited, with the end of its output),
-// when ctx ends, or after timeout (with check's last error and the end of
-// the output).
 // checkTimeout bounds one readiness check of WaitReady. A check that cannot
 // succeed yet fails at once (connection refused); one that succeeds may be
 // slow on a loaded machine: a first session through a new gate connects
@@ -555,6 +550,11 @@ func (p *Proc) where() string {
 // on two cores that took over a second, every time, until the wait gave up.
 const checkTimeout = 5 * time.Second
 
+// WaitReady polls check every interval until it returns nil; each call of
+// check gets a context bounded to checkTimeout. It fails early
+// when the process exits (wrapping ErrExited, with the end of its output),
+// when ctx ends, or after timeout (with check's last error and the end of
+// the output).
 func (p *Proc) WaitReady(ctx context.Context, interval, timeout time.Duration, check func(context.Context) error) error {
 	done := p.Exited()
 	err := poll.Until(ctx, p.name+" to be ready", interval, timeout, func(ctx context.Context) error {

@@ -114,7 +114,7 @@ func dropRoleAtCleanup(t testing.TB, dsn, name string) {
 	admin := testutil.PostgresAdminDSN()
 	t.Cleanup(func() {
 		dropMu.Lock()
-		roles := append([]string(nil), (*names)...)
+		roles := slices.Clone(*names)
 		delete(dropLists, k)
 		dropMu.Unlock()
 		slices.Reverse(roles)
